@@ -1,0 +1,257 @@
+//! Sequential block execution.
+//!
+//! A block is first *prepared* (environments built from the fixture, outside any timing), then
+//! executed by any [`BlockEvm`]: the plain revm EVM here, or the probed one of [`crate::probe`].
+//! Both share [`execute_block`], so that the profiler compares like with like.
+
+use alloy_consensus::{TxType, Typed2718};
+use alloy_primitives::B256;
+use gigas_primitives::{ChainSpec, Hardfork};
+use revm::context::result::{EVMError, ExecutionResult, InvalidTransaction};
+use revm::context::{BlockEnv, CfgEnv, Context, Journal, TxEnv};
+use revm::context_interface::ContextTr;
+use revm::database_interface::{Database, DatabaseCommit};
+use revm::handler::instructions::EthInstructions;
+use revm::handler::{EthFrame, MainnetEvm};
+use revm::primitives::hardfork::SpecId;
+use revm::{ExecuteEvm, MainBuilder};
+use std::fmt;
+
+use crate::env::{block_env, tx_env};
+use crate::fixture::BlockFixture;
+use crate::receipts::{BlockCheck, ExpectedHeader, TxReceipt};
+use crate::spec::{cfg_env, spec_id};
+
+/// A transaction ready to execute.
+#[derive(Debug, Clone)]
+pub struct PreparedTx {
+    /// Its hash, for error messages.
+    pub hash: B256,
+    /// Its EIP-2718 type, for its receipt.
+    pub tx_type: TxType,
+    /// Its revm environment.
+    pub env: TxEnv,
+}
+
+/// A block ready to execute: environments built, header values to check kept aside.
+#[derive(Debug, Clone)]
+pub struct PreparedBlock {
+    /// Block number.
+    pub number: u64,
+    /// The fork it runs under.
+    pub hardfork: Hardfork,
+    /// The configuration environment (spec, gas parameters, chain id).
+    pub cfg: CfgEnv,
+    /// The block environment.
+    pub block_env: BlockEnv,
+    /// The transactions, in block order.
+    pub txs: Vec<PreparedTx>,
+    /// What the replay must reproduce.
+    pub expected: ExpectedHeader,
+}
+
+impl PreparedBlock {
+    /// Prepares a fixture's block for execution on `chain`.
+    pub fn from_fixture(fixture: &BlockFixture, chain: &ChainSpec) -> Result<Self, ExecutionError> {
+        let header = &fixture.block.header;
+        let number = header.inner.number;
+        let hardfork = chain.fork_at(number, header.inner.timestamp);
+        let txs = fixture
+            .block
+            .transactions
+            .as_transactions()
+            .unwrap_or_default()
+            .iter()
+            .map(|tx| {
+                let tx_type = TxType::try_from(tx.inner.inner().ty()).map_err(|_| {
+                    ExecutionError::UnsupportedTxType {
+                        block: number,
+                        hash: *tx.inner.inner().hash(),
+                        ty: tx.inner.inner().ty(),
+                    }
+                })?;
+                Ok(PreparedTx {
+                    hash: *tx.inner.inner().hash(),
+                    tx_type,
+                    env: tx_env(tx),
+                })
+            })
+            .collect::<Result<Vec<_>, ExecutionError>>()?;
+        Ok(Self {
+            number,
+            hardfork,
+            cfg: cfg_env(chain, hardfork),
+            block_env: block_env(header, hardfork),
+            txs,
+            expected: ExpectedHeader {
+                gas_used: header.inner.gas_used,
+                receipts_root: header.inner.receipts_root,
+                logs_bloom: header.inner.logs_bloom,
+                receipts_checkable: hardfork >= Hardfork::Byzantium,
+            },
+        })
+    }
+
+    /// The revm spec of the block.
+    pub fn spec(&self) -> SpecId {
+        spec_id(self.hardfork)
+    }
+
+    /// Total gas the header says the block used.
+    pub fn header_gas_used(&self) -> u64 {
+        self.expected.gas_used
+    }
+}
+
+/// Why a block could not be executed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecutionError {
+    /// revm rejected a transaction or its database failed.
+    #[error("block {block}, transaction {index} ({hash}): {message}")]
+    Transaction {
+        /// Block number.
+        block: u64,
+        /// Index in the block.
+        index: usize,
+        /// Transaction hash.
+        hash: B256,
+        /// revm's error.
+        message: String,
+    },
+    /// A transaction type revm does not know.
+    #[error("block {block}, transaction {hash}: unsupported transaction type {ty}")]
+    UnsupportedTxType {
+        /// Block number.
+        block: u64,
+        /// Transaction hash.
+        hash: B256,
+        /// The type byte.
+        ty: u8,
+    },
+}
+
+/// An EVM that executes one block's transactions in order, committing each to its database.
+pub trait BlockEvm {
+    /// The database error.
+    type DbError: fmt::Display;
+
+    /// Executes one transaction and commits its state changes.
+    fn transact_commit(
+        &mut self,
+        tx: TxEnv,
+    ) -> Result<ExecutionResult, EVMError<Self::DbError, InvalidTransaction>>;
+}
+
+/// The outcome of a block: one receipt per transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockOutcome {
+    /// Block number.
+    pub number: u64,
+    /// The receipts, in order.
+    pub receipts: Vec<TxReceipt>,
+}
+
+impl BlockOutcome {
+    /// Gas used by the whole block.
+    pub fn gas_used(&self) -> u64 {
+        self.receipts.last().map_or(0, |r| r.cumulative_gas_used)
+    }
+
+    /// Checks the outcome against the block's header.
+    pub fn check(&self, block: &PreparedBlock) -> BlockCheck {
+        BlockCheck::new(self.number, &block.expected, &self.receipts)
+    }
+}
+
+/// Executes `block` on `evm`, transaction after transaction.
+pub fn execute_block<E: BlockEvm>(
+    evm: &mut E,
+    block: &PreparedBlock,
+) -> Result<BlockOutcome, ExecutionError> {
+    let mut receipts = Vec::with_capacity(block.txs.len());
+    let mut cumulative_gas_used = 0u64;
+    for (index, tx) in block.txs.iter().enumerate() {
+        let result =
+            evm.transact_commit(tx.env.clone())
+                .map_err(|e| ExecutionError::Transaction {
+                    block: block.number,
+                    index,
+                    hash: tx.hash,
+                    message: e.to_string(),
+                })?;
+        cumulative_gas_used += result.tx_gas_used();
+        let success = result.is_success();
+        let logs = result.into_logs();
+        receipts.push(TxReceipt {
+            tx_type: tx.tx_type,
+            success,
+            cumulative_gas_used,
+            logs,
+        });
+    }
+    Ok(BlockOutcome {
+        number: block.number,
+        receipts,
+    })
+}
+
+/// The revm context Gigas executes blocks in.
+pub type BlockContext<DB, CHAIN = ()> = Context<BlockEnv, TxEnv, CfgEnv, DB, Journal<DB>, CHAIN>;
+
+/// A context configured for `block` over `db`, with `chain` in revm's slot for chain-specific
+/// data.
+pub fn block_context<DB: Database, CHAIN>(
+    db: DB,
+    block: &PreparedBlock,
+    chain: CHAIN,
+) -> BlockContext<DB, CHAIN> {
+    BlockContext::<DB, ()>::new(db, block.spec())
+        .with_cfg(block.cfg.clone())
+        .with_block(block.block_env.clone())
+        .with_chain(chain)
+}
+
+/// Plain revm: the mainnet instruction table, precompiles and handler, no instrumentation.
+pub struct PlainEvm<DB: Database> {
+    evm: MainnetEvm<BlockContext<DB>>,
+}
+
+impl<DB: Database + DatabaseCommit> PlainEvm<DB> {
+    /// An EVM for `block` over `db`.
+    pub fn new(db: DB, block: &PreparedBlock) -> Self {
+        Self {
+            evm: block_context(db, block, ()).build_mainnet(),
+        }
+    }
+
+    /// The database, with every committed transaction applied.
+    pub fn db(&self) -> &DB {
+        &self.evm.ctx.journaled_state.database
+    }
+
+    /// Gives the database back.
+    pub fn into_db(self) -> DB {
+        self.evm.ctx.journaled_state.database
+    }
+}
+
+impl<DB: Database + DatabaseCommit> BlockEvm for PlainEvm<DB>
+where
+    DB::Error: fmt::Display,
+{
+    type DbError = DB::Error;
+
+    fn transact_commit(
+        &mut self,
+        tx: TxEnv,
+    ) -> Result<ExecutionResult, EVMError<DB::Error, InvalidTransaction>> {
+        let outcome = self.evm.transact(tx)?;
+        self.evm.ctx.db_mut().commit(outcome.state);
+        Ok(outcome.result)
+    }
+}
+
+// Keep the instruction and precompile types in one place for the probed EVM.
+pub(crate) type Instructions<CTX> =
+    EthInstructions<revm::interpreter::interpreter::EthInterpreter, CTX>;
+pub(crate) type Frame = EthFrame<revm::interpreter::interpreter::EthInterpreter>;
