@@ -1,1 +1,203 @@
-fn main() {}
+//! `gigas-profiler`: the opcode cost report for a directory of blocks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use eyre::{bail, eyre, Context, Result};
+use gigas_primitives::ChainSpec;
+use gigas_profiler::replay::Workload;
+use gigas_profiler::report::{Configuration, Report};
+use gigas_profiler::{chart, replay};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Replays Ethereum blocks through an instrumented revm and reports where execution time goes:
+/// an opcode cost table (count, time, share, cumulative share, ns per call, category), time
+/// outside opcodes, time by category, the JIT ceiling, and the profiler's own overhead.
+///
+/// Every block is first checked against its header (gasUsed; receipts root and logs bloom
+/// from Byzantium on); any mismatch exits non-zero naming the block. Then ROUNDS rounds each
+/// run one plain and one probed pass over all blocks in this process, alternating the order.
+/// Writes profile.json, opcodes.csv, report.md, top30.svg and categories.svg to --out.
+#[derive(Debug, Parser)]
+#[command(name = "gigas-profiler", version)]
+struct Args {
+    /// Directory of block fixtures: one sub-directory per block with block.json.zst,
+    /// prestate.json.zst and optionally block_hashes.json (see shared/data/README.md).
+    /// Defaults to ../shared/data/mainnet.
+    #[arg(long, value_name = "DIR")]
+    blocks: Option<PathBuf>,
+
+    /// Directory the report is written to (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "reports/profile")]
+    out: PathBuf,
+
+    /// Rounds of (plain pass, probed pass). More rounds give more samples and a tighter
+    /// overhead estimate.
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    rounds: u32,
+
+    /// Target interval between samples of the current opcode, in nanoseconds. Shorter
+    /// intervals give more samples and a little more overhead.
+    #[arg(long, value_name = "NS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=10_000_000))]
+    sample_interval_ns: u64,
+
+    /// Rows of the cost table printed to the terminal (the files hold every row).
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+
+    /// Only check every block against its header, then exit.
+    #[arg(long)]
+    check_only: bool,
+}
+
+fn default_blocks_dir() -> PathBuf {
+    let relative = PathBuf::from("../shared/data/mainnet");
+    if relative.is_dir() {
+        return relative;
+    }
+    // Run from elsewhere: the checkout this binary was built from.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet")
+}
+
+fn bar(len: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn machine() -> (usize, String, u64) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split(':').nth(1))
+        })
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    (cpus, model, mem_kb * 1024)
+}
+
+fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+    std::fs::write(path, contents).wrap_err_with(|| format!("cannot write {}", path.display()))
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let blocks_dir = args.blocks.clone().unwrap_or_else(default_blocks_dir);
+    if !blocks_dir.is_dir() {
+        bail!(
+            "block directory {} does not exist: pass --blocks DIR, or clone the project with shared/ beside it",
+            blocks_dir.display()
+        );
+    }
+    let chain = ChainSpec::mainnet();
+
+    let loading = bar(0, "loading");
+    let workload = Workload::load(&blocks_dir, &chain, |done, total| {
+        loading.set_length(total as u64);
+        loading.set_position(done as u64);
+    })
+    .wrap_err_with(|| format!("cannot load blocks from {}", blocks_dir.display()))?;
+    loading.finish_and_clear();
+
+    let (cpus, cpu_model, memory_bytes) = machine();
+    let configuration = Configuration {
+        blocks_dir: blocks_dir.display().to_string(),
+        blocks: workload.blocks.len(),
+        transactions: workload.tx_count(),
+        gas: workload.gas(),
+        rounds: args.rounds as usize,
+        sample_interval_ns: args.sample_interval_ns,
+        build_profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .into(),
+        cpus,
+        cpu_model,
+        memory_bytes,
+        revm_version: gigas_evm::REVM_VERSION.into(),
+    };
+    println!("gigas-profiler configuration");
+    for line in configuration.lines() {
+        println!("  {line}");
+    }
+    if configuration.build_profile == "debug" {
+        tracing::warn!("debug build: timings are not representative; use cargo run --release");
+    }
+
+    let checking = bar(workload.blocks.len(), "checking");
+    let checks = workload
+        .check(|done, _| checking.set_position(done as u64))
+        .map_err(|e| match e {
+            replay::ReplayError::HeaderMismatch { .. } | replay::ReplayError::Execution(_) => {
+                eyre!("{e}")
+            }
+            other => eyre!(other),
+        })?;
+    checking.finish_and_clear();
+    let receipts_checked = checks.iter().filter(|c| c.receipts_checked).count();
+    println!(
+        "checked      : {} blocks match their header's gasUsed; {} (Byzantium on) also receipts root and logs bloom",
+        checks.len(),
+        receipts_checked
+    );
+    if args.check_only {
+        return Ok(());
+    }
+
+    let measuring = bar(args.rounds as usize, "rounds");
+    let rounds = workload
+        .measure(
+            args.rounds as usize,
+            Duration::from_nanos(args.sample_interval_ns),
+            |done, _| measuring.set_position(done as u64),
+        )
+        .wrap_err("measurement failed")?;
+    measuring.finish_and_clear();
+
+    let report = Report::build(configuration, &workload, &checks, &rounds);
+    for line in report.summary_lines() {
+        println!("{line}");
+    }
+    println!("\n{}", report.table_markdown(args.top));
+
+    std::fs::create_dir_all(&args.out)
+        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
+    let json = serde_json::to_string_pretty(&report).wrap_err("cannot serialise the report")?;
+    write(&args.out.join("profile.json"), json)?;
+    write(&args.out.join("opcodes.csv"), report.csv())?;
+    chart::top_opcodes(&report, &args.out.join("top30.svg"))?;
+    chart::categories(&report, &args.out.join("categories.svg"))?;
+    write(
+        &args.out.join("report.md"),
+        report.markdown("top30.svg", "categories.svg"),
+    )?;
+    println!(
+        "report written to {}/ (report.md, profile.json, opcodes.csv, top30.svg, categories.svg)",
+        args.out.display()
+    );
+    Ok(())
+}

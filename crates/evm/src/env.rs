@@ -14,7 +14,7 @@ use crate::spec::blob_base_fee_update_fraction;
 pub fn block_env(header: &Header, fork: Hardfork) -> BlockEnv {
     let header = &header.inner;
     // After the Merge the mixHash field carries PREVRANDAO and DIFFICULTY reads it.
-    let prevrandao = (fork >= Hardfork::Paris).then(|| header.mix_hash);
+    let prevrandao = (fork >= Hardfork::Paris).then_some(header.mix_hash);
     let blob_excess_gas_and_price = if fork >= Hardfork::Cancun {
         header
             .excess_blob_gas()

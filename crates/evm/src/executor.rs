@@ -33,6 +33,23 @@ pub struct PreparedTx {
     pub env: TxEnv,
 }
 
+impl PreparedTx {
+    /// A transaction from its environment alone (its hash is left zero).
+    pub fn from_env(env: TxEnv) -> Result<Self, ExecutionError> {
+        let tx_type =
+            TxType::try_from(env.tx_type).map_err(|_| ExecutionError::UnsupportedTxType {
+                block: 0,
+                hash: B256::ZERO,
+                ty: env.tx_type,
+            })?;
+        Ok(Self {
+            hash: B256::ZERO,
+            tx_type,
+            env,
+        })
+    }
+}
+
 /// A block ready to execute: environments built, header values to check kept aside.
 #[derive(Debug, Clone)]
 pub struct PreparedBlock {
@@ -46,8 +63,8 @@ pub struct PreparedBlock {
     pub block_env: BlockEnv,
     /// The transactions, in block order.
     pub txs: Vec<PreparedTx>,
-    /// What the replay must reproduce.
-    pub expected: ExpectedHeader,
+    /// What the replay must reproduce, for blocks that come with a header.
+    pub expected: Option<ExpectedHeader>,
 }
 
 impl PreparedBlock {
@@ -83,13 +100,29 @@ impl PreparedBlock {
             cfg: cfg_env(chain, hardfork),
             block_env: block_env(header, hardfork),
             txs,
-            expected: ExpectedHeader {
+            expected: Some(ExpectedHeader {
                 gas_used: header.inner.gas_used,
                 receipts_root: header.inner.receipts_root,
                 logs_bloom: header.inner.logs_bloom,
                 receipts_checkable: hardfork >= Hardfork::Byzantium,
-            },
+            }),
         })
+    }
+
+    /// A block without a header to check against: a benchmark program, a generated workload,
+    /// or a block the sequencer is about to build. The fork follows `chain` at `block_env`'s
+    /// number and timestamp.
+    pub fn synthetic(chain: &ChainSpec, block_env: BlockEnv, txs: Vec<PreparedTx>) -> Self {
+        let number = block_env.number.saturating_to::<u64>();
+        let hardfork = chain.fork_at(number, block_env.timestamp.saturating_to::<u64>());
+        Self {
+            number,
+            hardfork,
+            cfg: cfg_env(chain, hardfork),
+            block_env,
+            txs,
+            expected: None,
+        }
     }
 
     /// The revm spec of the block.
@@ -97,9 +130,9 @@ impl PreparedBlock {
         spec_id(self.hardfork)
     }
 
-    /// Total gas the header says the block used.
-    pub fn header_gas_used(&self) -> u64 {
-        self.expected.gas_used
+    /// Total gas the header says the block used, for blocks with a header.
+    pub fn header_gas_used(&self) -> Option<u64> {
+        self.expected.as_ref().map(|e| e.gas_used)
     }
 }
 
@@ -157,9 +190,12 @@ impl BlockOutcome {
         self.receipts.last().map_or(0, |r| r.cumulative_gas_used)
     }
 
-    /// Checks the outcome against the block's header.
-    pub fn check(&self, block: &PreparedBlock) -> BlockCheck {
-        BlockCheck::new(self.number, &block.expected, &self.receipts)
+    /// Checks the outcome against the block's header; `None` for a block without one.
+    pub fn check(&self, block: &PreparedBlock) -> Option<BlockCheck> {
+        block
+            .expected
+            .as_ref()
+            .map(|expected| BlockCheck::new(self.number, expected, &self.receipts))
     }
 }
 

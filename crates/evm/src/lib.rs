@@ -26,3 +26,6 @@ pub use receipts::{BlockCheck, HeaderMismatch};
 
 /// Re-export of revm, so that users of this crate name the same version.
 pub use revm;
+
+/// The revm release this crate is built and checked against (the workspace pins it).
+pub const REVM_VERSION: &str = "43.0.3";

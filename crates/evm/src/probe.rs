@@ -343,10 +343,9 @@ where
         let result = handler.run(&mut self.evm);
         publish(&mut self.evm, Phase::Commit);
         let state = self.evm.ctx.journal_mut().finalize();
-        let result = result.map(|result| {
+        if result.is_ok() {
             self.evm.ctx.db_mut().commit(state);
-            result
-        });
+        }
         publish(&mut self.evm, Phase::BlockLoop);
         result
     }

@@ -80,9 +80,9 @@ pub enum HeaderMismatch {
     #[error("logsBloom: header {header}, computed {computed}")]
     LogsBloom {
         /// The header's value.
-        header: Bloom,
+        header: Box<Bloom>,
         /// The replay's value.
-        computed: Bloom,
+        computed: Box<Bloom>,
     },
 }
 
@@ -126,8 +126,8 @@ impl BlockCheck {
             }
             if bloom != expected.logs_bloom {
                 mismatches.push(HeaderMismatch::LogsBloom {
-                    header: expected.logs_bloom,
-                    computed: bloom,
+                    header: Box::new(expected.logs_bloom),
+                    computed: Box::new(bloom),
                 });
             }
         }

@@ -1,0 +1,125 @@
+//! The probe counts every dispatched opcode exactly, and changes nothing the EVM computes.
+
+use alloy_primitives::{address, Address, Bytes, U256};
+use gigas_evm::probe::{Probe, ProbedEvm};
+use gigas_evm::revm::bytecode::opcode::*;
+use gigas_evm::revm::context::{BlockEnv, TxEnv};
+use gigas_evm::revm::database::{CacheDB, EmptyDB};
+use gigas_evm::revm::primitives::TxKind;
+use gigas_evm::revm::state::{AccountInfo, Bytecode};
+use gigas_evm::{execute_block, PlainEvm, PreparedBlock, PreparedTx};
+use gigas_primitives::{ChainSpec, Hardfork};
+
+const CONTRACT: Address = address!("00000000000000000000000000000000c0ffee00");
+const CALLER: Address = address!("00000000000000000000000000000000000ca11e");
+
+/// A loop that runs `n` times, then stores the counter and stops:
+///
+/// ```text
+/// 0  PUSH1 n
+/// 2  JUMPDEST          <- loop head
+/// 3  PUSH1 1
+/// 5  SWAP1
+/// 6  SUB
+/// 7  DUP1
+/// 8  PUSH1 2
+/// 10 JUMPI
+/// 11 PUSH1 0
+/// 13 SSTORE
+/// 14 STOP
+/// ```
+fn loop_program(n: u8) -> Vec<u8> {
+    vec![
+        PUSH1, n, JUMPDEST, PUSH1, 1, SWAP1, SUB, DUP1, PUSH1, 2, JUMPI, PUSH1, 0, SSTORE, STOP,
+    ]
+}
+
+fn block_calling(code: Vec<u8>) -> (PreparedBlock, CacheDB<EmptyDB>) {
+    let mut db = CacheDB::new(EmptyDB::default());
+    let bytecode = Bytecode::new_raw(Bytes::from(code));
+    db.insert_account_info(
+        CONTRACT,
+        AccountInfo {
+            code_hash: bytecode.hash_slow(),
+            code: Some(bytecode),
+            ..Default::default()
+        },
+    );
+    db.insert_account_info(
+        CALLER,
+        AccountInfo {
+            balance: U256::from(10u64).pow(U256::from(18)),
+            ..Default::default()
+        },
+    );
+    let env = TxEnv {
+        caller: CALLER,
+        kind: TxKind::Call(CONTRACT),
+        gas_limit: 1_000_000,
+        gas_price: 0,
+        chain_id: Some(1),
+        ..Default::default()
+    };
+    let block_env = BlockEnv {
+        number: U256::from(20_000_000u64),
+        timestamp: U256::from(1_720_000_000u64),
+        gas_limit: 30_000_000,
+        ..Default::default()
+    };
+    let block = PreparedBlock::synthetic(
+        &ChainSpec::mainnet(),
+        block_env,
+        vec![PreparedTx::from_env(env).expect("legacy tx")],
+    );
+    assert_eq!(block.hardfork, Hardfork::Cancun);
+    (block, db)
+}
+
+#[test]
+fn counts_of_a_known_loop_are_exact() {
+    let n = 7u8;
+    let (block, db) = block_calling(loop_program(n));
+    let mut probed = ProbedEvm::new(db.clone(), &block, Probe::default());
+    let outcome = execute_block(&mut probed, &block).expect("executes");
+    assert!(outcome.receipts[0].success);
+
+    let counts = probed.probe().counts;
+    let n = n as u64;
+    let mut expected = [0u64; 256];
+    expected[PUSH1 as usize] = 1 + 2 * n + 1; // the initial push, two per iteration, the slot
+    expected[JUMPDEST as usize] = n;
+    expected[SWAP1 as usize] = n;
+    expected[SUB as usize] = n;
+    expected[DUP1 as usize] = n;
+    expected[JUMPI as usize] = n;
+    expected[SSTORE as usize] = 1;
+    expected[STOP as usize] = 1;
+    for op in 0..256 {
+        assert_eq!(
+            counts[op], expected[op],
+            "opcode 0x{op:02x} counted {} times, expected {}",
+            counts[op], expected[op]
+        );
+    }
+    assert_eq!(probed.probe().precompile_calls, 0);
+
+    // The plain EVM computes the same receipt, gas included.
+    let mut plain = PlainEvm::new(db, &block);
+    let plain_outcome = execute_block(&mut plain, &block).expect("executes");
+    assert_eq!(plain_outcome, outcome);
+}
+
+#[test]
+fn precompile_calls_are_counted() {
+    // STATICCALL the identity precompile (0x04) with no input, then stop.
+    let code = vec![
+        PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 4, GAS, STATICCALL, POP, STOP,
+    ];
+    let (block, db) = block_calling(code);
+    let mut probed = ProbedEvm::new(db, &block, Probe::default());
+    let outcome = execute_block(&mut probed, &block).expect("executes");
+    assert!(outcome.receipts[0].success);
+    assert_eq!(probed.probe().precompile_calls, 1);
+    assert_eq!(probed.probe().counts[STATICCALL as usize], 1);
+    assert_eq!(probed.probe().counts[PUSH1 as usize], 5);
+}

@@ -1,0 +1,129 @@
+//! The sampler: a thread that reads the probed thread's current activity on a timer.
+//!
+//! Each sample is weighted by the time elapsed since the previous one and credited to the
+//! activity seen at that moment, so that the weights of all samples add up to the wall time the
+//! sampler ran. The probed thread pays one relaxed store per instruction and nothing per
+//! sample; the sampler spins on the clock on the other core. The sampling instant is jittered
+//! so that it cannot lock onto a periodic loop in the EVM code.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gigas_evm::probe::{ActivityCell, ACTIVITY_COUNT};
+
+/// Sampled time per activity.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    /// Nanoseconds credited to each activity.
+    pub nanos: Vec<u64>,
+    /// Samples taken in each activity.
+    pub samples: Vec<u64>,
+    /// Samples whose gap since the previous sample exceeded 50 intervals (the sampler was
+    /// descheduled): their time is still credited, but to a single activity.
+    pub long_gaps: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            nanos: vec![0; ACTIVITY_COUNT],
+            samples: vec![0; ACTIVITY_COUNT],
+            long_gaps: 0,
+        }
+    }
+}
+
+impl Histogram {
+    /// Adds another histogram's samples to this one.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.nanos.iter_mut().zip(&other.nanos) {
+            *a += b;
+        }
+        for (a, b) in self.samples.iter_mut().zip(&other.samples) {
+            *a += b;
+        }
+        self.long_gaps += other.long_gaps;
+    }
+
+    /// Total samples.
+    pub fn total_samples(&self) -> u64 {
+        self.samples.iter().sum()
+    }
+}
+
+/// A running sampler. Stop it to get its histogram.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Histogram>,
+}
+
+impl Sampler {
+    /// Starts sampling `cell` about every `interval`.
+    pub fn start(cell: Arc<ActivityCell>, interval: Duration) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("gigas-sampler".into())
+            .spawn(move || {
+                // Tell the caller the clock is running, so that no early sample is missed.
+                let _ = ready_tx.send(());
+                sample_until(&cell, interval, &stop_flag)
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("sampler thread exited before starting"))?;
+        Ok(Self { stop, handle })
+    }
+
+    /// Stops sampling and returns what was sampled.
+    pub fn stop(self) -> Histogram {
+        self.stop.store(true, Ordering::Relaxed);
+        // A panic in the sampler loop would be a bug in this file; surface it as such.
+        match self.handle.join() {
+            Ok(histogram) => histogram,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+fn sample_until(cell: &ActivityCell, interval: Duration, stop: &AtomicBool) -> Histogram {
+    let mut histogram = Histogram::default();
+    let interval_ns = interval.as_nanos().max(1) as u64;
+    let long_gap = interval_ns * 50;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let start = Instant::now();
+    let mut last_ns = 0u64;
+    let mut next_ns = interval_ns;
+    loop {
+        let now_ns = start.elapsed().as_nanos() as u64;
+        if now_ns < next_ns {
+            std::hint::spin_loop();
+            continue;
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let activity = cell.get() as usize;
+        let weight = now_ns - last_ns;
+        last_ns = now_ns;
+        if let (Some(n), Some(s)) = (
+            histogram.nanos.get_mut(activity),
+            histogram.samples.get_mut(activity),
+        ) {
+            *n += weight;
+            *s += 1;
+        }
+        if weight > long_gap {
+            histogram.long_gaps += 1;
+        }
+        // xorshift64: a jitter of up to half an interval either way.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        next_ns = now_ns + interval_ns / 2 + rng % interval_ns.max(1);
+    }
+    histogram
+}

@@ -1,0 +1,215 @@
+//! The profiler's arithmetic adds up, and its command fails loudly on a block that does not
+//! match its header.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use gigas_primitives::ChainSpec;
+use gigas_profiler::category::Category;
+use gigas_profiler::replay::Workload;
+use gigas_profiler::report::{Configuration, Report};
+
+fn mainnet_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet");
+    assert!(
+        dir.is_dir(),
+        "shared data missing: expected the mainnet fixtures at {}",
+        dir.display()
+    );
+    dir
+}
+
+/// Copies a few shipped blocks into a temporary directory: one pre-Byzantium transfer, one
+/// Byzantium block, one busy Cancun block.
+fn small_set(to: &Path) {
+    for number in ["46147", "4370000", "19426587"] {
+        let from = mainnet_dir().join(number);
+        let dest = to.join(number);
+        fs::create_dir_all(&dest).expect("mkdir");
+        for entry in fs::read_dir(&from).expect("read fixture") {
+            let entry = entry.expect("entry");
+            fs::copy(entry.path(), dest.join(entry.file_name())).expect("copy");
+        }
+    }
+}
+
+fn configuration(workload: &Workload, rounds: usize) -> Configuration {
+    Configuration {
+        blocks_dir: "test".into(),
+        blocks: workload.blocks.len(),
+        transactions: workload.tx_count(),
+        gas: workload.gas(),
+        rounds,
+        sample_interval_ns: 2000,
+        build_profile: "test".into(),
+        cpus: 1,
+        cpu_model: "test".into(),
+        memory_bytes: 0,
+        revm_version: gigas_evm::REVM_VERSION.into(),
+    }
+}
+
+#[test]
+fn rows_add_up_and_counts_are_consistent() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    small_set(tmp.path());
+    let workload = Workload::load(tmp.path(), &ChainSpec::mainnet(), |_, _| {}).expect("loads");
+    let checks = workload
+        .check(|_, _| {})
+        .expect("blocks match their headers");
+    let rounds = workload
+        .measure(2, Duration::from_micros(2), |_, _| {})
+        .expect("measures");
+    let report = Report::build(configuration(&workload, 2), &workload, &checks, &rounds);
+
+    // Counts are exact and deterministic: every round counts the same.
+    assert_eq!(rounds[0].probed.counts, rounds[1].probed.counts);
+    let opcode_total: u64 = report
+        .rows
+        .iter()
+        .filter(|r| r.opcode.is_some())
+        .map(|r| r.count)
+        .sum();
+    assert_eq!(opcode_total, rounds[0].probed.counts.iter().sum::<u64>());
+    assert!(
+        opcode_total > 10_000,
+        "the Cancun block runs plenty of code"
+    );
+
+    // Rows add up to the attributed time, shares to one, and the table is sorted.
+    let sum: f64 = report.rows.iter().map(|r| r.time_s).sum();
+    assert!((sum - report.attributed_seconds_per_pass).abs() < 1e-9);
+    let shares: f64 = report.rows.iter().map(|r| r.share).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "shares sum to {shares}");
+    let last = report.rows.last().expect("rows").cumulative_share;
+    assert!((last - 1.0).abs() < 1e-9);
+    assert!(report.rows.windows(2).all(|w| w[0].time_s >= w[1].time_s));
+    let category_shares: f64 = report.categories.iter().map(|c| c.share).sum();
+    assert!((category_shares - 1.0).abs() < 1e-9);
+    assert!(report.samples > 0, "the sampler took samples");
+
+    // Work outside opcodes is attributed on its own rows.
+    assert!(report
+        .rows
+        .iter()
+        .any(|r| r.opcode.is_none() && r.category == Category::OutsideOpcodes));
+
+    // The JIT ceiling follows from the shares.
+    let beyond: f64 = report
+        .categories
+        .iter()
+        .filter(|c| c.category.beyond_jit())
+        .map(|c| c.share)
+        .sum();
+    assert!((report.jit_ceiling_speedup - 1.0 / beyond).abs() < 1e-9);
+
+    // Every block is reported with its header's gas and the replay's.
+    assert_eq!(report.blocks.len(), 3);
+    for block in &report.blocks {
+        assert_eq!(block.header_gas_used, block.computed_gas_used);
+    }
+    assert!(
+        !report.blocks[0].receipts_root_and_bloom_checked,
+        "46147 is pre-Byzantium"
+    );
+    assert!(report.blocks[1].receipts_root_and_bloom_checked);
+}
+
+#[test]
+fn command_writes_every_report_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let blocks = tmp.path().join("blocks");
+    small_set(&blocks);
+    let out = tmp.path().join("out");
+    let status = Command::new(env!("CARGO_BIN_EXE_gigas-profiler"))
+        .args(["--rounds", "1", "--blocks"])
+        .arg(&blocks)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    for file in [
+        "profile.json",
+        "opcodes.csv",
+        "report.md",
+        "top30.svg",
+        "categories.svg",
+    ] {
+        let path = out.join(file);
+        assert!(path.is_file(), "{} missing", path.display());
+        assert!(
+            fs::metadata(&path).expect("stat").len() > 100,
+            "{file} is empty"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join("profile.json")).expect("read")).expect("json");
+    assert!(
+        json["overhead_ratio_probed_over_plain"]["median"]
+            .as_f64()
+            .expect("ratio")
+            > 0.0
+    );
+    assert!(json["attribution_add_up_error"].is_number());
+    let blocks = json["blocks"].as_array().expect("blocks");
+    assert_eq!(blocks.len(), 3);
+    for b in blocks {
+        assert_eq!(b["header_gas_used"], b["computed_gas_used"]);
+    }
+    let csv = fs::read_to_string(out.join("opcodes.csv")).expect("csv");
+    assert!(csv.starts_with("rank,name,opcode,category,count"));
+    let svg = fs::read_to_string(out.join("top30.svg")).expect("svg");
+    assert!(svg.contains("<svg") && svg.contains("KECCAK256"));
+}
+
+#[test]
+fn command_names_a_block_that_does_not_match() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    small_set(tmp.path());
+    // Make block 4370000's header claim one more unit of gas than it used.
+    let file = tmp.path().join("4370000").join("block.json.zst");
+    let json = zstd::decode_all(fs::read(&file).expect("read").as_slice()).expect("decode");
+    let mut value: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    let gas = u64::from_str_radix(
+        value["gasUsed"]
+            .as_str()
+            .expect("hex")
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("number");
+    value["gasUsed"] = serde_json::Value::String(format!("0x{:x}", gas + 1));
+    fs::write(
+        &file,
+        zstd::encode_all(value.to_string().as_bytes(), 3).expect("compress"),
+    )
+    .expect("write");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_gigas-profiler"))
+        .args(["--check-only", "--blocks"])
+        .arg(tmp.path())
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("block 4370000"), "{stderr}");
+    assert!(stderr.contains("gasUsed"), "{stderr}");
+}
+
+#[test]
+fn missing_block_directory_is_explained() {
+    let output = Command::new(env!("CARGO_BIN_EXE_gigas-profiler"))
+        .args(["--check-only", "--blocks", "/nonexistent/gigas-blocks"])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/gigas-blocks"), "{stderr}");
+}
