@@ -10,6 +10,8 @@
 
 #![warn(missing_docs)]
 
+pub mod affinity;
+pub mod calibrate;
 pub mod category;
 pub mod chart;
 pub mod replay;

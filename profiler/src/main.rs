@@ -8,7 +8,7 @@ use eyre::{bail, eyre, Context, Result};
 use gigas_primitives::ChainSpec;
 use gigas_profiler::replay::Workload;
 use gigas_profiler::report::{Configuration, Report};
-use gigas_profiler::{chart, replay};
+use gigas_profiler::{calibrate, chart, replay};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Replays Ethereum blocks through an instrumented revm and reports where execution time goes:
@@ -34,7 +34,7 @@ struct Args {
 
     /// Rounds of (plain pass, probed pass). More rounds give more samples and a tighter
     /// overhead estimate.
-    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: u32,
 
     /// Target interval between samples of the current opcode, in nanoseconds. Shorter
@@ -46,18 +46,35 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     top: usize,
 
+    /// Runtime bytecode (hex) of the compute-bound program the probe's cost per instruction is
+    /// calibrated on. Defaults to ../shared/data/evm-bench/snailtracer.hex.
+    #[arg(long, value_name = "FILE")]
+    calibration_program: Option<PathBuf>,
+
+    /// Calldata (hex) for the calibration program.
+    #[arg(long, value_name = "HEX", default_value = "0x30627b7c")]
+    calibration_calldata: String,
+
+    /// Alternated plain/probed runs of the calibration program; 0 skips the calibration and
+    /// reports rows as sampled.
+    #[arg(long, default_value_t = 21)]
+    calibration_runs: usize,
+
     /// Only check every block against its header, then exit.
     #[arg(long)]
     check_only: bool,
 }
 
-fn default_blocks_dir() -> PathBuf {
-    let relative = PathBuf::from("../shared/data/mainnet");
-    if relative.is_dir() {
+/// `../shared/data/<rest>` from the working directory, or else from the checkout this binary
+/// was built from.
+fn shared_data(rest: &str) -> PathBuf {
+    let relative = PathBuf::from("../shared/data").join(rest);
+    if relative.exists() {
         return relative;
     }
-    // Run from elsewhere: the checkout this binary was built from.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(rest)
 }
 
 fn bar(len: usize, what: &str) -> ProgressBar {
@@ -104,7 +121,10 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let blocks_dir = args.blocks.clone().unwrap_or_else(default_blocks_dir);
+    let blocks_dir = args
+        .blocks
+        .clone()
+        .unwrap_or_else(|| shared_data("mainnet"));
     if !blocks_dir.is_dir() {
         bail!(
             "block directory {} does not exist: pass --blocks DIR, or clone the project with shared/ beside it",
@@ -168,6 +188,15 @@ fn main() -> Result<()> {
         return Ok(());
     }
 
+    match gigas_profiler::affinity::placement() {
+        Some(p) if gigas_profiler::affinity::pin_current_thread(p.replay) => {
+            tracing::debug!(replay = p.replay, sampler = p.sampler, "pinned replay and sampler threads")
+        }
+        Some(_) => tracing::warn!("could not pin the replay thread; the scheduler may move it onto the sampler's CPU"),
+        None => tracing::warn!(
+            "only one CPU available: the sampler shares it with the replay, which inflates the overhead"
+        ),
+    }
     let measuring = bar(args.rounds as usize, "rounds");
     let rounds = workload
         .measure(
@@ -178,7 +207,30 @@ fn main() -> Result<()> {
         .wrap_err("measurement failed")?;
     measuring.finish_and_clear();
 
-    let report = Report::build(configuration, &workload, &checks, &rounds);
+    let calibration = if args.calibration_runs > 0 {
+        let program = args
+            .calibration_program
+            .clone()
+            .unwrap_or_else(|| shared_data("evm-bench/snailtracer.hex"));
+        let text = args.calibration_calldata.trim();
+        let calldata = hex::decode(text.strip_prefix("0x").unwrap_or(text))
+            .wrap_err("--calibration-calldata is not hex")?;
+        let spinner = ProgressBar::new_spinner();
+        spinner.set_message("calibrating the probe's cost on snailtracer");
+        spinner.enable_steady_tick(Duration::from_millis(200));
+        let calibration = calibrate::calibrate(
+            &program,
+            calldata.into(),
+            args.calibration_runs,
+            Duration::from_nanos(args.sample_interval_ns),
+        )
+        .wrap_err("probe calibration failed (pass --calibration-runs 0 to skip it)")?;
+        spinner.finish_and_clear();
+        Some(calibration)
+    } else {
+        None
+    };
+    let report = Report::build(configuration, &workload, &checks, &rounds, calibration);
     for line in report.summary_lines() {
         println!("{line}");
     }

@@ -68,6 +68,9 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name("gigas-sampler".into())
             .spawn(move || {
+                if let Some(placement) = crate::affinity::placement() {
+                    crate::affinity::pin_current_thread(placement.sampler);
+                }
                 // Tell the caller the clock is running, so that no early sample is missed.
                 let _ = ready_tx.send(());
                 sample_until(&cell, interval, &stop_flag)
