@@ -16,8 +16,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// outside opcodes, time by category, the JIT ceiling, and the profiler's own overhead.
 ///
 /// Every block is first checked against its header (gasUsed; receipts root and logs bloom
-/// from Byzantium on); any mismatch exits non-zero naming the block. Then ROUNDS rounds each
-/// run one plain and one probed pass over all blocks in this process, alternating the order.
+/// from Byzantium on); any mismatch exits non-zero naming the block. Then, for ROUNDS rounds,
+/// each block runs once plain and once probed back to back in this process (the order
+/// alternating), and the probe's own cost is calibrated on a compute-bound program.
 /// Writes profile.json, opcodes.csv, report.md, top30.svg and categories.svg to --out.
 #[derive(Debug, Parser)]
 #[command(name = "gigas-profiler", version)]

@@ -1,0 +1,125 @@
+//! The in-memory index of live keys: key -> (file, offset of its put record).
+//!
+//! Keys are not stored in memory. An entry holds the key's 64-bit hash and where its put
+//! record starts; the key itself is read back from the memory-mapped log to confirm a match.
+//! That costs one access to the mapped record on lookup, which a read needs anyway for the
+//! value, and keeps an entry at 16 bytes: with the hash table's control byte and load factor
+//! between 7/16 and 7/8, 19 to 39 bytes per live key, whatever the key's length.
+//!
+//! Small values are not inlined: the entry must point at the record to verify the key, and the
+//! value sits right after the key in the same cache lines.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+/// Where a key's current put record starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// The log file.
+    pub file: u32,
+    /// Byte offset of the record in the file.
+    pub offset: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    hash: u64,
+    location: Location,
+}
+
+/// The index. `key_at` callbacks resolve a location to the key stored there.
+pub struct Index {
+    table: HashTable<Entry>,
+    hasher: foldhash::quality::RandomState,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Self {
+            table: HashTable::new(),
+            hasher: foldhash::quality::RandomState::default(),
+        }
+    }
+}
+
+impl Index {
+    /// The hash of a key.
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Live keys.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether no key is live.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Bytes the table occupies (entries and control bytes).
+    pub fn memory_bytes(&self) -> usize {
+        let buckets = self.table.capacity().max(1).next_power_of_two() * 8 / 7;
+        buckets * (std::mem::size_of::<Entry>() + 1)
+    }
+
+    /// Where `key` lives.
+    #[inline]
+    pub fn get<'a>(&self, key: &[u8], key_at: impl Fn(Location) -> &'a [u8]) -> Option<Location> {
+        let hash = self.hash(key);
+        self.table
+            .find(hash, |e| e.hash == hash && key_at(e.location) == key)
+            .map(|e| e.location)
+    }
+
+    /// Points `key` at `location`, returning where it lived before.
+    #[inline]
+    pub fn insert<'a>(
+        &mut self,
+        key: &[u8],
+        location: Location,
+        key_at: impl Fn(Location) -> &'a [u8],
+    ) -> Option<Location> {
+        let hash = self.hash(key);
+        match self.table.entry(
+            hash,
+            |e| e.hash == hash && key_at(e.location) == key,
+            |e| e.hash,
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut occupied) => {
+                let previous = occupied.get().location;
+                occupied.get_mut().location = location;
+                Some(previous)
+            }
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(Entry { hash, location });
+                None
+            }
+        }
+    }
+
+    /// Removes `key`, returning where it lived.
+    #[inline]
+    pub fn remove<'a>(
+        &mut self,
+        key: &[u8],
+        key_at: impl Fn(Location) -> &'a [u8],
+    ) -> Option<Location> {
+        let hash = self.hash(key);
+        match self
+            .table
+            .find_entry(hash, |e| e.hash == hash && key_at(e.location) == key)
+        {
+            Ok(occupied) => Some(occupied.remove().0.location),
+            Err(_) => None,
+        }
+    }
+
+    /// Every live location, in no particular order.
+    pub fn locations(&self) -> impl Iterator<Item = Location> + '_ {
+        self.table.iter().map(|e| e.location)
+    }
+}

@@ -1,0 +1,39 @@
+//! Vilmo: the sequencer's checksummed, append-only state store.
+//!
+//! After the store of the same name in Ava Labs' HyperSDK (see `shared/seeds/vryx-vilmo-100k-tps.md`):
+//! state changes are committed in large batches to a small set of rotating append-only log
+//! files; every batch gets a checksum chained over all batches before it, which nodes compare
+//! instead of a Merkle root; an in-memory index maps every live key to its record in a
+//! memory-mapped log; files whose data has mostly died are compacted by rewriting their live
+//! records forward; and a new node syncs by copying the log files and replaying them.
+//!
+//! Owns: the on-disk format ([`format`], `FORMAT.md`), durability, recovery, compaction, the
+//! index and its metrics. Must not: know what keys mean (accounts, slots), execute anything,
+//! or prove the value of individual keys (it trades that away for write speed).
+//!
+//! # Checksum
+//!
+//! BLAKE3: a cryptographic hash (the chain is what nodes compare, so collisions must be out of
+//! reach) that runs at several GB/s per core with SIMD and splits large inputs across threads,
+//! so checksumming a 10 MB batch costs about a millisecond, small next to `fdatasync`.
+//! Keccak-256 would be about five times slower for no benefit here.
+//!
+//! # Crash safety
+//!
+//! `commit` returns after `fdatasync` of the batch (and of the directory when a file was
+//! created or removed). On open, a batch without its closing checksum at the end of the newest
+//! file is a torn write from a crash and is truncated; anything else that does not verify is an
+//! [`Error::Corrupt`] naming the file and offset, or an [`Error::MissingFile`].
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod format;
+mod index;
+pub mod metrics;
+mod store;
+
+pub use error::{Error, Result};
+pub use format::Checksum;
+pub use metrics::Metrics;
+pub use store::{Batch, Commit, Options, Stats, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN};
