@@ -38,7 +38,8 @@ use crate::metrics::Metrics;
 pub struct Options {
     /// A new log file is started when the current one would grow past this many bytes.
     pub target_file_size: u64,
-    /// A log file is compacted when its live bytes fall under this percentage of its size.
+    /// A log file is compacted when its live bytes fall under this percentage of its size;
+    /// 0 turns compaction off.
     pub compaction_threshold_percent: u8,
     /// How many bytes of the file being compacted each batch reads (whole batches, at least
     /// one): the bound on compaction work per batch.
@@ -66,9 +67,9 @@ impl Options {
                 self.target_file_size
             )));
         }
-        if !(1..=99).contains(&self.compaction_threshold_percent) {
+        if self.compaction_threshold_percent > 99 {
             return Err(Error::InvalidOption(format!(
-                "compaction_threshold_percent {} must be between 1 and 99",
+                "compaction_threshold_percent {} must be between 0 (off) and 99",
                 self.compaction_threshold_percent
             )));
         }
@@ -609,6 +610,32 @@ impl Vilmo {
     fn check_chain(&self) -> Result<()> {
         let max_id = self.files.len().saturating_sub(1) as u32;
         let max_id = max_id.max(self.state.drops.keys().next_back().copied().unwrap_or(0));
+        let accounted = |id: u32| self.file(id).is_some() || self.state.drops.contains_key(&id);
+        // Name a file missing between present files first: a gap below the oldest present
+        // file may only mean that the drop records explaining it were in the missing file.
+        let present: Vec<u32> = self
+            .files
+            .iter()
+            .flatten()
+            .map(|f| f.header.file_id)
+            .collect();
+        if let (Some(&lo), Some(&hi)) = (present.first(), present.last()) {
+            if let Some(id) = (lo..=hi).find(|id| !accounted(*id)) {
+                let before = (lo..id)
+                    .rev()
+                    .find(|i| accounted(*i))
+                    .map_or("genesis".into(), |i| format!("file {i}"));
+                let after = (id + 1..=hi)
+                    .find(|i| accounted(*i))
+                    .map_or("the end".into(), |i| format!("file {i}"));
+                return Err(Error::MissingFile {
+                    dir: self.dir.clone(),
+                    file_id: id,
+                    before,
+                    after,
+                });
+            }
+        }
         let mut prev_batch = 0u64;
         let mut prev_checksum = GENESIS;
         let mut prev_name = "genesis".to_string();
