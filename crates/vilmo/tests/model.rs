@@ -18,7 +18,7 @@ enum Step {
 fn key(k: u16) -> Vec<u8> {
     // Keys of different lengths, sharing prefixes, so ordering and hashing both matter.
     let mut key = format!("key-{k}").into_bytes();
-    if k % 3 == 0 {
+    if k.is_multiple_of(3) {
         key.extend_from_slice(&[0xAB; 40]);
     }
     key
@@ -158,7 +158,7 @@ fn compaction_removes_files_and_keeps_state() {
             batch.put(&key(k), &value).expect("put");
             model.insert(key(k), value);
         }
-        if round % 7 == 0 {
+        if round.is_multiple_of(7) {
             batch.delete(&key(3)).expect("delete");
             model.remove(&key(3));
         }
@@ -187,7 +187,7 @@ fn sync_from_logs_reproduces_the_state() {
     for round in 0..120u32 {
         let mut batch = Batch::new();
         for k in 0..12u16 {
-            if (round + k as u32) % 5 == 0 {
+            if (round + k as u32).is_multiple_of(5) {
                 batch.delete(&key(k)).expect("delete");
             } else {
                 batch

@@ -30,7 +30,7 @@ pub fn ops(n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         .map(|i| {
             let r = mix(n * 1_000 + i);
             let key = format!("key-{:04}", r % 1_500).into_bytes();
-            if r % 11 == 0 {
+            if r.is_multiple_of(11) {
                 (key, None)
             } else {
                 let len = (r >> 20) as usize % 90;
