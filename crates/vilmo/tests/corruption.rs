@@ -10,11 +10,14 @@ use std::path::{Path, PathBuf};
 
 use gigas_vilmo::{Commit, Error, Vilmo};
 
+/// Contents of a store: key to value.
+type Contents = BTreeMap<Vec<u8>, Vec<u8>>;
+
 struct Fixture {
     _dir: tempfile::TempDir,
     path: PathBuf,
     /// The commit and contents after every batch.
-    history: Vec<(Commit, BTreeMap<Vec<u8>, Vec<u8>>)>,
+    history: Vec<(Commit, Contents)>,
 }
 
 fn build(batches: u64) -> Fixture {
