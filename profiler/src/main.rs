@@ -88,27 +88,6 @@ fn bar(len: usize, what: &str) -> ProgressBar {
     bar
 }
 
-fn machine() -> (usize, String, u64) {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split(':').nth(1))
-        })
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|| "unknown CPU".into());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kb = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    (cpus, model, mem_kb * 1024)
-}
-
 fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, contents).wrap_err_with(|| format!("cannot write {}", path.display()))
 }
@@ -142,7 +121,7 @@ fn main() -> Result<()> {
     .wrap_err_with(|| format!("cannot load blocks from {}", blocks_dir.display()))?;
     loading.finish_and_clear();
 
-    let (cpus, cpu_model, memory_bytes) = machine();
+    let machine = gigas_primitives::Machine::current();
     let configuration = Configuration {
         blocks_dir: blocks_dir.display().to_string(),
         blocks: workload.blocks.len(),
@@ -156,9 +135,9 @@ fn main() -> Result<()> {
             "release"
         }
         .into(),
-        cpus,
-        cpu_model,
-        memory_bytes,
+        cpus: machine.cpus,
+        cpu_model: machine.cpu_model,
+        memory_bytes: machine.memory_bytes,
         revm_version: gigas_evm::REVM_VERSION.into(),
     };
     println!("gigas-profiler configuration");

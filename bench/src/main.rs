@@ -1,0 +1,37 @@
+//! `gigas-bench`: Gigas's macro-benchmarks. Each subcommand prints its configuration, runs a
+//! workload with a fixed seed, and writes JSON, Markdown and SVG to `reports/`.
+
+use gigas_bench::storage;
+use clap::{Parser, Subcommand};
+use eyre::Result;
+
+/// Gigas macro-benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "gigas-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Vilmo against MDBX: durable key-values per second, memory and disk as the store grows
+    /// (10 million keys and 100 Zipf update batches by default; several minutes).
+    Storage(storage::StorageArgs),
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Storage(args) => {
+            storage::run(&args)?;
+        }
+    }
+    Ok(())
+}
