@@ -1,9 +1,9 @@
 //! `gigas-bench`: Gigas's macro-benchmarks. Each subcommand prints its configuration, runs a
 //! workload with a fixed seed, and writes JSON, Markdown and SVG to `reports/`.
 
-use gigas_bench::storage;
 use clap::{Parser, Subcommand};
 use eyre::Result;
+use gigas_bench::storage;
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]

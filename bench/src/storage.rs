@@ -15,7 +15,9 @@ use gigas_vilmo::{Batch, Options, Vilmo};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Serialize;
-use signet_libmdbx::{DatabaseFlags, Environment, EnvironmentFlags, Geometry, Mode, SyncMode, WriteFlags};
+use signet_libmdbx::{
+    DatabaseFlags, Environment, EnvironmentFlags, Geometry, Mode, SyncMode, WriteFlags,
+};
 
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
 
@@ -145,19 +147,26 @@ impl Engine for MdbxEngine {
     }
 
     fn commit(&mut self, kvs: &[Kv]) -> Result<()> {
-        let txn = self.env.begin_rw_unsync().map_err(|e| eyre!("MDBX begin: {e}"))?;
+        let txn = self
+            .env
+            .begin_rw_unsync()
+            .map_err(|e| eyre!("MDBX begin: {e}"))?;
         let db = txn
             .create_db(None, DatabaseFlags::empty())
             .map_err(|e| eyre!("MDBX table: {e}"))?;
         for (k, v) in kvs {
-            txn.put(db, k, v, WriteFlags::empty()).map_err(|e| eyre!("MDBX put: {e}"))?;
+            txn.put(db, k, v, WriteFlags::empty())
+                .map_err(|e| eyre!("MDBX put: {e}"))?;
         }
         txn.commit().map_err(|e| eyre!("MDBX commit: {e}"))?;
         Ok(())
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let txn = self.env.begin_ro_unsync().map_err(|e| eyre!("MDBX begin: {e}"))?;
+        let txn = self
+            .env
+            .begin_ro_unsync()
+            .map_err(|e| eyre!("MDBX begin: {e}"))?;
         let db = txn.open_db(None).map_err(|e| eyre!("MDBX table: {e}"))?;
         let value: Option<Vec<u8>> = txn.get(db.dbi(), key).map_err(|e| eyre!("MDBX get: {e}"))?;
         Ok(value)
@@ -276,12 +285,22 @@ pub fn run(args: &StorageArgs) -> Result<StorageReport> {
         return Err(eyre!("--keys and --batch must be positive"));
     }
     let machine = Machine::current();
-    let build_profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let build_profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
     let load_batches = args.keys.div_ceil(args.batch as u64) as usize;
     println!("gigas-bench storage configuration");
     println!("  workload : load {} keys of {KEY_LEN} B with values of {VALUE_LEN} B in {load_batches} batches of {}, then {} batches of {} Zipf-Mandelbrot(s = {DEVNET_S}, v = {DEVNET_V}) updates; durable commits", args.keys, args.batch, args.update_batches, args.batch);
-    println!("  engines  : {:?} (order alternating per batch); seed {}", args.engines, args.seed);
-    println!("  build    : {build_profile}; machine: {}", machine.describe());
+    println!(
+        "  engines  : {:?} (order alternating per batch); seed {}",
+        args.engines, args.seed
+    );
+    println!(
+        "  build    : {build_profile}; machine: {}",
+        machine.describe()
+    );
 
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&base).wrap_err_with(|| format!("cannot create {}", base.display()))?;
@@ -298,20 +317,27 @@ pub fn run(args: &StorageArgs) -> Result<StorageReport> {
             EngineKind::Vilmo => engines.push(Box::new(VilmoEngine {
                 store: Vilmo::open(&vilmo_dir, Options::default())?,
             })),
-            EngineKind::Mdbx => engines.push(Box::new(MdbxEngine::open(&work.path().join("mdbx"))?)),
+            EngineKind::Mdbx => {
+                engines.push(Box::new(MdbxEngine::open(&work.path().join("mdbx"))?))
+            }
         }
     }
 
     let zipf_started = Instant::now();
     let zipf = ZipfMandelbrot::new(args.keys as usize, DEVNET_S, DEVNET_V);
-    tracing::info!(seconds = zipf_started.elapsed().as_secs_f64(), "Zipf-Mandelbrot table built");
+    tracing::info!(
+        seconds = zipf_started.elapsed().as_secs_f64(),
+        "Zipf-Mandelbrot table built"
+    );
 
     let total = load_batches + args.update_batches;
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
-        ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} batches {elapsed} (eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg:>8} [{bar:40}] {pos}/{len} batches {elapsed} (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     bar.set_message("storage");
 
@@ -390,7 +416,8 @@ pub fn run(args: &StorageArgs) -> Result<StorageReport> {
         match engine.kind() {
             EngineKind::Vilmo => {
                 vilmo_disk_over_live = Some(engine.disk_bytes() as f64 / live_data);
-                vilmo_index_bytes_per_key = engine.memory_bytes().map(|b| b as f64 / args.keys as f64);
+                vilmo_index_bytes_per_key =
+                    engine.memory_bytes().map(|b| b as f64 / args.keys as f64);
             }
             EngineKind::Mdbx => mdbx_disk_over_live = Some(engine.disk_bytes() as f64 / live_data),
         }
@@ -405,7 +432,11 @@ pub fn run(args: &StorageArgs) -> Result<StorageReport> {
         let reopened = Vilmo::open(&vilmo_dir, Options::default())?;
         vilmo_reopen_seconds = Some(started.elapsed().as_secs_f64());
         if reopened.len() as u64 != args.keys {
-            return Err(eyre!("reopened Vilmo holds {} keys, expected {}", reopened.len(), args.keys));
+            return Err(eyre!(
+                "reopened Vilmo holds {} keys, expected {}",
+                reopened.len(),
+                args.keys
+            ));
         }
     }
     drop(engines);
@@ -475,7 +506,10 @@ fn write_report(report: &StorageReport, out: &Path) -> Result<()> {
     let md = markdown(report);
     std::fs::write(out.join("storage.md"), &md)?;
     println!("{md}");
-    println!("report written to {}/ (storage.md, storage.json, storage.svg)", out.display());
+    println!(
+        "report written to {}/ (storage.md, storage.json, storage.svg)",
+        out.display()
+    );
     Ok(())
 }
 
@@ -485,13 +519,24 @@ pub fn markdown(r: &StorageReport) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Storage: Vilmo and MDBX on the same batches\n");
     let _ = writeln!(md, "- workload: {} keys of 32 B with 72 B values loaded in batches of {}, then {} batches of {} Zipf-Mandelbrot (s = {}, v = {}) updates, de-duplicated per batch; every batch one durable commit", r.keys, r.batch, r.update_batches, r.batch, r.zipf_s, r.zipf_v);
-    let _ = writeln!(md, "- machine: {}; build: {}; seed {}\n", r.machine.describe(), r.build_profile, r.seed);
+    let _ = writeln!(
+        md,
+        "- machine: {}; build: {}; seed {}\n",
+        r.machine.describe(),
+        r.build_profile,
+        r.seed
+    );
     let _ = writeln!(md, "| engine | phase | kv/s (phase) | median batch kv/s | slowest batch | fastest batch |\n|---|---|---:|---:|---:|---:|");
     for s in &r.summary {
         let _ = writeln!(
             md,
             "| {:?} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            s.engine, s.phase, s.kv_per_second, s.median_batch_kv_per_second, s.min_batch_kv_per_second, s.max_batch_kv_per_second
+            s.engine,
+            s.phase,
+            s.kv_per_second,
+            s.median_batch_kv_per_second,
+            s.min_batch_kv_per_second,
+            s.max_batch_kv_per_second
         );
     }
     let _ = writeln!(md);
@@ -528,7 +573,10 @@ fn chart(r: &StorageReport, file: &Path) -> Result<()> {
         .fold(1.0, f64::max);
     let n = r.points.len().max(1);
     let mut chart = ChartBuilder::on(&root)
-        .caption("Durable key-values per second, per batch", ("sans-serif", 20))
+        .caption(
+            "Durable key-values per second, per batch",
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
@@ -545,12 +593,16 @@ fn chart(r: &StorageReport, file: &Path) -> Result<()> {
         let color = colors[i % colors.len()];
         chart
             .draw_series(LineSeries::new(
-                r.points.iter().map(|p| (p.batch, p.kvs as f64 / p.seconds[i])),
+                r.points
+                    .iter()
+                    .map(|p| (p.batch, p.kvs as f64 / p.seconds[i])),
                 color.stroke_width(2),
             ))
             .map_err(|e| err(&e))?
             .label(format!("{kind:?}"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()

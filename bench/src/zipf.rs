@@ -42,7 +42,9 @@ impl ZipfMandelbrot {
 
     /// The rank for a uniform draw `u` in [0, 1).
     pub fn rank(&self, u: f64) -> usize {
-        self.cdf.partition_point(|&c| c <= u).min(self.cdf.len().saturating_sub(1))
+        self.cdf
+            .partition_point(|&c| c <= u)
+            .min(self.cdf.len().saturating_sub(1))
     }
 
     /// Probability of `rank`.
@@ -104,7 +106,10 @@ mod tests {
             let expected = p * draws as f64;
             let sd = (draws as f64 * p * (1.0 - p)).sqrt();
             let got = counts[rank] as f64;
-            assert!((got - expected).abs() < 5.0 * sd, "rank {rank}: {got} vs {expected:.0}");
+            assert!(
+                (got - expected).abs() < 5.0 * sd,
+                "rank {rank}: {got} vs {expected:.0}"
+            );
         }
         assert!(counts[0] > counts[10] && counts[10] > counts[500]);
         let sum: f64 = (0..1000).map(|r| z.probability(r)).sum();

@@ -18,11 +18,23 @@ fn small_storage_run_reports_both_engines() {
     };
     let report = run(&args).expect("benchmark runs");
     assert_eq!(report.points.len(), 6 + 4);
-    assert!(report.points.iter().all(|p| p.seconds.len() == 2 && p.seconds.iter().all(|s| *s > 0.0)));
-    let loaded: usize = report.points.iter().filter(|p| p.phase == "load").map(|p| p.kvs).sum();
+    assert!(report
+        .points
+        .iter()
+        .all(|p| p.seconds.len() == 2 && p.seconds.iter().all(|s| *s > 0.0)));
+    let loaded: usize = report
+        .points
+        .iter()
+        .filter(|p| p.phase == "load")
+        .map(|p| p.kvs)
+        .sum();
     assert_eq!(loaded, 30_000);
     // Zipf draws repeat hot keys, so an update batch holds fewer distinct keys than draws.
-    assert!(report.points.iter().filter(|p| p.phase == "update").all(|p| p.kvs < 5_000 && p.kvs > 100));
+    assert!(report
+        .points
+        .iter()
+        .filter(|p| p.phase == "update")
+        .all(|p| p.kvs < 5_000 && p.kvs > 100));
     assert_eq!(report.summary.len(), 4);
     assert!(report.vilmo_reopen_seconds.is_some());
     let per_key = report.vilmo_index_bytes_per_key.expect("index size");

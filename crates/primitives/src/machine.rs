@@ -20,7 +20,10 @@ impl Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|r| r.split(':').nth(1))
+            })
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|| "unknown CPU".into());
         let memory_bytes = proc_kib("/proc/meminfo", "MemTotal:").unwrap_or(0) * 1024;

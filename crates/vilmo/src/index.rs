@@ -31,14 +31,14 @@ struct Entry {
 /// The index. `key_at` callbacks resolve a location to the key stored there.
 pub struct Index {
     table: HashTable<Entry>,
-    hasher: foldhash::quality::RandomState,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl Default for Index {
     fn default() -> Self {
         Self {
             table: HashTable::new(),
-            hasher: foldhash::quality::RandomState::default(),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 }
@@ -69,10 +69,57 @@ impl Index {
     /// Where `key` lives.
     #[inline]
     pub fn get<'a>(&self, key: &[u8], key_at: impl Fn(Location) -> &'a [u8]) -> Option<Location> {
-        let hash = self.hash(key);
+        self.get_hashed(self.hash(key), key, key_at)
+    }
+
+    /// Where `key`, whose hash is `hash`, lives.
+    #[inline]
+    pub fn get_hashed<'a>(
+        &self,
+        hash: u64,
+        key: &[u8],
+        key_at: impl Fn(Location) -> &'a [u8],
+    ) -> Option<Location> {
         self.table
             .find(hash, |e| e.hash == hash && key_at(e.location) == key)
             .map(|e| e.location)
+    }
+
+    /// Points the key with hash `hash`, known to live at `old` (or to be absent), at
+    /// `location`. Matching the entry by location instead of by key saves reading the old
+    /// record; `insert` is the fallback should the hint be stale.
+    #[inline]
+    pub fn insert_hinted<'a>(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        old: Option<Location>,
+        location: Location,
+        key_at: impl Fn(Location) -> &'a [u8],
+    ) -> Option<Location> {
+        match old {
+            Some(old) => {
+                if let Some(entry) = self
+                    .table
+                    .find_mut(hash, |e| e.hash == hash && e.location == old)
+                {
+                    entry.location = location;
+                    return Some(old);
+                }
+            }
+            None => {
+                // The hint comes from a lookup under the same state: the key is absent.
+                debug_assert!(self
+                    .table
+                    .find(hash, |e| e.hash == hash && key_at(e.location) == key)
+                    .is_none());
+                self.table
+                    .insert_unique(hash, Entry { hash, location }, |e| e.hash);
+                return None;
+            }
+        }
+        debug_assert!(false, "stale index hint");
+        self.insert(key, location, key_at)
     }
 
     /// Points `key` at `location`, returning where it lived before.

@@ -182,6 +182,11 @@ impl Batch {
     fn canonicalize(&mut self) {
         let data = &self.data;
         let key = |op: &Op| &data[op.key_at as usize..op.key_at as usize + op.key_len as usize];
+        // Callers that already sort their keys (the sequencer's ChangeSet is sorted) pay one
+        // linear check.
+        if self.ops.windows(2).all(|w| key(&w[0]) < key(&w[1])) {
+            return;
+        }
         // Stable: equal keys stay in insertion order, so the last one is the one kept.
         self.ops.sort_by(|a, b| key(a).cmp(key(b)));
         let mut out: Vec<Op> = Vec::with_capacity(self.ops.len());
@@ -237,6 +242,13 @@ struct LogFile {
 }
 
 impl LogFile {
+    /// The file's durable bytes. The mapping may extend past them, reserved for appends; no
+    /// slice ever reaches beyond the end of the file.
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.map[..self.len as usize]
+    }
+
     fn span(&self) -> FileSpan {
         FileSpan {
             file_id: self.header.file_id,
@@ -254,6 +266,17 @@ fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Er
         op,
         source,
     }
+}
+
+/// Maps `file` with room for it to grow to `reserve` bytes without a new mapping: remapping
+/// after every commit would throw away the page tables of the whole file, and every later read
+/// would take a page fault.
+fn map_file(file: &File, path: &Path, len: u64, reserve: u64) -> Result<Mmap> {
+    let len = len.max(reserve).max(1) as usize;
+    // SAFETY: the store owns its directory; log files are only appended to by this process
+    // while it holds them open, and never modified in place. Bytes past the end of the file
+    // are never read (see `LogFile::bytes`).
+    unsafe { memmap2::MmapOptions::new().len(len).map(file) }.map_err(io(path, "mmap"))
 }
 
 fn file_name(id: u32) -> String {
@@ -279,7 +302,7 @@ fn hex(c: &Checksum) -> String {
 #[inline]
 fn key_at(files: &[Option<LogFile>], loc: Location) -> &[u8] {
     match files.get(loc.file as usize).and_then(Option::as_ref) {
-        Some(f) => record_key(&f.map[loc.offset as usize..]),
+        Some(f) => record_key(&f.bytes()[loc.offset as usize..]),
         None => &[],
     }
 }
@@ -318,6 +341,7 @@ enum Planned<'a> {
         value: &'a [u8],
         supersedes: u32,
         moved: bool,
+        hint: Hint,
     },
     Nullify {
         key: &'a [u8],
@@ -330,7 +354,21 @@ enum Planned<'a> {
     },
 }
 
+/// What planning learned about a put's key, so that applying it need not look again.
+#[derive(Debug, Clone, Copy)]
+struct Hint {
+    hash: u64,
+    old: Option<Location>,
+}
+
 impl Planned<'_> {
+    fn hint(&self) -> Option<Hint> {
+        match self {
+            Planned::Put { hint, .. } => Some(*hint),
+            _ => None,
+        }
+    }
+
     fn record(&self) -> Record<'_> {
         match *self {
             Planned::Put {
@@ -338,6 +376,7 @@ impl Planned<'_> {
                 value,
                 supersedes,
                 moved,
+                ..
             } => Record::Put {
                 key,
                 value,
@@ -545,12 +584,13 @@ impl Vilmo {
             file.sync_all().map_err(io(&path, "fsync after truncate"))?;
         }
         let end = torn_at.unwrap_or(len);
-        let map = if end < len {
-            // SAFETY: as above.
-            unsafe { Mmap::map(&file) }.map_err(io(&path, "mmap"))?
+        drop(map);
+        let reserve = if newest {
+            self.options.target_file_size
         } else {
-            map
+            0
         };
+        let map = map_file(&file, &path, end, reserve)?;
         self.files[id as usize] = Some(LogFile {
             path: path.clone(),
             file,
@@ -568,7 +608,7 @@ impl Vilmo {
                 let record_offset = body_start + at;
                 let (kind, rec_len) = {
                     let Some(f) = self.file(id) else { break };
-                    let body = &f.map[body_start..body_start + bh.body_len as usize];
+                    let body = &f.bytes()[body_start..body_start + bh.body_len as usize];
                     match Record::decode(&body[at..]) {
                         Ok((record, rec_len)) => (OwnedKind::of(&record), rec_len),
                         Err(reason) => {
@@ -580,7 +620,7 @@ impl Vilmo {
                         }
                     }
                 };
-                self.apply(id, record_offset as u32, kind, rec_len as u64)?;
+                self.apply(id, record_offset as u32, kind, rec_len as u64, None)?;
                 at += rec_len;
             }
             if at != bh.body_len as usize {
@@ -686,7 +726,16 @@ impl Vilmo {
     }
 
     /// Applies one durable record at `(file, offset)`. The only place state changes.
-    fn apply(&mut self, file: u32, offset: u32, kind: OwnedKind, len: u64) -> Result<()> {
+    ///
+    /// `hint` carries what commit already knows about a put's key; replay passes `None`.
+    fn apply(
+        &mut self,
+        file: u32,
+        offset: u32,
+        kind: OwnedKind,
+        len: u64,
+        hint: Option<Hint>,
+    ) -> Result<()> {
         match kind {
             OwnedKind::Put { moved } => {
                 let loc = Location { file, offset };
@@ -694,8 +743,14 @@ impl Vilmo {
                 let Some(f) = files.get(file as usize).and_then(Option::as_ref) else {
                     return Ok(());
                 };
-                let key = record_key(&f.map[offset as usize..]);
-                let old = self.state.index.insert(key, loc, |l| key_at(files, l));
+                let key = record_key(&f.bytes()[offset as usize..]);
+                let old = match hint {
+                    Some(h) => self
+                        .state
+                        .index
+                        .insert_hinted(h.hash, key, h.old, loc, |l| key_at(files, l)),
+                    None => self.state.index.insert(key, loc, |l| key_at(files, l)),
+                };
                 *self.live_mut(file) += len;
                 if let Some(old) = old {
                     self.kill(old, moved);
@@ -706,7 +761,7 @@ impl Vilmo {
                 let Some(f) = files.get(file as usize).and_then(Option::as_ref) else {
                     return Ok(());
                 };
-                let key = record_key(&f.map[offset as usize..]);
+                let key = record_key(&f.bytes()[offset as usize..]);
                 let hit = self
                     .state
                     .index
@@ -767,8 +822,8 @@ impl Vilmo {
     /// the duty.
     fn kill(&mut self, old: Location, by_move: bool) {
         let Some(f) = self.file(old.file) else { return };
-        let (old_len, old_supersedes) = put_len_and_supersedes(&f.map[old.offset as usize..]);
-        let key_len = record_key(&f.map[old.offset as usize..]).len();
+        let (old_len, old_supersedes) = put_len_and_supersedes(&f.bytes()[old.offset as usize..]);
+        let key_len = record_key(&f.bytes()[old.offset as usize..]).len();
         let live = self.live_mut(old.file);
         *live = live.saturating_sub(old_len as u64);
         let moved_from_victim = by_move && self.state.cursor.map(|(v, _)| v) == Some(old.file);
@@ -810,14 +865,14 @@ impl Vilmo {
         let files = &self.files;
         let loc = self.state.index.get(key, |l| key_at(files, l))?;
         let f = self.file(loc.file)?;
-        Some(put_value(&f.map[loc.offset as usize..]))
+        Some(put_value(&f.bytes()[loc.offset as usize..]))
     }
 
     /// Calls `f` with every live key and value, in no particular order.
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) {
         for loc in self.state.index.locations() {
             if let Some(file) = self.file(loc.file) {
-                let rec = &file.map[loc.offset as usize..];
+                let rec = &file.bytes()[loc.offset as usize..];
                 f(record_key(rec), put_value(rec));
             }
         }
@@ -928,9 +983,24 @@ impl Vilmo {
         // 1. The user's records, sorted by key.
         let mut planned: Vec<Planned<'_>> = Vec::with_capacity(batch.ops.len() + 16);
         let files = &self.files;
-        for op in &batch.ops {
+        // Index lookups are read-only and each is a cache miss or two: spread them over the
+        // cores.
+        let index = &self.state.index;
+        let lookups: Vec<(u64, Option<Location>)> = {
+            use rayon::prelude::*;
+            batch
+                .ops
+                .par_iter()
+                .with_min_len(4096)
+                .map(|op| {
+                    let key = batch.key(op);
+                    let hash = index.hash(key);
+                    (hash, index.get_hashed(hash, key, |l| key_at(files, l)))
+                })
+                .collect()
+        };
+        for (op, &(hash, old)) in batch.ops.iter().zip(&lookups) {
             let key = batch.key(op);
-            let old = self.state.index.get(key, |l| key_at(files, l));
             if op.delete {
                 if let Some(old) = old {
                     planned.push(Planned::Nullify {
@@ -948,9 +1018,11 @@ impl Vilmo {
                 value: batch.value(op),
                 supersedes,
                 moved: false,
+                hint: Hint { hash, old },
             });
         }
 
+        let t_plan = started.elapsed();
         // 2. Bounded, deterministic compaction work.
         let mut victim_done = None;
         let cursor = self
@@ -968,7 +1040,7 @@ impl Vilmo {
                 let mut at = start;
                 let budget_end = start.saturating_add(self.options.compaction_bytes_per_batch);
                 while at < vf.len && (at == start || at < budget_end) {
-                    let rest = &vf.map[at as usize..];
+                    let rest = &vf.bytes()[at as usize..];
                     let Ok(bh) = decode_batch_header(rest) else {
                         break;
                     };
@@ -1000,6 +1072,13 @@ impl Vilmo {
                                         value,
                                         supersedes: if protects { supersedes } else { NO_FILE },
                                         moved: true,
+                                        hint: Hint {
+                                            hash: self.state.index.hash(key),
+                                            old: Some(Location {
+                                                file: victim,
+                                                offset,
+                                            }),
+                                        },
                                     });
                                 } else if protects {
                                     planned.push(Planned::Nullify {
@@ -1080,7 +1159,12 @@ impl Vilmo {
             let record = p.record();
             let at = buf.len();
             record.encode_into(&mut buf);
-            kinds.push((at, OwnedKind::of(&record), (buf.len() - at) as u64));
+            kinds.push((
+                at,
+                OwnedKind::of(&record),
+                (buf.len() - at) as u64,
+                p.hint(),
+            ));
         }
         let checksum = batch_checksum(
             &self.last.checksum,
@@ -1091,8 +1175,10 @@ impl Vilmo {
         buf.extend_from_slice(&checksum);
         drop(planned);
 
+        let t_encode = started.elapsed();
         // 4. Make it durable.
         let result = self.append(&buf, rotate, number);
+        let t_durable = started.elapsed();
         self.buf = buf;
         let (file_id, base) = match result {
             Ok(v) => v,
@@ -1102,9 +1188,47 @@ impl Vilmo {
             }
         };
 
-        // 5. Apply what is now on disk.
-        for (at, kind, len) in kinds {
-            self.apply(file_id, (base + at as u64) as u32, kind, len)?;
+        // 5. Apply the records while the disk makes them durable: apply only reads them back
+        //    from the page cache, and `commit` returns after both.
+        let path = self
+            .file(file_id)
+            .map(|f| f.path.clone())
+            .unwrap_or_default();
+        let sync = match (
+            self.options.durable,
+            self.file(file_id).map(|f| f.file.try_clone()),
+        ) {
+            (false, _) | (true, None) => None,
+            (true, Some(Ok(file))) => Some(file),
+            (true, Some(Err(e))) => {
+                self.poisoned = true;
+                return Err(io(&path, "dup for fdatasync")(e));
+            }
+        };
+        let (applied, synced) = std::thread::scope(|scope| {
+            let syncing = sync.map(|file| scope.spawn(move || file.sync_data()));
+            let mut applied = Ok(());
+            for (at, kind, len, hint) in kinds {
+                if let Err(e) = self.apply(file_id, (base + at as u64) as u32, kind, len, hint) {
+                    applied = Err(e);
+                    break;
+                }
+            }
+            let synced = match syncing.map(|h| h.join()) {
+                None => Ok(()),
+                Some(Ok(result)) => result,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+            };
+            (applied, synced)
+        });
+        if let Err(e) = synced {
+            // The in-memory state is ahead of the disk: only a reopen can tell what is durable.
+            self.poisoned = true;
+            return Err(io(&path, "fdatasync batch")(e));
+        }
+        if let Err(e) = applied {
+            self.poisoned = true;
+            return Err(e);
         }
         if let Some(f) = self
             .files
@@ -1124,6 +1248,15 @@ impl Vilmo {
                 "compacted log file away"
             );
         }
+        tracing::trace!(
+            batch = number,
+            plan_ms = t_plan.as_secs_f64() * 1e3,
+            encode_ms = (t_encode - t_plan).as_secs_f64() * 1e3,
+            durable_ms = (t_durable - t_encode).as_secs_f64() * 1e3,
+            apply_ms = (started.elapsed() - t_durable).as_secs_f64() * 1e3,
+            bytes = total,
+            "vilmo commit"
+        );
         self.metrics.batches.inc();
         self.metrics.bytes_written.inc_by(total as u64);
         self.metrics
@@ -1133,8 +1266,8 @@ impl Vilmo {
         Ok(self.last)
     }
 
-    /// Appends an encoded batch to the current file (or a new one) and waits until it is
-    /// durable. Returns the file and the offset the batch starts at.
+    /// Appends an encoded batch to the current file (or a new one). Returns the file and the
+    /// offset the batch starts at; the caller makes it durable.
     fn append(&mut self, buf: &[u8], rotate: bool, number: u64) -> Result<(u32, u64)> {
         if rotate {
             let id = self.current + 1;
@@ -1156,8 +1289,12 @@ impl Vilmo {
                 file.sync_data().map_err(io(&path, "fdatasync header"))?;
                 sync_dir(&self.dir)?;
             }
-            // SAFETY: see `replay_file`.
-            let map = unsafe { Mmap::map(&file) }.map_err(io(&path, "mmap"))?;
+            let map = map_file(
+                &file,
+                &path,
+                FILE_HEADER_LEN as u64,
+                self.options.target_file_size,
+            )?;
             if self.files.len() <= id as usize {
                 self.files.resize_with(id as usize + 1, || None);
             }
@@ -1173,7 +1310,6 @@ impl Vilmo {
             *self.live_mut(id) += FILE_HEADER_LEN as u64;
             self.current = id;
         }
-        let durable = self.options.durable;
         let id = self.current;
         let f = self
             .files
@@ -1181,13 +1317,19 @@ impl Vilmo {
             .and_then(Option::as_mut)
             .ok_or(Error::Poisoned)?;
         let base = f.len;
+        // Durability comes from the fdatasync that `commit` runs beside applying the batch.
+        let t = Instant::now();
         f.file.write_all(buf).map_err(io(&f.path, "append batch"))?;
-        if durable {
-            f.file.sync_data().map_err(io(&f.path, "fdatasync batch"))?;
-        }
+        tracing::trace!(
+            write_ms = t.elapsed().as_secs_f64() * 1e3,
+            bytes = buf.len(),
+            "vilmo write"
+        );
         f.len += buf.len() as u64;
-        // SAFETY: see `replay_file`.
-        f.map = unsafe { Mmap::map(&f.file) }.map_err(io(&f.path, "mmap"))?;
+        if f.len as usize > f.map.len() {
+            // Only a batch larger than the target file size gets here.
+            f.map = map_file(&f.file, &f.path, f.len, f.len.saturating_mul(2))?;
+        }
         Ok((id, base))
     }
 
