@@ -7,7 +7,7 @@
 //! memory-mapped log; files whose data has mostly died are compacted by rewriting their live
 //! records forward; and a new node syncs by copying the log files and replaying them.
 //!
-//! Owns: the on-disk format ([`format`], `FORMAT.md`), durability, recovery, compaction, the
+//! Owns: the on-disk format ([`format`], and `FORMAT.md` beside this crate, byte by byte), durability, recovery, compaction, the
 //! index and its metrics. Must not: know what keys mean (accounts, slots), execute anything,
 //! or prove the value of individual keys (it trades that away for write speed).
 //!
@@ -17,6 +17,13 @@
 //! reach) that runs at several GB/s per core with SIMD and splits large inputs across threads,
 //! so checksumming a 10 MB batch costs about a millisecond, small next to `fdatasync`.
 //! Keccak-256 would be about five times slower for no benefit here.
+//!
+//! # Memory
+//!
+//! The index keeps no key in memory: an entry is the key's 64-bit hash and the file and offset
+//! of its record (16 bytes), and a lookup confirms the key against the mapped record. With the
+//! hash table's control byte and load factor that is 19 to 39 bytes per live key whatever the
+//! key length (about 41 at 2 and 10 million keys, measured by `gigas-bench storage`).
 //!
 //! # Crash safety
 //!

@@ -89,7 +89,7 @@ fn check(store: &Vilmo, model: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), TestCa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::default())]
 
     #[test]
     fn store_agrees_with_model(steps in proptest::collection::vec(step(), 1..400)) {
