@@ -369,7 +369,7 @@ pub fn run(args: &StorageArgs) -> Result<StorageReport> {
         }
         // Both engines get the same sorted, de-duplicated batch (the last draw of a key wins).
         kvs.reverse();
-        kvs.sort_by(|a, b| a.0.cmp(&b.0));
+        kvs.sort_by_key(|kv| kv.0);
         kvs.dedup_by(|later, earlier| later.0 == earlier.0);
 
         let mut seconds = vec![0.0; engines.len()];

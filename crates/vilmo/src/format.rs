@@ -162,10 +162,12 @@ impl Record<'_> {
                 supersedes,
                 moved,
             } => {
-                out.push(if *moved { TAG_PUT_MOVED } else { TAG_PUT });
-                out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-                out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                out.extend_from_slice(&supersedes.to_le_bytes());
+                let mut head = [0u8; PUT_HEADER_LEN];
+                head[0] = if *moved { TAG_PUT_MOVED } else { TAG_PUT };
+                head[1..3].copy_from_slice(&(key.len() as u16).to_le_bytes());
+                head[3..7].copy_from_slice(&(value.len() as u32).to_le_bytes());
+                head[7..11].copy_from_slice(&supersedes.to_le_bytes());
+                out.extend_from_slice(&head);
                 out.extend_from_slice(key);
                 out.extend_from_slice(value);
             }

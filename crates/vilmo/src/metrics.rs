@@ -76,3 +76,32 @@ impl Metrics {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_register_under_the_gigas_prefix() {
+        let metrics = Metrics::default();
+        metrics.batches.inc();
+        metrics.live_bytes.set(42);
+        metrics.batch_latency.observe(0.003);
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for name in [
+            "gigas_vilmo_live_bytes 42",
+            "gigas_vilmo_useless_bytes",
+            "gigas_vilmo_files",
+            "gigas_vilmo_keys",
+            "gigas_vilmo_compactions_total",
+            "gigas_vilmo_batches_total 1",
+            "gigas_vilmo_bytes_written_total",
+            "gigas_vilmo_batch_latency_seconds_count 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+    }
+}

@@ -53,7 +53,7 @@ impl Default for Options {
         Self {
             target_file_size: 256 << 20,
             compaction_threshold_percent: 60,
-            compaction_bytes_per_batch: 64 << 20,
+            compaction_bytes_per_batch: 24 << 20,
             durable: true,
         }
     }
@@ -347,7 +347,7 @@ enum Planned<'a> {
         key: &'a [u8],
         target: u32,
     },
-    Drop(FileSpan),
+    Drop(Box<FileSpan>),
     Cursor {
         victim: u32,
         next: u64,
@@ -384,7 +384,7 @@ impl Planned<'_> {
                 moved,
             },
             Planned::Nullify { key, target } => Record::Nullify { key, target },
-            Planned::Drop(span) => Record::Drop(span),
+            Planned::Drop(ref span) => Record::Drop(**span),
             Planned::Cursor { victim, next } => Record::Cursor { victim, next },
         }
     }
@@ -1092,7 +1092,7 @@ impl Vilmo {
                                     planned.push(Planned::Nullify { key, target });
                                 }
                             }
-                            Record::Drop(span) => planned.push(Planned::Drop(span)),
+                            Record::Drop(span) => planned.push(Planned::Drop(Box::new(span))),
                             Record::Cursor { .. } => {}
                         }
                         pos += rec_len;
@@ -1106,7 +1106,7 @@ impl Vilmo {
             }
         }
         if let Some(span) = victim_done {
-            planned.push(Planned::Drop(span));
+            planned.push(Planned::Drop(Box::new(span)));
         }
 
         // 3. Encode, choosing the file: rotate when this batch would push the current file
@@ -1159,12 +1159,7 @@ impl Vilmo {
             let record = p.record();
             let at = buf.len();
             record.encode_into(&mut buf);
-            kinds.push((
-                at,
-                OwnedKind::of(&record),
-                (buf.len() - at) as u64,
-                p.hint(),
-            ));
+            kinds.push((at as u32, p.hint()));
         }
         let checksum = batch_checksum(
             &self.last.checksum,
@@ -1208,8 +1203,27 @@ impl Vilmo {
         let (applied, synced) = std::thread::scope(|scope| {
             let syncing = sync.map(|file| scope.spawn(move || file.sync_data()));
             let mut applied = Ok(());
-            for (at, kind, len, hint) in kinds {
-                if let Err(e) = self.apply(file_id, (base + at as u64) as u32, kind, len, hint) {
+            for (at, hint) in kinds {
+                let offset = base + at as u64;
+                // Read the record back from the page cache rather than keep a copy of every
+                // decoded record in memory.
+                let decoded = self.file(file_id).map(|f| {
+                    Record::decode(&f.bytes()[offset as usize..])
+                        .map(|(r, len)| (OwnedKind::of(&r), len))
+                });
+                let (kind, len) = match decoded {
+                    Some(Ok(v)) => v,
+                    Some(Err(reason)) => {
+                        applied = Err(Error::Corrupt {
+                            path: path.clone(),
+                            offset,
+                            reason: format!("record just written does not decode: {reason}"),
+                        });
+                        break;
+                    }
+                    None => break,
+                };
+                if let Err(e) = self.apply(file_id, offset as u32, kind, len as u64, hint) {
                     applied = Err(e);
                     break;
                 }
