@@ -75,7 +75,7 @@ impl Configuration {
     pub fn lines(&self) -> Vec<String> {
         vec![
             format!("workload     : {} blocks, {} txs, {:.1} Mgas per pass, from {}", self.blocks, self.transactions, self.gas as f64 / 1e6, self.blocks_dir),
-            format!("method       : {} rounds of (plain pass, probed pass), order alternating; sampling every ~{} ns", self.rounds, self.sample_interval_ns),
+            format!("method       : {} rounds; in each, every block runs plain and probed back to back (order alternating); sampling every ~{} ns", self.rounds, self.sample_interval_ns),
             format!("build        : {} profile, revm {}", self.build_profile, self.revm_version),
             format!("machine      : {} CPUs, {}, {:.1} GiB", self.cpus, self.cpu_model, self.memory_bytes as f64 / (1u64 << 30) as f64),
         ]
@@ -608,9 +608,9 @@ impl Report {
              pre-execution, first-frame setup, post-execution, the state commit, the block loop, and \
              precompiles. All rows add up to the attributed time, which is compared with the plain \
              run's measured time as the add-up error.\n\
-             - **Overhead is measured, not assumed**: each round runs one plain pass and one probed \
-             pass over the same blocks in the same process, alternating which goes first; the ratio is \
-             quoted as a median with its spread. Row times are as measured under the probe.\n\
+             - **Overhead is measured, not assumed**: in each round every block runs once plain and \
+             once probed, back to back in the same process, the order alternating; the ratio of the \
+             round's totals is quoted as a median over rounds with its spread.\n\
              - **One-time initialisation is excluded**: a first, untimed pass checks every block \
              against its header and pays precompile table and KZG trusted-setup initialisation. \
              Cloning the pre-state and building the EVM happen before each block's clock starts.",
