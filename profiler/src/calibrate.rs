@@ -11,21 +11,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alloy_primitives::{address, Address, Bytes, U256};
+use alloy_primitives::Bytes;
 use gigas_evm::probe::{ActivityCell, Phase, Probe, ProbedEvm};
-use gigas_evm::revm::context::{BlockEnv, TxEnv};
-use gigas_evm::revm::database::{CacheDB, EmptyDB};
-use gigas_evm::revm::primitives::TxKind;
-use gigas_evm::revm::state::{AccountInfo, Bytecode};
-use gigas_evm::{execute_block, PlainEvm, PreparedBlock, PreparedTx};
-use gigas_primitives::ChainSpec;
+use gigas_evm::program::call_block;
+use gigas_evm::{execute_block, PlainEvm};
 use serde::Serialize;
 
 use crate::report::Stat;
 use crate::sampler::Sampler;
-
-const CONTRACT: Address = address!("0000000000000000000000000000000000c0ffee");
-const CALLER: Address = address!("0000000000000000000000000000000000ca11e7");
 
 /// Errors of the calibration.
 #[derive(Debug, thiserror::Error)]
@@ -64,42 +57,6 @@ pub struct Calibration {
     pub probe_ns_per_instruction: f64,
 }
 
-fn program_block(code: Bytes, calldata: Bytes) -> (PreparedBlock, CacheDB<EmptyDB>) {
-    let mut db = CacheDB::new(EmptyDB::default());
-    let bytecode = Bytecode::new_raw(code);
-    db.insert_account_info(
-        CONTRACT,
-        AccountInfo {
-            code_hash: bytecode.hash_slow(),
-            code: Some(bytecode),
-            ..Default::default()
-        },
-    );
-    db.insert_account_info(CALLER, AccountInfo::default());
-    let env = TxEnv {
-        caller: CALLER,
-        kind: TxKind::Call(CONTRACT),
-        data: calldata,
-        gas_limit: 1_000_000_000,
-        gas_price: 0,
-        chain_id: Some(1),
-        ..Default::default()
-    };
-    let block_env = BlockEnv {
-        number: U256::from(20_000_000u64),
-        timestamp: U256::from(1_720_000_000u64),
-        gas_limit: 2_000_000_000,
-        ..Default::default()
-    };
-    // A legacy transaction environment always has a known type.
-    let tx = PreparedTx::from_env(env).map_err(|e| e.to_string());
-    let txs = tx.into_iter().collect();
-    (
-        PreparedBlock::synthetic(&ChainSpec::mainnet(), block_env, txs),
-        db,
-    )
-}
-
 /// Reads a hex file of runtime bytecode.
 pub fn read_hex(file: &Path) -> Result<Bytes, CalibrationError> {
     let text = std::fs::read_to_string(file).map_err(|e| CalibrationError::Program {
@@ -125,7 +82,7 @@ pub fn calibrate(
     interval: Duration,
 ) -> Result<Calibration, CalibrationError> {
     let code = read_hex(program)?;
-    let (block, db) = program_block(code, calldata);
+    let (block, db) = call_block(code, calldata, 1_000_000_000);
     if block.txs.len() != 1 {
         return Err(CalibrationError::Execution(
             "cannot build the calibration transaction".into(),

@@ -15,6 +15,7 @@ pub mod env;
 pub mod executor;
 pub mod fixture;
 pub mod probe;
+pub mod program;
 pub mod receipts;
 pub mod spec;
 

@@ -1,17 +1,12 @@
 //! The probe counts every dispatched opcode exactly, and changes nothing the EVM computes.
 
-use alloy_primitives::{address, Address, Bytes, U256};
+use alloy_primitives::Bytes;
 use gigas_evm::probe::{Probe, ProbedEvm};
+use gigas_evm::program::call_block;
 use gigas_evm::revm::bytecode::opcode::*;
-use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
-use gigas_evm::revm::primitives::TxKind;
-use gigas_evm::revm::state::{AccountInfo, Bytecode};
-use gigas_evm::{execute_block, PlainEvm, PreparedBlock, PreparedTx};
-use gigas_primitives::{ChainSpec, Hardfork};
-
-const CONTRACT: Address = address!("00000000000000000000000000000000c0ffee00");
-const CALLER: Address = address!("00000000000000000000000000000000000ca11e");
+use gigas_evm::{execute_block, PlainEvm, PreparedBlock};
+use gigas_primitives::Hardfork;
 
 /// A loop that runs `n` times, then stores the counter and stops:
 ///
@@ -35,42 +30,7 @@ fn loop_program(n: u8) -> Vec<u8> {
 }
 
 fn block_calling(code: Vec<u8>) -> (PreparedBlock, CacheDB<EmptyDB>) {
-    let mut db = CacheDB::new(EmptyDB::default());
-    let bytecode = Bytecode::new_raw(Bytes::from(code));
-    db.insert_account_info(
-        CONTRACT,
-        AccountInfo {
-            code_hash: bytecode.hash_slow(),
-            code: Some(bytecode),
-            ..Default::default()
-        },
-    );
-    db.insert_account_info(
-        CALLER,
-        AccountInfo {
-            balance: U256::from(10u64).pow(U256::from(18)),
-            ..Default::default()
-        },
-    );
-    let env = TxEnv {
-        caller: CALLER,
-        kind: TxKind::Call(CONTRACT),
-        gas_limit: 1_000_000,
-        gas_price: 0,
-        chain_id: Some(1),
-        ..Default::default()
-    };
-    let block_env = BlockEnv {
-        number: U256::from(20_000_000u64),
-        timestamp: U256::from(1_720_000_000u64),
-        gas_limit: 30_000_000,
-        ..Default::default()
-    };
-    let block = PreparedBlock::synthetic(
-        &ChainSpec::mainnet(),
-        block_env,
-        vec![PreparedTx::from_env(env).expect("legacy tx")],
-    );
+    let (block, db) = call_block(Bytes::from(code), Bytes::new(), 1_000_000);
     assert_eq!(block.hardfork, Hardfork::Cancun);
     (block, db)
 }
