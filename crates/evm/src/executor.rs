@@ -252,12 +252,22 @@ pub struct PlainEvm<DB: Database> {
     evm: MainnetEvm<BlockContext<DB>>,
 }
 
-impl<DB: Database + DatabaseCommit> PlainEvm<DB> {
+impl<DB: Database> PlainEvm<DB> {
     /// An EVM for `block` over `db`.
     pub fn new(db: DB, block: &PreparedBlock) -> Self {
         Self {
             evm: block_context(db, block, ()).build_mainnet(),
         }
+    }
+
+    /// Executes one transaction and returns its result and state changes without committing
+    /// them: how a parallel executor runs a transaction against its own view of state.
+    pub fn transact(
+        &mut self,
+        tx: TxEnv,
+    ) -> Result<revm::context::result::ResultAndState, EVMError<DB::Error, InvalidTransaction>>
+    {
+        self.evm.transact(tx)
     }
 
     /// The database, with every committed transaction applied.

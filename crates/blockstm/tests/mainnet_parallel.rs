@@ -1,0 +1,111 @@
+//! On every shipped mainnet block, with 1, 2, 4 and 8 threads, Block-STM gives the receipts,
+//! gas, logs and final state of sequential execution.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use alloy_primitives::{Address, B256, U256};
+use gigas_blockstm::execute_block_parallel;
+use gigas_evm::revm::database::{CacheDB, EmptyDB};
+use gigas_evm::{execute_block, load_fixtures_dir, PlainEvm, PreparedBlock};
+use gigas_primitives::ChainSpec;
+
+type Snapshot = BTreeMap<Address, (U256, u64, B256, String, BTreeMap<U256, U256>)>;
+
+/// The whole state of a database, in a canonical order. A `CacheDB` also caches what was only
+/// read (absent accounts, zero slots); those are not state and are left out.
+fn snapshot(db: &CacheDB<EmptyDB>) -> Snapshot {
+    db.cache
+        .accounts
+        .iter()
+        .filter(|(_, account)| {
+            !(account.info.is_empty() && account.storage.values().all(|v| v.is_zero()))
+                || format!("{:?}", account.account_state) != "NotExisting"
+        })
+        .map(|(address, account)| {
+            (
+                *address,
+                (
+                    account.info.balance,
+                    account.info.nonce,
+                    account.info.code_hash,
+                    format!("{:?}", account.account_state),
+                    account
+                        .storage
+                        .iter()
+                        .filter(|(_, v)| !v.is_zero())
+                        .map(|(k, v)| (*k, *v))
+                        .collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn mainnet_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/mainnet");
+    assert!(
+        dir.is_dir(),
+        "shared data missing: expected the mainnet fixtures at {}",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn parallel_equals_sequential_on_every_shipped_block() {
+    let fixtures = load_fixtures_dir(mainnet_dir()).expect("fixtures load");
+    let chain = ChainSpec::mainnet();
+    let mut total_aborts = 0;
+    for fixture in &fixtures {
+        let block = PreparedBlock::from_fixture(fixture, &chain).expect("prepares");
+        let base = fixture.database();
+
+        let mut sequential = PlainEvm::new(base.clone(), &block);
+        let expected = execute_block(&mut sequential, &block).expect("sequential executes");
+        let expected_state = snapshot(sequential.db());
+
+        for threads in [1, 2, 4, 8] {
+            let parallel = execute_block_parallel(&block, &base, threads)
+                .unwrap_or_else(|e| panic!("block {} with {threads} threads: {e}", block.number));
+            assert_eq!(
+                parallel.outcome, expected,
+                "block {} receipts with {threads} threads",
+                block.number
+            );
+            assert!(
+                parallel.stats.executions >= block.txs.len(),
+                "block {}: {} executions for {} txs",
+                block.number,
+                parallel.stats.executions,
+                block.txs.len()
+            );
+            total_aborts += parallel.stats.aborts;
+            let mut state = base.clone();
+            parallel.commit_into(&mut state);
+            let got = snapshot(&state);
+            if got != expected_state {
+                let diffs: Vec<String> = expected_state
+                    .iter()
+                    .filter(|(a, v)| got.get(*a) != Some(*v))
+                    .map(|(a, v)| format!("{a}: sequential {v:?}, parallel {:?}", got.get(a)))
+                    .chain(
+                        got.keys()
+                            .filter(|a| !expected_state.contains_key(*a))
+                            .map(|a| format!("{a}: only in parallel")),
+                    )
+                    .take(3)
+                    .collect();
+                panic!(
+                    "block {}: final state differs with {threads} threads: {diffs:#?}",
+                    block.number
+                );
+            }
+        }
+        let check = expected.check(&block).expect("header");
+        assert!(check.is_match());
+    }
+    // Mainnet blocks conflict (every transaction pays the same beneficiary), so the
+    // validation machinery must actually have been exercised.
+    assert!(total_aborts > 0, "no incarnation was ever aborted");
+}
