@@ -33,18 +33,31 @@ pub struct Stats {
 pub struct ParallelOutcome {
     /// Receipts, as sequential execution gives them.
     pub outcome: BlockOutcome,
-    /// Each transaction's state changes, in block order.
+    /// Each transaction's state changes, in block order, without the beneficiary's fee.
     pub states: Vec<EvmState>,
+    /// Each transaction's fee to the beneficiary.
+    pub fees: Vec<U256>,
+    /// The block's beneficiary.
+    pub beneficiary: Address,
     /// What the scheduler did.
     pub stats: Stats,
 }
 
 impl ParallelOutcome {
-    /// Commits every transaction's changes, in order, into `db`.
-    pub fn commit_into<DB: DatabaseCommit>(self, db: &mut DB) {
-        for state in self.states {
+    /// Commits every transaction's changes, in order, into `db`, paying the beneficiary its
+    /// fee after each transaction as sequential execution does.
+    pub fn commit_into<DB: Database + DatabaseCommit>(self, db: &mut DB) -> Result<(), DB::Error> {
+        for (state, fee) in self.states.into_iter().zip(self.fees) {
             db.commit(state);
+            let mut account =
+                revm::state::Account::from(db.basic(self.beneficiary)?.unwrap_or_default());
+            account.info.balance = account.info.balance.saturating_add(fee);
+            account.mark_touch();
+            let mut reward = EvmState::default();
+            reward.insert(self.beneficiary, account);
+            db.commit(reward);
         }
+        Ok(())
     }
 }
 
@@ -64,6 +77,7 @@ struct MvDb<'a, B> {
     mv: &'a MvMemory,
     base: &'a B,
     codes: &'a Mutex<HashMap<B256, Bytecode>>,
+    beneficiary: Address,
     idx: usize,
     reads: Vec<Read>,
 }
@@ -94,16 +108,37 @@ where
     type Error = MvError;
 
     fn basic(&mut self, address: Address) -> Result<Option<AccountInfo>, MvError> {
-        match self.resolve(Location::Account(address))? {
-            Some((_, Value::Account(info))) => Ok(info),
-            Some(_) => Err(MvError::Base(
-                "account location holds another kind of value".into(),
-            )),
-            None => self
-                .base
-                .basic_ref(address)
-                .map_err(|e| MvError::Base(e.to_string())),
+        let (info, unpaid_from) = match self.resolve(Location::Account(address))? {
+            Some(((writer, _), Value::Account(info))) => (info, writer),
+            Some(_) => {
+                return Err(MvError::Base(
+                    "account location holds another kind of value".into(),
+                ))
+            }
+            None => (
+                self.base
+                    .basic_ref(address)
+                    .map_err(|e| MvError::Base(e.to_string()))?,
+                0,
+            ),
+        };
+        if address != self.beneficiary {
+            return Ok(info);
         }
+        // The beneficiary's balance includes every earlier transaction's fee; fees are paid
+        // after a transaction's own changes, so a writer's own fee is not in what it wrote.
+        let mut fees = U256::ZERO;
+        for j in unpaid_from..self.idx {
+            if let Some((_, Value::Fee(fee))) = self.resolve(Location::Fee(j))? {
+                fees = fees.saturating_add(fee);
+            }
+        }
+        if fees.is_zero() {
+            return Ok(info);
+        }
+        let mut info = info.unwrap_or_default();
+        info.balance = info.balance.saturating_add(fees);
+        Ok(Some(info))
     }
 
     fn code_by_hash(&mut self, code_hash: B256) -> Result<Bytecode, MvError> {
@@ -187,7 +222,7 @@ fn write_set(state: &EvmState, codes: &Mutex<HashMap<B256, Bytecode>>) -> Vec<(L
 }
 
 enum TxOutput {
-    Done(ExecutionResult, EvmState),
+    Done(ExecutionResult, EvmState, U256),
     Invalid(String),
 }
 
@@ -214,11 +249,12 @@ where
                 mv: &self.mv,
                 base: self.base,
                 codes: &self.codes,
+                beneficiary: self.block.block_env.beneficiary,
                 idx,
                 reads: Vec::new(),
             };
             let mut evm = PlainEvm::new(db, self.block);
-            let result = evm.transact(self.block.txs[idx].env.clone());
+            let result = evm.transact_deferring_reward(self.block.txs[idx].env.clone());
             let db = evm.into_db();
             let (output, writes) = match result {
                 Err(EVMError::Database(MvError::Blocked(blocking))) => {
@@ -232,9 +268,10 @@ where
                 // earlier transaction has not written yet) is an output like any other:
                 // validation decides whether the view was right.
                 Err(e) => (TxOutput::Invalid(e.to_string()), Vec::new()),
-                Ok(done) => {
-                    let writes = write_set(&done.state, &self.codes);
-                    (TxOutput::Done(done.result, done.state), writes)
+                Ok((done, fee)) => {
+                    let mut writes = write_set(&done.state, &self.codes);
+                    writes.push((Location::Fee(idx), Value::Fee(fee)));
+                    (TxOutput::Done(done.result, done.state, fee), writes)
                 }
             };
             self.executions.fetch_add(1, Ordering::Relaxed);
@@ -305,6 +342,7 @@ where
 
     let mut receipts = Vec::with_capacity(n);
     let mut states = Vec::with_capacity(n);
+    let mut fees = Vec::with_capacity(n);
     let mut cumulative_gas_used = 0u64;
     for (index, output) in shared.outputs.into_iter().enumerate() {
         let tx = &block.txs[index];
@@ -312,7 +350,8 @@ where
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match output {
-            Some(TxOutput::Done(result, state)) => {
+            Some(TxOutput::Done(result, state, fee)) => {
+                fees.push(fee);
                 cumulative_gas_used += result.tx_gas_used();
                 let success = result.is_success();
                 receipts.push(TxReceipt {
@@ -347,6 +386,8 @@ where
             receipts,
         },
         states,
+        fees,
+        beneficiary: block.block_env.beneficiary,
         stats: Stats {
             executions: shared.executions.into_inner(),
             validations: shared.validations.into_inner(),

@@ -26,6 +26,9 @@ pub enum Location {
     StorageReset(Address),
     /// A storage slot.
     Slot(Address, U256),
+    /// The fee transaction `i` owes the beneficiary, paid in block order at the end. Read only
+    /// by transactions that read the beneficiary's account.
+    Fee(usize),
 }
 
 /// A value written to a location.
@@ -37,6 +40,8 @@ pub enum Value {
     StorageReset,
     /// A slot's value.
     Slot(U256),
+    /// A beneficiary fee.
+    Fee(U256),
 }
 
 /// Where a read got its value.

@@ -82,7 +82,7 @@ fn parallel_equals_sequential_on_every_shipped_block() {
             );
             total_aborts += parallel.stats.aborts;
             let mut state = base.clone();
-            parallel.commit_into(&mut state);
+            parallel.commit_into(&mut state).expect("commit");
             let got = snapshot(&state);
             if got != expected_state {
                 let diffs: Vec<String> = expected_state

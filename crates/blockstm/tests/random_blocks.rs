@@ -369,7 +369,7 @@ fn check(spec: &BlockSpec) -> Result<(), TestCaseError> {
                     threads
                 );
                 let mut state = base.clone();
-                parallel.commit_into(&mut state);
+                parallel.commit_into(&mut state).expect("commit");
                 prop_assert_eq!(
                     snapshot(&state),
                     expected_state.clone(),

@@ -260,6 +260,36 @@ impl<DB: Database> PlainEvm<DB> {
         }
     }
 
+    /// Executes one transaction like [`Self::transact`] but leaves the beneficiary unpaid, and
+    /// returns the fee it would have received. A parallel executor credits the fees in block
+    /// order afterwards, so that transactions do not all conflict on the beneficiary's
+    /// balance.
+    pub fn transact_deferring_reward(
+        &mut self,
+        tx: TxEnv,
+    ) -> Result<
+        (
+            revm::context::result::ResultAndState,
+            alloy_primitives::U256,
+        ),
+        EVMError<DB::Error, InvalidTransaction>,
+    > {
+        use revm::context_interface::ContextSetters;
+        use revm::handler::Handler;
+        self.evm.ctx.set_tx(tx);
+        let mut handler = DeferredReward {
+            fee: std::cell::Cell::new(alloy_primitives::U256::ZERO),
+            _db: std::marker::PhantomData,
+        };
+        let result = handler.run(&mut self.evm);
+        let state = self.evm.ctx.journal_mut().finalize();
+        let result = result?;
+        Ok((
+            revm::context::result::ResultAndState::new(result, state),
+            handler.fee.get(),
+        ))
+    }
+
     /// Executes one transaction and returns its result and state changes without committing
     /// them: how a parallel executor runs a transaction against its own view of state.
     pub fn transact(
@@ -294,6 +324,44 @@ where
         let outcome = self.evm.transact(tx)?;
         self.evm.ctx.db_mut().commit(outcome.state);
         Ok(outcome.result)
+    }
+}
+
+/// revm's mainnet handler, except that the beneficiary's fee is computed as revm computes it
+/// and kept instead of paid.
+struct DeferredReward<DB: Database> {
+    fee: std::cell::Cell<alloy_primitives::U256>,
+    _db: std::marker::PhantomData<DB>,
+}
+
+impl<DB: Database> revm::handler::Handler for DeferredReward<DB> {
+    type Evm = MainnetEvm<BlockContext<DB>>;
+    type Error = EVMError<DB::Error, InvalidTransaction>;
+    type HaltReason = revm::context::result::HaltReason;
+
+    fn reward_beneficiary(
+        &self,
+        evm: &mut Self::Evm,
+        exec_result: &mut revm::handler::FrameResult,
+    ) -> Result<(), Self::Error> {
+        use revm::context_interface::{Block, Cfg, Transaction};
+        let ctx = &evm.ctx;
+        if ctx.cfg.is_fee_charge_disabled() {
+            return Ok(());
+        }
+        let basefee = ctx.block.basefee() as u128;
+        let effective_gas_price = ctx.tx.effective_gas_price(basefee);
+        let coinbase_gas_price = if ctx.cfg.spec().is_enabled_in(SpecId::LONDON) {
+            effective_gas_price.saturating_sub(basefee)
+        } else {
+            effective_gas_price
+        };
+        let gas = exec_result.gas();
+        let used = gas.used().saturating_sub(gas.reservoir());
+        self.fee.set(alloy_primitives::U256::from(
+            coinbase_gas_price * used as u128,
+        ));
+        Ok(())
     }
 }
 
