@@ -7,5 +7,18 @@
 
 #![warn(missing_docs)]
 
+pub mod blockstm;
 pub mod storage;
 pub mod zipf;
+
+/// `../shared/data/<rest>` from the working directory, or else from the checkout this binary
+/// was built from.
+pub fn shared_data(rest: &str) -> std::path::PathBuf {
+    let relative = std::path::PathBuf::from("../shared/data").join(rest);
+    if relative.exists() {
+        return relative;
+    }
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(rest)
+}

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use eyre::Result;
-use gigas_bench::storage;
+use gigas_bench::{blockstm, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -18,6 +18,10 @@ enum Command {
     /// Vilmo against MDBX: durable key-values per second, memory and disk as the store grows
     /// (10 million keys and 100 Zipf update batches by default; several minutes).
     Storage(storage::StorageArgs),
+    /// Block-STM against sequential execution on mainnet blocks and generated workloads
+    /// (independent, Zipf and ERC-20 transfers, a dependent chain); checks parallel ==
+    /// sequential on every block.
+    Blockstm(blockstm::BlockstmArgs),
 }
 
 fn main() -> Result<()> {
@@ -31,6 +35,9 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Storage(args) => {
             storage::run(&args)?;
+        }
+        Command::Blockstm(args) => {
+            blockstm::run(&args)?;
         }
     }
     Ok(())
