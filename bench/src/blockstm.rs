@@ -35,7 +35,11 @@ pub struct BlockstmArgs {
     #[arg(long, value_name = "DIR")]
     pub blocks: Option<PathBuf>,
     /// Workloads to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "mainnet,independent,zipf,erc20,dependent")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "mainnet,independent,zipf,erc20,dependent"
+    )]
     pub workloads: Vec<Workload>,
     /// Thread counts for the parallel runs, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
@@ -151,7 +155,11 @@ fn block_of(txs: Vec<TxEnv>) -> Result<PreparedBlock> {
         prevrandao: Some(B256::with_last_byte(1)),
         ..Default::default()
     };
-    Ok(PreparedBlock::synthetic(&ChainSpec::mainnet(), block_env, txs))
+    Ok(PreparedBlock::synthetic(
+        &ChainSpec::mainnet(),
+        block_env,
+        txs,
+    ))
 }
 
 fn transfer(from: Address, to: Address, nonce: u64) -> TxEnv {
@@ -276,7 +284,10 @@ fn weth_code(blocks_dir: &Path) -> Result<Bytes> {
             }
         }
     }
-    Err(eyre!("no fixture in {} holds WETH9's code", blocks_dir.display()))
+    Err(eyre!(
+        "no fixture in {} holds WETH9's code",
+        blocks_dir.display()
+    ))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -288,7 +299,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn measure(workload: Workload, items: &[Item], args: &BlockstmArgs, bar: &ProgressBar) -> Result<WorkloadResult> {
+fn measure(
+    workload: Workload,
+    items: &[Item],
+    args: &BlockstmArgs,
+    bar: &ProgressBar,
+) -> Result<WorkloadResult> {
     let txs: usize = items.iter().map(|(b, _)| b.txs.len()).sum();
     let mut gas = 0u64;
     let mut seq_runs = Vec::new();
@@ -326,7 +342,9 @@ fn measure(workload: Workload, items: &[Item], args: &BlockstmArgs, bar: &Progre
                 let parallel = execute_block_parallel(block, base, threads)?;
                 let stats = parallel.stats;
                 let outcome = parallel.outcome.clone();
-                parallel.commit_into(&mut state).map_err(|e| eyre!("commit: {e:?}"))?;
+                parallel
+                    .commit_into(&mut state)
+                    .map_err(|e| eyre!("commit: {e:?}"))?;
                 let elapsed = started.elapsed().as_secs_f64();
                 if outcome != expected {
                     return Err(eyre!(
@@ -390,13 +408,29 @@ fn measure(workload: Workload, items: &[Item], args: &BlockstmArgs, bar: &Progre
 /// Runs the benchmark and writes the report.
 pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
     let machine = Machine::current();
-    let build_profile = if cfg!(debug_assertions) { "debug" } else { "release" };
-    let blocks_dir = args.blocks.clone().unwrap_or_else(|| crate::shared_data("mainnet"));
+    let build_profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let blocks_dir = args
+        .blocks
+        .clone()
+        .unwrap_or_else(|| crate::shared_data("mainnet"));
     println!("gigas-bench blockstm configuration");
-    println!("  workloads : {:?}; {} txs per synthetic block; Zipf over {} accounts; seed {}", args.workloads, args.txs, args.accounts, args.seed);
-    println!("  threads   : {:?}; {} repeats, medians; sequential and parallel alternate per block", args.threads, args.repeats);
+    println!(
+        "  workloads : {:?}; {} txs per synthetic block; Zipf over {} accounts; seed {}",
+        args.workloads, args.txs, args.accounts, args.seed
+    );
+    println!(
+        "  threads   : {:?}; {} repeats, medians; sequential and parallel alternate per block",
+        args.threads, args.repeats
+    );
     println!("  blocks    : {}", blocks_dir.display());
-    println!("  build     : {build_profile}; machine: {}", machine.describe());
+    println!(
+        "  build     : {build_profile}; machine: {}",
+        machine.describe()
+    );
 
     let bar = ProgressBar::new((args.workloads.len() * args.repeats) as u64);
     bar.set_style(
@@ -434,12 +468,19 @@ pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
         build_profile,
         workloads: results,
     };
-    std::fs::create_dir_all(&args.out).wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
-    std::fs::write(args.out.join("blockstm.json"), serde_json::to_string_pretty(&report)?)?;
+    std::fs::create_dir_all(&args.out)
+        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
+    std::fs::write(
+        args.out.join("blockstm.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
     let md = markdown(&report);
     std::fs::write(args.out.join("blockstm.md"), &md)?;
     println!("{md}");
-    println!("report written to {}/ (blockstm.md, blockstm.json)", args.out.display());
+    println!(
+        "report written to {}/ (blockstm.md, blockstm.json)",
+        args.out.display()
+    );
     Ok(report)
 }
 
@@ -447,7 +488,12 @@ pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
 pub fn markdown(r: &BlockstmReport) -> String {
     use std::fmt::Write as _;
     let mut md = String::from("# Block-STM against sequential execution\n\n");
-    let _ = writeln!(md, "- machine: {}; build: {}\n", r.machine.describe(), r.build_profile);
+    let _ = writeln!(
+        md,
+        "- machine: {}; build: {}\n",
+        r.machine.describe(),
+        r.build_profile
+    );
     let _ = writeln!(md, "| workload | blocks | txs | Mgas | sequential ms | threads | parallel ms | speed-up | Mgas/s | executions/tx | validations/tx |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for w in &r.workloads {
         for p in &w.parallel {
@@ -470,7 +516,11 @@ pub fn markdown(r: &BlockstmReport) -> String {
     }
     for w in &r.workloads {
         if let Some((block, s)) = w.worst_block_speedup {
-            let _ = writeln!(md, "\n- {:?}: slowest block relative to sequential: {block} at {s:.2}x", w.workload);
+            let _ = writeln!(
+                md,
+                "\n- {:?}: slowest block relative to sequential: {block} at {s:.2}x",
+                w.workload
+            );
         }
     }
     md

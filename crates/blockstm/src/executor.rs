@@ -80,6 +80,8 @@ struct MvDb<'a, B> {
     beneficiary: Address,
     idx: usize,
     reads: Vec<Read>,
+    /// Accounts as this transaction read them, to leave unchanged ones out of its writes.
+    read_accounts: HashMap<Address, AccountInfo>,
 }
 
 impl<B: DatabaseRef> MvDb<'_, B>
@@ -123,6 +125,9 @@ where
             ),
         };
         if address != self.beneficiary {
+            if let Some(info) = &info {
+                self.read_accounts.insert(address, info.clone());
+            }
             return Ok(info);
         }
         // The beneficiary's balance includes every earlier transaction's fee; fees are paid
@@ -185,7 +190,11 @@ where
 
 /// The locations a transaction's state changes write, as later transactions must see them
 /// (the same view `CacheDB::commit` gives a sequential run).
-fn write_set(state: &EvmState, codes: &Mutex<HashMap<B256, Bytecode>>) -> Vec<(Location, Value)> {
+fn write_set(
+    state: &EvmState,
+    read_accounts: &HashMap<Address, AccountInfo>,
+    codes: &Mutex<HashMap<B256, Bytecode>>,
+) -> Vec<(Location, Value)> {
     let mut writes = Vec::new();
     for (address, account) in state {
         if !account.is_touched() {
@@ -205,10 +214,20 @@ fn write_set(state: &EvmState, codes: &Mutex<HashMap<B256, Bytecode>>) -> Vec<(L
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(account.info.code_hash, code.clone());
         }
-        writes.push((
-            Location::Account(*address),
-            Value::Account(Some(account.info.clone())),
-        ));
+        // A touched account that existed and did not change (a contract called without
+        // value) reads the same afterwards: writing it would make every caller conflict.
+        let unchanged = !account.is_created()
+            && read_accounts.get(address).is_some_and(|read| {
+                read.balance == account.info.balance
+                    && read.nonce == account.info.nonce
+                    && read.code_hash == account.info.code_hash
+            });
+        if !unchanged {
+            writes.push((
+                Location::Account(*address),
+                Value::Account(Some(account.info.clone())),
+            ));
+        }
         for (slot, value) in &account.storage {
             if value.is_changed() {
                 writes.push((
@@ -243,19 +262,19 @@ impl<B: DatabaseRef + Sync> Shared<'_, B>
 where
     B::Error: fmt::Display,
 {
-    fn execute(&self, (idx, incarnation): Version) -> Option<Task> {
+    fn execute(
+        &self,
+        evm: &mut PlainEvm<MvDb<'_, B>>,
+        (idx, incarnation): Version,
+    ) -> Option<Task> {
         loop {
-            let db = MvDb {
-                mv: &self.mv,
-                base: self.base,
-                codes: &self.codes,
-                beneficiary: self.block.block_env.beneficiary,
-                idx,
-                reads: Vec::new(),
-            };
-            let mut evm = PlainEvm::new(db, self.block);
+            let db = evm.db_mut();
+            db.idx = idx;
+            db.reads.clear();
+            db.read_accounts.clear();
             let result = evm.transact_deferring_reward(self.block.txs[idx].env.clone());
-            let db = evm.into_db();
+            let reads = std::mem::take(&mut evm.db_mut().reads);
+            let read_accounts = std::mem::take(&mut evm.db_mut().read_accounts);
             let (output, writes) = match result {
                 Err(EVMError::Database(MvError::Blocked(blocking))) => {
                     self.waits.fetch_add(1, Ordering::Relaxed);
@@ -269,7 +288,7 @@ where
                 // validation decides whether the view was right.
                 Err(e) => (TxOutput::Invalid(e.to_string()), Vec::new()),
                 Ok((done, fee)) => {
-                    let mut writes = write_set(&done.state, &self.codes);
+                    let mut writes = write_set(&done.state, &read_accounts, &self.codes);
                     writes.push((Location::Fee(idx), Value::Fee(fee)));
                     (TxOutput::Done(done.result, done.state, fee), writes)
                 }
@@ -278,7 +297,7 @@ where
             *self.outputs[idx]
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(output);
-            let wrote_new = self.mv.record((idx, incarnation), db.reads, writes);
+            let wrote_new = self.mv.record((idx, incarnation), reads, writes);
             return self.scheduler.finish_execution(idx, incarnation, wrote_new);
         }
     }
@@ -295,6 +314,20 @@ where
     }
 
     fn work(&self) {
+        // One EVM per worker, its database pointed at each transaction in turn: building an
+        // EVM (instruction table, frame stack) costs more than a simple transfer.
+        let mut evm = PlainEvm::new(
+            MvDb {
+                mv: &self.mv,
+                base: self.base,
+                codes: &self.codes,
+                beneficiary: self.block.block_env.beneficiary,
+                idx: 0,
+                reads: Vec::new(),
+                read_accounts: HashMap::new(),
+            },
+            self.block,
+        );
         let mut task = None;
         loop {
             let next = match task.take() {
@@ -303,7 +336,7 @@ where
             };
             let Some(next) = next else { return };
             task = match next {
-                Task::Execute(version) => self.execute(version),
+                Task::Execute(version) => self.execute(&mut evm, version),
                 Task::Validate(version) => self.validate(version),
             };
         }

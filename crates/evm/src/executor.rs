@@ -305,6 +305,12 @@ impl<DB: Database> PlainEvm<DB> {
         &self.evm.ctx.journaled_state.database
     }
 
+    /// The database, to change between transactions (a parallel executor reuses one EVM per
+    /// worker and points its database at each transaction in turn).
+    pub fn db_mut(&mut self) -> &mut DB {
+        &mut self.evm.ctx.journaled_state.database
+    }
+
     /// Gives the database back.
     pub fn into_db(self) -> DB {
         self.evm.ctx.journaled_state.database
