@@ -88,6 +88,8 @@ pub struct MvMemory {
     hasher: foldhash::fast::RandomState,
     last_writes: Vec<Mutex<Vec<Location>>>,
     last_reads: Vec<Mutex<Vec<Read>>>,
+    /// `Fee(i)` is written only by transaction `i`: a slot per transaction, no hashing.
+    fees: Vec<Mutex<Option<Entry>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,6 +106,14 @@ impl MvMemory {
             hasher: foldhash::fast::RandomState::default(),
             last_writes: (0..len).map(|_| Mutex::new(Vec::new())).collect(),
             last_reads: (0..len).map(|_| Mutex::new(Vec::new())).collect(),
+            fees: (0..len).map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    fn fee_slot(&self, location: &Location) -> Option<&Mutex<Option<Entry>>> {
+        match location {
+            Location::Fee(j) => self.fees.get(*j),
+            _ => None,
         }
     }
 
@@ -113,6 +123,18 @@ impl MvMemory {
 
     /// The value of `location` as transaction `idx` sees it.
     pub fn read(&self, location: &Location, idx: usize) -> ReadResult {
+        if let Location::Fee(j) = *location {
+            if j >= idx {
+                return ReadResult::NotFound;
+            }
+            return match self.fees.get(j).map(|f| lock(f).clone()) {
+                None | Some(None) => ReadResult::NotFound,
+                Some(Some(Entry::Estimate)) => ReadResult::Estimate(j),
+                Some(Some(Entry::Written(incarnation, value))) => {
+                    ReadResult::Value((j, incarnation), value)
+                }
+            };
+        }
         let shard = lock(self.shard(location));
         let Some(versions) = shard.get(location) else {
             return ReadResult::NotFound;
@@ -147,6 +169,11 @@ impl MvMemory {
                 None => wrote_new = true,
             }
             let entry = Entry::Written(incarnation, value);
+            if let Some(slot) = self.fee_slot(&location) {
+                *lock(slot) = Some(entry);
+                locations.push(location);
+                continue;
+            }
             {
                 let mut shard = lock(self.shard(&location));
                 let versions = shard.entry(location.clone()).or_default();
@@ -159,6 +186,10 @@ impl MvMemory {
         }
         // Locations the previous incarnation wrote and this one did not.
         for stale in previous {
+            if let Some(slot) = self.fee_slot(&stale) {
+                *lock(slot) = None;
+                continue;
+            }
             if let Some(versions) = lock(self.shard(&stale)).get_mut(&stale) {
                 if let Ok(i) = versions.binary_search_by_key(&idx, |(writer, _)| *writer) {
                     versions.remove(i);
@@ -174,6 +205,10 @@ impl MvMemory {
     /// the next incarnation instead of using values that are likely to change.
     pub fn convert_writes_to_estimates(&self, idx: usize) {
         for location in lock(&self.last_writes[idx]).iter() {
+            if let Some(slot) = self.fee_slot(location) {
+                *lock(slot) = Some(Entry::Estimate);
+                continue;
+            }
             if let Some(versions) = lock(self.shard(location)).get_mut(location) {
                 if let Ok(i) = versions.binary_search_by_key(&idx, |(writer, _)| *writer) {
                     versions[i].1 = Entry::Estimate;
@@ -185,12 +220,32 @@ impl MvMemory {
     /// Whether every read of transaction `idx` would still find the same origin.
     pub fn validate_read_set(&self, idx: usize) -> bool {
         let reads = lock(&self.last_reads[idx]);
-        reads.iter().all(
-            |(location, origin)| match (self.read(location, idx), origin) {
-                (ReadResult::NotFound, Origin::Base) => true,
-                (ReadResult::Value(version, _), Origin::Written(read)) => version == *read,
-                _ => false,
-            },
-        )
+        reads
+            .iter()
+            .all(|(location, origin)| self.origin(location, idx) == Some(*origin))
+    }
+
+    /// Where a read of `location` by `idx` would come from now; `None` for an ESTIMATE. Like
+    /// [`Self::read`] without cloning the value.
+    fn origin(&self, location: &Location, idx: usize) -> Option<Origin> {
+        if let Location::Fee(_) = location {
+            return match self.read(location, idx) {
+                ReadResult::NotFound => Some(Origin::Base),
+                ReadResult::Value(version, _) => Some(Origin::Written(version)),
+                ReadResult::Estimate(_) => None,
+            };
+        }
+        let shard = lock(self.shard(location));
+        let Some(versions) = shard.get(location) else {
+            return Some(Origin::Base);
+        };
+        let below = versions.partition_point(|(writer, _)| *writer < idx);
+        match below.checked_sub(1).map(|i| &versions[i]) {
+            None => Some(Origin::Base),
+            Some((_, Entry::Estimate)) => None,
+            Some((writer, Entry::Written(incarnation, _))) => {
+                Some(Origin::Written((*writer, *incarnation)))
+            }
+        }
     }
 }
