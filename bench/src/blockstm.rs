@@ -23,6 +23,7 @@ use gigas_primitives::ChainSpec;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::median;
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
 
 /// WETH9 on mainnet.
@@ -288,15 +289,6 @@ fn weth_code(blocks_dir: &Path) -> Result<Bytes> {
         "no fixture in {} holds WETH9's code",
         blocks_dir.display()
     ))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn measure(

@@ -22,3 +22,13 @@ pub fn shared_data(rest: &str) -> std::path::PathBuf {
         .join("../../shared/data")
         .join(rest)
 }
+
+/// The median of `values` (0 for none).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}

@@ -19,6 +19,7 @@ use signet_libmdbx::{
     DatabaseFlags, Environment, EnvironmentFlags, Geometry, Mode, SyncMode, WriteFlags,
 };
 
+use crate::median;
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
 
 /// Key length of the workload.
@@ -268,15 +269,6 @@ pub struct StorageReport {
     pub mdbx_disk_over_live: Option<f64>,
     /// Vilmo's rate over MDBX's, whole run.
     pub vilmo_over_mdbx: Option<f64>,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Runs the benchmark and writes the report.
