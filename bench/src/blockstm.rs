@@ -96,6 +96,47 @@ pub struct WorkloadResult {
     /// The slowest block relative to sequential (mainnet: speed-up of the worst block at the
     /// largest thread count).
     pub worst_block_speedup: Option<(u64, f64)>,
+    /// For workloads of several blocks: the threshold on transactions per block that minimises
+    /// the total time when smaller blocks run sequentially (the measured fallback policy), and
+    /// the speed-up over sequential that policy gives at the largest thread count.
+    pub fallback: Option<Fallback>,
+}
+
+/// The measured fallback threshold.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fallback {
+    /// Blocks with fewer transactions run sequentially.
+    pub min_parallel_txs: usize,
+    /// Sequential total over the policy's total.
+    pub speedup: f64,
+    /// Blocks the policy runs in parallel.
+    pub parallel_blocks: usize,
+}
+
+/// The threshold minimising total time, from per-block (transactions, sequential, parallel)
+/// medians.
+fn choose_fallback(blocks: &[(usize, f64, f64)]) -> Fallback {
+    let sequential: f64 = blocks.iter().map(|b| b.1).sum();
+    let mut candidates: Vec<usize> = blocks.iter().map(|b| b.0).collect();
+    candidates.push(usize::MAX);
+    candidates.sort_unstable();
+    candidates.dedup();
+    let mut best: Option<(usize, f64)> = None;
+    for t in candidates {
+        let total: f64 = blocks
+            .iter()
+            .map(|&(n, s, p)| if n < t { s } else { p })
+            .sum();
+        if best.is_none_or(|(_, b)| total < b) {
+            best = Some((t, total));
+        }
+    }
+    let (t, total) = best.unwrap_or((usize::MAX, sequential));
+    Fallback {
+        min_parallel_txs: t,
+        speedup: if total > 0.0 { sequential / total } else { 1.0 },
+        parallel_blocks: blocks.iter().filter(|b| b.0 >= t).count(),
+    }
 }
 
 /// One thread count.
@@ -386,6 +427,14 @@ fn measure(
                 .min_by(|a, b| a.1.total_cmp(&b.1))
         })
         .flatten();
+    let fallback = (items.len() > 1).then(|| {
+        let per: Vec<(usize, f64, f64)> = items
+            .iter()
+            .zip(&per_block)
+            .map(|((block, _), (s, p))| (block.txs.len(), median(s.clone()), median(p.clone())))
+            .collect();
+        choose_fallback(&per)
+    });
     Ok(WorkloadResult {
         workload,
         blocks: items.len(),
@@ -394,6 +443,7 @@ fn measure(
         sequential_s,
         parallel,
         worst_block_speedup,
+        fallback,
     })
 }
 
@@ -512,6 +562,21 @@ pub fn markdown(r: &BlockstmReport) -> String {
                 md,
                 "\n- {:?}: slowest block relative to sequential: {block} at {s:.2}x",
                 w.workload
+            );
+        }
+        if let Some(f) = &w.fallback {
+            let threshold = if f.min_parallel_txs == usize::MAX {
+                "run every block sequentially".to_string()
+            } else {
+                format!(
+                    "run blocks of at least {} transactions in parallel",
+                    f.min_parallel_txs
+                )
+            };
+            let _ = writeln!(
+                md,
+                "- {:?}: measured fallback: {threshold} ({} of {} blocks in parallel); the policy's speed-up over sequential: {:.2}x",
+                w.workload, f.parallel_blocks, w.blocks, f.speedup
             );
         }
     }

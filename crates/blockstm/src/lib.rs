@@ -20,6 +20,8 @@
 
 pub mod executor;
 pub mod mvmemory;
+pub mod policy;
 pub mod scheduler;
 
 pub use executor::{execute_block_parallel, ParallelOutcome, Stats};
+pub use policy::{execute_block_sequential, execute_block_with_policy, Metrics, Policy, Strategy};

@@ -109,3 +109,55 @@ fn parallel_equals_sequential_on_every_shipped_block() {
     // validation machinery must actually have been exercised.
     assert!(total_aborts > 0, "no incarnation was ever aborted");
 }
+
+#[test]
+fn policy_fallback_gives_the_sequential_outcome_and_counts_decisions() {
+    use gigas_blockstm::{execute_block_with_policy, Metrics, Policy, Strategy};
+    let fixtures = load_fixtures_dir(mainnet_dir()).expect("fixtures load");
+    let chain = ChainSpec::mainnet();
+    let metrics = Metrics::default();
+    // A threshold in the middle of the shipped block sizes exercises both strategies.
+    let policy = Policy {
+        min_parallel_txs: 150,
+    };
+    for fixture in &fixtures {
+        let block = PreparedBlock::from_fixture(fixture, &chain).expect("prepares");
+        let base = fixture.database();
+        let mut sequential = PlainEvm::new(base.clone(), &block);
+        let expected = execute_block(&mut sequential, &block).expect("sequential executes");
+        let (strategy, outcome) =
+            execute_block_with_policy(&block, &base, 2, &policy, &metrics).expect("executes");
+        let want = if block.txs.len() < 150 {
+            Strategy::Sequential
+        } else {
+            Strategy::Parallel(2)
+        };
+        assert_eq!(strategy, want, "block {}", block.number);
+        assert_eq!(
+            outcome.outcome, expected,
+            "block {} receipts via {strategy:?}",
+            block.number
+        );
+        let mut state = base.clone();
+        outcome.commit_into(&mut state).expect("commit");
+        assert!(
+            snapshot(&state) == snapshot(sequential.db()),
+            "block {} state via {strategy:?}",
+            block.number
+        );
+    }
+    let parallel = metrics.parallel_blocks.get();
+    let sequential = metrics.sequential_blocks.get();
+    assert_eq!(parallel + sequential, fixtures.len() as u64);
+    assert!(
+        parallel > 0 && sequential > 0,
+        "{parallel} parallel, {sequential} sequential"
+    );
+    assert_eq!(
+        Policy::default().choose(
+            &PreparedBlock::from_fixture(&fixtures[0], &chain).expect("prepares"),
+            1
+        ),
+        Strategy::Sequential
+    );
+}

@@ -1,0 +1,200 @@
+//! When to run a block in parallel, and the sequential path for when not to.
+//!
+//! Block-STM pays per transaction for its multi-version machinery and per block for starting
+//! workers. A block with few transactions, or run on one thread, is faster sequentially. The
+//! decision is a threshold on the transaction count, measured by `gigas-bench blockstm` (it
+//! reports, per mainnet block, sequential against parallel time, and the smallest block size
+//! from which parallel wins on the median); [`Policy::default`] holds the value measured on
+//! the reference machine. Every decision is counted in [`Metrics`].
+
+use std::fmt;
+
+use gigas_evm::receipts::TxReceipt;
+use gigas_evm::revm::database::CacheDB;
+use gigas_evm::revm::database_interface::{DatabaseCommit, DatabaseRef, WrapDatabaseRef};
+use gigas_evm::revm::state::EvmState;
+use gigas_evm::{BlockOutcome, ExecutionError, PlainEvm, PreparedBlock};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+
+use crate::executor::{execute_block_parallel, ParallelOutcome, Stats};
+
+/// How a block was executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// One transaction after another on plain revm.
+    Sequential,
+    /// Block-STM with this many workers.
+    Parallel(usize),
+}
+
+/// The threshold between the two strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Blocks with fewer transactions run sequentially.
+    pub min_parallel_txs: usize,
+}
+
+impl Default for Policy {
+    /// The threshold `gigas-bench blockstm` measured on the 2-core reference machine over the
+    /// 50 shipped mainnet blocks: with the executor as it stands, the total time is smallest
+    /// when no block runs in parallel, so the default is to run every block sequentially.
+    /// Re-measure and lower it as the executor gets faster.
+    fn default() -> Self {
+        Self {
+            min_parallel_txs: usize::MAX,
+        }
+    }
+}
+
+impl Policy {
+    /// The strategy for `block` with `threads` available.
+    pub fn choose(&self, block: &PreparedBlock, threads: usize) -> Strategy {
+        if threads <= 1 || block.txs.len() < self.min_parallel_txs {
+            Strategy::Sequential
+        } else {
+            Strategy::Parallel(threads)
+        }
+    }
+}
+
+/// Counters of the decisions, for the node's `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    /// Blocks executed in parallel.
+    pub parallel_blocks: Counter,
+    /// Blocks executed sequentially by the policy.
+    pub sequential_blocks: Counter,
+    /// Incarnations aborted by validation.
+    pub aborts: Counter,
+    /// Transactions executed more than once (executions minus transactions).
+    pub re_executions: Counter,
+}
+
+impl Metrics {
+    /// Registers the counters under `gigas_blockstm_*`.
+    pub fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("gigas_blockstm");
+        sub.register(
+            "parallel_blocks",
+            "Blocks executed with Block-STM",
+            self.parallel_blocks.clone(),
+        );
+        sub.register(
+            "sequential_blocks",
+            "Blocks the policy executed sequentially",
+            self.sequential_blocks.clone(),
+        );
+        sub.register(
+            "aborts",
+            "Incarnations aborted by validation",
+            self.aborts.clone(),
+        );
+        sub.register(
+            "re_executions",
+            "Executions beyond one per transaction",
+            self.re_executions.clone(),
+        );
+    }
+}
+
+/// Executes `block` over `base` as `policy` decides, counting the decision in `metrics`. Both
+/// strategies return the same outcome and per-transaction changes.
+pub fn execute_block_with_policy<B>(
+    block: &PreparedBlock,
+    base: &B,
+    threads: usize,
+    policy: &Policy,
+    metrics: &Metrics,
+) -> Result<(Strategy, ParallelOutcome), ExecutionError>
+where
+    B: DatabaseRef + Sync,
+    B::Error: fmt::Display,
+{
+    let strategy = policy.choose(block, threads);
+    let outcome = match strategy {
+        Strategy::Sequential => {
+            metrics.sequential_blocks.inc();
+            execute_block_sequential(block, base)?
+        }
+        Strategy::Parallel(threads) => {
+            metrics.parallel_blocks.inc();
+            let outcome = execute_block_parallel(block, base, threads)?;
+            metrics.aborts.inc_by(outcome.stats.aborts as u64);
+            metrics
+                .re_executions
+                .inc_by(outcome.stats.executions.saturating_sub(block.txs.len()) as u64);
+            outcome
+        }
+    };
+    Ok((strategy, outcome))
+}
+
+/// Executes `block` one transaction after another and returns what
+/// [`execute_block_parallel`] returns: each transaction's changes without the fee, and the fee.
+pub fn execute_block_sequential<B>(
+    block: &PreparedBlock,
+    base: &B,
+) -> Result<ParallelOutcome, ExecutionError>
+where
+    B: DatabaseRef,
+    B::Error: fmt::Display,
+{
+    let overlay = CacheDB::new(WrapDatabaseRef(base));
+    let mut evm = PlainEvm::new(overlay, block);
+    let beneficiary = block.block_env.beneficiary;
+    let mut receipts = Vec::with_capacity(block.txs.len());
+    let mut states: Vec<EvmState> = Vec::with_capacity(block.txs.len());
+    let mut fees = Vec::with_capacity(block.txs.len());
+    let mut cumulative_gas_used = 0u64;
+    for (index, tx) in block.txs.iter().enumerate() {
+        let (done, fee) = evm.transact_deferring_reward(tx.env.clone()).map_err(|e| {
+            ExecutionError::Transaction {
+                block: block.number,
+                index,
+                hash: tx.hash,
+                message: e.to_string(),
+            }
+        })?;
+        states.push(done.state.clone());
+        evm.db_mut().commit(done.state);
+        // Pay the fee now, as sequential execution does, so that later transactions see it.
+        let db = evm.db_mut();
+        let info = gigas_evm::revm::Database::basic(db, beneficiary)
+            .map_err(|e| ExecutionError::Transaction {
+                block: block.number,
+                index,
+                hash: tx.hash,
+                message: format!("reading the beneficiary: {e}"),
+            })?
+            .unwrap_or_default();
+        let mut account = gigas_evm::revm::state::Account::from(info);
+        account.info.balance = account.info.balance.saturating_add(fee);
+        account.mark_touch();
+        let mut reward = EvmState::default();
+        reward.insert(beneficiary, account);
+        db.commit(reward);
+        fees.push(fee);
+        cumulative_gas_used += done.result.tx_gas_used();
+        let success = done.result.is_success();
+        receipts.push(TxReceipt {
+            tx_type: tx.tx_type,
+            success,
+            cumulative_gas_used,
+            logs: done.result.into_logs(),
+        });
+    }
+    Ok(ParallelOutcome {
+        outcome: BlockOutcome {
+            number: block.number,
+            receipts,
+        },
+        states,
+        fees,
+        beneficiary,
+        stats: Stats {
+            executions: block.txs.len(),
+            ..Stats::default()
+        },
+    })
+}
