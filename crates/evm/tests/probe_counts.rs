@@ -83,3 +83,21 @@ fn precompile_calls_are_counted() {
     assert_eq!(probed.probe().counts[STATICCALL as usize], 1);
     assert_eq!(probed.probe().counts[PUSH1 as usize], 5);
 }
+
+#[test]
+fn phases_are_published_around_transactions() {
+    use gigas_evm::probe::{ActivityCell, Phase};
+    use std::sync::Arc;
+    let (block, db) = block_calling(loop_program(3));
+    let cell = Arc::new(ActivityCell::default());
+    assert_eq!(cell.get(), Phase::Idle as u16);
+    let mut probed = ProbedEvm::new(db, &block, Probe::new(Arc::clone(&cell)));
+    execute_block(&mut probed, &block).expect("executes");
+    // After a transaction is committed the probe marks the block loop, not the last opcode.
+    assert_eq!(cell.get(), Phase::BlockLoop as u16);
+    assert_eq!(
+        Phase::from_activity(Phase::Commit as u16),
+        Some(Phase::Commit)
+    );
+    assert_eq!(Phase::from_activity(SSTORE as u16), None);
+}
