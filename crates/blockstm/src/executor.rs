@@ -65,15 +65,24 @@ impl ParallelOutcome {
         for state in self.states {
             db.commit(state);
         }
-        let mut account =
-            revm::state::Account::from(db.basic(self.beneficiary)?.unwrap_or_default());
-        account.info.balance = account.info.balance.saturating_add(unpaid);
-        account.mark_touch();
-        let mut reward = EvmState::default();
-        reward.insert(self.beneficiary, account);
-        db.commit(reward);
-        Ok(())
+        pay_beneficiary(db, self.beneficiary, unpaid)
     }
+}
+
+/// Credits `amount` to `beneficiary` in `db` and marks it touched, as revm's reward does at
+/// the end of a transaction (a zero reward still touches the account).
+pub(crate) fn pay_beneficiary<DB: Database + DatabaseCommit>(
+    db: &mut DB,
+    beneficiary: Address,
+    amount: U256,
+) -> Result<(), DB::Error> {
+    let mut account = revm::state::Account::from(db.basic(beneficiary)?.unwrap_or_default());
+    account.info.balance = account.info.balance.saturating_add(amount);
+    account.mark_touch();
+    let mut reward = EvmState::default();
+    reward.insert(beneficiary, account);
+    db.commit(reward);
+    Ok(())
 }
 
 /// Why a read could not complete.
@@ -402,14 +411,11 @@ where
         match output {
             Some(TxOutput::Done(result, state, fee)) => {
                 fees.push(fee);
-                cumulative_gas_used += result.tx_gas_used();
-                let success = result.is_success();
-                receipts.push(TxReceipt {
-                    tx_type: tx.tx_type,
-                    success,
-                    cumulative_gas_used,
-                    logs: result.into_logs(),
-                });
+                receipts.push(TxReceipt::after(
+                    tx.tx_type,
+                    result,
+                    &mut cumulative_gas_used,
+                ));
                 states.push(state);
             }
             Some(TxOutput::Invalid(message)) => {

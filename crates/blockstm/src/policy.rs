@@ -17,7 +17,7 @@ use gigas_evm::{BlockOutcome, ExecutionError, PlainEvm, PreparedBlock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
-use crate::executor::{execute_block_parallel, ParallelOutcome, Stats};
+use crate::executor::{execute_block_parallel, pay_beneficiary, ParallelOutcome, Stats};
 
 /// How a block was executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,30 +159,20 @@ where
         states.push(done.state.clone());
         evm.db_mut().commit(done.state);
         // Pay the fee now, as sequential execution does, so that later transactions see it.
-        let db = evm.db_mut();
-        let info = gigas_evm::revm::Database::basic(db, beneficiary)
-            .map_err(|e| ExecutionError::Transaction {
+        pay_beneficiary(evm.db_mut(), beneficiary, fee).map_err(|e| {
+            ExecutionError::Transaction {
                 block: block.number,
                 index,
                 hash: tx.hash,
-                message: format!("reading the beneficiary: {e}"),
-            })?
-            .unwrap_or_default();
-        let mut account = gigas_evm::revm::state::Account::from(info);
-        account.info.balance = account.info.balance.saturating_add(fee);
-        account.mark_touch();
-        let mut reward = EvmState::default();
-        reward.insert(beneficiary, account);
-        db.commit(reward);
+                message: format!("paying the beneficiary: {e}"),
+            }
+        })?;
         fees.push(fee);
-        cumulative_gas_used += done.result.tx_gas_used();
-        let success = done.result.is_success();
-        receipts.push(TxReceipt {
-            tx_type: tx.tx_type,
-            success,
-            cumulative_gas_used,
-            logs: done.result.into_logs(),
-        });
+        receipts.push(TxReceipt::after(
+            tx.tx_type,
+            done.result,
+            &mut cumulative_gas_used,
+        ));
     }
     Ok(ParallelOutcome {
         outcome: BlockOutcome {

@@ -215,15 +215,11 @@ pub fn execute_block<E: BlockEvm>(
                     hash: tx.hash,
                     message: e.to_string(),
                 })?;
-        cumulative_gas_used += result.tx_gas_used();
-        let success = result.is_success();
-        let logs = result.into_logs();
-        receipts.push(TxReceipt {
-            tx_type: tx.tx_type,
-            success,
-            cumulative_gas_used,
-            logs,
-        });
+        receipts.push(TxReceipt::after(
+            tx.tx_type,
+            result,
+            &mut cumulative_gas_used,
+        ));
     }
     Ok(BlockOutcome {
         number: block.number,

@@ -21,6 +21,22 @@ pub struct TxReceipt {
 }
 
 impl TxReceipt {
+    /// The receipt of a transaction that ended with `result`, after the block had used
+    /// `cumulative_gas_used` gas before it; adds the transaction's gas to that counter.
+    pub fn after(
+        tx_type: TxType,
+        result: revm::context::result::ExecutionResult,
+        cumulative_gas_used: &mut u64,
+    ) -> Self {
+        *cumulative_gas_used += result.tx_gas_used();
+        Self {
+            tx_type,
+            success: result.is_success(),
+            cumulative_gas_used: *cumulative_gas_used,
+            logs: result.into_logs(),
+        }
+    }
+
     /// The consensus receipt envelope, bloom included.
     pub fn envelope(&self) -> ReceiptEnvelope {
         let receipt = Receipt {
