@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use alloy_primitives::{address, keccak256, Address, Bytes, B256, U256};
 use eyre::{eyre, Context, Result};
-use gigas_blockstm::execute_block_parallel;
+use gigas_blockstm::ParallelExecutor;
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
@@ -346,6 +346,13 @@ fn measure(
     let mut validations = vec![0usize; args.threads.len()];
     // Per block: sequential and largest-thread-count times, for the worst block.
     let mut per_block: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); items.len()];
+    // One executor per thread count for the whole run, as a sequencer keeps one: its memory
+    // is reused from block to block.
+    let mut executors: Vec<ParallelExecutor> = args
+        .threads
+        .iter()
+        .map(|&t| ParallelExecutor::new(t))
+        .collect();
     for r in 0..args.repeats {
         let mut seq_total = 0.0;
         let mut par_total = vec![0.0; args.threads.len()];
@@ -372,12 +379,7 @@ fn measure(
                 let threads = args.threads[t];
                 let mut state = base.clone();
                 let started = Instant::now();
-                let parallel = execute_block_parallel(block, base, threads)?;
-                let stats = parallel.stats;
-                let outcome = parallel.outcome.clone();
-                parallel
-                    .commit_into(&mut state)
-                    .map_err(|e| eyre!("commit: {e:?}"))?;
+                let (outcome, stats) = executors[t].execute_into(block, base, &mut state)?;
                 let elapsed = started.elapsed().as_secs_f64();
                 if outcome != expected {
                     return Err(eyre!(

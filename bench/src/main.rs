@@ -2,6 +2,14 @@
 //! workload with a fixed seed, and writes JSON, Markdown and SVG to `reports/`.
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc keeps freed pages for reuse instead of returning them to the kernel at once, as
+/// the system allocator does when the top of its heap is free: a block executor allocates and
+/// frees the same tens of megabytes per block, and with the system allocator every block pays
+/// the page faults again. Both sides of every comparison run in this process, on this
+/// allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
 use gigas_bench::{blockstm, storage};
 

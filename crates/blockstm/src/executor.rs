@@ -26,6 +26,9 @@ pub struct Stats {
     pub aborts: usize,
     /// Executions that stopped on an ESTIMATE and waited for another transaction.
     pub waits: usize,
+    /// Times the in-order committer found the next transaction's reads out of date and left
+    /// it for later.
+    pub commit_checks_failed: usize,
 }
 
 /// A block executed in parallel: the same outcome as sequential execution, and each
@@ -104,8 +107,9 @@ struct MvDb<'a, B> {
     beneficiary: Address,
     idx: usize,
     reads: Vec<Read>,
-    /// Accounts as this transaction read them, to leave unchanged ones out of its writes.
-    read_accounts: HashMap<Address, AccountInfo>,
+    /// Accounts as this transaction read them (balance, nonce, code hash), to leave unchanged
+    /// ones out of its writes. A handful per transaction: a vector beats a map.
+    read_accounts: Vec<(Address, U256, u64, B256)>,
 }
 
 impl<B: DatabaseRef> MvDb<'_, B>
@@ -150,7 +154,8 @@ where
         };
         if address != self.beneficiary {
             if let Some(info) = &info {
-                self.read_accounts.insert(address, info.clone());
+                self.read_accounts
+                    .push((address, info.balance, info.nonce, info.code_hash));
             }
             return Ok(info);
         }
@@ -212,14 +217,14 @@ where
     }
 }
 
-/// The locations a transaction's state changes write, as later transactions must see them
-/// (the same view `CacheDB::commit` gives a sequential run).
+/// Appends to `writes` the locations a transaction's state changes write, as later
+/// transactions must see them (the same view `CacheDB::commit` gives a sequential run).
 fn write_set(
     state: &EvmState,
-    read_accounts: &HashMap<Address, AccountInfo>,
+    read_accounts: &[(Address, U256, u64, B256)],
     codes: &Mutex<HashMap<B256, Bytecode>>,
-) -> Vec<(Location, Value)> {
-    let mut writes = Vec::new();
+    writes: &mut Vec<(Location, Value)>,
+) {
     for (address, account) in state {
         if !account.is_touched() {
             continue;
@@ -232,24 +237,30 @@ fn write_set(
         if account.is_created() {
             writes.push((Location::StorageReset(*address), Value::StorageReset));
         }
-        if let Some(code) = &account.info.code {
-            codes
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(account.info.code_hash, code.clone());
+        let read = read_accounts
+            .iter()
+            .find(|(a, ..)| a == address)
+            .map(|&(_, balance, nonce, code_hash)| (balance, nonce, code_hash));
+        let info = &account.info;
+        // Code is published by hash only when it is new to this account (created, or an
+        // EIP-7702 delegation set): calls into existing contracts take no lock here.
+        if let Some(code) = &info.code {
+            if account.is_created() || read.is_none_or(|(_, _, hash)| hash != info.code_hash) {
+                codes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(info.code_hash)
+                    .or_insert_with(|| code.clone());
+            }
         }
         // A touched account that existed and did not change (a contract called without
         // value) reads the same afterwards: writing it would make every caller conflict.
-        let unchanged = !account.is_created()
-            && read_accounts.get(address).is_some_and(|read| {
-                read.balance == account.info.balance
-                    && read.nonce == account.info.nonce
-                    && read.code_hash == account.info.code_hash
-            });
+        let unchanged =
+            !account.is_created() && read == Some((info.balance, info.nonce, info.code_hash));
         if !unchanged {
             writes.push((
                 Location::Account(*address),
-                Value::Account(Some(account.info.clone())),
+                Value::Account(Some(info.copy_without_code())),
             ));
         }
         for (slot, value) in &account.storage {
@@ -261,7 +272,6 @@ fn write_set(
             }
         }
     }
-    writes
 }
 
 enum TxOutput {
@@ -269,37 +279,118 @@ enum TxOutput {
     Invalid(String),
 }
 
-struct Shared<'a, B> {
+/// Where final transactions go, in block order, while later ones still execute.
+trait Sink: Send {
+    /// Transaction `index` is final: its state changes (without its fee) and its fee.
+    fn accept(&mut self, index: usize, state: EvmState, fee: U256) -> Result<(), String>;
+}
+
+/// Keeps every transaction's changes, for [`ParallelOutcome`].
+#[derive(Default)]
+struct Collect {
+    states: Vec<EvmState>,
+    fees: Vec<U256>,
+}
+
+impl Sink for Collect {
+    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) -> Result<(), String> {
+        self.states.push(state);
+        self.fees.push(fee);
+        Ok(())
+    }
+}
+
+/// Commits each transaction into a database as soon as it is final, so that committing
+/// overlaps execution and a transaction's changes are freed early.
+struct CommitInto<'a, DB> {
+    db: &'a mut DB,
+    beneficiary: Address,
+    /// Fees since the last transaction that wrote the beneficiary itself (whose write already
+    /// holds every fee before it), credited once at the end.
+    unpaid: U256,
+}
+
+impl<DB> Sink for CommitInto<'_, DB>
+where
+    DB: DatabaseCommit + Send,
+{
+    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) -> Result<(), String> {
+        if state.get(&self.beneficiary).is_some_and(|a| a.is_touched()) {
+            self.unpaid = U256::ZERO;
+        }
+        self.unpaid = self.unpaid.saturating_add(fee);
+        self.db.commit(state);
+        Ok(())
+    }
+}
+
+/// The in-order commit of final transactions. Whoever holds it commits; others go on.
+struct Committer<'s> {
+    /// The next transaction to commit.
+    next: usize,
+    cumulative_gas_used: u64,
+    receipts: Vec<TxReceipt>,
+    sink: &'s mut dyn Sink,
+    error: Option<ExecutionError>,
+}
+
+/// Each transaction's latest output and the incarnation that produced it.
+type OutputSlot = Mutex<Option<(usize, TxOutput)>>;
+
+struct Shared<'a, 's, B> {
     block: &'a PreparedBlock,
     base: &'a B,
     scheduler: Scheduler,
-    mv: MvMemory,
+    mv: &'a MvMemory,
     codes: Mutex<HashMap<B256, Bytecode>>,
-    outputs: Vec<Mutex<Option<TxOutput>>>,
+    outputs: &'a [OutputSlot],
+    committer: Mutex<Committer<'s>>,
+    /// How many transactions are committed (final), published by the committer.
+    committed: AtomicUsize,
+    /// Per transaction, `incarnation + 1` if that incarnation began executing when every
+    /// transaction before it was already committed: it read only final values, so it needs
+    /// no validation (0 otherwise).
+    final_reads: Box<[AtomicUsize]>,
+    /// Per transaction, the latest earlier transaction from the same sender: it certainly
+    /// writes the account (nonce, balance) this one reads first, so this one waits for it
+    /// instead of executing early and being aborted.
+    same_sender: Vec<Option<usize>>,
     executions: AtomicUsize,
     validations: AtomicUsize,
     aborts: AtomicUsize,
     waits: AtomicUsize,
+    commit_checks_failed: AtomicUsize,
 }
 
-impl<B: DatabaseRef + Sync> Shared<'_, B>
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<B: DatabaseRef + Sync> Shared<'_, '_, B>
 where
     B::Error: fmt::Display,
 {
     fn execute(
         &self,
         evm: &mut PlainEvm<MvDb<'_, B>>,
+        writes: &mut Vec<(Location, Value)>,
         (idx, incarnation): Version,
     ) -> Option<Task> {
+        if let Some(previous) = self.same_sender[idx] {
+            if self.scheduler.add_dependency(idx, previous) {
+                self.waits.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
         loop {
             let db = evm.db_mut();
             db.idx = idx;
             db.reads.clear();
             db.read_accounts.clear();
+            writes.clear();
+            let reads_final = self.committed.load(Ordering::Acquire) >= idx;
             let result = evm.transact_deferring_reward(self.block.txs[idx].env.clone());
-            let reads = std::mem::take(&mut evm.db_mut().reads);
-            let read_accounts = std::mem::take(&mut evm.db_mut().read_accounts);
-            let (output, writes) = match result {
+            let output = match result {
                 Err(EVMError::Database(MvError::Blocked(blocking))) => {
                     self.waits.fetch_add(1, Ordering::Relaxed);
                     if self.scheduler.add_dependency(idx, blocking) {
@@ -310,25 +401,34 @@ where
                 // A transaction that is invalid against this view (a nonce or balance an
                 // earlier transaction has not written yet) is an output like any other:
                 // validation decides whether the view was right.
-                Err(e) => (TxOutput::Invalid(e.to_string()), Vec::new()),
+                Err(e) => TxOutput::Invalid(e.to_string()),
                 Ok((done, fee)) => {
-                    let mut writes = write_set(&done.state, &read_accounts, &self.codes);
+                    write_set(&done.state, &evm.db().read_accounts, &self.codes, writes);
                     writes.push((Location::Fee(idx), Value::Fee(fee)));
-                    (TxOutput::Done(done.result, done.state, fee), writes)
+                    TxOutput::Done(done.result, done.state, fee)
                 }
             };
             self.executions.fetch_add(1, Ordering::Relaxed);
-            *self.outputs[idx]
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(output);
-            let wrote_new = self.mv.record((idx, incarnation), reads, writes);
+            *lock(&self.outputs[idx]) = Some((incarnation, output));
+            let wrote_new = self
+                .mv
+                .record((idx, incarnation), &mut evm.db_mut().reads, writes);
+            self.final_reads[idx].store(
+                if reads_final { incarnation + 1 } else { 0 },
+                Ordering::Release,
+            );
             return self.scheduler.finish_execution(idx, incarnation, wrote_new);
         }
     }
 
+    /// Whether `incarnation` of `idx` read only committed values (see `final_reads`).
+    fn reads_are_final(&self, idx: usize, incarnation: usize) -> bool {
+        self.final_reads[idx].load(Ordering::Acquire) == incarnation + 1
+    }
+
     fn validate(&self, (idx, incarnation): Version) -> Option<Task> {
         self.validations.fetch_add(1, Ordering::Relaxed);
-        let valid = self.mv.validate_read_set(idx);
+        let valid = self.reads_are_final(idx, incarnation) || self.mv.validate_read_set(idx);
         let aborted = !valid && self.scheduler.try_validation_abort(idx, incarnation);
         if aborted {
             self.aborts.fetch_add(1, Ordering::Relaxed);
@@ -337,37 +437,343 @@ where
         self.scheduler.finish_validation(idx, aborted)
     }
 
+    /// Commits, in order, every transaction that is final, if no other worker is committing.
+    ///
+    /// Transaction `i` is final once every transaction before it is committed (so their
+    /// writes will not change) and its executed incarnation's reads still resolve to the same
+    /// writes: it read final values, and executing it again would give the same output.
+    /// Returns whether the block must stop (a final transaction is invalid).
+    fn try_commit(&self, committer: &mut Committer<'_>) -> bool {
+        while committer.next < self.block.txs.len() {
+            let idx = committer.next;
+            let Some(incarnation) = self.scheduler.executed_incarnation(idx) else {
+                return false;
+            };
+            if !self.reads_are_final(idx, incarnation) && !self.mv.validate_read_set(idx) {
+                self.commit_checks_failed.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            let output = {
+                let mut slot = lock(&self.outputs[idx]);
+                match slot.take() {
+                    Some((i, output)) if i == incarnation => output,
+                    // A newer incarnation finished after the check: try again later.
+                    other => {
+                        *slot = other;
+                        return false;
+                    }
+                }
+            };
+            let tx = &self.block.txs[idx];
+            match output {
+                TxOutput::Done(result, state, fee) => {
+                    committer.receipts.push(TxReceipt::after(
+                        tx.tx_type,
+                        result,
+                        &mut committer.cumulative_gas_used,
+                    ));
+                    if let Err(message) = committer.sink.accept(idx, state, fee) {
+                        committer.error = Some(ExecutionError::Transaction {
+                            block: self.block.number,
+                            index: idx,
+                            hash: tx.hash,
+                            message,
+                        });
+                        return true;
+                    }
+                }
+                TxOutput::Invalid(message) => {
+                    committer.error = Some(ExecutionError::Transaction {
+                        block: self.block.number,
+                        index: idx,
+                        hash: tx.hash,
+                        message,
+                    });
+                    return true;
+                }
+            }
+            committer.next += 1;
+            self.committed.store(committer.next, Ordering::Release);
+        }
+        false
+    }
+
+    fn commit_if_free(&self) {
+        if let Ok(mut committer) = self.committer.try_lock() {
+            if self.try_commit(&mut committer) {
+                self.scheduler.halt();
+            }
+        }
+    }
+
     fn work(&self) {
         // One EVM per worker, its database pointed at each transaction in turn: building an
         // EVM (instruction table, frame stack) costs more than a simple transfer.
         let mut evm = PlainEvm::new(
             MvDb {
-                mv: &self.mv,
+                mv: self.mv,
                 base: self.base,
                 codes: &self.codes,
                 beneficiary: self.block.block_env.beneficiary,
                 idx: 0,
                 reads: Vec::new(),
-                read_accounts: HashMap::new(),
+                read_accounts: Vec::new(),
             },
             self.block,
         );
+        let mut writes = Vec::new();
         let mut task = None;
         loop {
             let next = match task.take() {
                 Some(t) => Some(t),
-                None => self.scheduler.next_task(),
+                None => {
+                    self.commit_if_free();
+                    self.scheduler.next_task()
+                }
             };
             let Some(next) = next else { return };
             task = match next {
-                Task::Execute(version) => self.execute(&mut evm, version),
+                Task::Execute(version) => self.execute(&mut evm, &mut writes, version),
                 Task::Validate(version) => self.validate(version),
             };
         }
     }
 }
 
-/// Executes `block` over `base` with `threads` Block-STM workers.
+/// A Block-STM executor that keeps its multi-version memory and output slots from block to
+/// block (a sequencer runs one for its lifetime; its tables then cost no allocation and no
+/// page faults per block).
+pub struct ParallelExecutor {
+    threads: usize,
+    mv: MvMemory,
+    outputs: Vec<OutputSlot>,
+}
+
+impl fmt::Debug for ParallelExecutor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParallelExecutor")
+            .field("threads", &self.threads)
+            .field("capacity", &self.outputs.len())
+            .finish()
+    }
+}
+
+impl ParallelExecutor {
+    /// An executor with `threads` workers (the calling thread is one of them).
+    pub fn new(threads: usize) -> Self {
+        Self {
+            threads: threads.max(1),
+            mv: MvMemory::new(0),
+            outputs: Vec::new(),
+        }
+    }
+
+    /// Workers per block.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Executes `block` over `base` and returns every transaction's changes (for callers
+    /// that need them one by one; [`Self::execute_into`] commits as execution goes).
+    pub fn execute<B>(
+        &mut self,
+        block: &PreparedBlock,
+        base: &B,
+    ) -> Result<ParallelOutcome, ExecutionError>
+    where
+        B: DatabaseRef + Sync,
+        B::Error: fmt::Display,
+    {
+        let mut collect = Collect::default();
+        let (outcome, stats) = self.run(block, base, &mut collect)?;
+        Ok(ParallelOutcome {
+            outcome,
+            states: collect.states,
+            fees: collect.fees,
+            beneficiary: block.block_env.beneficiary,
+            stats,
+        })
+    }
+
+    /// Executes `block` over `base`, committing each transaction into `target` as soon as it
+    /// is final (in block order, while later transactions still execute) and paying the
+    /// beneficiary at the end: `target` then holds what sequential execution over a copy of
+    /// `base` would.
+    pub fn execute_into<B, DB>(
+        &mut self,
+        block: &PreparedBlock,
+        base: &B,
+        target: &mut DB,
+    ) -> Result<(BlockOutcome, Stats), ExecutionError>
+    where
+        B: DatabaseRef + Sync,
+        B::Error: fmt::Display,
+        DB: Database + DatabaseCommit + Send,
+        DB::Error: fmt::Display,
+    {
+        let beneficiary = block.block_env.beneficiary;
+        let mut sink = CommitInto {
+            db: target,
+            beneficiary,
+            unpaid: U256::ZERO,
+        };
+        let (outcome, stats) = self.run(block, base, &mut sink)?;
+        if let Some(last) = block.txs.last() {
+            pay_beneficiary(sink.db, beneficiary, sink.unpaid).map_err(|e| {
+                ExecutionError::Transaction {
+                    block: block.number,
+                    index: block.txs.len() - 1,
+                    hash: last.hash,
+                    message: format!("paying the beneficiary: {e}"),
+                }
+            })?;
+        }
+        Ok((outcome, stats))
+    }
+
+    /// Runs the block, handing final transactions to `sink` in order.
+    fn run<B>(
+        &mut self,
+        block: &PreparedBlock,
+        base: &B,
+        sink: &mut dyn Sink,
+    ) -> Result<(BlockOutcome, Stats), ExecutionError>
+    where
+        B: DatabaseRef + Sync,
+        B::Error: fmt::Display,
+    {
+        let n = block.txs.len();
+        self.mv.reset(n);
+        for slot in self.outputs.iter_mut().take(n) {
+            *slot
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
+        self.outputs
+            .resize_with(n.max(self.outputs.len()), Default::default);
+        run_block(
+            block,
+            base,
+            self.threads,
+            &self.mv,
+            &self.outputs[..n],
+            sink,
+        )
+    }
+}
+
+/// For each transaction, the latest earlier one sent by the same account.
+fn same_sender(block: &PreparedBlock) -> Vec<Option<usize>> {
+    let mut last: HashMap<Address, usize, foldhash::fast::FixedState> = HashMap::default();
+    block
+        .txs
+        .iter()
+        .enumerate()
+        .map(|(i, tx)| last.insert(tx.env.caller, i))
+        .collect()
+}
+
+fn run_block<B>(
+    block: &PreparedBlock,
+    base: &B,
+    threads: usize,
+    mv: &MvMemory,
+    outputs: &[OutputSlot],
+    sink: &mut dyn Sink,
+) -> Result<(BlockOutcome, Stats), ExecutionError>
+where
+    B: DatabaseRef + Sync,
+    B::Error: fmt::Display,
+{
+    let n = block.txs.len();
+    if n == 0 {
+        return Ok((
+            BlockOutcome {
+                number: block.number,
+                receipts: Vec::new(),
+            },
+            Stats::default(),
+        ));
+    }
+    let started = std::time::Instant::now();
+    let shared = Shared {
+        block,
+        base,
+        scheduler: Scheduler::new(n),
+        mv,
+        codes: Mutex::new(HashMap::new()),
+        outputs,
+        committer: Mutex::new(Committer {
+            next: 0,
+            cumulative_gas_used: 0,
+            receipts: Vec::with_capacity(n),
+            sink,
+            error: None,
+        }),
+        executions: AtomicUsize::new(0),
+        validations: AtomicUsize::new(0),
+        aborts: AtomicUsize::new(0),
+        waits: AtomicUsize::new(0),
+        commit_checks_failed: AtomicUsize::new(0),
+        committed: AtomicUsize::new(0),
+        final_reads: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+        same_sender: same_sender(block),
+    };
+    // More workers than transactions only spin; a worker costs a thread start.
+    let workers = threads.clamp(1, n.max(1));
+    std::thread::scope(|scope| {
+        for _ in 1..workers {
+            scope.spawn(|| shared.work());
+        }
+        shared.work();
+    });
+    let executed = started.elapsed();
+    // Every transaction is executed and validated: what is left to commit is final.
+    let mut committer = lock(&shared.committer);
+    if committer.error.is_none() {
+        shared.try_commit(&mut committer);
+    }
+    if let Some(error) = committer.error.take() {
+        return Err(error);
+    }
+    if committer.next < n {
+        let tx = &block.txs[committer.next];
+        return Err(ExecutionError::Transaction {
+            block: block.number,
+            index: committer.next,
+            hash: tx.hash,
+            message: "not final after every transaction was validated (a Block-STM bug)".into(),
+        });
+    }
+    let receipts = std::mem::take(&mut committer.receipts);
+    drop(committer);
+    tracing::trace!(
+        block = block.number,
+        txs = n,
+        threads,
+        execute_ms = executed.as_secs_f64() * 1e3,
+        tail_ms = (started.elapsed() - executed).as_secs_f64() * 1e3,
+        "block-stm"
+    );
+    let stats = Stats {
+        executions: shared.executions.load(Ordering::Relaxed),
+        validations: shared.validations.load(Ordering::Relaxed),
+        aborts: shared.aborts.load(Ordering::Relaxed),
+        waits: shared.waits.load(Ordering::Relaxed),
+        commit_checks_failed: shared.commit_checks_failed.load(Ordering::Relaxed),
+    };
+    Ok((
+        BlockOutcome {
+            number: block.number,
+            receipts,
+        },
+        stats,
+    ))
+}
+
+/// Executes `block` over `base` with `threads` Block-STM workers and returns every
+/// transaction's changes; see [`ParallelExecutor::execute`] (which keeps its memory for the
+/// next block).
 pub fn execute_block_parallel<B>(
     block: &PreparedBlock,
     base: &B,
@@ -377,86 +783,22 @@ where
     B: DatabaseRef + Sync,
     B::Error: fmt::Display,
 {
-    let n = block.txs.len();
-    let started = std::time::Instant::now();
-    let shared = Shared {
-        block,
-        base,
-        scheduler: Scheduler::new(n),
-        mv: MvMemory::new(n),
-        codes: Mutex::new(HashMap::new()),
-        outputs: (0..n).map(|_| Mutex::new(None)).collect(),
-        executions: AtomicUsize::new(0),
-        validations: AtomicUsize::new(0),
-        aborts: AtomicUsize::new(0),
-        waits: AtomicUsize::new(0),
-    };
-    std::thread::scope(|scope| {
-        for _ in 1..threads.max(1) {
-            scope.spawn(|| shared.work());
-        }
-        shared.work();
-    });
-    let executed = started.elapsed();
+    ParallelExecutor::new(threads).execute(block, base)
+}
 
-    let mut receipts = Vec::with_capacity(n);
-    let mut states = Vec::with_capacity(n);
-    let mut fees = Vec::with_capacity(n);
-    let mut cumulative_gas_used = 0u64;
-    for (index, output) in shared.outputs.into_iter().enumerate() {
-        let tx = &block.txs[index];
-        let output = output
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match output {
-            Some(TxOutput::Done(result, state, fee)) => {
-                fees.push(fee);
-                receipts.push(TxReceipt::after(
-                    tx.tx_type,
-                    result,
-                    &mut cumulative_gas_used,
-                ));
-                states.push(state);
-            }
-            Some(TxOutput::Invalid(message)) => {
-                return Err(ExecutionError::Transaction {
-                    block: block.number,
-                    index,
-                    hash: tx.hash,
-                    message,
-                })
-            }
-            None => {
-                return Err(ExecutionError::Transaction {
-                    block: block.number,
-                    index,
-                    hash: tx.hash,
-                    message: "never executed: scheduler finished without it".into(),
-                })
-            }
-        }
-    }
-    tracing::trace!(
-        block = block.number,
-        txs = n,
-        threads,
-        execute_ms = executed.as_secs_f64() * 1e3,
-        assemble_ms = (started.elapsed() - executed).as_secs_f64() * 1e3,
-        "block-stm"
-    );
-    Ok(ParallelOutcome {
-        outcome: BlockOutcome {
-            number: block.number,
-            receipts,
-        },
-        states,
-        fees,
-        beneficiary: block.block_env.beneficiary,
-        stats: Stats {
-            executions: shared.executions.into_inner(),
-            validations: shared.validations.into_inner(),
-            aborts: shared.aborts.into_inner(),
-            waits: shared.waits.into_inner(),
-        },
-    })
+/// Executes `block` over `base` with `threads` Block-STM workers, committing into `target`;
+/// see [`ParallelExecutor::execute_into`].
+pub fn execute_block_parallel_into<B, DB>(
+    block: &PreparedBlock,
+    base: &B,
+    threads: usize,
+    target: &mut DB,
+) -> Result<(BlockOutcome, Stats), ExecutionError>
+where
+    B: DatabaseRef + Sync,
+    B::Error: fmt::Display,
+    DB: Database + DatabaseCommit + Send,
+    DB::Error: fmt::Display,
+{
+    ParallelExecutor::new(threads).execute_into(block, base, target)
 }

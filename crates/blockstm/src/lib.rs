@@ -23,5 +23,7 @@ pub mod mvmemory;
 pub mod policy;
 pub mod scheduler;
 
-pub use executor::{execute_block_parallel, ParallelOutcome, Stats};
+pub use executor::{
+    execute_block_parallel, execute_block_parallel_into, ParallelExecutor, ParallelOutcome, Stats,
+};
 pub use policy::{execute_block_sequential, execute_block_with_policy, Metrics, Policy, Strategy};

@@ -89,6 +89,17 @@ impl Scheduler {
         self.done_marker.load(Ordering::SeqCst)
     }
 
+    /// Stops handing out tasks: the block cannot succeed (a final transaction is invalid).
+    pub fn halt(&self) {
+        self.done_marker.store(true, Ordering::SeqCst);
+    }
+
+    /// The incarnation of `idx` if it has finished executing and is not being aborted.
+    pub fn executed_incarnation(&self, idx: usize) -> Option<usize> {
+        let s = lock(self.status.get(idx)?);
+        (s.status == Status::Executed).then_some(s.incarnation)
+    }
+
     fn decrease_execution_idx(&self, target: usize) {
         self.execution_idx.fetch_min(target, Ordering::SeqCst);
         self.decrease_cnt.fetch_add(1, Ordering::SeqCst);
