@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use alloy_primitives::{address, keccak256, Address, Bytes, B256, U256};
 use eyre::{eyre, Context, Result};
-use gigas_blockstm::ParallelExecutor;
+use gigas_blockstm::{ParallelExecutor, Policy};
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
@@ -93,49 +93,106 @@ pub struct WorkloadResult {
     pub sequential_s: f64,
     /// Per thread count: median parallel seconds, speed-up, executions and validations per tx.
     pub parallel: Vec<ParallelResult>,
-    /// The slowest block relative to sequential (mainnet: speed-up of the worst block at the
-    /// largest thread count).
+    /// The slowest non-empty block relative to sequential (mainnet: speed-up of the worst
+    /// block at the largest thread count).
     pub worst_block_speedup: Option<(u64, f64)>,
+    /// Blocks that bailed out to sequential execution at the largest thread count (first run).
+    pub bailed_blocks: usize,
+    /// Per block, at the largest thread count (workloads of several blocks).
+    pub per_block: Vec<BlockResult>,
     /// For workloads of several blocks: the threshold on transactions per block that minimises
     /// the total time when smaller blocks run sequentially (the measured fallback policy), and
     /// the speed-up over sequential that policy gives at the largest thread count.
     pub fallback: Option<Fallback>,
 }
 
-/// The measured fallback threshold.
+/// One block at the largest thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct BlockResult {
+    /// Block number.
+    pub number: u64,
+    /// Transactions.
+    pub txs: usize,
+    /// Median sequential milliseconds.
+    pub sequential_ms: f64,
+    /// Median parallel milliseconds.
+    pub parallel_ms: f64,
+    /// Sequential over parallel.
+    pub speedup: f64,
+    /// Average gas limit per transaction (what the policy looks at).
+    pub avg_gas_limit: u64,
+    /// Executions per transaction (first run).
+    pub executions_per_tx: f64,
+    /// Where the block bailed out to sequential execution (first run), if it did.
+    pub sequential_from: Option<usize>,
+}
+
+/// The measured fallback thresholds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Fallback {
     /// Blocks with fewer transactions run sequentially.
     pub min_parallel_txs: usize,
+    /// Blocks whose transactions' gas limits average less run sequentially.
+    pub min_avg_gas_limit: u64,
     /// Sequential total over the policy's total.
     pub speedup: f64,
     /// Blocks the policy runs in parallel.
     pub parallel_blocks: usize,
+    /// The slowest block under the policy relative to sequential.
+    pub worst_block_speedup: f64,
 }
 
-/// The threshold minimising total time, from per-block (transactions, sequential, parallel)
-/// medians.
-fn choose_fallback(blocks: &[(usize, f64, f64)]) -> Fallback {
-    let sequential: f64 = blocks.iter().map(|b| b.1).sum();
-    let mut candidates: Vec<usize> = blocks.iter().map(|b| b.0).collect();
-    candidates.push(usize::MAX);
-    candidates.sort_unstable();
-    candidates.dedup();
-    let mut best: Option<(usize, f64)> = None;
-    for t in candidates {
-        let total: f64 = blocks
-            .iter()
-            .map(|&(n, s, p)| if n < t { s } else { p })
-            .sum();
-        if best.is_none_or(|(_, b)| total < b) {
-            best = Some((t, total));
+/// A block as the fallback search sees it.
+struct BlockTimes {
+    txs: usize,
+    avg_gas_limit: u64,
+    sequential: f64,
+    parallel: f64,
+}
+
+/// The thresholds (transactions per block, average gas limit per transaction) minimising the
+/// total time when the blocks below either run sequentially, from per-block medians.
+fn choose_fallback(blocks: &[BlockTimes]) -> Fallback {
+    let sequential: f64 = blocks.iter().map(|b| b.sequential).sum();
+    let mut by_txs: Vec<usize> = blocks.iter().map(|b| b.txs).collect();
+    by_txs.push(usize::MAX);
+    by_txs.sort_unstable();
+    by_txs.dedup();
+    let mut by_gas: Vec<u64> = blocks.iter().map(|b| b.avg_gas_limit).collect();
+    by_gas.push(0);
+    by_gas.sort_unstable();
+    by_gas.dedup();
+    let parallel = |b: &BlockTimes, t: usize, g: u64| b.txs >= t && b.avg_gas_limit >= g;
+    let mut best: Option<(usize, u64, f64)> = None;
+    for &t in &by_txs {
+        for &g in &by_gas {
+            let total: f64 = blocks
+                .iter()
+                .map(|b| {
+                    if parallel(b, t, g) {
+                        b.parallel
+                    } else {
+                        b.sequential
+                    }
+                })
+                .sum();
+            // Ties go to the lower thresholds (more parallel blocks), found first.
+            if best.is_none_or(|(_, _, b)| total < b) {
+                best = Some((t, g, total));
+            }
         }
     }
-    let (t, total) = best.unwrap_or((usize::MAX, sequential));
+    let (t, g, total) = best.unwrap_or((usize::MAX, 0, sequential));
+    let chosen: Vec<&BlockTimes> = blocks.iter().filter(|b| parallel(b, t, g)).collect();
     Fallback {
         min_parallel_txs: t,
+        min_avg_gas_limit: g,
         speedup: if total > 0.0 { sequential / total } else { 1.0 },
-        parallel_blocks: blocks.iter().filter(|b| b.0 >= t).count(),
+        parallel_blocks: chosen.len(),
+        worst_block_speedup: chosen
+            .iter()
+            .map(|b| b.sequential / b.parallel)
+            .fold(1.0, f64::min),
     }
 }
 
@@ -144,6 +201,10 @@ fn choose_fallback(blocks: &[(usize, f64, f64)]) -> Fallback {
 pub struct ParallelResult {
     /// Threads.
     pub threads: usize,
+    /// Whether the executor could bail out to sequential execution within a block.
+    pub bailout: bool,
+    /// Blocks that bailed out (first run).
+    pub bailed_blocks: usize,
     /// Median seconds for all blocks.
     pub seconds: f64,
     /// Sequential over parallel.
@@ -341,21 +402,51 @@ fn measure(
     let txs: usize = items.iter().map(|(b, _)| b.txs.len()).sum();
     let mut gas = 0u64;
     let mut seq_runs = Vec::new();
-    let mut par_runs: Vec<Vec<f64>> = vec![Vec::new(); args.threads.len()];
-    let mut executions = vec![0usize; args.threads.len()];
-    let mut validations = vec![0usize; args.threads.len()];
-    // Per block: sequential and largest-thread-count times, for the worst block.
-    let mut per_block: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); items.len()];
-    // One executor per thread count for the whole run, as a sequencer keeps one: its memory
-    // is reused from block to block.
-    let mut executors: Vec<ParallelExecutor> = args
+    // Each thread count with the executor's bailout to sequential execution (what a sequencer
+    // runs), then the largest without it (what Block-STM alone costs). The per-block figures
+    // come from the first variant of the largest thread count.
+    let max_threads = args.threads.iter().copied().max().unwrap_or(1);
+    let mut variants: Vec<(usize, bool)> = args.threads.iter().map(|&t| (t, true)).collect();
+    variants.push((max_threads, false));
+    let per_block_variant = args
         .threads
         .iter()
-        .map(|&t| ParallelExecutor::new(t))
+        .position(|&t| t == max_threads)
+        .unwrap_or(0);
+    let mut par_runs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut executions = vec![0usize; variants.len()];
+    let mut validations = vec![0usize; variants.len()];
+    let mut bailed = vec![0usize; variants.len()];
+    // Per block: sequential and largest-thread-count times, for the worst block.
+    let mut per_block: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); items.len()];
+    let mut per_block_stats = vec![gigas_blockstm::Stats::default(); items.len()];
+    // One executor per thread count for the whole run, as a sequencer keeps one: its memory
+    // is reused from block to block.
+    let mut executors: Vec<ParallelExecutor> = variants
+        .iter()
+        .map(|&(t, bailout)| {
+            let executor = ParallelExecutor::new(t);
+            if bailout {
+                executor
+            } else {
+                executor.with_bailout(None)
+            }
+        })
         .collect();
+    // Warm up once outside the measurement: precompile tables and KZG setup, and each
+    // executor's memory (its first block pays the allocation and page faults that a
+    // long-running sequencer pays once).
+    for (block, base) in items {
+        let mut evm = PlainEvm::new(base.clone(), block);
+        execute_block(&mut evm, block)?;
+        for executor in &mut executors {
+            let mut state = base.clone();
+            executor.execute_into(block, base, &mut state)?;
+        }
+    }
     for r in 0..args.repeats {
         let mut seq_total = 0.0;
-        let mut par_total = vec![0.0; args.threads.len()];
+        let mut par_total = vec![0.0; variants.len()];
         for (b, (block, base)) in items.iter().enumerate() {
             let run_sequential = || -> Result<(f64, gigas_evm::BlockOutcome)> {
                 let mut evm = PlainEvm::new(base.clone(), block);
@@ -371,12 +462,12 @@ fn measure(
             per_block[b].0.push(seq_time);
             // Alternate which parallel thread count runs first.
             let order: Vec<usize> = if r % 2 == 0 {
-                (0..args.threads.len()).collect()
+                (0..variants.len()).collect()
             } else {
-                (0..args.threads.len()).rev().collect()
+                (0..variants.len()).rev().collect()
             };
             for t in order {
-                let threads = args.threads[t];
+                let threads = variants[t].0;
                 let mut state = base.clone();
                 let started = Instant::now();
                 let (outcome, stats) = executors[t].execute_into(block, base, &mut state)?;
@@ -391,9 +482,13 @@ fn measure(
                 if r == 0 {
                     executions[t] += stats.executions;
                     validations[t] += stats.validations;
+                    bailed[t] += usize::from(stats.sequential_from.is_some());
                 }
-                if t + 1 == args.threads.len() {
+                if t == per_block_variant {
                     per_block[b].1.push(elapsed);
+                    if r == 0 {
+                        per_block_stats[b] = stats;
+                    }
                 }
             }
         }
@@ -404,14 +499,15 @@ fn measure(
         bar.inc(1);
     }
     let sequential_s = median(seq_runs);
-    let parallel = args
-        .threads
+    let parallel = variants
         .iter()
         .enumerate()
-        .map(|(t, &threads)| {
+        .map(|(t, &(threads, bailout))| {
             let seconds = median(par_runs[t].clone());
             ParallelResult {
                 threads,
+                bailout,
+                bailed_blocks: bailed[t],
                 seconds,
                 speedup: sequential_s / seconds,
                 gas_per_second: gas as f64 / seconds,
@@ -420,20 +516,48 @@ fn measure(
             }
         })
         .collect();
-    let worst_block_speedup = (items.len() > 1)
-        .then(|| {
-            items
-                .iter()
-                .zip(&per_block)
-                .map(|((block, _), (s, p))| (block.number, median(s.clone()) / median(p.clone())))
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-        })
-        .flatten();
-    let fallback = (items.len() > 1).then(|| {
-        let per: Vec<(usize, f64, f64)> = items
+    let blocks: Vec<BlockResult> = if items.len() > 1 {
+        items
             .iter()
             .zip(&per_block)
-            .map(|((block, _), (s, p))| (block.txs.len(), median(s.clone()), median(p.clone())))
+            .zip(&per_block_stats)
+            .map(|(((block, _), (s, p)), stats)| {
+                let (s, p) = (median(s.clone()), median(p.clone()));
+                BlockResult {
+                    number: block.number,
+                    txs: block.txs.len(),
+                    avg_gas_limit: Policy::avg_gas_limit(block),
+                    sequential_ms: s * 1e3,
+                    parallel_ms: p * 1e3,
+                    speedup: if p > 0.0 { s / p } else { 1.0 },
+                    executions_per_tx: stats.executions as f64 / block.txs.len().max(1) as f64,
+                    sequential_from: stats.sequential_from,
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // An empty block has nothing to execute either way; its ratio is noise.
+    let worst_block_speedup = blocks
+        .iter()
+        .filter(|b| b.txs > 0)
+        .map(|b| (b.number, b.speedup))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let bailed_blocks = per_block_stats
+        .iter()
+        .filter(|s| s.sequential_from.is_some())
+        .count();
+    let fallback = (items.len() > 1).then(|| {
+        let per: Vec<BlockTimes> = items
+            .iter()
+            .zip(&per_block)
+            .map(|((block, _), (s, p))| BlockTimes {
+                txs: block.txs.len(),
+                avg_gas_limit: Policy::avg_gas_limit(block),
+                sequential: median(s.clone()),
+                parallel: median(p.clone()),
+            })
             .collect();
         choose_fallback(&per)
     });
@@ -445,6 +569,8 @@ fn measure(
         sequential_s,
         parallel,
         worst_block_speedup,
+        bailed_blocks,
+        per_block: blocks,
         fallback,
     })
 }
@@ -499,11 +625,6 @@ pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
             Workload::Erc20 => vec![erc20(args.txs, &weth_code(&blocks_dir)?)?],
             Workload::Dependent => vec![dependent(args.txs)?],
         };
-        // Warm up once (precompile tables, KZG setup) outside the measurement.
-        for (block, base) in &items {
-            let mut evm = PlainEvm::new(base.clone(), block);
-            execute_block(&mut evm, block)?;
-        }
         results.push(measure(workload, &items, args, &bar)?);
     }
     bar.finish_and_clear();
@@ -538,18 +659,24 @@ pub fn markdown(r: &BlockstmReport) -> String {
         r.machine.describe(),
         r.build_profile
     );
-    let _ = writeln!(md, "| workload | blocks | txs | Mgas | sequential ms | threads | parallel ms | speed-up | Mgas/s | executions/tx | validations/tx |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "| workload | blocks | txs | Mgas | sequential ms | threads | bailout | parallel ms | speed-up | Mgas/s | executions/tx | validations/tx |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
     for w in &r.workloads {
         for p in &w.parallel {
+            let bailout = if p.bailout {
+                format!("on ({} bailed)", p.bailed_blocks)
+            } else {
+                "off".to_string()
+            };
             let _ = writeln!(
                 md,
-                "| {:?} | {} | {} | {:.1} | {:.1} | {} | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} |",
+                "| {:?} | {} | {} | {:.1} | {:.1} | {} | {} | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} |",
                 w.workload,
                 w.blocks,
                 w.txs,
                 w.gas as f64 / 1e6,
                 w.sequential_s * 1e3,
                 p.threads,
+                bailout,
                 p.seconds * 1e3,
                 p.speedup,
                 p.gas_per_second / 1e6,
@@ -571,14 +698,21 @@ pub fn markdown(r: &BlockstmReport) -> String {
                 "run every block sequentially".to_string()
             } else {
                 format!(
-                    "run blocks of at least {} transactions in parallel",
-                    f.min_parallel_txs
+                    "run blocks of at least {} transactions averaging at least {} gas limit per transaction in parallel",
+                    f.min_parallel_txs, f.min_avg_gas_limit
                 )
             };
             let _ = writeln!(
                 md,
-                "- {:?}: measured fallback: {threshold} ({} of {} blocks in parallel); the policy's speed-up over sequential: {:.2}x",
-                w.workload, f.parallel_blocks, w.blocks, f.speedup
+                "- {:?}: measured fallback: {threshold} ({} of {} blocks in parallel); the policy's speed-up over sequential: {:.2}x; slowest block under the policy: {:.2}x",
+                w.workload, f.parallel_blocks, w.blocks, f.speedup, f.worst_block_speedup
+            );
+        }
+        if w.blocks > 1 {
+            let _ = writeln!(
+                md,
+                "- {:?}: {} of {} blocks bailed out to sequential execution within the block",
+                w.workload, w.bailed_blocks, w.blocks
             );
         }
     }

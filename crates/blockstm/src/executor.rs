@@ -7,8 +7,10 @@ use std::sync::Mutex;
 
 use alloy_primitives::{Address, B256, U256};
 use gigas_evm::receipts::TxReceipt;
-use gigas_evm::{BlockOutcome, ExecutionError, PlainEvm, PreparedBlock};
+use gigas_evm::{BlockEvm, BlockOutcome, ExecutionError, PlainEvm, PreparedBlock};
 use revm::context::result::{EVMError, ExecutionResult};
+use revm::database::CacheDB;
+use revm::database_interface::WrapDatabaseRef;
 use revm::database_interface::{DBErrorMarker, Database, DatabaseCommit, DatabaseRef};
 use revm::state::{AccountInfo, Bytecode, EvmState};
 
@@ -18,7 +20,8 @@ use crate::scheduler::{Scheduler, Task, Version};
 /// Counters of one parallel block execution.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Incarnations executed to the end (a transaction executed once counts one).
+    /// Incarnations executed to the end (a transaction executed once counts one), the
+    /// sequential ones after a bailout included.
     pub executions: usize,
     /// Validations run.
     pub validations: usize,
@@ -26,9 +29,14 @@ pub struct Stats {
     pub aborts: usize,
     /// Executions that stopped on an ESTIMATE and waited for another transaction.
     pub waits: usize,
+    /// Executions that waited for the previous transaction of the same sender.
+    pub sender_waits: usize,
     /// Times the in-order committer found the next transaction's reads out of date and left
     /// it for later.
     pub commit_checks_failed: usize,
+    /// Set when the block conflicted too much to gain from parallel execution: transactions
+    /// from this index on were executed sequentially after the committed prefix.
+    pub sequential_from: Option<usize>,
 }
 
 /// A block executed in parallel: the same outcome as sequential execution, and each
@@ -124,7 +132,8 @@ where
                 Ok(None)
             }
             ReadResult::Value(version, value) => {
-                self.reads.push((location, Origin::Written(version)));
+                self.reads
+                    .push((location, Origin::Written(version, value.clone())));
                 Ok(Some((version, value)))
             }
         }
@@ -355,6 +364,11 @@ struct Shared<'a, 's, B> {
     /// writes the account (nonce, balance) this one reads first, so this one waits for it
     /// instead of executing early and being aborted.
     same_sender: Vec<Option<usize>>,
+    bailout: Option<Bailout>,
+    bailed: std::sync::atomic::AtomicBool,
+    sender_waits: AtomicUsize,
+    /// Time spent inside the EVM, summed over executions.
+    execution_ns: std::sync::atomic::AtomicU64,
     executions: AtomicUsize,
     validations: AtomicUsize,
     aborts: AtomicUsize,
@@ -378,7 +392,7 @@ where
     ) -> Option<Task> {
         if let Some(previous) = self.same_sender[idx] {
             if self.scheduler.add_dependency(idx, previous) {
-                self.waits.fetch_add(1, Ordering::Relaxed);
+                self.sender_waits.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
         }
@@ -389,10 +403,14 @@ where
             db.read_accounts.clear();
             writes.clear();
             let reads_final = self.committed.load(Ordering::Acquire) >= idx;
+            let started = std::time::Instant::now();
             let result = evm.transact_deferring_reward(self.block.txs[idx].env.clone());
+            self.execution_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             let output = match result {
                 Err(EVMError::Database(MvError::Blocked(blocking))) => {
                     self.waits.fetch_add(1, Ordering::Relaxed);
+                    self.check_bailout();
                     if self.scheduler.add_dependency(idx, blocking) {
                         return None;
                     }
@@ -408,7 +426,7 @@ where
                     TxOutput::Done(done.result, done.state, fee)
                 }
             };
-            self.executions.fetch_add(1, Ordering::Relaxed);
+            let executions = self.executions.fetch_add(1, Ordering::Relaxed) + 1;
             *lock(&self.outputs[idx]) = Some((incarnation, output));
             let wrote_new = self
                 .mv
@@ -417,8 +435,40 @@ where
                 if reads_final { incarnation + 1 } else { 0 },
                 Ordering::Release,
             );
+            self.check_execution_cost(executions);
             return self.scheduler.finish_execution(idx, incarnation, wrote_new);
         }
+    }
+
+    /// Stops the block when conflicts (aborted incarnations and reads of estimates) exceed
+    /// the bailout's share of executions: the committed prefix is kept and the rest runs
+    /// sequentially, so that a dependent block costs little more than sequential execution.
+    fn check_bailout(&self) {
+        let Some(bailout) = self.bailout else { return };
+        let executions = self.executions.load(Ordering::Relaxed);
+        let conflicts = self.aborts.load(Ordering::Relaxed) + self.waits.load(Ordering::Relaxed);
+        if executions >= bailout.after_executions
+            && conflicts as f64 > bailout.conflicts_per_execution * executions as f64
+        {
+            self.bail();
+        }
+    }
+
+    /// Judges the cost of executions once, when the bailout's count is reached.
+    fn check_execution_cost(&self, executions: usize) {
+        let Some(bailout) = self.bailout else { return };
+        if executions != bailout.after_executions {
+            return;
+        }
+        let ns = self.execution_ns.load(Ordering::Relaxed);
+        if ns < bailout.min_execution_ns.saturating_mul(executions as u64) {
+            self.bail();
+        }
+    }
+
+    fn bail(&self) {
+        self.bailed.store(true, Ordering::Relaxed);
+        self.scheduler.halt();
     }
 
     /// Whether `incarnation` of `idx` read only committed values (see `final_reads`).
@@ -433,6 +483,7 @@ where
         if aborted {
             self.aborts.fetch_add(1, Ordering::Relaxed);
             self.mv.convert_writes_to_estimates(idx);
+            self.check_bailout();
         }
         self.scheduler.finish_validation(idx, aborted)
     }
@@ -540,11 +591,47 @@ where
     }
 }
 
+/// When to give up on parallel execution of a block that turns out not to gain from it.
+///
+/// Two things make a block lose: conflicts and cheap transactions. Conflicts are aborted
+/// incarnations plus executions that stopped on an ESTIMATE: each one is wasted work. Cheap
+/// transactions (plain transfers) cost about as much to execute as the multi-version
+/// bookkeeping around them. Once `after_executions` executions ran, the block goes sequential
+/// if conflicts exceed `conflicts_per_execution` of the executions, or if executions took
+/// less than `min_execution_ns` on average: the workers stop, the committed prefix is kept,
+/// and the rest of the block runs sequentially. A losing block then costs about its
+/// sequential time plus the first `after_executions` executions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bailout {
+    /// Executions to see before judging.
+    pub after_executions: usize,
+    /// Conflicts per execution above which the block goes sequential.
+    pub conflicts_per_execution: f64,
+    /// Average execution time (nanoseconds, in the parallel executor) below which the block
+    /// goes sequential.
+    pub min_execution_ns: u64,
+}
+
+impl Default for Bailout {
+    /// Measured with `gigas-bench blockstm` on the reference machine (2 threads): the
+    /// dependent chain runs at about 0.3 to 0.5 conflicts per execution and the shipped
+    /// mainnet blocks at about 0.1 on aggregate; blocks whose transactions execute in less than
+    /// about 8 us each (plain transfers take 2 to 4 us) lost to sequential execution.
+    fn default() -> Self {
+        Self {
+            after_executions: 48,
+            conflicts_per_execution: 0.25,
+            min_execution_ns: 8_000,
+        }
+    }
+}
+
 /// A Block-STM executor that keeps its multi-version memory and output slots from block to
 /// block (a sequencer runs one for its lifetime; its tables then cost no allocation and no
 /// page faults per block).
 pub struct ParallelExecutor {
     threads: usize,
+    bailout: Option<Bailout>,
     mv: MvMemory,
     outputs: Vec<OutputSlot>,
 }
@@ -553,19 +640,37 @@ impl fmt::Debug for ParallelExecutor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ParallelExecutor")
             .field("threads", &self.threads)
+            .field("bailout", &self.bailout)
             .field("capacity", &self.outputs.len())
             .finish()
     }
 }
 
+/// What the parallel phase of a block produced.
+struct Partial {
+    receipts: Vec<TxReceipt>,
+    cumulative_gas_used: u64,
+    /// Transactions committed, in order; fewer than the block's after a bailout.
+    committed: usize,
+    stats: Stats,
+}
+
 impl ParallelExecutor {
-    /// An executor with `threads` workers (the calling thread is one of them).
+    /// An executor with `threads` workers (the calling thread is one of them) and the
+    /// default [`Bailout`].
     pub fn new(threads: usize) -> Self {
         Self {
             threads: threads.max(1),
+            bailout: Some(Bailout::default()),
             mv: MvMemory::new(0),
             outputs: Vec::new(),
         }
+    }
+
+    /// Sets when to fall back to sequential execution within a block (`None`: never).
+    pub fn with_bailout(mut self, bailout: Option<Bailout>) -> Self {
+        self.bailout = bailout;
+        self
     }
 
     /// Workers per block.
@@ -584,14 +689,29 @@ impl ParallelExecutor {
         B: DatabaseRef + Sync,
         B::Error: fmt::Display,
     {
+        let beneficiary = block.block_env.beneficiary;
         let mut collect = Collect::default();
-        let (outcome, stats) = self.run(block, base, &mut collect)?;
+        let mut partial = self.run(block, base, &mut collect)?;
+        if partial.committed < block.txs.len() {
+            // The state after the committed prefix, fees paid as sequential execution pays
+            // them, to continue from.
+            let mut overlay = CacheDB::new(WrapDatabaseRef(base));
+            for (state, fee) in collect.states.iter().zip(&collect.fees) {
+                overlay.commit(state.clone());
+                pay_beneficiary(&mut overlay, beneficiary, *fee)
+                    .map_err(|e| beneficiary_error(block, partial.committed, e))?;
+            }
+            finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
+        }
         Ok(ParallelOutcome {
-            outcome,
+            outcome: BlockOutcome {
+                number: block.number,
+                receipts: partial.receipts,
+            },
             states: collect.states,
             fees: collect.fees,
-            beneficiary: block.block_env.beneficiary,
-            stats,
+            beneficiary,
+            stats: partial.stats,
         })
     }
 
@@ -617,18 +737,19 @@ impl ParallelExecutor {
             beneficiary,
             unpaid: U256::ZERO,
         };
-        let (outcome, stats) = self.run(block, base, &mut sink)?;
-        if let Some(last) = block.txs.last() {
-            pay_beneficiary(sink.db, beneficiary, sink.unpaid).map_err(|e| {
-                ExecutionError::Transaction {
-                    block: block.number,
-                    index: block.txs.len() - 1,
-                    hash: last.hash,
-                    message: format!("paying the beneficiary: {e}"),
-                }
-            })?;
+        let mut partial = self.run(block, base, &mut sink)?;
+        if !block.txs.is_empty() {
+            pay_beneficiary(sink.db, beneficiary, sink.unpaid)
+                .map_err(|e| beneficiary_error(block, partial.committed, e))?;
         }
-        Ok((outcome, stats))
+        if partial.committed < block.txs.len() {
+            finish_sequentially(block, &mut partial, &mut *sink.db, None)?;
+        }
+        let outcome = BlockOutcome {
+            number: block.number,
+            receipts: partial.receipts,
+        };
+        Ok((outcome, partial.stats))
     }
 
     /// Runs the block, handing final transactions to `sink` in order.
@@ -637,7 +758,7 @@ impl ParallelExecutor {
         block: &PreparedBlock,
         base: &B,
         sink: &mut dyn Sink,
-    ) -> Result<(BlockOutcome, Stats), ExecutionError>
+    ) -> Result<Partial, ExecutionError>
     where
         B: DatabaseRef + Sync,
         B::Error: fmt::Display,
@@ -655,11 +776,73 @@ impl ParallelExecutor {
             block,
             base,
             self.threads,
+            self.bailout,
             &self.mv,
             &self.outputs[..n],
             sink,
         )
     }
+}
+
+fn beneficiary_error(block: &PreparedBlock, index: usize, e: impl fmt::Display) -> ExecutionError {
+    let index = index.min(block.txs.len().saturating_sub(1));
+    ExecutionError::Transaction {
+        block: block.number,
+        index,
+        hash: block.txs.get(index).map(|tx| tx.hash).unwrap_or_default(),
+        message: format!("paying the beneficiary: {e}"),
+    }
+}
+
+/// Executes the transactions after the committed prefix one after another over `db`, which
+/// holds the state after that prefix with every fee paid. With `collect`, each transaction's
+/// changes and fee are also kept, as the parallel phase keeps them.
+fn finish_sequentially<D>(
+    block: &PreparedBlock,
+    partial: &mut Partial,
+    db: D,
+    mut collect: Option<&mut Collect>,
+) -> Result<(), ExecutionError>
+where
+    D: Database + DatabaseCommit,
+    D::Error: fmt::Display,
+{
+    let from = partial.committed;
+    partial.stats.sequential_from = Some(from);
+    let beneficiary = block.block_env.beneficiary;
+    let mut evm = PlainEvm::new(db, block);
+    for (index, tx) in block.txs.iter().enumerate().skip(from) {
+        let failed = |e: &dyn fmt::Display| ExecutionError::Transaction {
+            block: block.number,
+            index,
+            hash: tx.hash,
+            message: e.to_string(),
+        };
+        let result = match collect.as_deref_mut() {
+            Some(collect) => {
+                let (done, fee) = evm
+                    .transact_deferring_reward(tx.env.clone())
+                    .map_err(|e| failed(&e))?;
+                collect.states.push(done.state.clone());
+                collect.fees.push(fee);
+                evm.db_mut().commit(done.state);
+                pay_beneficiary(evm.db_mut(), beneficiary, fee)
+                    .map_err(|e| beneficiary_error(block, index, e))?;
+                done.result
+            }
+            None => evm
+                .transact_commit(tx.env.clone())
+                .map_err(|e| failed(&e))?,
+        };
+        partial.receipts.push(TxReceipt::after(
+            tx.tx_type,
+            result,
+            &mut partial.cumulative_gas_used,
+        ));
+        partial.committed += 1;
+        partial.stats.executions += 1;
+    }
+    Ok(())
 }
 
 /// For each transaction, the latest earlier one sent by the same account.
@@ -677,23 +860,23 @@ fn run_block<B>(
     block: &PreparedBlock,
     base: &B,
     threads: usize,
+    bailout: Option<Bailout>,
     mv: &MvMemory,
     outputs: &[OutputSlot],
     sink: &mut dyn Sink,
-) -> Result<(BlockOutcome, Stats), ExecutionError>
+) -> Result<Partial, ExecutionError>
 where
     B: DatabaseRef + Sync,
     B::Error: fmt::Display,
 {
     let n = block.txs.len();
     if n == 0 {
-        return Ok((
-            BlockOutcome {
-                number: block.number,
-                receipts: Vec::new(),
-            },
-            Stats::default(),
-        ));
+        return Ok(Partial {
+            receipts: Vec::new(),
+            cumulative_gas_used: 0,
+            committed: 0,
+            stats: Stats::default(),
+        });
     }
     let started = std::time::Instant::now();
     let shared = Shared {
@@ -718,9 +901,13 @@ where
         committed: AtomicUsize::new(0),
         final_reads: (0..n).map(|_| AtomicUsize::new(0)).collect(),
         same_sender: same_sender(block),
+        bailout,
+        bailed: std::sync::atomic::AtomicBool::new(false),
+        sender_waits: AtomicUsize::new(0),
+        execution_ns: std::sync::atomic::AtomicU64::new(0),
     };
     // More workers than transactions only spin; a worker costs a thread start.
-    let workers = threads.clamp(1, n.max(1));
+    let workers = threads.clamp(1, n);
     std::thread::scope(|scope| {
         for _ in 1..workers {
             scope.spawn(|| shared.work());
@@ -728,7 +915,8 @@ where
         shared.work();
     });
     let executed = started.elapsed();
-    // Every transaction is executed and validated: what is left to commit is final.
+    // Every transaction is executed and validated (or the block bailed out): what can be
+    // committed now is final.
     let mut committer = lock(&shared.committer);
     if committer.error.is_none() {
         shared.try_commit(&mut committer);
@@ -736,7 +924,8 @@ where
     if let Some(error) = committer.error.take() {
         return Err(error);
     }
-    if committer.next < n {
+    let bailed = shared.bailed.load(Ordering::Relaxed);
+    if committer.next < n && !bailed {
         let tx = &block.txs[committer.next];
         return Err(ExecutionError::Transaction {
             block: block.number,
@@ -745,7 +934,20 @@ where
             message: "not final after every transaction was validated (a Block-STM bug)".into(),
         });
     }
-    let receipts = std::mem::take(&mut committer.receipts);
+    let partial = Partial {
+        receipts: std::mem::take(&mut committer.receipts),
+        cumulative_gas_used: committer.cumulative_gas_used,
+        committed: committer.next,
+        stats: Stats {
+            executions: shared.executions.load(Ordering::Relaxed),
+            validations: shared.validations.load(Ordering::Relaxed),
+            aborts: shared.aborts.load(Ordering::Relaxed),
+            waits: shared.waits.load(Ordering::Relaxed),
+            sender_waits: shared.sender_waits.load(Ordering::Relaxed),
+            commit_checks_failed: shared.commit_checks_failed.load(Ordering::Relaxed),
+            sequential_from: None,
+        },
+    };
     drop(committer);
     tracing::trace!(
         block = block.number,
@@ -753,22 +955,11 @@ where
         threads,
         execute_ms = executed.as_secs_f64() * 1e3,
         tail_ms = (started.elapsed() - executed).as_secs_f64() * 1e3,
+        committed = partial.committed,
+        stats = ?partial.stats,
         "block-stm"
     );
-    let stats = Stats {
-        executions: shared.executions.load(Ordering::Relaxed),
-        validations: shared.validations.load(Ordering::Relaxed),
-        aborts: shared.aborts.load(Ordering::Relaxed),
-        waits: shared.waits.load(Ordering::Relaxed),
-        commit_checks_failed: shared.commit_checks_failed.load(Ordering::Relaxed),
-    };
-    Ok((
-        BlockOutcome {
-            number: block.number,
-            receipts,
-        },
-        stats,
-    ))
+    Ok(partial)
 }
 
 /// Executes `block` over `base` with `threads` Block-STM workers and returns every

@@ -24,6 +24,7 @@ pub mod policy;
 pub mod scheduler;
 
 pub use executor::{
-    execute_block_parallel, execute_block_parallel_into, ParallelExecutor, ParallelOutcome, Stats,
+    execute_block_parallel, execute_block_parallel_into, Bailout, ParallelExecutor,
+    ParallelOutcome, Stats,
 };
 pub use policy::{execute_block_sequential, execute_block_with_policy, Metrics, Policy, Strategy};

@@ -63,12 +63,12 @@ pub enum Value {
 }
 
 /// Where a read got its value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     /// From the state before the block.
     Base,
-    /// From the write of this incarnation of an earlier transaction.
-    Written(Version),
+    /// From the write of this incarnation of an earlier transaction, with the value read.
+    Written(Version, Value),
 }
 
 /// What a read finds.
@@ -336,36 +336,42 @@ impl MvMemory {
         }
     }
 
-    /// Whether every read of transaction `idx` would still find the same origin.
+    /// Whether every read of transaction `idx` would still find the same value.
+    ///
+    /// A read is still valid when it would come from the same write, or from another write
+    /// of an equal value: an earlier transaction that is re-executed usually writes what it
+    /// wrote before (a sender's nonce, a fee), and its readers then read the same state and
+    /// need not run again. (The paper compares versions only; Aptos's implementation compares
+    /// values too.)
     pub fn validate_read_set(&self, idx: usize) -> bool {
         let record = lock(&self.records[idx]);
         record
             .reads
             .iter()
-            .all(|(location, origin)| self.origin(location, idx) == Some(*origin))
+            .all(|(location, origin)| self.still_valid(location, origin, idx))
     }
 
-    /// Where a read of `location` by `idx` would come from now; `None` for an ESTIMATE. Like
-    /// [`Self::read`] without cloning the value.
-    fn origin(&self, location: &Location, idx: usize) -> Option<Origin> {
+    fn still_valid(&self, location: &Location, origin: &Origin, idx: usize) -> bool {
         if let Location::Fee(j) = *location {
-            return match self.fee_read(j, idx) {
-                ReadResult::NotFound => Some(Origin::Base),
-                ReadResult::Value(version, _) => Some(Origin::Written(version)),
-                ReadResult::Estimate(_) => None,
+            return match (origin, self.fee_read(j, idx)) {
+                (Origin::Base, ReadResult::NotFound) => true,
+                (Origin::Written(read, old), ReadResult::Value(now, value)) => {
+                    *read == now || *old == value
+                }
+                _ => false,
             };
         }
         let hash = self.hash(location);
         let shard = self.shard(hash);
-        let Some((_, versions)) = shard.find(hash, |(l, _)| l == location) else {
-            return Some(Origin::Base);
-        };
-        match latest_below(versions, idx) {
-            None => Some(Origin::Base),
-            Some((_, Entry::Estimate)) => None,
-            Some((writer, Entry::Written(incarnation, _))) => {
-                Some(Origin::Written((*writer, *incarnation)))
+        let latest = shard
+            .find(hash, |(l, _)| l == location)
+            .and_then(|(_, versions)| latest_below(versions, idx));
+        match (origin, latest) {
+            (Origin::Base, None) => true,
+            (Origin::Written(read, old), Some((writer, Entry::Written(incarnation, value)))) => {
+                *read == (*writer, *incarnation) || old == value
             }
+            _ => false,
         }
     }
 }
@@ -409,6 +415,20 @@ mod tests {
         assert!(mv.validate_read_set(2));
         let mut writes = vec![(slot(5), Value::Slot(U256::from(1)))];
         mv.record((0, 0), &mut Vec::new(), &mut writes);
+        assert!(!mv.validate_read_set(2));
+        // Transaction 2 runs again and reads transaction 0's write.
+        let mut reads = vec![(slot(5), Origin::Written((0, 0), Value::Slot(U256::from(1))))];
+        mv.record((2, 1), &mut reads, &mut Vec::new());
+        assert!(mv.validate_read_set(2));
+        // Transaction 0 runs again and writes the same value: still valid. Another value and
+        // an estimate are not.
+        let mut writes = vec![(slot(5), Value::Slot(U256::from(1)))];
+        mv.record((0, 1), &mut Vec::new(), &mut writes);
+        assert!(mv.validate_read_set(2));
+        mv.convert_writes_to_estimates(0);
+        assert!(!mv.validate_read_set(2));
+        let mut writes = vec![(slot(5), Value::Slot(U256::from(2)))];
+        mv.record((0, 2), &mut Vec::new(), &mut writes);
         assert!(!mv.validate_read_set(2));
     }
 }

@@ -1,11 +1,17 @@
 //! When to run a block in parallel, and the sequential path for when not to.
 //!
 //! Block-STM pays per transaction for its multi-version machinery and per block for starting
-//! workers. A block with few transactions, or run on one thread, is faster sequentially. The
-//! decision is a threshold on the transaction count, measured by `gigas-bench blockstm` (it
-//! reports, per mainnet block, sequential against parallel time, and the smallest block size
-//! from which parallel wins on the median); [`Policy::default`] holds the value measured on
-//! the reference machine. Every decision is counted in [`Metrics`].
+//! workers. A block with few transactions, or with cheap ones (plain transfers, whose
+//! execution costs about as much as the bookkeeping around it), or run on one thread, is
+//! faster sequentially. The policy has two thresholds: the transaction count, and the average
+//! gas limit per transaction (known before execution, unlike the gas used, and the best
+//! predictor of per-transaction work the shipped blocks offer). `gigas-bench blockstm`
+//! measures, per mainnet block, sequential against parallel time and picks the pair of
+//! thresholds that minimises the total; [`Policy::default`] holds the values measured on the
+//! reference machine. Every decision is counted in [`Metrics`].
+//!
+//! Inside a parallel block, the executor's [`crate::Bailout`] is the second line of defence:
+//! a block that turns out to conflict heavily finishes sequentially.
 
 use std::fmt;
 
@@ -28,29 +34,43 @@ pub enum Strategy {
     Parallel(usize),
 }
 
-/// The threshold between the two strategies.
+/// The thresholds between the two strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     /// Blocks with fewer transactions run sequentially.
     pub min_parallel_txs: usize,
+    /// Blocks whose transactions' gas limits average less run sequentially.
+    pub min_avg_gas_limit: u64,
 }
 
 impl Default for Policy {
-    /// The threshold `gigas-bench blockstm` measured on the 2-core reference machine over the
-    /// 50 shipped mainnet blocks: with the executor as it stands, the total time is smallest
-    /// when no block runs in parallel, so the default is to run every block sequentially.
-    /// Re-measure and lower it as the executor gets faster.
+    /// The thresholds `gigas-bench blockstm` measured on the 2-core reference machine over
+    /// the 50 shipped mainnet blocks (see the crate README for the run).
     fn default() -> Self {
         Self {
-            min_parallel_txs: usize::MAX,
+            min_parallel_txs: 22,
+            min_avg_gas_limit: 100_000,
         }
     }
 }
 
 impl Policy {
+    /// The average gas limit of `block`'s transactions (0 for an empty block).
+    pub fn avg_gas_limit(block: &PreparedBlock) -> u64 {
+        let n = block.txs.len() as u128;
+        if n == 0 {
+            return 0;
+        }
+        let total: u128 = block.txs.iter().map(|tx| tx.env.gas_limit as u128).sum();
+        (total / n) as u64
+    }
+
     /// The strategy for `block` with `threads` available.
     pub fn choose(&self, block: &PreparedBlock, threads: usize) -> Strategy {
-        if threads <= 1 || block.txs.len() < self.min_parallel_txs {
+        if threads <= 1
+            || block.txs.len() < self.min_parallel_txs
+            || Self::avg_gas_limit(block) < self.min_avg_gas_limit
+        {
             Strategy::Sequential
         } else {
             Strategy::Parallel(threads)

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use alloy_primitives::{Address, B256, U256};
-use gigas_blockstm::ParallelExecutor;
+use gigas_blockstm::{Bailout, ParallelExecutor};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::{execute_block, load_fixtures_dir, PlainEvm, PreparedBlock};
 use gigas_primitives::ChainSpec;
@@ -59,10 +59,23 @@ fn parallel_equals_sequential_on_every_shipped_block() {
     let mut total_aborts = 0;
     // One executor per thread count for all blocks, as a sequencer keeps one: its memory is
     // reset, not rebuilt, between blocks, and a block must never see the previous one's.
+    // Pure Block-STM at every thread count, then 2 and 8 threads with a bailout that sends
+    // every block to the sequential continuation after a few executions.
+    let always_bail = Bailout {
+        after_executions: 5,
+        conflicts_per_execution: 0.0,
+        min_execution_ns: u64::MAX,
+    };
     let mut executors: Vec<ParallelExecutor> = [1, 2, 4, 8]
         .into_iter()
-        .map(ParallelExecutor::new)
+        .map(|t| ParallelExecutor::new(t).with_bailout(None))
+        .chain(
+            [2, 8]
+                .into_iter()
+                .map(|t| ParallelExecutor::new(t).with_bailout(Some(always_bail))),
+        )
         .collect();
+    let mut bailed = 0;
     for fixture in &fixtures {
         let block = PreparedBlock::from_fixture(fixture, &chain).expect("prepares");
         let base = fixture.database();
@@ -102,7 +115,11 @@ fn parallel_equals_sequential_on_every_shipped_block() {
                 stats.executions,
                 block.txs.len()
             );
-            total_aborts += stats.aborts;
+            if stats.sequential_from.is_some() {
+                bailed += 1;
+            } else {
+                total_aborts += stats.aborts;
+            }
             let got = snapshot(&state);
             if got != expected_state {
                 let diffs: Vec<String> = expected_state
@@ -128,6 +145,13 @@ fn parallel_equals_sequential_on_every_shipped_block() {
     // Mainnet blocks conflict (every transaction pays the same beneficiary), so the
     // validation machinery must actually have been exercised.
     assert!(total_aborts > 0, "no incarnation was ever aborted");
+    // Every block much longer than the bailout's window (and the executions in flight when
+    // it fires) continued sequentially, once per bailing executor.
+    let long = 2 * fixtures
+        .iter()
+        .filter(|f| f.block.transactions.len() > 50)
+        .count();
+    assert!(bailed >= long, "{bailed} bailouts for {long} long blocks");
 }
 
 #[test]
@@ -139,6 +163,7 @@ fn policy_fallback_gives_the_sequential_outcome_and_counts_decisions() {
     // A threshold in the middle of the shipped block sizes exercises both strategies.
     let policy = Policy {
         min_parallel_txs: 150,
+        min_avg_gas_limit: 60_000,
     };
     for fixture in &fixtures {
         let block = PreparedBlock::from_fixture(fixture, &chain).expect("prepares");
@@ -147,7 +172,7 @@ fn policy_fallback_gives_the_sequential_outcome_and_counts_decisions() {
         let expected = execute_block(&mut sequential, &block).expect("sequential executes");
         let (strategy, outcome) =
             execute_block_with_policy(&block, &base, 2, &policy, &metrics).expect("executes");
-        let want = if block.txs.len() < 150 {
+        let want = if block.txs.len() < 150 || Policy::avg_gas_limit(&block) < 60_000 {
             Strategy::Sequential
         } else {
             Strategy::Parallel(2)

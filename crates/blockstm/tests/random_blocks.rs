@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, Bytes, B256, U256};
-use gigas_blockstm::{execute_block_parallel, execute_block_parallel_into};
+use gigas_blockstm::{execute_block_parallel, Bailout, ParallelExecutor};
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
@@ -358,18 +358,37 @@ fn check(spec: &BlockSpec) -> Result<(), TestCaseError> {
     let mut sequential = PlainEvm::new(base.clone(), &block);
     let expected = execute_block(&mut sequential, &block);
     let expected_state = snapshot(sequential.db());
-    for threads in [1, 2, 4, 8] {
-        // With 4 and 8 threads every transaction's changes are kept and committed after the
-        // block; with 1 and 2 they are committed in order while the block executes.
+    // Pure Block-STM at every thread count; then 2 threads with a bailout that sends the rest
+    // of the block to the sequential continuation after 3 executions (both ways of
+    // committing).
+    let always_bail = Bailout {
+        after_executions: 3,
+        conflicts_per_execution: 0.0,
+        min_execution_ns: u64::MAX,
+    };
+    let runs = [
+        (1, None),
+        (2, None),
+        (4, None),
+        (8, None),
+        (2, Some(always_bail)),
+        (2, Some(always_bail)),
+    ];
+    for (run, (threads, bailout)) in runs.into_iter().enumerate() {
+        let mut executor = ParallelExecutor::new(threads).with_bailout(bailout);
+        // Alternately keep every transaction's changes and commit them after the block, or
+        // commit in order while the block executes.
         let mut state = base.clone();
-        let parallel = if threads % 4 == 0 {
-            execute_block_parallel(&block, &base, threads).map(|p| {
+        let parallel = if run % 2 == 0 {
+            executor.execute(&block, &base).map(|p| {
                 let outcome = p.outcome.clone();
                 p.commit_into(&mut state).expect("commit");
                 outcome
             })
         } else {
-            execute_block_parallel_into(&block, &base, threads, &mut state).map(|(o, _)| o)
+            executor
+                .execute_into(&block, &base, &mut state)
+                .map(|(o, _)| o)
         };
         match (&expected, parallel) {
             (Ok(expected), Ok(outcome)) => {
