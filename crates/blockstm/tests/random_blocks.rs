@@ -1,8 +1,11 @@
 //! Thousands of random blocks over a few accounts and contracts, so that conflicts are dense:
 //! value transfers, storage reads and writes across contracts, calls, reverts, contract
-//! creation (CREATE and CREATE2), self-destruct and re-creation at the same address, on forks
-//! before and after EIP-6780. Block-STM must give the sequential receipts and state for every
-//! thread count, and every block must finish (no deadlock, no livelock).
+//! creation (CREATE and CREATE2), self-destruct and re-creation at the same address, reads of
+//! code hashes and sizes (of accounts created, destroyed or delegated in the same block), calls
+//! with and without value to precompiles and reads of their balances, reads of the
+//! beneficiary's balance, and EIP-7702 delegations set, changed and cleared in the block, on
+//! forks before and after EIP-6780 and from Prague. Block-STM must give the sequential receipts
+//! and state for every thread count, and every block must finish (no deadlock, no livelock).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -12,6 +15,9 @@ use alloy_primitives::{Address, Bytes, B256, U256};
 use gigas_blockstm::{execute_block_parallel, Bailout, ParallelExecutor};
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
+use gigas_evm::revm::context_interface::transaction::{
+    Authorization, RecoveredAuthority, RecoveredAuthorization,
+};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::revm::primitives::TxKind;
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
@@ -31,6 +37,31 @@ fn contract(i: u8) -> Address {
     Address::with_last_byte(0xC0 + i % CONTRACTS)
 }
 
+/// EOAs that never send: they only sign EIP-7702 delegations, so their nonces follow from
+/// the delegations alone.
+const DELEGATORS: u8 = 2;
+
+fn delegator(i: u8) -> Address {
+    Address::with_last_byte(0x30 + i % DELEGATORS)
+}
+
+/// A precompile: ecrecover, sha256, ripemd160 or identity.
+fn precompile(i: u8) -> Address {
+    Address::with_last_byte(1 + i % 4)
+}
+
+/// An account to read or call: an EOA, a delegator, a contract, a CREATE2 child or a
+/// precompile.
+fn any_account(i: u8) -> Address {
+    match i % 5 {
+        0 => eoa(i / 5),
+        1 => delegator(i / 5),
+        2 => contract(i / 5),
+        3 => child_address(contract(i / 5), (i / 5) % 2),
+        _ => precompile(i / 5),
+    }
+}
+
 /// One straight-line piece of EVM code.
 #[derive(Debug, Clone)]
 enum Snippet {
@@ -41,6 +72,10 @@ enum Snippet {
     Log(u8),
     Create2(u8),
     CallChild(u8, u8),
+    /// EXTCODEHASH and EXTCODESIZE of an account into slots 9 and 10.
+    CodeOf(u8),
+    /// A call to a precompile with 0 or 1 wei, then its balance into slot 11.
+    Precompile(u8, u8),
 }
 
 /// How a program ends.
@@ -104,10 +139,10 @@ fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec
                 code.extend_from_slice(&[PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, value]);
                 push20(
                     &mut code,
-                    if target % 3 == 0 {
-                        eoa(target)
-                    } else {
-                        contract(target)
+                    match target % 4 {
+                        0 => eoa(target),
+                        1 => delegator(target),
+                        _ => contract(target),
                     },
                 );
                 code.extend_from_slice(&[PUSH3, 0x01, 0x00, 0x00, CALL, POP]);
@@ -146,6 +181,21 @@ fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec
                     CREATE2,
                 ]);
                 code.extend_from_slice(&[PUSH1, 8, SSTORE]);
+            }
+            Snippet::CodeOf(who) => {
+                push20(&mut code, any_account(who));
+                code.extend_from_slice(&[EXTCODEHASH, PUSH1, 9, SSTORE]);
+                push20(&mut code, any_account(who));
+                code.extend_from_slice(&[EXTCODESIZE, PUSH1, 10, SSTORE]);
+            }
+            Snippet::Precompile(which, value) => {
+                // 32 bytes of input from memory (whatever is there), 32 bytes of output.
+                code.extend_from_slice(&[PUSH1, 32, PUSH1, 0, PUSH1, 32, PUSH1, 0]);
+                code.extend_from_slice(&[PUSH1, value % 2]);
+                push20(&mut code, precompile(which));
+                code.extend_from_slice(&[PUSH3, 0x01, 0x00, 0x00, CALL, POP]);
+                push20(&mut code, precompile(which));
+                code.extend_from_slice(&[BALANCE, PUSH1, 11, SSTORE]);
             }
             Snippet::CallChild(deployer, salt) => {
                 let child = child_address(contract(deployer), salt % 2);
@@ -188,6 +238,14 @@ enum TxSpec {
         snippets: Vec<Snippet>,
         ending: Ending,
     },
+    /// An EIP-7702 transaction: `authority` delegates to a contract (or clears its delegation),
+    /// then the transaction calls `to`. Before Prague it is a plain call instead.
+    Delegate {
+        from: u8,
+        authority: u8,
+        target: u8,
+        to: u8,
+    },
 }
 
 fn snippet() -> impl Strategy<Value = Snippet> {
@@ -199,6 +257,8 @@ fn snippet() -> impl Strategy<Value = Snippet> {
         any::<u8>().prop_map(Snippet::Log),
         any::<u8>().prop_map(Snippet::Create2),
         (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Snippet::CallChild(a, b)),
+        any::<u8>().prop_map(Snippet::CodeOf),
+        (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Snippet::Precompile(a, b)),
     ]
 }
 
@@ -216,12 +276,15 @@ fn tx_spec() -> impl Strategy<Value = TxSpec> {
         4 => (any::<u8>(), any::<u8>(), 0u8..4).prop_map(|(from, to, value)| TxSpec::CallContract { from, to, value }),
         2 => (any::<u8>(), proptest::collection::vec(snippet(), 0..4), ending())
             .prop_map(|(from, snippets, ending)| TxSpec::Create { from, snippets, ending }),
+        2 => (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+            .prop_map(|(from, authority, target, to)| TxSpec::Delegate { from, authority, target, to }),
     ]
 }
 
 #[derive(Debug, Clone)]
 struct BlockSpec {
-    /// Mainnet timestamp picking the fork: London (SELFDESTRUCT deletes) to Cancun (EIP-6780).
+    /// Mainnet timestamp picking the fork: London (SELFDESTRUCT deletes), Shanghai, Cancun
+    /// (EIP-6780), Prague (EIP-7702).
     fork_timestamp: u64,
     contracts: Vec<(Vec<Snippet>, Ending)>,
     txs: Vec<TxSpec>,
@@ -232,7 +295,8 @@ fn block_spec() -> impl Strategy<Value = BlockSpec> {
         prop_oneof![
             Just(1_660_000_000u64),
             Just(1_690_000_000u64),
-            Just(1_720_000_000u64)
+            Just(1_720_000_000u64),
+            Just(1_750_000_000u64)
         ],
         proptest::collection::vec(
             (proptest::collection::vec(snippet(), 1..5), ending()),
@@ -273,14 +337,57 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
         );
         let _ = db.insert_account_storage(address, U256::from(1), U256::from(7));
     }
+    for i in 0..DELEGATORS {
+        db.insert_account_info(
+            delegator(i),
+            AccountInfo {
+                balance: U256::from(5u64),
+                ..Default::default()
+            },
+        );
+    }
+    let prague = spec.fork_timestamp >= 1_746_612_311;
     let mut nonces = BTreeMap::new();
     let txs = spec
         .txs
         .iter()
         .map(|t| {
+            let mut authorization = None;
             let (from, kind, value, data) = match t {
                 TxSpec::Transfer { from, to, value } => {
-                    (*from, TxKind::Call(eoa(*to)), *value, Bytes::new())
+                    let to = if to % 4 == 3 {
+                        delegator(*to)
+                    } else {
+                        eoa(*to)
+                    };
+                    (*from, TxKind::Call(to), *value, Bytes::new())
+                }
+                TxSpec::Delegate {
+                    from,
+                    authority,
+                    target,
+                    to,
+                } => {
+                    if prague {
+                        let authority = delegator(*authority);
+                        // One target in three clears the delegation (the zero address).
+                        let address = if target % 3 == 2 {
+                            Address::ZERO
+                        } else {
+                            contract(*target)
+                        };
+                        let nonce = nonces.entry(authority).or_insert(0u64);
+                        authorization = Some(RecoveredAuthorization::new_unchecked(
+                            Authorization {
+                                chain_id: U256::from(1),
+                                address,
+                                nonce: *nonce,
+                            },
+                            RecoveredAuthority::Valid(authority),
+                        ));
+                        *nonce += 1;
+                    }
+                    (*from, TxKind::Call(any_account(*to)), 0, Bytes::new())
                 }
                 TxSpec::CallContract { from, to, value } => {
                     (*from, TxKind::Call(contract(*to)), *value, Bytes::new())
@@ -298,7 +405,7 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
             };
             let caller = eoa(from);
             let nonce = nonces.entry(caller).or_insert(0u64);
-            let env = TxEnv {
+            let mut env = TxEnv {
                 caller,
                 kind,
                 value: U256::from(value),
@@ -310,7 +417,13 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
                 ..Default::default()
             };
             *nonce += 1;
-            PreparedTx::from_env(env).expect("legacy transaction")
+            if let Some(authorization) = authorization {
+                env.set_recovered_authorization(vec![authorization]);
+                env.gas_priority_fee = Some(1);
+                env.derive_tx_type()
+                    .expect("a call with an authorization list");
+            }
+            PreparedTx::from_env(env).expect("known transaction type")
         })
         .collect();
     let block_env = BlockEnv {
@@ -412,8 +525,16 @@ fn check(spec: &BlockSpec) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+    // 1000 random blocks by default; PROPTEST_CASES=N for a longer run.
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn parallel_equals_sequential_on_random_blocks(spec in block_spec()) {
@@ -461,4 +582,50 @@ fn random_blocks_always_finish() {
         "{succeeded} succeeded, {reverted} reverted"
     );
     eprintln!("300 random blocks x 2 thread counts: {aborts} aborts, {waits} waits, {succeeded} successful and {reverted} failed transactions");
+}
+
+/// The generator must really produce the cases this file claims to test: blocks that execute
+/// (not just blocks that both executors reject), delegations that take effect and run code in
+/// a delegator's storage, code hashes read into storage, value sent to precompiles.
+#[test]
+fn random_blocks_cover_the_hard_cases() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut ok, mut delegated, mut ran_delegated, mut hashes, mut precompile_value) =
+        (0, 0, 0, 0, 0);
+    for _ in 0..300 {
+        let spec = block_spec()
+            .new_tree(&mut runner)
+            .expect("generates")
+            .current();
+        let (block, base) = build(&spec);
+        let mut sequential = PlainEvm::new(base.clone(), &block);
+        if execute_block(&mut sequential, &block).is_err() {
+            continue;
+        }
+        ok += 1;
+        let state = snapshot(sequential.db());
+        for i in 0..DELEGATORS {
+            if let Some((_, _, code_hash, storage)) = state.get(&delegator(i)) {
+                delegated += usize::from(*code_hash != gigas_evm::revm::primitives::KECCAK_EMPTY);
+                ran_delegated += usize::from(!storage.is_empty());
+            }
+        }
+        for (_, _, _, storage) in state.values() {
+            hashes += usize::from(storage.contains_key(&U256::from(9)));
+        }
+        for i in 0..4 {
+            precompile_value += usize::from(
+                state
+                    .get(&precompile(i))
+                    .is_some_and(|(balance, ..)| !balance.is_zero()),
+            );
+        }
+    }
+    eprintln!(
+        "{ok} of 300 blocks execute; {delegated} delegations in effect at the end, \
+         {ran_delegated} delegators with storage written by delegated code, {hashes} accounts \
+         holding a code hash read, {precompile_value} precompiles holding value"
+    );
+    assert!(ok > 150, "only {ok} of 300 random blocks execute");
+    assert!(delegated > 10 && ran_delegated > 5 && hashes > 50 && precompile_value > 10);
 }
