@@ -23,8 +23,16 @@
 //!   nothing here.
 //! - The fee each transaction owes the beneficiary has a slot per transaction, not a hashed
 //!   location: only transaction `i` writes `Fee(i)`.
+//! - A filter of one bit per hash bucket (2^20 bits) marks locations written in the block,
+//!   set before each write. Most reads are of locations no other transaction writes (a
+//!   sender's account, a token balance, a contract's storage-wipe marker read on every SLOAD):
+//!   they find the bit clear and return without a lock. Without it, two workers reading one
+//!   hot contract's slots took turns on one shard's lock; a read that races with a write sees
+//!   the state before the write, which validation (run after the writer finishes) catches as
+//!   with any early read.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use alloy_primitives::{Address, U256};
@@ -93,6 +101,10 @@ enum Entry {
 
 const SHARDS: usize = 64;
 
+/// Bits of the written-location filter: 128 KiB, cleared per block; about 3% of unwritten
+/// locations take the locked path in a block writing 30,000 locations.
+const FILTER_BITS: usize = 1 << 20;
+
 /// Writes of one location, sorted by transaction index; the first one inline.
 type Versions = SmallVec<[(usize, Entry); 1]>;
 
@@ -118,6 +130,9 @@ pub struct MvMemory {
     records: Vec<Mutex<TxRecord>>,
     /// `Fee(i)` is written only by transaction `i`: a slot per transaction, no hashing.
     fees: Vec<Mutex<Option<Entry>>>,
+    /// One bit per hash bucket of locations written in this block, set before the write:
+    /// a read of a location whose bit is clear finds nothing without taking a lock.
+    written: Box<[AtomicU64]>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -144,6 +159,7 @@ impl MvMemory {
             hasher: foldhash::fast::FixedState::default(),
             records: Vec::new(),
             fees: Vec::new(),
+            written: (0..FILTER_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
         };
         memory.reset(len);
         memory
@@ -165,6 +181,9 @@ impl MvMemory {
             table.clear();
             table.reserve(per_shard, |(l, _)| hasher.hash_one(l));
         }
+        for word in self.written.iter_mut() {
+            *word.get_mut() = 0;
+        }
         for record in self.records.iter_mut().take(len) {
             let record = record
                 .get_mut()
@@ -184,6 +203,19 @@ impl MvMemory {
 
     fn hash(&self, location: &Location) -> u64 {
         self.hasher.hash_one(location)
+    }
+
+    /// Marks `hash`'s bucket written. Called before the write is inserted, so a reader that
+    /// sees the bit clear reads as if before the write (which validation then catches).
+    fn mark_written(&self, hash: u64) {
+        let bit = (hash as usize) % FILTER_BITS;
+        self.written[bit / 64].fetch_or(1 << (bit % 64), Ordering::SeqCst);
+    }
+
+    /// Whether a location with `hash` may have been written in this block.
+    fn maybe_written(&self, hash: u64) -> bool {
+        let bit = (hash as usize) % FILTER_BITS;
+        self.written[bit / 64].load(Ordering::SeqCst) & (1 << (bit % 64)) != 0
     }
 
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
@@ -209,6 +241,9 @@ impl MvMemory {
             return self.fee_read(j, idx);
         }
         let hash = self.hash(location);
+        if !self.maybe_written(hash) {
+            return ReadResult::NotFound;
+        }
         let shard = self.shard(hash);
         let Some((_, versions)) = shard.find(hash, |(l, _)| l == location) else {
             return ReadResult::NotFound;
@@ -230,6 +265,7 @@ impl MvMemory {
             return;
         }
         let hash = self.hash(&location);
+        self.mark_written(hash);
         let mut shard = self.shard(hash);
         let hasher = &self.hasher;
         let (_, versions) = shard
@@ -362,6 +398,9 @@ impl MvMemory {
             };
         }
         let hash = self.hash(location);
+        if !self.maybe_written(hash) {
+            return matches!(origin, Origin::Base);
+        }
         let shard = self.shard(hash);
         let latest = shard
             .find(hash, |(l, _)| l == location)

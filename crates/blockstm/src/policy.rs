@@ -89,6 +89,8 @@ pub struct Metrics {
     pub aborts: Counter,
     /// Transactions executed more than once (executions minus transactions).
     pub re_executions: Counter,
+    /// Parallel blocks that bailed out and finished sequentially.
+    pub bailouts: Counter,
 }
 
 impl Metrics {
@@ -109,6 +111,11 @@ impl Metrics {
             "aborts",
             "Incarnations aborted by validation",
             self.aborts.clone(),
+        );
+        sub.register(
+            "bailouts",
+            "Parallel blocks that bailed out to sequential execution within the block",
+            self.bailouts.clone(),
         );
         sub.register(
             "re_executions",
@@ -141,6 +148,9 @@ where
             metrics.parallel_blocks.inc();
             let outcome = execute_block_parallel(block, base, threads)?;
             metrics.aborts.inc_by(outcome.stats.aborts as u64);
+            if outcome.stats.sequential_from.is_some() {
+                metrics.bailouts.inc();
+            }
             metrics
                 .re_executions
                 .inc_by(outcome.stats.executions.saturating_sub(block.txs.len()) as u64);
