@@ -529,11 +529,11 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
+        .unwrap_or(3000)
 }
 
 proptest! {
-    // 1000 random blocks by default; PROPTEST_CASES=N for a longer run.
+    // 3000 random blocks by default; PROPTEST_CASES=N for a longer run.
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
