@@ -1,0 +1,639 @@
+//! Translation of a contract into one native function with Cranelift.
+//!
+//! The function takes a [`JitContext`] and returns an exit code (`runtime::EXIT_*`). Each
+//! basic block of the analysis becomes a Cranelift block that first checks, once, that the
+//! stack holds what the block pops and has room for what it pushes and that the gas covers
+//! the block's static gas; if not, the frame goes back to the interpreter at the block's
+//! start, unchanged, and the interpreter meets the error at the exact instruction. Otherwise
+//! the block's static gas is charged and its instructions run:
+//!
+//! - inline, on four 64-bit limbs: PUSH, POP, DUP, SWAP, ADD, SUB, AND, OR, XOR, NOT, LT,
+//!   GT, SLT, SGT, EQ, ISZERO, PC, JUMPDEST, JUMP and JUMPI (through a jump table of the
+//!   JUMPDESTs);
+//! - through the interpreter's own instruction function (`runtime::generic_instruction`) for
+//!   everything else, with the interpreter's gas set to what it would be at that instruction.
+//!
+//! Blocks with an instruction that starts a new frame (the CALL and CREATE families) are not
+//! translated yet: reaching one hands the frame to the interpreter.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName};
+use cranelift_codegen::ir::{Block as ClBlock, Value};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use revm::bytecode::opcode::{self, OpCode};
+use revm::interpreter::GasTable;
+use revm::primitives::hardfork::SpecId;
+
+use crate::analysis::{analyze, gas_table, Analysis, STACK_LIMIT};
+use crate::runtime::{offsets, JitContext, CONTINUE, EXIT_BAIL, EXIT_INVALID_JUMP};
+
+/// Why a contract was not compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The host ISA is not supported by Cranelift.
+    #[error("no Cranelift backend for this machine: {0}")]
+    Isa(String),
+    /// Cranelift rejected the generated code (a compiler bug).
+    #[error("Cranelift: {0}")]
+    Codegen(String),
+    /// No block of the contract can be translated.
+    #[error("nothing to compile: every block needs the interpreter")]
+    NothingToCompile,
+}
+
+/// A compiled contract: its native function, valid while the [`Compiler`] that made it lives.
+#[derive(Debug, Clone, Copy)]
+pub struct CompiledCode {
+    /// The native function.
+    pub function: unsafe extern "C" fn(*mut JitContext) -> u32,
+    /// Bytes of machine code.
+    pub code_size: usize,
+    /// Basic blocks translated and total.
+    pub blocks: (usize, usize),
+}
+
+/// A Cranelift JIT module that owns the machine code of every contract it compiled.
+pub struct Compiler {
+    module: JITModule,
+    ctx: Context,
+    builder_ctx: FunctionBuilderContext,
+    functions: usize,
+}
+
+impl std::fmt::Debug for Compiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiler")
+            .field("functions", &self.functions)
+            .finish()
+    }
+}
+
+const TRUSTED: MemFlagsData = MemFlagsData::trusted();
+
+/// Four 64-bit limbs, least significant first (the layout of revm's `U256`).
+type Word = [Value; 4];
+
+impl Compiler {
+    /// A compiler for the host machine, optimising for speed.
+    pub fn new() -> Result<Self, CompileError> {
+        let mut flags = settings::builder();
+        for (name, value) in [
+            ("opt_level", "speed"),
+            ("use_colocated_libcalls", "false"),
+            ("is_pic", "false"),
+        ] {
+            flags
+                .set(name, value)
+                .map_err(|e| CompileError::Isa(e.to_string()))?;
+        }
+        let isa = cranelift_native::builder()
+            .map_err(|e| CompileError::Isa(e.to_string()))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| CompileError::Isa(e.to_string()))?;
+        let module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+        Ok(Self {
+            ctx: module.make_context(),
+            module,
+            builder_ctx: FunctionBuilderContext::new(),
+            functions: 0,
+        })
+    }
+
+    /// Compiles `code` (original bytes) for `spec`.
+    pub fn compile(&mut self, code: &[u8], spec: SpecId) -> Result<CompiledCode, CompileError> {
+        let gas = gas_table(spec);
+        let analysis = analyze(code, spec, &gas);
+        let translated = analysis.blocks.iter().filter(|b| b.compilable).count();
+        if translated == 0 {
+            return Err(CompileError::NothingToCompile);
+        }
+        let pointer = self.module.target_config().pointer_type();
+        let mut signature = Signature::new(self.module.isa().default_call_conv());
+        signature.params.push(AbiParam::new(pointer));
+        signature.returns.push(AbiParam::new(types::I32));
+        let name = format!("evm_{}", self.functions);
+        self.functions += 1;
+        let id = self
+            .module
+            .declare_function(&name, Linkage::Local, &signature)
+            .map_err(|e| CompileError::Codegen(e.to_string()))?;
+        self.ctx.func.signature = signature;
+        self.ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let frontend = self.module.isa().frontend_config();
+        {
+            let builder = FunctionBuilder::new(&mut self.ctx.func, &mut self.builder_ctx);
+            Translator::new(builder, code, &analysis, gas, spec, pointer).translate(frontend);
+        }
+        self.module
+            .define_function(id, &mut self.ctx)
+            .map_err(|e| CompileError::Codegen(format!("{e:?}")))?;
+        let code_size = self
+            .ctx
+            .compiled_code()
+            .map_or(0, |c| c.code_buffer().len());
+        self.module.clear_context(&mut self.ctx);
+        self.module
+            .finalize_definitions()
+            .map_err(|e| CompileError::Codegen(e.to_string()))?;
+        let pointer = self.module.get_finalized_function(id);
+        // SAFETY: the function was declared with this signature: one pointer in, i32 out.
+        let function = unsafe {
+            std::mem::transmute::<*const u8, unsafe extern "C" fn(*mut JitContext) -> u32>(pointer)
+        };
+        Ok(CompiledCode {
+            function,
+            code_size,
+            blocks: (translated, analysis.blocks.len()),
+        })
+    }
+}
+
+struct Translator<'a> {
+    b: FunctionBuilder<'a>,
+    code: &'a [u8],
+    analysis: &'a Analysis,
+    ptr: types::Type,
+    ctx: Value,
+    stack: Value,
+    sp: Variable,
+    gas: Variable,
+    blocks: Vec<ClBlock>,
+    invalid_jump: ClBlock,
+    /// The block that dispatches a jump target (in `jump_target`) to its JUMPDEST.
+    dispatch: ClBlock,
+    jump_target: Variable,
+    gas_table: GasTable,
+    spec: SpecId,
+}
+
+impl<'a> Translator<'a> {
+    fn new(
+        mut b: FunctionBuilder<'a>,
+        code: &'a [u8],
+        analysis: &'a Analysis,
+        gas_table: GasTable,
+        spec: SpecId,
+        ptr: types::Type,
+    ) -> Self {
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let ctx = b.block_params(entry)[0];
+        let sp = b.declare_var(types::I64);
+        let gas = b.declare_var(types::I64);
+        let jump_target = b.declare_var(types::I64);
+        let stack = b.ins().load(ptr, TRUSTED, ctx, offsets::STACK);
+        let sp0 = b.ins().load(types::I64, TRUSTED, ctx, offsets::SP);
+        let gas0 = b.ins().load(types::I64, TRUSTED, ctx, offsets::GAS);
+        b.def_var(sp, sp0);
+        b.def_var(gas, gas0);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.def_var(jump_target, zero);
+        let blocks: Vec<ClBlock> = analysis.blocks.iter().map(|_| b.create_block()).collect();
+        let invalid_jump = b.create_block();
+        let dispatch = b.create_block();
+        b.ins().jump(blocks[0], &[]);
+        Self {
+            b,
+            code,
+            analysis,
+            ptr,
+            ctx,
+            stack,
+            sp,
+            gas,
+            blocks,
+            invalid_jump,
+            dispatch,
+            jump_target,
+            gas_table,
+            spec,
+        }
+    }
+
+    fn translate(mut self, frontend: cranelift_codegen::isa::TargetFrontendConfig) {
+        for index in 0..self.analysis.blocks.len() {
+            self.block(index);
+        }
+        // Invalid jump: hand back stack and gas, let the runtime halt.
+        self.b.switch_to_block(self.invalid_jump);
+        self.exit(EXIT_INVALID_JUMP);
+        // Jump table over the JUMPDESTs.
+        self.b.switch_to_block(self.dispatch);
+        let target = self.b.use_var(self.jump_target);
+        let mut switch = Switch::new();
+        for (index, block) in self.analysis.blocks.iter().enumerate() {
+            if self.analysis.jump_target(block.start) == Some(index) {
+                switch.set_entry(block.start as u128, self.blocks[index]);
+            }
+        }
+        switch.emit(&mut self.b, target, self.invalid_jump);
+        self.b.seal_all_blocks();
+        self.b.finalize(frontend);
+    }
+
+    /// Stores stack height and gas into the context and returns `code`.
+    fn exit(&mut self, code: u32) {
+        let sp = self.b.use_var(self.sp);
+        let gas = self.b.use_var(self.gas);
+        self.b.ins().store(TRUSTED, sp, self.ctx, offsets::SP);
+        self.b.ins().store(TRUSTED, gas, self.ctx, offsets::GAS);
+        let code = self.b.ins().iconst(types::I32, code as i64);
+        self.b.ins().return_(&[code]);
+    }
+
+    /// Hands the frame to the interpreter at `pc`.
+    fn bail(&mut self, pc: usize) {
+        let pc = self.b.ins().iconst(types::I64, pc as i64);
+        self.b.ins().store(TRUSTED, pc, self.ctx, offsets::PC);
+        self.exit(EXIT_BAIL);
+    }
+
+    fn block(&mut self, index: usize) {
+        let block = self.analysis.blocks[index].clone();
+        self.b.switch_to_block(self.blocks[index]);
+        if !block.compilable {
+            self.bail(block.start);
+            return;
+        }
+        // Entry checks: stack bounds and static gas, once for the block.
+        let sp = self.b.use_var(self.sp);
+        let gas = self.b.use_var(self.gas);
+        let low = self.b.ins().icmp_imm_u(
+            IntCC::UnsignedGreaterThanOrEqual,
+            sp,
+            block.min_height as i64,
+        );
+        let high = self.b.ins().icmp_imm_u(
+            IntCC::UnsignedLessThanOrEqual,
+            sp,
+            (STACK_LIMIT - block.max_growth.min(STACK_LIMIT)) as i64,
+        );
+        let enough = self.b.ins().icmp_imm_u(
+            IntCC::UnsignedGreaterThanOrEqual,
+            gas,
+            block.static_gas as i64,
+        );
+        let ok = self.b.ins().band(low, high);
+        let ok = self.b.ins().band(ok, enough);
+        let body = self.b.create_block();
+        let bail = self.b.create_block();
+        self.b.ins().brif(ok, body, &[], bail, &[]);
+        self.b.switch_to_block(bail);
+        self.bail(block.start);
+        self.b.switch_to_block(body);
+        let charged = self.b.ins().iadd_imm_s(gas, -(block.static_gas as i64));
+        self.b.def_var(self.gas, charged);
+
+        let gas_table = self.analysis_gas();
+        let mut pc = block.start;
+        let mut static_after = block.static_gas;
+        while pc < block.end {
+            let op = self.code.get(pc).copied().unwrap_or(opcode::STOP);
+            static_after -= gas_table[op as usize] as u64;
+            let immediate = if (opcode::PUSH1..=opcode::PUSH32).contains(&op) {
+                (op - opcode::PUSH0) as usize
+            } else {
+                0
+            };
+            let terminated = self.instruction(op, pc, static_after, index);
+            pc += 1 + immediate;
+            if terminated {
+                return;
+            }
+        }
+        // Fell off the block without a jump: into the next one.
+        if block.falls_through {
+            match self.blocks.get(index + 1) {
+                Some(&next) => {
+                    self.b.ins().jump(next, &[]);
+                }
+                None => self.bail(block.end),
+            }
+        } else {
+            self.bail(block.end);
+        }
+    }
+
+    fn analysis_gas(&self) -> GasTable {
+        self.gas_table
+    }
+
+    /// Address one word past the top of the stack.
+    fn top(&mut self) -> Value {
+        let sp = self.b.use_var(self.sp);
+        let bytes = self.b.ins().ishl_imm_u(sp, 5);
+        self.b.ins().iadd(self.stack, bytes)
+    }
+
+    /// The word `depth` below the top (0 = top), relative to `top`.
+    fn load(&mut self, top: Value, depth: usize) -> Word {
+        let base = -32 * (depth as i32 + 1);
+        std::array::from_fn(|limb| {
+            self.b
+                .ins()
+                .load(types::I64, TRUSTED, top, base + 8 * limb as i32)
+        })
+    }
+
+    /// Stores `word` at `slot` words from `top` (0 = the next free slot, -1 = the top).
+    fn store(&mut self, top: Value, slot: i32, word: Word) {
+        for (limb, value) in word.into_iter().enumerate() {
+            self.b
+                .ins()
+                .store(TRUSTED, value, top, 32 * slot + 8 * limb as i32);
+        }
+    }
+
+    fn adjust_sp(&mut self, delta: i64) {
+        let sp = self.b.use_var(self.sp);
+        let sp = self.b.ins().iadd_imm_s(sp, delta);
+        self.b.def_var(self.sp, sp);
+    }
+
+    fn bool_word(&mut self, flag: Value) -> Word {
+        let low = self.b.ins().uextend(types::I64, flag);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        [low, zero, zero, zero]
+    }
+
+    fn is_zero(&mut self, a: Word) -> Value {
+        let x = self.b.ins().bor(a[0], a[1]);
+        let y = self.b.ins().bor(a[2], a[3]);
+        let z = self.b.ins().bor(x, y);
+        self.b.ins().icmp_imm_u(IntCC::Equal, z, 0)
+    }
+
+    /// `a + b` and its carry out (0 or 1, as i64), given the carry in `c` (0 or 1).
+    fn add_carry(&mut self, a: Value, b: Value, c: Value) -> (Value, Value) {
+        let s = self.b.ins().iadd(a, b);
+        let c1 = self.b.ins().icmp(IntCC::UnsignedLessThan, s, a);
+        let t = self.b.ins().iadd(s, c);
+        let c2 = self.b.ins().icmp(IntCC::UnsignedLessThan, t, s);
+        let carry = self.b.ins().bor(c1, c2);
+        (t, self.b.ins().uextend(types::I64, carry))
+    }
+
+    /// `a - b - c` and its borrow out (0 or 1, as i64), given the borrow in `c` (0 or 1).
+    fn sub_borrow(&mut self, a: Value, b: Value, c: Value) -> (Value, Value) {
+        let d = self.b.ins().isub(a, b);
+        let b1 = self.b.ins().icmp(IntCC::UnsignedLessThan, a, b);
+        let t = self.b.ins().isub(d, c);
+        let b2 = self.b.ins().icmp(IntCC::UnsignedLessThan, d, c);
+        let borrow = self.b.ins().bor(b1, b2);
+        (t, self.b.ins().uextend(types::I64, borrow))
+    }
+
+    fn add(&mut self, a: Word, b: Word) -> Word {
+        let mut carry = self.b.ins().iconst(types::I64, 0);
+        std::array::from_fn(|i| {
+            let (s, c) = self.add_carry(a[i], b[i], carry);
+            carry = c;
+            s
+        })
+    }
+
+    fn sub(&mut self, a: Word, b: Word) -> Word {
+        let mut borrow = self.b.ins().iconst(types::I64, 0);
+        std::array::from_fn(|i| {
+            let (d, c) = self.sub_borrow(a[i], b[i], borrow);
+            borrow = c;
+            d
+        })
+    }
+
+    /// Unsigned `a < b` (an i8 flag), most significant limb first.
+    fn ult(&mut self, a: Word, b: Word) -> Value {
+        let mut lt = self.b.ins().icmp(IntCC::UnsignedLessThan, a[0], b[0]);
+        for limb in 1..4 {
+            let below = self.b.ins().icmp(IntCC::UnsignedLessThan, a[limb], b[limb]);
+            let equal = self.b.ins().icmp(IntCC::Equal, a[limb], b[limb]);
+            let carried = self.b.ins().band(equal, lt);
+            lt = self.b.ins().bor(below, carried);
+        }
+        lt
+    }
+
+    /// Signed `a < b`: unsigned comparison with the sign bits flipped.
+    fn slt(&mut self, a: Word, b: Word) -> Value {
+        let sign = self.b.ins().iconst(types::I64, i64::MIN);
+        let mut a = a;
+        let mut b = b;
+        a[3] = self.b.ins().bxor(a[3], sign);
+        b[3] = self.b.ins().bxor(b[3], sign);
+        self.ult(a, b)
+    }
+
+    /// Pops two words, pushes `f(top, second)`.
+    fn binary(&mut self, f: impl FnOnce(&mut Self, Word, Word) -> Word) {
+        let top = self.top();
+        let a = self.load(top, 0);
+        let b = self.load(top, 1);
+        let r = f(self, a, b);
+        self.store(top, -2, r);
+        self.adjust_sp(-1);
+    }
+
+    fn limbwise(
+        &mut self,
+        a: Word,
+        b: Word,
+        f: fn(&mut FunctionBuilder<'a>, Value, Value) -> Value,
+    ) -> Word {
+        std::array::from_fn(|i| f(&mut self.b, a[i], b[i]))
+    }
+
+    /// Jumps to the JUMPDEST at `target` (a word), or to the invalid-jump exit.
+    fn jump_to(&mut self, target: Word) {
+        let high = self.b.ins().bor(target[1], target[2]);
+        let high = self.b.ins().bor(high, target[3]);
+        let fits = self.b.ins().icmp_imm_u(IntCC::Equal, high, 0);
+        self.b.def_var(self.jump_target, target[0]);
+        self.b
+            .ins()
+            .brif(fits, self.dispatch, &[], self.invalid_jump, &[]);
+    }
+
+    /// Translates one instruction; returns whether it ended the block's control flow.
+    fn instruction(&mut self, op: u8, pc: usize, static_after: u64, index: usize) -> bool {
+        use opcode::*;
+        match op {
+            JUMPDEST => {}
+            // Before Shanghai PUSH0 is not an instruction: the interpreter halts on it.
+            PUSH0 if !self.spec.is_enabled_in(SpecId::SHANGHAI) => {
+                return self.generic(op, pc, static_after)
+            }
+            PUSH0..=PUSH32 => {
+                let n = (op - PUSH0) as usize;
+                let mut bytes = [0u8; 32];
+                for i in 0..n {
+                    bytes[32 - n + i] = self.code.get(pc + 1 + i).copied().unwrap_or(0);
+                }
+                let word: Word = std::array::from_fn(|limb| {
+                    let start = 32 - 8 * (limb + 1);
+                    let mut be = [0u8; 8];
+                    be.copy_from_slice(&bytes[start..start + 8]);
+                    self.b
+                        .ins()
+                        .iconst(types::I64, u64::from_be_bytes(be) as i64)
+                });
+                let top = self.top();
+                self.store(top, 0, word);
+                self.adjust_sp(1);
+            }
+            POP => self.adjust_sp(-1),
+            DUP1..=DUP16 => {
+                let n = (op - DUP1) as usize;
+                let top = self.top();
+                let word = self.load(top, n);
+                self.store(top, 0, word);
+                self.adjust_sp(1);
+            }
+            SWAP1..=SWAP16 => {
+                let n = (op - SWAP1) as usize + 1;
+                let top = self.top();
+                let a = self.load(top, 0);
+                let b = self.load(top, n);
+                self.store(top, -1, b);
+                self.store(top, -(n as i32) - 1, a);
+            }
+            ADD => self.binary(|t, a, b| t.add(a, b)),
+            SUB => self.binary(|t, a, b| t.sub(a, b)),
+            AND => self.binary(|t, a, b| t.limbwise(a, b, |b, x, y| b.ins().band(x, y))),
+            OR => self.binary(|t, a, b| t.limbwise(a, b, |b, x, y| b.ins().bor(x, y))),
+            XOR => self.binary(|t, a, b| t.limbwise(a, b, |b, x, y| b.ins().bxor(x, y))),
+            LT => self.binary(|t, a, b| {
+                let f = t.ult(a, b);
+                t.bool_word(f)
+            }),
+            GT => self.binary(|t, a, b| {
+                let f = t.ult(b, a);
+                t.bool_word(f)
+            }),
+            SLT => self.binary(|t, a, b| {
+                let f = t.slt(a, b);
+                t.bool_word(f)
+            }),
+            SGT => self.binary(|t, a, b| {
+                let f = t.slt(b, a);
+                t.bool_word(f)
+            }),
+            EQ => self.binary(|t, a, b| {
+                let x = t.limbwise(a, b, |b, x, y| b.ins().bxor(x, y));
+                let f = t.is_zero(x);
+                t.bool_word(f)
+            }),
+            ISZERO => {
+                let top = self.top();
+                let a = self.load(top, 0);
+                let f = self.is_zero(a);
+                let r = self.bool_word(f);
+                self.store(top, -1, r);
+            }
+            NOT => {
+                let top = self.top();
+                let a = self.load(top, 0);
+                let r: Word = std::array::from_fn(|i| self.b.ins().bnot(a[i]));
+                self.store(top, -1, r);
+            }
+            PC => {
+                let v = self.b.ins().iconst(types::I64, pc as i64);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                let top = self.top();
+                self.store(top, 0, [v, zero, zero, zero]);
+                self.adjust_sp(1);
+            }
+            JUMP => {
+                let top = self.top();
+                let target = self.load(top, 0);
+                self.adjust_sp(-1);
+                self.jump_to(target);
+                return true;
+            }
+            JUMPI => {
+                let top = self.top();
+                let target = self.load(top, 0);
+                let cond = self.load(top, 1);
+                self.adjust_sp(-2);
+                let zero = self.is_zero(cond);
+                let taken = self.b.create_block();
+                let next = match self.blocks.get(index + 1) {
+                    Some(&next) => next,
+                    None => {
+                        let end = self.b.create_block();
+                        let here = self.b.current_block();
+                        self.b.switch_to_block(end);
+                        self.bail(pc + 1);
+                        if let Some(here) = here {
+                            self.b.switch_to_block(here);
+                        }
+                        end
+                    }
+                };
+                self.b.ins().brif(zero, next, &[], taken, &[]);
+                self.b.switch_to_block(taken);
+                self.jump_to(target);
+                return true;
+            }
+            _ => return self.generic(op, pc, static_after),
+        }
+        false
+    }
+
+    /// Runs the instruction at `pc` through the interpreter's instruction function.
+    fn generic(&mut self, op: u8, pc: usize, static_after: u64) -> bool {
+        let sp = self.b.use_var(self.sp);
+        let gas = self.b.use_var(self.gas);
+        self.b.ins().store(TRUSTED, sp, self.ctx, offsets::SP);
+        self.b.ins().store(TRUSTED, gas, self.ctx, offsets::GAS);
+        let function = self
+            .b
+            .ins()
+            .load(self.ptr, TRUSTED, self.ctx, offsets::INSTRUCTION);
+        let mut signature = Signature::new(self.b.func.signature.call_conv);
+        signature.params.push(AbiParam::new(self.ptr));
+        signature.params.push(AbiParam::new(types::I64));
+        signature.params.push(AbiParam::new(types::I64));
+        signature.returns.push(AbiParam::new(types::I32));
+        let signature = self.b.import_signature(signature);
+        let pc_value = self.b.ins().iconst(types::I64, pc as i64);
+        let after = self.b.ins().iconst(types::I64, static_after as i64);
+        let call = self
+            .b
+            .ins()
+            .call_indirect(signature, function, &[self.ctx, pc_value, after]);
+        let status = self.b.inst_results(call)[0];
+        // Terminating instructions (STOP, RETURN, REVERT, INVALID, SELFDESTRUCT, unknown
+        // opcodes) always leave: nothing follows them in the block.
+        let terminating = OpCode::new(op).is_none_or(|o| o.info().is_terminating());
+        if terminating {
+            self.b.ins().return_(&[status]);
+            return true;
+        }
+        let go_on = self.b.create_block();
+        let leave = self.b.create_block();
+        let continues = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::Equal, status, CONTINUE as i64);
+        self.b.ins().brif(continues, go_on, &[], leave, &[]);
+        self.b.switch_to_block(leave);
+        self.b.ins().return_(&[status]);
+        self.b.switch_to_block(go_on);
+        let sp = self
+            .b
+            .ins()
+            .load(types::I64, TRUSTED, self.ctx, offsets::SP);
+        let gas = self
+            .b
+            .ins()
+            .load(types::I64, TRUSTED, self.ctx, offsets::GAS);
+        self.b.def_var(self.sp, sp);
+        self.b.def_var(self.gas, gas);
+        false
+    }
+}

@@ -1,0 +1,215 @@
+//! What compiled code runs against: the context it reads and writes, its exit codes, and the
+//! one helper through which it executes every instruction it does not translate inline.
+//!
+//! Compiled code keeps the EVM stack in the interpreter's own stack buffer (revm's `Stack`
+//! holds a `Vec<U256>` with capacity for 1024 words, little-endian limbs), so that handing a
+//! frame back to the interpreter at any instruction costs nothing. Instructions with dynamic
+//! gas, memory, hashing or host access run revm's own instruction functions through
+//! [`generic_instruction`]: their semantics, gas and errors are the interpreter's by
+//! construction.
+
+use revm::interpreter::interpreter::EthInterpreter;
+use revm::interpreter::interpreter_types::{Jumps, LegacyBytecode, LoopControl};
+use revm::interpreter::{
+    GasTable, Host, InstructionContext, InstructionResult, InstructionTable, Interpreter,
+    InterpreterAction,
+};
+use revm::primitives::U256;
+
+/// Compiled code finished the frame: the interpreter holds the action (return, revert or
+/// halt), as after its own loop.
+pub const EXIT_DONE: u32 = 1;
+/// Compiled code hands the frame to the interpreter at `JitContext::pc`, with the stack and
+/// gas exactly as the interpreter would have them there.
+pub const EXIT_BAIL: u32 = 2;
+/// A JUMP or JUMPI to an offset that is not a JUMPDEST.
+pub const EXIT_INVALID_JUMP: u32 = 3;
+/// The helper executed the instruction; compiled code continues.
+pub const CONTINUE: u32 = 0;
+
+/// The helper compiled code calls for an instruction it does not translate: the offset of
+/// the instruction and the static gas of the instructions after it in its block (already
+/// charged by compiled code, not yet by the interpreter's count).
+pub type InstructionFn = unsafe extern "C" fn(*mut JitContext, u64, u64) -> u32;
+
+/// The state compiled code works on. Field offsets are part of the code generator's contract
+/// (see `compiler.rs`); keep `repr(C)` and the order.
+#[repr(C)]
+#[derive(Debug)]
+pub struct JitContext {
+    /// The interpreter stack's buffer (capacity 1024 words).
+    pub stack: *mut U256,
+    /// Stack height.
+    pub sp: u64,
+    /// Gas remaining, with the static gas of the whole current block already charged.
+    pub gas: u64,
+    /// Where the interpreter resumes after [`EXIT_BAIL`].
+    pub pc: u64,
+    /// The helper for instructions not translated inline.
+    pub instruction: InstructionFn,
+    /// What the helper needs: a `Frame<H>`.
+    pub frame: *mut core::ffi::c_void,
+}
+
+/// Offsets of the [`JitContext`] fields, for the code generator.
+pub mod offsets {
+    /// `stack`.
+    pub const STACK: i32 = 0;
+    /// `sp`.
+    pub const SP: i32 = 8;
+    /// `gas`.
+    pub const GAS: i32 = 16;
+    /// `pc`.
+    pub const PC: i32 = 24;
+    /// `instruction`.
+    pub const INSTRUCTION: i32 = 32;
+}
+
+/// The interpreter state behind a running compiled frame.
+pub struct Frame<'a, H: Host> {
+    /// The frame's interpreter: stack, memory, gas, bytecode, input.
+    pub interpreter: &'a mut Interpreter<EthInterpreter>,
+    /// The host (revm's context).
+    pub host: &'a mut H,
+    /// The instruction table the interpreter runs.
+    pub table: &'a InstructionTable<EthInterpreter, H>,
+}
+
+/// Runs one instruction of the frame through the interpreter's own instruction function.
+///
+/// # Safety
+///
+/// `ctx` must point to a live [`JitContext`] whose `frame` points to a live `Frame<H>` and
+/// whose `stack` is that interpreter's stack buffer with `sp` initialised words.
+pub unsafe extern "C" fn generic_instruction<H: Host>(
+    ctx: *mut JitContext,
+    pc: u64,
+    gas_after: u64,
+) -> u32 {
+    let ctx = &mut *ctx;
+    let frame = &mut *(ctx.frame as *mut Frame<'_, H>);
+    let interpreter = &mut *frame.interpreter;
+    sync_into(ctx, interpreter, gas_after);
+    let pc = pc as usize;
+    let opcode = interpreter
+        .bytecode
+        .bytecode_slice()
+        .get(pc)
+        .copied()
+        .unwrap_or(0);
+    // As the interpreter's loop does: the instruction pointer is past the opcode.
+    interpreter.bytecode.absolute_jump(pc + 1);
+    let instruction = frame.table[opcode as usize];
+    let result = instruction.execute(InstructionContext {
+        interpreter: &mut *interpreter,
+        host: &mut *frame.host,
+    });
+    if let Err(e) = result {
+        if interpreter.bytecode.action().is_none() {
+            interpreter.halt(e);
+        }
+        return EXIT_DONE;
+    }
+    ctx.sp = interpreter.stack.len() as u64;
+    let remaining = interpreter.gas.remaining();
+    if remaining < gas_after {
+        // The rest of the block's static gas is not there: the interpreter runs out at some
+        // later instruction of the block, and only it knows which error comes first. It
+        // resumes with exactly the gas it would have here.
+        ctx.pc = interpreter.bytecode.pc() as u64;
+        ctx.gas = remaining;
+        return EXIT_BAIL;
+    }
+    ctx.gas = remaining - gas_after;
+    // An instruction that moved the instruction pointer (none of those reaching here do)
+    // would need a bail as well.
+    debug_assert_eq!(interpreter.bytecode.pc(), pc + 1 + immediate_len(opcode));
+    CONTINUE
+}
+
+fn immediate_len(opcode: u8) -> usize {
+    use revm::bytecode::opcode::{PUSH0, PUSH1, PUSH32};
+    if (PUSH1..=PUSH32).contains(&opcode) {
+        (opcode - PUSH0) as usize
+    } else {
+        0
+    }
+}
+
+/// Makes the interpreter's stack height and gas those of compiled code (plus `gas_after`,
+/// the static gas compiled code charged ahead for the rest of the block).
+///
+/// # Safety
+///
+/// `ctx.sp` words of the stack buffer must be initialised and at most its capacity.
+unsafe fn sync_into(
+    ctx: &JitContext,
+    interpreter: &mut Interpreter<EthInterpreter>,
+    gas_after: u64,
+) {
+    let data = interpreter.stack.data_mut();
+    debug_assert!(ctx.sp as usize <= data.capacity());
+    data.set_len(ctx.sp as usize);
+    interpreter.gas.set_remaining(ctx.gas + gas_after);
+}
+
+/// How compiled code left a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It ran the frame to its end.
+    Done,
+    /// It ended at a jump to an invalid destination.
+    InvalidJump,
+    /// It handed the frame to the interpreter at this offset.
+    Bailed(usize),
+}
+
+/// Runs a compiled frame from its first instruction to the end, or until compiled code hands
+/// it to the interpreter, which then finishes it. Returns what the interpreter's own loop
+/// would have returned, and how compiled code left.
+///
+/// # Safety
+///
+/// `function` must have been compiled from this interpreter's bytecode for its spec.
+pub unsafe fn run_frame<H: Host>(
+    function: unsafe extern "C" fn(*mut JitContext) -> u32,
+    interpreter: &mut Interpreter<EthInterpreter>,
+    host: &mut H,
+    table: &InstructionTable<EthInterpreter, H>,
+    gas_table: &GasTable,
+) -> (InterpreterAction, Exit) {
+    // The frame (and its borrows of the interpreter and host) lives only while compiled code
+    // runs; afterwards the interpreter is used directly.
+    let (exit, ctx) = {
+        let mut frame = Frame {
+            interpreter: &mut *interpreter,
+            host: &mut *host,
+            table,
+        };
+        let stack = frame.interpreter.stack.data_mut();
+        let mut ctx = JitContext {
+            stack: stack.as_mut_ptr(),
+            sp: stack.len() as u64,
+            gas: frame.interpreter.gas.remaining(),
+            pc: 0,
+            instruction: generic_instruction::<H>,
+            frame: &mut frame as *mut Frame<'_, H> as *mut core::ffi::c_void,
+        };
+        let exit = function(&mut ctx);
+        (exit, ctx)
+    };
+    match exit {
+        EXIT_DONE => (interpreter.take_next_action(), Exit::Done),
+        EXIT_INVALID_JUMP => {
+            sync_into(&ctx, interpreter, 0);
+            interpreter.halt(InstructionResult::InvalidJump);
+            (interpreter.take_next_action(), Exit::InvalidJump)
+        }
+        _ => {
+            sync_into(&ctx, interpreter, 0);
+            interpreter.bytecode.absolute_jump(ctx.pc as usize);
+            let action = interpreter.run_plain(table, gas_table, host);
+            (action, Exit::Bailed(ctx.pc as usize))
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Compiled code against the interpreter, one frame at a time: random programs (structured
+//! snippets that run deep, and raw bytes that fail early in every possible way) with random
+//! gas limits, on several forks. Status, output, gas left, refunds, storage written and logs
+//! must be identical.
+
+use alloy_primitives::{Bytes, B256, U256};
+use gigas_evm::executor::{block_context, BlockContext};
+use gigas_evm::program::{PROGRAM_ADDRESS, PROGRAM_CALLER};
+use gigas_evm::revm::bytecode::opcode::*;
+use gigas_evm::revm::context::BlockEnv;
+use gigas_evm::revm::context_interface::{ContextTr, JournalTr};
+use gigas_evm::revm::database::{CacheDB, EmptyDB};
+use gigas_evm::revm::interpreter::interpreter::{EthInterpreter, ExtBytecode};
+use gigas_evm::revm::interpreter::{
+    instruction_table, CallInput, InputsImpl, Interpreter, InterpreterAction, SharedMemory,
+};
+use gigas_evm::revm::state::{AccountInfo, Bytecode};
+use gigas_evm::PreparedBlock;
+use gigas_jit::analysis::gas_table;
+use gigas_jit::Compiler;
+use gigas_primitives::ChainSpec;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+
+type Host = BlockContext<CacheDB<EmptyDB>>;
+
+/// Mainnet timestamps of London, Shanghai, Cancun and Prague blocks.
+const FORKS: [u64; 4] = [1_660_000_000, 1_690_000_000, 1_720_000_000, 1_750_000_000];
+
+fn setup(code: &[u8], calldata: &[u8], gas_limit: u64, timestamp: u64) -> (Interpreter, Host) {
+    let mut db = CacheDB::new(EmptyDB::default());
+    let bytecode = Bytecode::new_raw(Bytes::copy_from_slice(code));
+    db.insert_account_info(
+        PROGRAM_ADDRESS,
+        AccountInfo {
+            code_hash: bytecode.hash_slow(),
+            code: Some(bytecode.clone()),
+            balance: U256::from(12345),
+            ..Default::default()
+        },
+    );
+    let _ = db.insert_account_storage(PROGRAM_ADDRESS, U256::from(1), U256::from(99));
+    let block_env = BlockEnv {
+        number: U256::from(20_000_000u64),
+        timestamp: U256::from(timestamp),
+        gas_limit: 30_000_000,
+        prevrandao: Some(B256::with_last_byte(7)),
+        ..Default::default()
+    };
+    let block = PreparedBlock::synthetic(&ChainSpec::mainnet(), block_env, Vec::new());
+    let mut host = block_context(db, &block, ());
+    host.journal_mut()
+        .load_account(PROGRAM_ADDRESS)
+        .expect("in-memory database");
+    let input = InputsImpl {
+        target_address: PROGRAM_ADDRESS,
+        bytecode_address: None,
+        caller_address: PROGRAM_CALLER,
+        input: CallInput::Bytes(Bytes::copy_from_slice(calldata)),
+        call_value: U256::from(7),
+        depth: 0,
+    };
+    let interpreter = Interpreter::new(
+        SharedMemory::new(),
+        ExtBytecode::new(bytecode),
+        input,
+        false,
+        block.spec(),
+        gas_limit,
+    );
+    (interpreter, host)
+}
+
+/// Everything observable about a finished frame.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    result: String,
+    output: Bytes,
+    gas_remaining: u64,
+    gas_refunded: i64,
+    storage: Vec<(U256, U256)>,
+    logs: String,
+}
+
+fn outcome(action: InterpreterAction, host: &Host) -> Outcome {
+    let InterpreterAction::Return(result) = action else {
+        panic!("a frame without calls ends with a return action, got {action:?}");
+    };
+    let mut storage: Vec<(U256, U256)> = host
+        .journal_ref()
+        .state
+        .get(&PROGRAM_ADDRESS)
+        .map(|a| {
+            a.storage
+                .iter()
+                .map(|(k, v)| (*k, v.present_value()))
+                .collect()
+        })
+        .unwrap_or_default();
+    storage.sort();
+    Outcome {
+        result: format!("{:?}", result.result),
+        output: result.output,
+        gas_remaining: result.gas.remaining(),
+        gas_refunded: result.gas.refunded(),
+        storage,
+        logs: format!("{:?}", host.journal_ref().logs),
+    }
+}
+
+/// Compares both ways; returns whether compiled code ran the frame to its end itself.
+fn compare(
+    compiler: &mut Compiler,
+    code: &[u8],
+    calldata: &[u8],
+    gas_limit: u64,
+    timestamp: u64,
+) -> bool {
+    let (mut interpreter, mut host) = setup(code, calldata, gas_limit, timestamp);
+    let spec = interpreter.runtime_flag.spec_id;
+    let table = instruction_table::<EthInterpreter, Host>();
+    let gas = gas_table(spec);
+    let expected = interpreter.run_plain(&table, &gas, &mut host);
+    let expected = outcome(expected, &host);
+
+    let (mut interpreter, mut host) = setup(code, calldata, gas_limit, timestamp);
+    let compiled = match compiler.compile(code, spec) {
+        Ok(compiled) => compiled,
+        // Nothing to compile (every block starts a frame): the interpreter runs it anyway.
+        Err(gigas_jit::CompileError::NothingToCompile) => return false,
+        Err(e) => panic!(
+            "{} does not compile: {e}",
+            alloy_primitives::hex::encode(code)
+        ),
+    };
+    // SAFETY: compiled from this code for this spec.
+    let (action, exit) = unsafe {
+        gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
+    };
+    let got = outcome(action, &host);
+    assert_eq!(
+        got,
+        expected,
+        "code {} with {gas_limit} gas at {timestamp}",
+        alloy_primitives::hex::encode(code)
+    );
+    exit == gigas_jit::runtime::Exit::Done
+}
+
+/// A stack-balanced piece of code (its net effect on the stack is zero or one push), so that
+/// programs of many snippets run deep instead of underflowing at once.
+#[derive(Debug, Clone)]
+enum Snippet {
+    Push(u8, Vec<u8>),
+    Binary(u8, U256, U256),
+    Unary(u8, U256),
+    Ternary(u8, U256, U256, U256),
+    Shuffle(u8),
+    Memory(u8, u16, U256),
+    Hash(u16, u16),
+    Calldata(u16),
+    Env(u8),
+    Storage(u8, u8),
+    Log(u16, u16),
+    Loop(u8),
+    Raw(Vec<u8>),
+}
+
+fn word() -> impl Strategy<Value = U256> {
+    prop_oneof![
+        (0u64..300).prop_map(U256::from),
+        any::<[u64; 4]>().prop_map(U256::from_limbs),
+        Just(U256::MAX),
+        (0usize..256).prop_map(|s| U256::from(1) << s),
+        (0usize..256).prop_map(|s| U256::MAX >> s),
+    ]
+}
+
+fn snippet() -> impl Strategy<Value = Snippet> {
+    let binary = prop::sample::select(vec![
+        ADD, MUL, SUB, DIV, SDIV, MOD, SMOD, EXP, SIGNEXTEND, LT, GT, SLT, SGT, EQ, AND, OR, XOR,
+        BYTE, SHL, SHR, SAR,
+    ]);
+    prop_oneof![
+        (0u8..=32, prop::collection::vec(any::<u8>(), 32)).prop_map(|(n, d)| Snippet::Push(n, d)),
+        (binary, word(), word()).prop_map(|(o, a, b)| Snippet::Binary(o, a, b)),
+        (prop::sample::select(vec![ISZERO, NOT]), word()).prop_map(|(o, a)| Snippet::Unary(o, a)),
+        (
+            prop::sample::select(vec![ADDMOD, MULMOD]),
+            word(),
+            word(),
+            word()
+        )
+            .prop_map(|(o, a, b, c)| Snippet::Ternary(o, a, b, c)),
+        (0u8..48).prop_map(Snippet::Shuffle),
+        (
+            prop::sample::select(vec![MLOAD, MSTORE, MSTORE8]),
+            0u16..2048,
+            word()
+        )
+            .prop_map(|(o, off, v)| Snippet::Memory(o, off, v)),
+        (0u16..512, 0u16..300).prop_map(|(o, l)| Snippet::Hash(o, l)),
+        (0u16..80).prop_map(Snippet::Calldata),
+        prop::sample::select(vec![
+            CALLVALUE,
+            CALLDATASIZE,
+            CODESIZE,
+            PC,
+            MSIZE,
+            GAS,
+            ADDRESS,
+            CALLER,
+            ORIGIN,
+            NUMBER,
+            TIMESTAMP,
+            CHAINID,
+            SELFBALANCE,
+            BASEFEE,
+            DIFFICULTY,
+            PUSH0,
+            RETURNDATASIZE
+        ])
+        .prop_map(Snippet::Env),
+        (0u8..4, any::<u8>()).prop_map(|(k, v)| Snippet::Storage(k, v)),
+        (0u16..256, 0u16..128).prop_map(|(o, l)| Snippet::Log(o, l)),
+        (0u8..40).prop_map(Snippet::Loop),
+        prop::collection::vec(any::<u8>(), 0..6).prop_map(Snippet::Raw),
+    ]
+}
+
+fn push(code: &mut Vec<u8>, value: U256) {
+    code.push(PUSH32);
+    code.extend_from_slice(&value.to_be_bytes::<32>());
+}
+
+fn push_u16(code: &mut Vec<u8>, value: u16) {
+    code.push(PUSH2);
+    code.extend_from_slice(&value.to_be_bytes());
+}
+
+fn assemble(snippets: &[Snippet], ending: u8) -> Vec<u8> {
+    let mut code = Vec::new();
+    for s in snippets {
+        match s {
+            Snippet::Push(n, data) => {
+                code.push(PUSH0 + n);
+                code.extend_from_slice(&data[..*n as usize]);
+            }
+            Snippet::Binary(op, a, b) => {
+                push(&mut code, *b);
+                push(&mut code, *a);
+                code.push(*op);
+            }
+            Snippet::Unary(op, a) => {
+                push(&mut code, *a);
+                code.push(*op);
+            }
+            Snippet::Ternary(op, a, b, c) => {
+                push(&mut code, *c);
+                push(&mut code, *b);
+                push(&mut code, *a);
+                code.push(*op);
+            }
+            Snippet::Shuffle(k) => code.push(match k % 3 {
+                0 => DUP1 + k % 16,
+                1 => SWAP1 + k % 16,
+                _ => POP,
+            }),
+            Snippet::Memory(op, offset, value) => {
+                if *op != MLOAD {
+                    push(&mut code, *value);
+                }
+                push_u16(&mut code, *offset);
+                code.push(*op);
+            }
+            Snippet::Hash(offset, len) => {
+                push_u16(&mut code, *len);
+                push_u16(&mut code, *offset);
+                code.push(KECCAK256);
+            }
+            Snippet::Calldata(offset) => {
+                push_u16(&mut code, *offset);
+                code.push(CALLDATALOAD);
+            }
+            Snippet::Env(op) => code.push(*op),
+            Snippet::Storage(key, value) => {
+                code.extend_from_slice(&[PUSH1, *value, PUSH1, *key, SSTORE, PUSH1, *key, SLOAD]);
+            }
+            Snippet::Log(offset, len) => {
+                push_u16(&mut code, *len);
+                push_u16(&mut code, *offset);
+                code.push(LOG0);
+            }
+            Snippet::Loop(n) => {
+                // counter = n; do { counter -= 1 } while counter != 0
+                code.extend_from_slice(&[PUSH1, *n]);
+                let head = code.len();
+                code.push(JUMPDEST);
+                code.extend_from_slice(&[PUSH1, 1, SWAP1, SUB, DUP1]);
+                push_u16(&mut code, head as u16);
+                code.extend_from_slice(&[JUMPI, POP]);
+            }
+            Snippet::Raw(bytes) => code.extend_from_slice(bytes),
+        }
+    }
+    match ending % 4 {
+        0 => code.push(STOP),
+        1 => code.extend_from_slice(&[PUSH1, 64, PUSH1, 0, RETURN]),
+        2 => code.extend_from_slice(&[PUSH1, 32, PUSH1, 0, REVERT]),
+        _ => {}
+    }
+    code
+}
+
+fn gas_limit() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => Just(10_000_000u64),
+        2 => 0u64..3_000,
+        2 => 3_000u64..60_000,
+    ]
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+thread_local! {
+    static COMPILER: std::cell::RefCell<Compiler> =
+        std::cell::RefCell::new(Compiler::new().expect("host ISA"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn structured_programs_match_the_interpreter(
+        snippets in prop::collection::vec(snippet(), 0..40),
+        ending in any::<u8>(),
+        calldata in prop::collection::vec(any::<u8>(), 0..100),
+        gas in gas_limit(),
+        fork in 0usize..4,
+    ) {
+        let code = assemble(&snippets, ending);
+        COMPILER.with(|c| compare(&mut c.borrow_mut(), &code, &calldata, gas, FORKS[fork]));
+    }
+
+    #[test]
+    fn raw_bytes_match_the_interpreter(
+        code in prop::collection::vec(any::<u8>(), 0..64),
+        gas in gas_limit(),
+        fork in 0usize..4,
+    ) {
+        COMPILER.with(|c| compare(&mut c.borrow_mut(), &code, &[], gas, FORKS[fork]));
+    }
+}
+
+#[test]
+fn a_counting_loop_matches_and_runs_native() {
+    let mut compiler = Compiler::new().expect("host ISA");
+    let code = assemble(&[Snippet::Loop(200), Snippet::Loop(3)], 1);
+    let compiled = compiler.compile(&code, gigas_evm::revm::primitives::hardfork::SpecId::CANCUN);
+    let compiled = compiled.expect("compiles");
+    assert_eq!(
+        compiled.blocks.0, compiled.blocks.1,
+        "every block translated"
+    );
+    assert!(compare(&mut compiler, &code, &[], 10_000_000, FORKS[2]));
+    for gas in [3_000, 2_500, 100, 0] {
+        compare(&mut compiler, &code, &[], gas, FORKS[2]);
+    }
+}
+
+/// Most structured programs must run to their end in compiled code, not in the interpreter
+/// after a bail (which would make the comparison above trivially true).
+#[test]
+fn structured_programs_mostly_run_native() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = (prop::collection::vec(snippet(), 0..40), any::<u8>());
+    let mut compiler = Compiler::new().expect("host ISA");
+    let (mut native, total) = (0, 300);
+    for _ in 0..total {
+        let (snippets, ending) = strategy.new_tree(&mut runner).expect("generates").current();
+        // Raw bytes make a program fail at once; leave them out here.
+        let snippets: Vec<Snippet> = snippets
+            .into_iter()
+            .filter(|s| !matches!(s, Snippet::Raw(_)))
+            .collect();
+        let code = assemble(&snippets, ending);
+        native += usize::from(compare(
+            &mut compiler,
+            &code,
+            &[1, 2, 3],
+            10_000_000,
+            FORKS[3],
+        ));
+    }
+    assert!(
+        native * 2 > total,
+        "only {native} of {total} programs ran natively to the end"
+    );
+}
