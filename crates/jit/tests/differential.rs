@@ -82,9 +82,21 @@ struct Outcome {
     logs: String,
 }
 
-fn outcome(action: InterpreterAction, host: &Host) -> Outcome {
-    let InterpreterAction::Return(result) = action else {
-        panic!("a frame without calls ends with a return action, got {action:?}");
+fn outcome(action: InterpreterAction, interpreter: &Interpreter, host: &Host) -> Outcome {
+    let (result, output, gas_remaining, gas_refunded) = match action {
+        InterpreterAction::Return(r) => (
+            format!("{:?}", r.result),
+            r.output,
+            r.gas.remaining(),
+            r.gas.refunded(),
+        ),
+        // A random program may reach a CALL or CREATE: both ways must suspend the same way.
+        new_frame => (
+            format!("{new_frame:?}"),
+            Bytes::new(),
+            interpreter.gas.remaining(),
+            interpreter.gas.refunded(),
+        ),
     };
     let mut storage: Vec<(U256, U256)> = host
         .journal_ref()
@@ -99,10 +111,10 @@ fn outcome(action: InterpreterAction, host: &Host) -> Outcome {
         .unwrap_or_default();
     storage.sort();
     Outcome {
-        result: format!("{:?}", result.result),
-        output: result.output,
-        gas_remaining: result.gas.remaining(),
-        gas_refunded: result.gas.refunded(),
+        result,
+        output,
+        gas_remaining,
+        gas_refunded,
         storage,
         logs: format!("{:?}", host.journal_ref().logs),
     }
@@ -121,7 +133,7 @@ fn compare(
     let table = instruction_table::<EthInterpreter, Host>();
     let gas = gas_table(spec);
     let expected = interpreter.run_plain(&table, &gas, &mut host);
-    let expected = outcome(expected, &host);
+    let expected = outcome(expected, &interpreter, &host);
 
     let (mut interpreter, mut host) = setup(code, calldata, gas_limit, timestamp);
     let compiled = match compiler.compile(code, spec) {
@@ -137,7 +149,7 @@ fn compare(
     let (action, exit) = unsafe {
         gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
     };
-    let got = outcome(action, &host);
+    let got = outcome(action, &interpreter, &host);
     assert_eq!(
         got,
         expected,
