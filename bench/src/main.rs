@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, storage};
+use gigas_bench::{blockstm, jit, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -30,6 +30,9 @@ enum Command {
     /// (independent, Zipf and ERC-20 transfers, a dependent chain); checks parallel ==
     /// sequential on every block.
     Blockstm(blockstm::BlockstmArgs),
+    /// Compiled code against the interpreter on compute programs (snailtracer, analysis, an
+    /// arithmetic loop, a KECCAK loop), frame for frame; compile time apart.
+    Jit(jit::JitArgs),
 }
 
 fn main() -> Result<()> {
@@ -46,6 +49,9 @@ fn main() -> Result<()> {
         }
         Command::Blockstm(args) => {
             blockstm::run(&args)?;
+        }
+        Command::Jit(args) => {
+            jit::run(&args)?;
         }
     }
     Ok(())

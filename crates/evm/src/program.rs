@@ -65,3 +65,64 @@ pub fn call_block(
         db,
     )
 }
+
+/// One call frame running `code` on its own, outside a transaction: an interpreter over
+/// `calldata` and `call_value` with `gas_limit`, and the context it runs against (a block at
+/// `timestamp` on mainnet rules, the program's account loaded, holding 12345 wei and slot 1 =
+/// 99). How compiled code is compared with the interpreter and timed against it, frame for
+/// frame.
+pub fn frame(
+    code: &[u8],
+    calldata: &[u8],
+    call_value: U256,
+    gas_limit: u64,
+    timestamp: u64,
+) -> (
+    revm::interpreter::Interpreter,
+    crate::executor::BlockContext<CacheDB<EmptyDB>>,
+) {
+    use revm::context_interface::{ContextTr, JournalTr};
+    use revm::interpreter::interpreter::ExtBytecode;
+    use revm::interpreter::{CallInput, InputsImpl, Interpreter, SharedMemory};
+
+    let mut db = CacheDB::new(EmptyDB::default());
+    let bytecode = Bytecode::new_raw(Bytes::copy_from_slice(code));
+    db.insert_account_info(
+        PROGRAM_ADDRESS,
+        AccountInfo {
+            code_hash: bytecode.hash_slow(),
+            code: Some(bytecode.clone()),
+            balance: U256::from(12345),
+            ..Default::default()
+        },
+    );
+    // An in-memory database cannot fail.
+    let _ = db.insert_account_storage(PROGRAM_ADDRESS, U256::from(1), U256::from(99));
+    let block_env = BlockEnv {
+        number: U256::from(20_000_000u64),
+        timestamp: U256::from(timestamp),
+        gas_limit: 30_000_000,
+        prevrandao: Some(alloy_primitives::B256::with_last_byte(7)),
+        ..Default::default()
+    };
+    let block = PreparedBlock::synthetic(&ChainSpec::mainnet(), block_env, Vec::new());
+    let mut host = crate::executor::block_context(db, &block, ());
+    let _ = host.journal_mut().load_account(PROGRAM_ADDRESS);
+    let input = InputsImpl {
+        target_address: PROGRAM_ADDRESS,
+        bytecode_address: None,
+        caller_address: PROGRAM_CALLER,
+        input: CallInput::Bytes(Bytes::copy_from_slice(calldata)),
+        call_value,
+        depth: 0,
+    };
+    let interpreter = Interpreter::new(
+        SharedMemory::new(),
+        ExtBytecode::new(bytecode),
+        input,
+        false,
+        block.spec(),
+        gas_limit,
+    );
+    (interpreter, host)
+}

@@ -10,6 +10,9 @@
 //! - inline, on four 64-bit limbs: PUSH, POP, DUP, SWAP, ADD, SUB, AND, OR, XOR, NOT, LT,
 //!   GT, SLT, SGT, EQ, ISZERO, PC, JUMPDEST, JUMP and JUMPI (through a jump table of the
 //!   JUMPDESTs);
+//! - through direct calls of small helpers working in place on the stack for the arithmetic
+//!   that has no dynamic gas and cannot fail (MUL, DIV, SDIV, MOD, SMOD, ADDMOD, MULMOD,
+//!   SIGNEXTEND, BYTE, SHL, SHR, SAR);
 //! - through the interpreter's own instruction function (`runtime::generic_instruction`) for
 //!   everything else, with the interpreter's gas set to what it would be at that instruction.
 //!
@@ -168,6 +171,8 @@ struct Translator<'a> {
     jump_target: Variable,
     gas_table: GasTable,
     spec: SpecId,
+    generic_sig: Option<cranelift_codegen::ir::SigRef>,
+    pure_sig: Option<cranelift_codegen::ir::SigRef>,
 }
 
 impl<'a> Translator<'a> {
@@ -212,6 +217,8 @@ impl<'a> Translator<'a> {
             jump_target,
             gas_table,
             spec,
+            generic_sig: None,
+            pure_sig: None,
         }
     }
 
@@ -579,9 +586,52 @@ impl<'a> Translator<'a> {
                 self.jump_to(target);
                 return true;
             }
+            MUL | DIV | SDIV | MOD | SMOD | SIGNEXTEND | BYTE => {
+                self.pure(op, 2);
+            }
+            SHL | SHR | SAR if self.spec.is_enabled_in(SpecId::PETERSBURG) => {
+                self.pure(op, 2);
+            }
+            ADDMOD | MULMOD => self.pure(op, 3),
             _ => return self.generic(op, pc, static_after),
         }
         false
+    }
+
+    /// Calls the pure helper of `op` on the top `inputs` words in place; one word results.
+    fn pure(&mut self, op: u8, inputs: i64) {
+        use crate::runtime as rt;
+        use opcode::*;
+        let function: rt::PureFn = match op {
+            MUL => rt::mul,
+            DIV => rt::div,
+            SDIV => rt::sdiv,
+            MOD => rt::rem,
+            SMOD => rt::smod,
+            SIGNEXTEND => rt::signextend,
+            BYTE => rt::byte,
+            SHL => rt::shl,
+            SHR => rt::shr,
+            SAR => rt::sar,
+            ADDMOD => rt::addmod,
+            _ => rt::mulmod,
+        };
+        let signature = self.pure_signature();
+        let address = self.b.ins().iconst(self.ptr, function as usize as i64);
+        let top = self.top();
+        self.b.ins().call_indirect(signature, address, &[top]);
+        self.adjust_sp(1 - inputs);
+    }
+
+    fn pure_signature(&mut self) -> cranelift_codegen::ir::SigRef {
+        if let Some(signature) = self.pure_sig {
+            return signature;
+        }
+        let mut signature = Signature::new(self.b.func.signature.call_conv);
+        signature.params.push(AbiParam::new(self.ptr));
+        let signature = self.b.import_signature(signature);
+        self.pure_sig = Some(signature);
+        signature
     }
 
     /// Runs the instruction at `pc` through the interpreter's instruction function.
@@ -594,12 +644,19 @@ impl<'a> Translator<'a> {
             .b
             .ins()
             .load(self.ptr, TRUSTED, self.ctx, offsets::INSTRUCTION);
-        let mut signature = Signature::new(self.b.func.signature.call_conv);
-        signature.params.push(AbiParam::new(self.ptr));
-        signature.params.push(AbiParam::new(types::I64));
-        signature.params.push(AbiParam::new(types::I64));
-        signature.returns.push(AbiParam::new(types::I32));
-        let signature = self.b.import_signature(signature);
+        let signature = match self.generic_sig {
+            Some(signature) => signature,
+            None => {
+                let mut signature = Signature::new(self.b.func.signature.call_conv);
+                signature.params.push(AbiParam::new(self.ptr));
+                signature.params.push(AbiParam::new(types::I64));
+                signature.params.push(AbiParam::new(types::I64));
+                signature.returns.push(AbiParam::new(types::I32));
+                let signature = self.b.import_signature(signature);
+                self.generic_sig = Some(signature);
+                signature
+            }
+        };
         let pc_value = self.b.ins().iconst(types::I64, pc as i64);
         let after = self.b.ins().iconst(types::I64, static_after as i64);
         let call = self

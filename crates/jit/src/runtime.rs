@@ -213,3 +213,112 @@ pub unsafe fn run_frame<H: Host>(
         }
     }
 }
+
+fn saturated(x: &U256) -> usize {
+    let limbs = x.as_limbs();
+    if limbs[1] | limbs[2] | limbs[3] != 0 {
+        usize::MAX
+    } else {
+        usize::try_from(limbs[0]).unwrap_or(usize::MAX)
+    }
+}
+
+/// A stack operation with no gas beyond its static gas and no way to fail, run in place on
+/// the stack below `top` (one word past the top): the operands are the top words, the result
+/// replaces the deepest operand. Compiled code calls these directly, without syncing anything
+/// with the interpreter.
+pub type PureFn = unsafe extern "C" fn(*mut U256);
+
+macro_rules! pure_binary {
+    ($name:ident, |$a:ident, $b:ident| $body:expr) => {
+        /// In place on the two top words (see [`PureFn`]); as revm's instruction computes it.
+        ///
+        /// # Safety
+        ///
+        /// `top` must be one word past at least two initialised stack words.
+        pub unsafe extern "C" fn $name(top: *mut U256) {
+            let $a = *top.sub(1);
+            let $b = *top.sub(2);
+            *top.sub(2) = $body;
+        }
+    };
+}
+
+pure_binary!(mul, |a, b| a.wrapping_mul(b));
+pure_binary!(div, |a, b| if b.is_zero() { b } else { a.wrapping_div(b) });
+pure_binary!(
+    sdiv,
+    |a, b| revm::interpreter::instructions::i256::i256_div(a, b)
+);
+pure_binary!(rem, |a, b| if b.is_zero() { b } else { a.wrapping_rem(b) });
+pure_binary!(
+    smod,
+    |a, b| revm::interpreter::instructions::i256::i256_mod(a, b)
+);
+pure_binary!(signextend, |ext, x| {
+    if ext < U256::from(31) {
+        let bit_index = (8 * ext.as_limbs()[0] + 7) as usize;
+        let mask = (U256::from(1) << bit_index) - U256::from(1);
+        if x.bit(bit_index) {
+            x | !mask
+        } else {
+            x & mask
+        }
+    } else {
+        x
+    }
+});
+pure_binary!(byte, |i, x| {
+    let i = saturated(&i);
+    if i < 32 {
+        U256::from(x.byte(31 - i))
+    } else {
+        U256::ZERO
+    }
+});
+pure_binary!(shl, |shift, x| {
+    let shift = saturated(&shift);
+    if shift < 256 {
+        x << shift
+    } else {
+        U256::ZERO
+    }
+});
+pure_binary!(shr, |shift, x| {
+    let shift = saturated(&shift);
+    if shift < 256 {
+        x >> shift
+    } else {
+        U256::ZERO
+    }
+});
+pure_binary!(sar, |shift, x| {
+    let shift = saturated(&shift);
+    if shift < 256 {
+        x.arithmetic_shr(shift)
+    } else if x.bit(255) {
+        U256::MAX
+    } else {
+        U256::ZERO
+    }
+});
+
+/// ADDMOD in place on the three top words (see [`PureFn`]).
+///
+/// # Safety
+///
+/// `top` must be one word past at least three initialised stack words.
+pub unsafe extern "C" fn addmod(top: *mut U256) {
+    let (a, b, n) = (*top.sub(1), *top.sub(2), *top.sub(3));
+    *top.sub(3) = a.add_mod(b, n);
+}
+
+/// MULMOD in place on the three top words (see [`PureFn`]).
+///
+/// # Safety
+///
+/// `top` must be one word past at least three initialised stack words.
+pub unsafe extern "C" fn mulmod(top: *mut U256) {
+    let (a, b, n) = (*top.sub(1), *top.sub(2), *top.sub(3));
+    *top.sub(3) = a.mul_mod(b, n);
+}

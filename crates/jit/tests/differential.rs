@@ -3,22 +3,16 @@
 //! gas limits, on several forks. Status, output, gas left, refunds, storage written and logs
 //! must be identical.
 
-use alloy_primitives::{Bytes, B256, U256};
-use gigas_evm::executor::{block_context, BlockContext};
-use gigas_evm::program::{PROGRAM_ADDRESS, PROGRAM_CALLER};
+use alloy_primitives::{Bytes, U256};
+use gigas_evm::executor::BlockContext;
+use gigas_evm::program::PROGRAM_ADDRESS;
 use gigas_evm::revm::bytecode::opcode::*;
-use gigas_evm::revm::context::BlockEnv;
-use gigas_evm::revm::context_interface::{ContextTr, JournalTr};
+use gigas_evm::revm::context_interface::ContextTr;
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
-use gigas_evm::revm::interpreter::interpreter::{EthInterpreter, ExtBytecode};
-use gigas_evm::revm::interpreter::{
-    instruction_table, CallInput, InputsImpl, Interpreter, InterpreterAction, SharedMemory,
-};
-use gigas_evm::revm::state::{AccountInfo, Bytecode};
-use gigas_evm::PreparedBlock;
+use gigas_evm::revm::interpreter::interpreter::EthInterpreter;
+use gigas_evm::revm::interpreter::{instruction_table, Interpreter, InterpreterAction};
 use gigas_jit::analysis::gas_table;
 use gigas_jit::Compiler;
-use gigas_primitives::ChainSpec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
@@ -28,47 +22,7 @@ type Host = BlockContext<CacheDB<EmptyDB>>;
 const FORKS: [u64; 4] = [1_660_000_000, 1_690_000_000, 1_720_000_000, 1_750_000_000];
 
 fn setup(code: &[u8], calldata: &[u8], gas_limit: u64, timestamp: u64) -> (Interpreter, Host) {
-    let mut db = CacheDB::new(EmptyDB::default());
-    let bytecode = Bytecode::new_raw(Bytes::copy_from_slice(code));
-    db.insert_account_info(
-        PROGRAM_ADDRESS,
-        AccountInfo {
-            code_hash: bytecode.hash_slow(),
-            code: Some(bytecode.clone()),
-            balance: U256::from(12345),
-            ..Default::default()
-        },
-    );
-    let _ = db.insert_account_storage(PROGRAM_ADDRESS, U256::from(1), U256::from(99));
-    let block_env = BlockEnv {
-        number: U256::from(20_000_000u64),
-        timestamp: U256::from(timestamp),
-        gas_limit: 30_000_000,
-        prevrandao: Some(B256::with_last_byte(7)),
-        ..Default::default()
-    };
-    let block = PreparedBlock::synthetic(&ChainSpec::mainnet(), block_env, Vec::new());
-    let mut host = block_context(db, &block, ());
-    host.journal_mut()
-        .load_account(PROGRAM_ADDRESS)
-        .expect("in-memory database");
-    let input = InputsImpl {
-        target_address: PROGRAM_ADDRESS,
-        bytecode_address: None,
-        caller_address: PROGRAM_CALLER,
-        input: CallInput::Bytes(Bytes::copy_from_slice(calldata)),
-        call_value: U256::from(7),
-        depth: 0,
-    };
-    let interpreter = Interpreter::new(
-        SharedMemory::new(),
-        ExtBytecode::new(bytecode),
-        input,
-        false,
-        block.spec(),
-        gas_limit,
-    );
-    (interpreter, host)
+    gigas_evm::program::frame(code, calldata, U256::from(7), gas_limit, timestamp)
 }
 
 /// Everything observable about a finished frame.
