@@ -126,6 +126,9 @@ fn summary(action: &InterpreterAction) -> Result<(String, Bytes, u64)> {
 
 const CANCUN: u64 = 1_720_000_000;
 
+/// Seconds, the observable result, and how compiled code left (compiled runs only).
+type Run = (f64, (String, Bytes, u64), Option<Exit>);
+
 fn measure(program: &Program, rounds: usize) -> Result<ProgramResult> {
     let (interpreter, _) = frame(
         &program.code,
@@ -146,7 +149,7 @@ fn measure(program: &Program, rounds: usize) -> Result<ProgramResult> {
         compiled = Some(code);
     }
     let compiled = compiled.ok_or_else(|| eyre!("no compile ran"))?;
-    let run = |jit: bool| -> Result<(f64, (String, Bytes, u64), Option<Exit>)> {
+    let run = |jit: bool| -> Result<Run> {
         let (mut interpreter, mut host): (Interpreter, _) = frame(
             &program.code,
             &program.calldata,

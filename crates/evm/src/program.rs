@@ -86,7 +86,9 @@ pub fn frame(
     use revm::interpreter::{CallInput, InputsImpl, Interpreter, SharedMemory};
 
     let mut db = CacheDB::new(EmptyDB::default());
-    let bytecode = Bytecode::new_raw(Bytes::copy_from_slice(code));
+    // Legacy analysis whatever the bytes: `new_raw` would reject an EIP-7702 prefix, which a
+    // deployed contract cannot start with anyway (EIP-3541).
+    let bytecode = Bytecode::new_legacy(Bytes::copy_from_slice(code));
     db.insert_account_info(
         PROGRAM_ADDRESS,
         AccountInfo {
