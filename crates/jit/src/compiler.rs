@@ -16,6 +16,11 @@
 //! - through the interpreter's own instruction function (`runtime::generic_instruction`) for
 //!   everything else, with the interpreter's gas set to what it would be at that instruction.
 //!
+//! Within a block, stack words live in SSA values (a compile-time model of the stack: words
+//! pushed or loaded, with the constants of PUSHes) and reach the stack buffer only when the
+//! block ends or calls out; a JUMP or JUMPI to a pushed constant branches straight to its
+//! block, without the jump table.
+//!
 //! Blocks with an instruction that starts a new frame (the CALL and CREATE families) are not
 //! translated yet: reaching one hands the frame to the interpreter.
 
@@ -173,6 +178,22 @@ struct Translator<'a> {
     spec: SpecId,
     generic_sig: Option<cranelift_codegen::ir::SigRef>,
     pure_sig: Option<cranelift_codegen::ir::SigRef>,
+    /// The stack model of the block being translated: the buffer address and runtime height
+    /// at its origin, the height relative to it, and the words known as SSA values.
+    base: Value,
+    origin_sp: Value,
+    depth: i64,
+    known: std::collections::BTreeMap<i64, Known>,
+}
+
+/// A stack word held in SSA values while a block is translated.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    word: Word,
+    /// Its value, when it comes from a PUSH (jump targets usually do).
+    constant: Option<[u64; 4]>,
+    /// Whether the buffer does not hold it yet.
+    dirty: bool,
 }
 
 impl<'a> Translator<'a> {
@@ -219,6 +240,10 @@ impl<'a> Translator<'a> {
             spec,
             generic_sig: None,
             pure_sig: None,
+            base: stack,
+            origin_sp: sp0,
+            depth: 0,
+            known: std::collections::BTreeMap::new(),
         }
     }
 
@@ -295,8 +320,9 @@ impl<'a> Translator<'a> {
         self.b.switch_to_block(body);
         let charged = self.b.ins().iadd_imm_s(gas, -(block.static_gas as i64));
         self.b.def_var(self.gas, charged);
+        self.rebase();
 
-        let gas_table = self.analysis_gas();
+        let gas_table = self.gas_table;
         let mut pc = block.start;
         let mut static_after = block.static_gas;
         while pc < block.end {
@@ -314,6 +340,7 @@ impl<'a> Translator<'a> {
             }
         }
         // Fell off the block without a jump: into the next one.
+        self.flush();
         if block.falls_through {
             match self.blocks.get(index + 1) {
                 Some(&next) => {
@@ -326,39 +353,82 @@ impl<'a> Translator<'a> {
         }
     }
 
-    fn analysis_gas(&self) -> GasTable {
-        self.gas_table
-    }
-
-    /// Address one word past the top of the stack.
-    fn top(&mut self) -> Value {
+    /// Starts a fresh model of the stack at the current runtime height (block entry, and
+    /// after an instruction that changed the stack behind compiled code's back).
+    fn rebase(&mut self) {
         let sp = self.b.use_var(self.sp);
         let bytes = self.b.ins().ishl_imm_u(sp, 5);
-        self.b.ins().iadd(self.stack, bytes)
+        self.base = self.b.ins().iadd(self.stack, bytes);
+        self.origin_sp = sp;
+        self.depth = 0;
+        self.known.clear();
     }
 
-    /// The word `depth` below the top (0 = top), relative to `top`.
-    fn load(&mut self, top: Value, depth: usize) -> Word {
-        let base = -32 * (depth as i32 + 1);
-        std::array::from_fn(|limb| {
-            self.b
-                .ins()
-                .load(types::I64, TRUSTED, top, base + 8 * limb as i32)
-        })
-    }
-
-    /// Stores `word` at `slot` words from `top` (0 = the next free slot, -1 = the top).
-    fn store(&mut self, top: Value, slot: i32, word: Word) {
-        for (limb, value) in word.into_iter().enumerate() {
-            self.b
-                .ins()
-                .store(TRUSTED, value, top, 32 * slot + 8 * limb as i32);
+    /// The word at `position` (relative to the model's origin), loading it if not known.
+    fn get(&mut self, position: i64) -> Known {
+        if let Some(k) = self.known.get(&position) {
+            return *k;
         }
+        let offset = (position * 32) as i32;
+        let base = self.base;
+        let word: Word = std::array::from_fn(|limb| {
+            self.b
+                .ins()
+                .load(types::I64, TRUSTED, base, offset + 8 * limb as i32)
+        });
+        let k = Known {
+            word,
+            constant: None,
+            dirty: false,
+        };
+        self.known.insert(position, k);
+        k
     }
 
-    fn adjust_sp(&mut self, delta: i64) {
-        let sp = self.b.use_var(self.sp);
-        let sp = self.b.ins().iadd_imm_s(sp, delta);
+    fn pop(&mut self) -> Known {
+        let k = self.get(self.depth - 1);
+        self.known.remove(&(self.depth - 1));
+        self.depth -= 1;
+        k
+    }
+
+    fn push(&mut self, word: Word, constant: Option<[u64; 4]>) {
+        self.known.insert(
+            self.depth,
+            Known {
+                word,
+                constant,
+                dirty: true,
+            },
+        );
+        self.depth += 1;
+    }
+
+    /// Writes every changed word the model holds to the stack buffer and the height to the
+    /// `sp` variable: after it, the runtime stack is the EVM stack.
+    fn flush(&mut self) {
+        let depth = self.depth;
+        self.known.retain(|p, _| *p < depth);
+        let dirty: Vec<(i64, Word)> = self
+            .known
+            .iter()
+            .filter(|(_, k)| k.dirty)
+            .map(|(p, k)| (*p, k.word))
+            .collect();
+        for (position, word) in dirty {
+            for (limb, value) in word.into_iter().enumerate() {
+                self.b.ins().store(
+                    TRUSTED,
+                    value,
+                    self.base,
+                    (position * 32) as i32 + 8 * limb as i32,
+                );
+            }
+            if let Some(k) = self.known.get_mut(&position) {
+                k.dirty = false;
+            }
+        }
+        let sp = self.b.ins().iadd_imm_s(self.origin_sp, depth);
         self.b.def_var(self.sp, sp);
     }
 
@@ -413,7 +483,7 @@ impl<'a> Translator<'a> {
         })
     }
 
-    /// Unsigned `a < b` (an i8 flag), most significant limb first.
+    /// Unsigned `a < b` (an i8 flag), most significant limb deciding.
     fn ult(&mut self, a: Word, b: Word) -> Value {
         let mut lt = self.b.ins().icmp(IntCC::UnsignedLessThan, a[0], b[0]);
         for limb in 1..4 {
@@ -437,12 +507,10 @@ impl<'a> Translator<'a> {
 
     /// Pops two words, pushes `f(top, second)`.
     fn binary(&mut self, f: impl FnOnce(&mut Self, Word, Word) -> Word) {
-        let top = self.top();
-        let a = self.load(top, 0);
-        let b = self.load(top, 1);
+        let a = self.pop().word;
+        let b = self.pop().word;
         let r = f(self, a, b);
-        self.store(top, -2, r);
-        self.adjust_sp(-1);
+        self.push(r, None);
     }
 
     fn limbwise(
@@ -454,15 +522,40 @@ impl<'a> Translator<'a> {
         std::array::from_fn(|i| f(&mut self.b, a[i], b[i]))
     }
 
-    /// Jumps to the JUMPDEST at `target` (a word), or to the invalid-jump exit.
-    fn jump_to(&mut self, target: Word) {
-        let high = self.b.ins().bor(target[1], target[2]);
-        let high = self.b.ins().bor(high, target[3]);
-        let fits = self.b.ins().icmp_imm_u(IntCC::Equal, high, 0);
-        self.b.def_var(self.jump_target, target[0]);
-        self.b
-            .ins()
-            .brif(fits, self.dispatch, &[], self.invalid_jump, &[]);
+    /// The block a constant jump target enters: `Some(block)` for a JUMPDEST, `None` for an
+    /// invalid destination; `Err` when the target is not known at compile time.
+    fn static_target(&self, target: &Known) -> Result<Option<ClBlock>, ()> {
+        let limbs = target.constant.ok_or(())?;
+        if limbs[1] | limbs[2] | limbs[3] != 0 {
+            return Ok(None);
+        }
+        Ok(usize::try_from(limbs[0])
+            .ok()
+            .and_then(|offset| self.analysis.jump_target(offset))
+            .map(|index| self.blocks[index]))
+    }
+
+    /// Jumps to the JUMPDEST at `target`, or to the invalid-jump exit; the stack must be
+    /// flushed.
+    fn jump_to(&mut self, target: Known) {
+        match self.static_target(&target) {
+            Ok(Some(block)) => {
+                self.b.ins().jump(block, &[]);
+            }
+            Ok(None) => {
+                self.b.ins().jump(self.invalid_jump, &[]);
+            }
+            Err(()) => {
+                let word = target.word;
+                let high = self.b.ins().bor(word[1], word[2]);
+                let high = self.b.ins().bor(high, word[3]);
+                let fits = self.b.ins().icmp_imm_u(IntCC::Equal, high, 0);
+                self.b.def_var(self.jump_target, word[0]);
+                self.b
+                    .ins()
+                    .brif(fits, self.dispatch, &[], self.invalid_jump, &[]);
+            }
+        }
     }
 
     /// Translates one instruction; returns whether it ended the block's control flow.
@@ -480,33 +573,32 @@ impl<'a> Translator<'a> {
                 for i in 0..n {
                     bytes[32 - n + i] = self.code.get(pc + 1 + i).copied().unwrap_or(0);
                 }
-                let word: Word = std::array::from_fn(|limb| {
+                let limbs: [u64; 4] = std::array::from_fn(|limb| {
                     let start = 32 - 8 * (limb + 1);
                     let mut be = [0u8; 8];
                     be.copy_from_slice(&bytes[start..start + 8]);
-                    self.b
-                        .ins()
-                        .iconst(types::I64, u64::from_be_bytes(be) as i64)
+                    u64::from_be_bytes(be)
                 });
-                let top = self.top();
-                self.store(top, 0, word);
-                self.adjust_sp(1);
+                let word: Word =
+                    std::array::from_fn(|limb| self.b.ins().iconst(types::I64, limbs[limb] as i64));
+                self.push(word, Some(limbs));
             }
-            POP => self.adjust_sp(-1),
+            POP => {
+                self.known.remove(&(self.depth - 1));
+                self.depth -= 1;
+            }
             DUP1..=DUP16 => {
-                let n = (op - DUP1) as usize;
-                let top = self.top();
-                let word = self.load(top, n);
-                self.store(top, 0, word);
-                self.adjust_sp(1);
+                let n = (op - DUP1) as i64 + 1;
+                let k = self.get(self.depth - n);
+                self.push(k.word, k.constant);
             }
             SWAP1..=SWAP16 => {
-                let n = (op - SWAP1) as usize + 1;
-                let top = self.top();
-                let a = self.load(top, 0);
-                let b = self.load(top, n);
-                self.store(top, -1, b);
-                self.store(top, -(n as i32) - 1, a);
+                let n = (op - SWAP1) as i64 + 1;
+                let (top, other) = (self.depth - 1, self.depth - 1 - n);
+                let a = self.get(top);
+                let b = self.get(other);
+                self.known.insert(top, Known { dirty: true, ..b });
+                self.known.insert(other, Known { dirty: true, ..a });
             }
             ADD => self.binary(|t, a, b| t.add(a, b)),
             SUB => self.binary(|t, a, b| t.sub(a, b)),
@@ -535,39 +627,32 @@ impl<'a> Translator<'a> {
                 t.bool_word(f)
             }),
             ISZERO => {
-                let top = self.top();
-                let a = self.load(top, 0);
+                let a = self.pop().word;
                 let f = self.is_zero(a);
                 let r = self.bool_word(f);
-                self.store(top, -1, r);
+                self.push(r, None);
             }
             NOT => {
-                let top = self.top();
-                let a = self.load(top, 0);
+                let a = self.pop().word;
                 let r: Word = std::array::from_fn(|i| self.b.ins().bnot(a[i]));
-                self.store(top, -1, r);
+                self.push(r, None);
             }
             PC => {
                 let v = self.b.ins().iconst(types::I64, pc as i64);
                 let zero = self.b.ins().iconst(types::I64, 0);
-                let top = self.top();
-                self.store(top, 0, [v, zero, zero, zero]);
-                self.adjust_sp(1);
+                self.push([v, zero, zero, zero], Some([pc as u64, 0, 0, 0]));
             }
             JUMP => {
-                let top = self.top();
-                let target = self.load(top, 0);
-                self.adjust_sp(-1);
+                let target = self.pop();
+                self.flush();
                 self.jump_to(target);
                 return true;
             }
             JUMPI => {
-                let top = self.top();
-                let target = self.load(top, 0);
-                let cond = self.load(top, 1);
-                self.adjust_sp(-2);
-                let zero = self.is_zero(cond);
-                let taken = self.b.create_block();
+                let target = self.pop();
+                let cond = self.pop();
+                self.flush();
+                let zero = self.is_zero(cond.word);
                 let next = match self.blocks.get(index + 1) {
                     Some(&next) => next,
                     None => {
@@ -581,17 +666,24 @@ impl<'a> Translator<'a> {
                         end
                     }
                 };
-                self.b.ins().brif(zero, next, &[], taken, &[]);
-                self.b.switch_to_block(taken);
-                self.jump_to(target);
+                match self.static_target(&target) {
+                    Ok(Some(block)) => {
+                        self.b.ins().brif(zero, next, &[], block, &[]);
+                    }
+                    Ok(None) => {
+                        self.b.ins().brif(zero, next, &[], self.invalid_jump, &[]);
+                    }
+                    Err(()) => {
+                        let taken = self.b.create_block();
+                        self.b.ins().brif(zero, next, &[], taken, &[]);
+                        self.b.switch_to_block(taken);
+                        self.jump_to(target);
+                    }
+                }
                 return true;
             }
-            MUL | DIV | SDIV | MOD | SMOD | SIGNEXTEND | BYTE => {
-                self.pure(op, 2);
-            }
-            SHL | SHR | SAR if self.spec.is_enabled_in(SpecId::PETERSBURG) => {
-                self.pure(op, 2);
-            }
+            MUL | DIV | SDIV | MOD | SMOD | SIGNEXTEND | BYTE => self.pure(op, 2),
+            SHL | SHR | SAR if self.spec.is_enabled_in(SpecId::PETERSBURG) => self.pure(op, 2),
             ADDMOD | MULMOD => self.pure(op, 3),
             _ => return self.generic(op, pc, static_after),
         }
@@ -616,11 +708,16 @@ impl<'a> Translator<'a> {
             ADDMOD => rt::addmod,
             _ => rt::mulmod,
         };
+        self.flush();
         let signature = self.pure_signature();
         let address = self.b.ins().iconst(self.ptr, function as usize as i64);
-        let top = self.top();
+        let top = self.b.ins().iadd_imm_s(self.base, self.depth * 32);
         self.b.ins().call_indirect(signature, address, &[top]);
-        self.adjust_sp(1 - inputs);
+        // The result is in the buffer where the deepest operand was; words below it that the
+        // model holds are still valid.
+        self.depth -= inputs - 1;
+        let depth = self.depth;
+        self.known.retain(|p, _| *p < depth - 1);
     }
 
     fn pure_signature(&mut self) -> cranelift_codegen::ir::SigRef {
@@ -636,6 +733,7 @@ impl<'a> Translator<'a> {
 
     /// Runs the instruction at `pc` through the interpreter's instruction function.
     fn generic(&mut self, op: u8, pc: usize, static_after: u64) -> bool {
+        self.flush();
         let sp = self.b.use_var(self.sp);
         let gas = self.b.use_var(self.gas);
         self.b.ins().store(TRUSTED, sp, self.ctx, offsets::SP);
@@ -691,6 +789,7 @@ impl<'a> Translator<'a> {
             .load(types::I64, TRUSTED, self.ctx, offsets::GAS);
         self.b.def_var(self.sp, sp);
         self.b.def_var(self.gas, gas);
+        self.rebase();
         false
     }
 }
