@@ -12,15 +12,17 @@ use revm::context::{BlockEnv, CfgEnv, Context, Journal, TxEnv};
 use revm::context_interface::ContextTr;
 use revm::database_interface::{Database, DatabaseCommit};
 use revm::handler::instructions::EthInstructions;
-use revm::handler::{EthFrame, MainnetEvm};
+use revm::handler::EthFrame;
 use revm::primitives::hardfork::SpecId;
-use revm::{ExecuteEvm, MainBuilder};
+use revm::MainBuilder;
 use std::fmt;
 
 use crate::env::{block_env, tx_env};
 use crate::fixture::BlockFixture;
+use crate::jit::{CodeCache, JitEvm, JitMode};
 use crate::receipts::{BlockCheck, ExpectedHeader, TxReceipt};
 use crate::spec::{cfg_env, spec_id};
+use std::sync::Arc;
 
 /// A transaction ready to execute.
 #[derive(Debug, Clone)]
@@ -243,17 +245,49 @@ pub fn block_context<DB: Database, CHAIN>(
         .with_chain(chain)
 }
 
-/// Plain revm: the mainnet instruction table, precompiles and handler, no instrumentation.
+/// Plain revm: the mainnet instruction table, precompiles and handler, no instrumentation;
+/// frames run compiled code when built [`with_jit`](Self::with_jit).
 pub struct PlainEvm<DB: Database> {
-    evm: MainnetEvm<BlockContext<DB>>,
+    evm: JitEvm<BlockContext<DB>>,
 }
 
 impl<DB: Database> PlainEvm<DB> {
-    /// An EVM for `block` over `db`.
+    /// An EVM for `block` over `db`, interpreting every frame.
     pub fn new(db: DB, block: &PreparedBlock) -> Self {
         Self {
-            evm: block_context(db, block, ()).build_mainnet(),
+            evm: JitEvm {
+                inner: block_context(db, block, ()).build_mainnet(),
+                cache: None,
+            },
         }
+    }
+
+    /// An EVM for `block` over `db` whose frames run compiled code from `cache` (as its
+    /// mode decides; `JitMode::Off` interprets everything).
+    pub fn with_jit(db: DB, block: &PreparedBlock, cache: Arc<CodeCache>) -> Self {
+        let mut evm = Self::new(db, block);
+        if cache.mode() != JitMode::Off {
+            evm.evm.cache = Some(cache);
+        }
+        evm
+    }
+
+    fn run_mainnet(
+        &mut self,
+        tx: TxEnv,
+    ) -> Result<revm::context::result::ResultAndState, EVMError<DB::Error, InvalidTransaction>>
+    {
+        use revm::context_interface::ContextSetters;
+        use revm::handler::Handler;
+        self.evm.inner.ctx.set_tx(tx);
+        let mut handler = revm::handler::MainnetHandler::<
+            JitEvm<BlockContext<DB>>,
+            EVMError<DB::Error, InvalidTransaction>,
+            EthFrame<revm::interpreter::interpreter::EthInterpreter>,
+        >::default();
+        let result = handler.run(&mut self.evm);
+        let state = self.evm.inner.ctx.journal_mut().finalize();
+        Ok(revm::context::result::ResultAndState::new(result?, state))
     }
 
     /// Executes one transaction like [`Self::transact`] but leaves the beneficiary unpaid, and
@@ -272,13 +306,13 @@ impl<DB: Database> PlainEvm<DB> {
     > {
         use revm::context_interface::ContextSetters;
         use revm::handler::Handler;
-        self.evm.ctx.set_tx(tx);
+        self.evm.inner.ctx.set_tx(tx);
         let mut handler = DeferredReward {
             fee: std::cell::Cell::new(alloy_primitives::U256::ZERO),
             _db: std::marker::PhantomData,
         };
         let result = handler.run(&mut self.evm);
-        let state = self.evm.ctx.journal_mut().finalize();
+        let state = self.evm.inner.ctx.journal_mut().finalize();
         let result = result?;
         Ok((
             revm::context::result::ResultAndState::new(result, state),
@@ -293,23 +327,23 @@ impl<DB: Database> PlainEvm<DB> {
         tx: TxEnv,
     ) -> Result<revm::context::result::ResultAndState, EVMError<DB::Error, InvalidTransaction>>
     {
-        self.evm.transact(tx)
+        self.run_mainnet(tx)
     }
 
     /// The database, with every committed transaction applied.
     pub fn db(&self) -> &DB {
-        &self.evm.ctx.journaled_state.database
+        &self.evm.inner.ctx.journaled_state.database
     }
 
     /// The database, to change between transactions (a parallel executor reuses one EVM per
     /// worker and points its database at each transaction in turn).
     pub fn db_mut(&mut self) -> &mut DB {
-        &mut self.evm.ctx.journaled_state.database
+        &mut self.evm.inner.ctx.journaled_state.database
     }
 
     /// Gives the database back.
     pub fn into_db(self) -> DB {
-        self.evm.ctx.journaled_state.database
+        self.evm.inner.ctx.journaled_state.database
     }
 }
 
@@ -323,8 +357,8 @@ where
         &mut self,
         tx: TxEnv,
     ) -> Result<ExecutionResult, EVMError<DB::Error, InvalidTransaction>> {
-        let outcome = self.evm.transact(tx)?;
-        self.evm.ctx.db_mut().commit(outcome.state);
+        let outcome = self.run_mainnet(tx)?;
+        self.evm.inner.ctx.db_mut().commit(outcome.state);
         Ok(outcome.result)
     }
 }
@@ -337,7 +371,7 @@ struct DeferredReward<DB: Database> {
 }
 
 impl<DB: Database> revm::handler::Handler for DeferredReward<DB> {
-    type Evm = MainnetEvm<BlockContext<DB>>;
+    type Evm = JitEvm<BlockContext<DB>>;
     type Error = EVMError<DB::Error, InvalidTransaction>;
     type HaltReason = revm::context::result::HaltReason;
 
@@ -347,7 +381,7 @@ impl<DB: Database> revm::handler::Handler for DeferredReward<DB> {
         exec_result: &mut revm::handler::FrameResult,
     ) -> Result<(), Self::Error> {
         use revm::context_interface::{Block, Cfg, Transaction};
-        let ctx = &evm.ctx;
+        let ctx = &evm.inner.ctx;
         if ctx.cfg.is_fee_charge_disabled() {
             return Ok(());
         }

@@ -14,6 +14,7 @@
 pub mod env;
 pub mod executor;
 pub mod fixture;
+pub mod jit;
 pub mod probe;
 pub mod program;
 pub mod receipts;

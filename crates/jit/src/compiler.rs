@@ -171,6 +171,8 @@ struct Translator<'a> {
     gas: Variable,
     blocks: Vec<ClBlock>,
     invalid_jump: ClBlock,
+    exit_block: ClBlock,
+    return_block: ClBlock,
     /// The block that dispatches a jump target (in `jump_target`) to its JUMPDEST.
     dispatch: ClBlock,
     jump_target: Variable,
@@ -221,6 +223,8 @@ impl<'a> Translator<'a> {
         b.def_var(jump_target, zero);
         let blocks: Vec<ClBlock> = analysis.blocks.iter().map(|_| b.create_block()).collect();
         let invalid_jump = b.create_block();
+        let exit_block = b.create_block();
+        let return_block = b.create_block();
         let dispatch = b.create_block();
         b.ins().jump(blocks[0], &[]);
         Self {
@@ -234,6 +238,8 @@ impl<'a> Translator<'a> {
             gas,
             blocks,
             invalid_jump,
+            exit_block,
+            return_block,
             dispatch,
             jump_target,
             gas_table,
@@ -264,25 +270,49 @@ impl<'a> Translator<'a> {
             }
         }
         switch.emit(&mut self.b, target, self.invalid_jump);
+        self.emit_shared_exits();
         self.b.seal_all_blocks();
         self.b.finalize(frontend);
     }
 
     /// Stores stack height and gas into the context and returns `code`.
-    fn exit(&mut self, code: u32) {
-        let sp = self.b.use_var(self.sp);
-        let gas = self.b.use_var(self.gas);
-        self.b.ins().store(TRUSTED, sp, self.ctx, offsets::SP);
-        self.b.ins().store(TRUSTED, gas, self.ctx, offsets::GAS);
+    /// Leaves through the shared exit block, which stores stack height, gas and `pc` and
+    /// returns `code` (one epilogue for the whole function keeps the machine code small).
+    fn exit_at(&mut self, code: u32, pc: usize) {
         let code = self.b.ins().iconst(types::I32, code as i64);
-        self.b.ins().return_(&[code]);
+        let pc = self.b.ins().iconst(types::I64, pc as i64);
+        self.b
+            .ins()
+            .jump(self.exit_block, &[code.into(), pc.into()]);
+    }
+
+    fn exit(&mut self, code: u32) {
+        self.exit_at(code, 0);
     }
 
     /// Hands the frame to the interpreter at `pc`.
     fn bail(&mut self, pc: usize) {
-        let pc = self.b.ins().iconst(types::I64, pc as i64);
+        self.exit_at(EXIT_BAIL, pc);
+    }
+
+    /// Returns `status` through the shared return block.
+    fn leave(&mut self, status: Value) {
+        self.b.ins().jump(self.return_block, &[status.into()]);
+    }
+
+    fn emit_shared_exits(&mut self) {
+        self.b.switch_to_block(self.exit_block);
+        let code = self.b.append_block_param(self.exit_block, types::I32);
+        let pc = self.b.append_block_param(self.exit_block, types::I64);
+        let sp = self.b.use_var(self.sp);
+        let gas = self.b.use_var(self.gas);
+        self.b.ins().store(TRUSTED, sp, self.ctx, offsets::SP);
+        self.b.ins().store(TRUSTED, gas, self.ctx, offsets::GAS);
         self.b.ins().store(TRUSTED, pc, self.ctx, offsets::PC);
-        self.exit(EXIT_BAIL);
+        self.b.ins().return_(&[code]);
+        self.b.switch_to_block(self.return_block);
+        let status = self.b.append_block_param(self.return_block, types::I32);
+        self.b.ins().return_(&[status]);
     }
 
     fn block(&mut self, index: usize) {
@@ -766,7 +796,7 @@ impl<'a> Translator<'a> {
         // opcodes) always leave: nothing follows them in the block.
         let terminating = OpCode::new(op).is_none_or(|o| o.info().is_terminating());
         if terminating {
-            self.b.ins().return_(&[status]);
+            self.leave(status);
             return true;
         }
         let go_on = self.b.create_block();
@@ -777,7 +807,7 @@ impl<'a> Translator<'a> {
             .icmp_imm_u(IntCC::Equal, status, CONTINUE as i64);
         self.b.ins().brif(continues, go_on, &[], leave, &[]);
         self.b.switch_to_block(leave);
-        self.b.ins().return_(&[status]);
+        self.leave(status);
         self.b.switch_to_block(go_on);
         let sp = self
             .b

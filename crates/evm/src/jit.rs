@@ -1,0 +1,354 @@
+//! Compiled code in revm's frame loop: the `--jit off|on|eager` switch, the code cache, and
+//! the EVM wrapper whose `frame_run` runs a frame's compiled code when there is one.
+//!
+//! The interpreter stays the reference. A frame runs compiled code only from its first
+//! instruction; compiled code hands the frame back to the interpreter wherever it cannot go
+//! on (a CALL or CREATE, a failed gas or stack check), and a frame resumed after a child frame
+//! runs in the interpreter. Compilation happens on one background thread that owns the
+//! Cranelift module (and so keeps every function alive as long as the cache lives).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use alloy_primitives::{Bytes, B256};
+use gigas_jit::CompiledCode;
+use revm::context::ContextError;
+use revm::context_interface::ContextTr;
+use revm::handler::evm::{ContextDbError, FrameInitResult, FrameTr};
+use revm::handler::{EthFrame, EvmTr, FrameInitOrResult, MainnetEvm};
+use revm::interpreter::interpreter::EthInterpreter;
+use revm::interpreter::interpreter_types::Jumps;
+use revm::primitives::hardfork::SpecId;
+
+/// When compiled code runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JitMode {
+    /// Never: the interpreter runs everything.
+    #[default]
+    Off,
+    /// Contracts called at least `CodeCache::HOT_CALLS` times are compiled in the background;
+    /// frames are interpreted until their code is ready.
+    On,
+    /// Every contract is compiled when first called, before its frame runs.
+    Eager,
+}
+
+impl FromStr for JitMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Self::Off),
+            "on" => Ok(Self::On),
+            "eager" => Ok(Self::Eager),
+            other => Err(format!(
+                "unknown JIT mode {other:?}: expected off, on or eager"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for JitMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Off => "off",
+            Self::On => "on",
+            Self::Eager => "eager",
+        })
+    }
+}
+
+enum Entry {
+    /// Calls seen so far.
+    Counting(u32),
+    /// Sent to the compiler.
+    Pending,
+    Ready(CompiledCode),
+    /// Not compilable (or the compiler failed): always interpreted.
+    Failed,
+}
+
+struct Request {
+    key: (B256, SpecId),
+    code: Bytes,
+    reply: Option<mpsc::Sender<()>>,
+}
+
+/// Counters of the code cache.
+#[derive(Debug, Default)]
+pub struct JitStats {
+    /// Contracts compiled.
+    pub compiled: AtomicU64,
+    /// Contracts that could not be compiled (they run in the interpreter).
+    pub failed: AtomicU64,
+    /// Nanoseconds spent compiling.
+    pub compile_ns: AtomicU64,
+    /// Bytes of machine code held.
+    pub code_bytes: AtomicU64,
+    /// Bytes of EVM code compiled.
+    pub evm_bytes: AtomicU64,
+    /// Frames that started in compiled code.
+    pub compiled_frames: AtomicU64,
+    /// Of those, frames that compiled code handed to the interpreter before their end.
+    pub bailed_frames: AtomicU64,
+}
+
+/// Compiled contracts by code hash and spec, shared by every EVM of a process.
+pub struct CodeCache {
+    mode: JitMode,
+    entries: Arc<Mutex<HashMap<(B256, SpecId), Entry>>>,
+    requests: Option<mpsc::Sender<Request>>,
+    worker: Option<std::thread::JoinHandle<()>>,
+    stats: Arc<JitStats>,
+}
+
+impl fmt::Debug for CodeCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CodeCache")
+            .field("mode", &self.mode)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CodeCache {
+    /// Calls of a contract after which `JitMode::On` compiles it.
+    pub const HOT_CALLS: u32 = 8;
+
+    /// A cache for `mode`, with its compiler thread (none for `Off`).
+    pub fn new(mode: JitMode) -> Arc<Self> {
+        let entries = Arc::new(Mutex::new(HashMap::new()));
+        let stats = Arc::new(JitStats::default());
+        let (requests, worker) = if mode == JitMode::Off {
+            (None, None)
+        } else {
+            let (tx, rx) = mpsc::channel::<Request>();
+            let entries = Arc::clone(&entries);
+            let stats = Arc::clone(&stats);
+            let worker = std::thread::Builder::new()
+                .name("gigas-jit".into())
+                .spawn(move || compile_loop(rx, &entries, &stats))
+                .ok();
+            (worker.as_ref().map(|_| tx), worker)
+        };
+        Arc::new(Self {
+            mode,
+            entries,
+            requests,
+            worker,
+            stats,
+        })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> JitMode {
+        self.mode
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &JitStats {
+        &self.stats
+    }
+
+    /// The compiled code for `code` under `spec`, if it is ready; may start compiling it.
+    pub fn lookup(&self, hash: B256, code: &[u8], spec: SpecId) -> Option<CompiledCode> {
+        let requests = self.requests.as_ref()?;
+        let key = (hash, spec);
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(key).or_insert(Entry::Counting(0));
+        match entry {
+            Entry::Ready(code) => return Some(*code),
+            Entry::Failed | Entry::Pending => return None,
+            Entry::Counting(calls) => {
+                *calls += 1;
+                if self.mode == JitMode::On && *calls < Self::HOT_CALLS {
+                    return None;
+                }
+            }
+        }
+        *entry = Entry::Pending;
+        drop(entries);
+        let code = Bytes::copy_from_slice(code);
+        if self.mode == JitMode::Eager {
+            let (reply, done) = mpsc::channel();
+            let sent = requests.send(Request {
+                key,
+                code,
+                reply: Some(reply),
+            });
+            if sent.is_ok() {
+                let _ = done.recv();
+            }
+            return match lock(&self.entries).get(&key) {
+                Some(Entry::Ready(code)) => Some(*code),
+                _ => None,
+            };
+        }
+        let _ = requests.send(Request {
+            key,
+            code,
+            reply: None,
+        });
+        None
+    }
+}
+
+impl Drop for CodeCache {
+    fn drop(&mut self) {
+        // Closing the channel ends the compiler thread, which frees the machine code: no EVM
+        // holds the cache any more, so none can run it.
+        self.requests.take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn compile_loop(
+    requests: mpsc::Receiver<Request>,
+    entries: &Mutex<HashMap<(B256, SpecId), Entry>>,
+    stats: &JitStats,
+) {
+    let mut compiler = match gigas_jit::Compiler::new() {
+        Ok(compiler) => Some(compiler),
+        Err(e) => {
+            tracing::warn!(error = %e, "no JIT on this machine; everything is interpreted");
+            None
+        }
+    };
+    for request in requests {
+        let started = std::time::Instant::now();
+        let result = match compiler.as_mut() {
+            Some(compiler) => compiler.compile(&request.code, request.key.1),
+            None => Err(gigas_jit::CompileError::Isa("no compiler".into())),
+        };
+        let entry = match result {
+            Ok(code) => {
+                stats.compiled.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .compile_ns
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                stats
+                    .code_bytes
+                    .fetch_add(code.code_size as u64, Ordering::Relaxed);
+                stats
+                    .evm_bytes
+                    .fetch_add(request.code.len() as u64, Ordering::Relaxed);
+                Entry::Ready(code)
+            }
+            Err(e) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(hash = %request.key.0, error = %e, "interpreted: not compiled");
+                Entry::Failed
+            }
+        };
+        lock(entries).insert(request.key, entry);
+        if let Some(reply) = request.reply {
+            let _ = reply.send(());
+        }
+    }
+}
+
+/// revm's mainnet EVM whose frames run compiled code when the cache has it.
+pub struct JitEvm<CTX: ContextTr> {
+    /// The wrapped EVM.
+    pub inner: MainnetEvm<CTX>,
+    /// The code cache; `None` runs the interpreter only.
+    pub cache: Option<Arc<CodeCache>>,
+}
+
+impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
+    type Context = CTX;
+    type Instructions = revm::handler::instructions::EthInstructions<EthInterpreter, CTX>;
+    type Precompiles = revm::handler::EthPrecompiles;
+    type Frame = EthFrame<EthInterpreter>;
+
+    fn all(
+        &self,
+    ) -> (
+        &Self::Context,
+        &Self::Instructions,
+        &Self::Precompiles,
+        &revm::context_interface::local::FrameStack<Self::Frame>,
+    ) {
+        self.inner.all()
+    }
+
+    fn all_mut(
+        &mut self,
+    ) -> (
+        &mut Self::Context,
+        &mut Self::Instructions,
+        &mut Self::Precompiles,
+        &mut revm::context_interface::local::FrameStack<Self::Frame>,
+    ) {
+        self.inner.all_mut()
+    }
+
+    fn frame_init(
+        &mut self,
+        frame_input: <Self::Frame as FrameTr>::FrameInit,
+    ) -> Result<FrameInitResult<'_, Self::Frame>, ContextDbError<CTX>> {
+        self.inner.frame_init(frame_input)
+    }
+
+    fn frame_run(&mut self) -> Result<FrameInitOrResult<Self::Frame>, ContextDbError<CTX>> {
+        let evm = &mut self.inner;
+        let frame = evm.frame_stack.get();
+        let interpreter = &mut frame.interpreter;
+        let table = evm.instruction.instruction_table();
+        let gas_table = evm.instruction.gas_table();
+        // Only a frame's start runs compiled code; CREATE frames (no code hash) run init
+        // code once and are not worth compiling.
+        let compiled = match (&self.cache, interpreter.bytecode.hash()) {
+            (Some(cache), Some(hash)) if interpreter.bytecode.pc() == 0 => cache.lookup(
+                hash,
+                interpreter.bytecode.original_byte_slice(),
+                interpreter.runtime_flag.spec_id,
+            ),
+            _ => None,
+        };
+        let action = match (compiled, &self.cache) {
+            (Some(code), Some(cache)) => {
+                // SAFETY: compiled from this frame's bytecode for its spec; the cache keeps
+                // the machine code alive while this EVM holds it.
+                let (action, exit) = unsafe {
+                    gigas_jit::runtime::run_frame(
+                        code.function,
+                        interpreter,
+                        &mut evm.ctx,
+                        table,
+                        gas_table,
+                    )
+                };
+                let stats = cache.stats();
+                stats.compiled_frames.fetch_add(1, Ordering::Relaxed);
+                if let gigas_jit::runtime::Exit::Bailed(_) = exit {
+                    stats.bailed_frames.fetch_add(1, Ordering::Relaxed);
+                }
+                action
+            }
+            _ => interpreter.run_plain(table, gas_table, &mut evm.ctx),
+        };
+        frame
+            .process_next_action::<_, ContextError<_>>(&mut evm.ctx, action)
+            .inspect(|i| {
+                if i.is_result() {
+                    frame.set_finished(true);
+                }
+            })
+    }
+
+    fn frame_return_result(
+        &mut self,
+        result: <Self::Frame as FrameTr>::FrameResult,
+    ) -> Result<Option<<Self::Frame as FrameTr>::FrameResult>, ContextDbError<CTX>> {
+        self.inner.frame_return_result(result)
+    }
+}
