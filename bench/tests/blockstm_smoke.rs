@@ -40,7 +40,9 @@ fn small_blockstm_run_checks_every_workload() {
             w.workload,
             w.gas
         );
-        assert_eq!(w.parallel.len(), 2);
+        // 1 and 2 threads with the bailout, then 2 threads without it.
+        assert_eq!(w.parallel.len(), 3);
+        assert!(!w.parallel[2].bailout && w.parallel[2].threads == 2);
         for p in &w.parallel {
             assert!(p.executions_per_tx >= 1.0 && p.speedup > 0.0);
         }
