@@ -291,7 +291,7 @@ enum TxOutput {
 /// Where final transactions go, in block order, while later ones still execute.
 trait Sink: Send {
     /// Transaction `index` is final: its state changes (without its fee) and its fee.
-    fn accept(&mut self, index: usize, state: EvmState, fee: U256) -> Result<(), String>;
+    fn accept(&mut self, index: usize, state: EvmState, fee: U256);
 }
 
 /// Keeps every transaction's changes, for [`ParallelOutcome`].
@@ -302,10 +302,9 @@ struct Collect {
 }
 
 impl Sink for Collect {
-    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) -> Result<(), String> {
+    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) {
         self.states.push(state);
         self.fees.push(fee);
-        Ok(())
     }
 }
 
@@ -323,13 +322,12 @@ impl<DB> Sink for CommitInto<'_, DB>
 where
     DB: DatabaseCommit + Send,
 {
-    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) -> Result<(), String> {
+    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) {
         if state.get(&self.beneficiary).is_some_and(|a| a.is_touched()) {
             self.unpaid = U256::ZERO;
         }
         self.unpaid = self.unpaid.saturating_add(fee);
         self.db.commit(state);
-        Ok(())
     }
 }
 
@@ -523,15 +521,7 @@ where
                         result,
                         &mut committer.cumulative_gas_used,
                     ));
-                    if let Err(message) = committer.sink.accept(idx, state, fee) {
-                        committer.error = Some(ExecutionError::Transaction {
-                            block: self.block.number,
-                            index: idx,
-                            hash: tx.hash,
-                            message,
-                        });
-                        return true;
-                    }
+                    committer.sink.accept(idx, state, fee);
                 }
                 TxOutput::Invalid(message) => {
                     committer.error = Some(ExecutionError::Transaction {
