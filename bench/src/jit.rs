@@ -1,27 +1,33 @@
 //! `gigas-bench jit`: the interpreter against compiled code, frame for frame, same process,
 //! alternating; compile time reported apart from run time.
 //!
-//! Programs: snailtracer and analysis from shared/data/evm-bench, a tight arithmetic loop
-//! (Fibonacci, a million iterations) and a KECCAK-heavy loop. Each run of compiled code is
-//! checked against the interpreter's (status, output, gas left); a difference is an error.
-//! Programs that call other contracts (burntpix) and the mainnet blocks need compiled code
-//! wired into revm's frame loop, which is not done yet; this benchmark says so instead of
-//! timing them.
+//! Programs, one frame each: snailtracer and analysis from shared/data/evm-bench, a tight
+//! arithmetic loop (Fibonacci, a million iterations) and a KECCAK-heavy loop. Whole
+//! transactions through revm's frame loop with the code cache (`--jit`): burntpix (four
+//! contracts calling each other) and the shipped mainnet blocks, the latter both with every
+//! contract compiled (`eager`) and with contracts compiled once hot (`on`, the default of a
+//! node). Every compiled run is checked against the interpreter's (status, output and gas of
+//! a frame; receipts of a block); a difference is an error.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use alloy_primitives::{Bytes, U256};
 use eyre::{eyre, Context, Result};
+use gigas_evm::jit::{CodeCache, JitCounts, JitMode};
 use gigas_evm::program::frame;
 use gigas_evm::revm::bytecode::opcode::*;
+use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::revm::interpreter::interpreter::EthInterpreter;
 use gigas_evm::revm::interpreter::{instruction_table, Interpreter, InterpreterAction};
+use gigas_evm::{execute_block, load_fixtures_dir, BlockOutcome, PlainEvm, PreparedBlock};
 use gigas_jit::analysis::gas_table;
 use gigas_jit::runtime::{run_frame, Exit};
 use gigas_jit::Compiler;
 use gigas_primitives::machine::Machine;
+use gigas_primitives::ChainSpec;
 use serde::Serialize;
+use std::sync::Arc;
 
 use crate::median;
 
@@ -34,6 +40,20 @@ pub struct JitArgs {
     /// Where the report goes.
     #[arg(long, value_name = "DIR", default_value = "reports/jit")]
     pub out: PathBuf,
+    /// Directory of mainnet block fixtures. Defaults to ../shared/data/mainnet.
+    #[arg(long, value_name = "DIR")]
+    pub blocks: Option<PathBuf>,
+    /// Rounds over the mainnet blocks (each round runs every block interpreted, with
+    /// `--jit eager` and with `--jit on`, the order rotating).
+    #[arg(long, default_value_t = 7)]
+    pub block_rounds: usize,
+    /// The profiler's report, for its JIT ceiling on the same blocks.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "reports/profile/profile.json"
+    )]
+    pub profile: PathBuf,
 }
 
 /// One program's figures.
@@ -71,8 +91,98 @@ pub struct JitReport {
     pub machine: Machine,
     /// Programs.
     pub programs: Vec<ProgramResult>,
-    /// What is not measured yet, and why.
-    pub not_measured: Vec<String>,
+    /// burntpix, whole transactions.
+    pub burntpix: TxResult,
+    /// The mainnet blocks.
+    pub mainnet: MainnetResult,
+}
+
+/// A whole transaction, interpreted and through the code cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct TxResult {
+    /// What ran.
+    pub name: String,
+    /// Bytes of EVM code of the contracts.
+    pub code_bytes: usize,
+    /// Gas used.
+    pub gas_used: u64,
+    /// Median interpreter milliseconds.
+    pub interpreter_ms: f64,
+    /// Median milliseconds with every contract compiled.
+    pub jit_ms: f64,
+    /// Interpreter over compiled.
+    pub speedup: f64,
+    /// The code cache after the warm-up.
+    pub cache: CacheFigures,
+}
+
+/// What the code cache holds and what filling it cost.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CacheFigures {
+    /// Contracts compiled.
+    pub contracts: u64,
+    /// Contracts not compiled.
+    pub failed: u64,
+    /// Bytes of EVM code compiled.
+    pub evm_bytes: u64,
+    /// Bytes of machine code held.
+    pub machine_code_bytes: u64,
+    /// Milliseconds of compiling, in total.
+    pub compile_ms: f64,
+    /// Compile milliseconds per KB of EVM code.
+    pub compile_ms_per_kb: f64,
+    /// Frames started in compiled code per timed pass, suspensions at CALLs, hand-overs to
+    /// the interpreter.
+    pub frames: (u64, u64, u64),
+}
+
+impl CacheFigures {
+    fn of(before: JitCounts, after: JitCounts, compiles: JitCounts, passes: u64) -> Self {
+        let passes = passes.max(1);
+        Self {
+            contracts: compiles.compiled,
+            failed: compiles.failed,
+            evm_bytes: compiles.evm_bytes,
+            machine_code_bytes: compiles.code_bytes,
+            compile_ms: compiles.compile_ns as f64 / 1e6,
+            compile_ms_per_kb: compiles.compile_ns as f64
+                / 1e6
+                / (compiles.evm_bytes.max(1) as f64 / 1024.0),
+            frames: (
+                (after.compiled_frames - before.compiled_frames) / passes,
+                (after.suspensions - before.suspensions) / passes,
+                (after.bailed_frames - before.bailed_frames) / passes,
+            ),
+        }
+    }
+}
+
+/// The mainnet blocks.
+#[derive(Debug, Clone, Serialize)]
+pub struct MainnetResult {
+    /// Blocks.
+    pub blocks: usize,
+    /// Median interpreter milliseconds per pass over every block.
+    pub interpreter_ms: f64,
+    /// Median milliseconds per pass with every contract compiled (`eager`).
+    pub eager_ms: f64,
+    /// Median milliseconds per pass with hot contracts compiled (`on`).
+    pub on_ms: f64,
+    /// Interpreter over `eager`.
+    pub eager_speedup: f64,
+    /// Interpreter over `on`.
+    pub on_speedup: f64,
+    /// The slowest block relative to the interpreter (median over rounds of each block's
+    /// interpreter time over its `on` time), and its number.
+    pub worst_on_block: (u64, f64),
+    /// The same for `eager`.
+    pub worst_eager_block: (u64, f64),
+    /// The profiler's JIT ceiling on these blocks, if its report was found.
+    pub profiler_ceiling: Option<f64>,
+    /// The `eager` cache.
+    pub eager_cache: CacheFigures,
+    /// The `on` cache.
+    pub on_cache: CacheFigures,
 }
 
 struct Program {
@@ -211,6 +321,7 @@ fn measure(program: &Program, rounds: usize) -> Result<ProgramResult> {
             Some(Exit::Done) | None => "done".to_string(),
             Some(Exit::InvalidJump) => "invalid jump".to_string(),
             Some(Exit::Bailed(pc)) => format!("interpreter from offset {pc}"),
+            Some(Exit::Suspended) => "suspended at a CALL".to_string(),
         },
     })
 }
@@ -259,13 +370,35 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
         );
         results.push(result);
     }
+    let burntpix = burntpix(args.rounds)?;
+    println!(
+        "  {:<30} interpreter {:>8.2} ms  jit {:>8.2} ms  {:>5.2}x  compile {:.2} ms",
+        burntpix.name,
+        burntpix.interpreter_ms,
+        burntpix.jit_ms,
+        burntpix.speedup,
+        burntpix.cache.compile_ms
+    );
+    let blocks_dir = args
+        .blocks
+        .clone()
+        .unwrap_or_else(|| crate::shared_data("mainnet"));
+    let mut mainnet = mainnet(&blocks_dir, args.block_rounds)?;
+    mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
+    println!(
+        "  {:<30} interpreter {:>8.2} ms  eager {:>8.2} ms ({:.2}x)  on {:>8.2} ms ({:.2}x)",
+        format!("{} mainnet blocks", mainnet.blocks),
+        mainnet.interpreter_ms,
+        mainnet.eager_ms,
+        mainnet.eager_speedup,
+        mainnet.on_ms,
+        mainnet.on_speedup
+    );
     let report = JitReport {
         machine,
         programs: results,
-        not_measured: vec![
-            "burntpix: calls between contracts need compiled code to suspend at CALL and resume, not done yet".into(),
-            "the 50 mainnet blocks: need compiled code wired into revm's frame loop (the --jit switch), not done yet".into(),
-        ],
+        burntpix,
+        mainnet,
     };
     std::fs::create_dir_all(&args.out)
         .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
@@ -307,9 +440,307 @@ pub fn markdown(r: &JitReport) -> String {
             p.exit
         );
     }
-    let _ = writeln!(md, "\nNot measured yet:\n");
-    for n in &r.not_measured {
-        let _ = writeln!(md, "- {n}");
+    let cache_row = |md: &mut String, what: &str, c: &CacheFigures| {
+        let _ = writeln!(
+            md,
+            "| {what} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1}x | {} / {} / {} |",
+            c.contracts,
+            c.failed,
+            c.evm_bytes as f64 / 1024.0,
+            c.machine_code_bytes as f64 / (1024.0 * 1024.0),
+            c.compile_ms,
+            c.compile_ms_per_kb,
+            c.machine_code_bytes as f64 / c.evm_bytes.max(1) as f64,
+            c.frames.0,
+            c.frames.1,
+            c.frames.2
+        );
+    };
+    let b = &r.burntpix;
+    let _ = writeln!(md, "\n## Whole transactions through revm's frame loop\n");
+    let _ = writeln!(
+        md,
+        "| workload | Mgas | interpreter ms | jit ms | speed-up |\n|---|---:|---:|---:|---:|"
+    );
+    let _ = writeln!(
+        md,
+        "| {} | {:.1} | {:.2} | {:.2} | {:.2}x |",
+        b.name,
+        b.gas_used as f64 / 1e6,
+        b.interpreter_ms,
+        b.jit_ms,
+        b.speedup
+    );
+    let m = &r.mainnet;
+    let _ = writeln!(
+        md,
+        "| {} mainnet blocks, `--jit eager` | | {:.2} | {:.2} | {:.2}x |",
+        m.blocks, m.interpreter_ms, m.eager_ms, m.eager_speedup
+    );
+    let _ = writeln!(
+        md,
+        "| {} mainnet blocks, `--jit on` | | {:.2} | {:.2} | {:.2}x |",
+        m.blocks, m.interpreter_ms, m.on_ms, m.on_speedup
+    );
+    let _ = writeln!(
+        md,
+        "\n- slowest block against the interpreter: `on` block {} at {:.2}x, `eager` block {} at {:.2}x",
+        m.worst_on_block.0, m.worst_on_block.1, m.worst_eager_block.0, m.worst_eager_block.1
+    );
+    match m.profiler_ceiling {
+        Some(c) => {
+            let _ = writeln!(
+                md,
+                "- the profiler's JIT ceiling on these blocks (all opcode time gone): {c:.2}x; `on` reaches {:.0}% of the way",
+                100.0 * (m.on_speedup - 1.0) / (c - 1.0)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                md,
+                "- the profiler's JIT ceiling: run `cargo run --release -p gigas-profiler` first to compare"
+            );
+        }
     }
+    let _ = writeln!(md, "\n## Code cache\n");
+    let _ = writeln!(md, "| cache | contracts | not compiled | EVM KB | machine code MB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    cache_row(&mut md, "burntpix, eager", &b.cache);
+    cache_row(&mut md, "mainnet, eager", &m.eager_cache);
+    cache_row(&mut md, "mainnet, on", &m.on_cache);
     md
+}
+
+/// The burntpix entry point and its three helpers (shared/data/README.md).
+const BURNTPIX: [(&str, &str); 4] = [
+    (
+        "bytecode_two.hex",
+        "49206861766520746f6f206d7563682074696d65",
+    ),
+    (
+        "bytecode_one.hex",
+        "0a743ba7304efcc9e384ece9be7631e2470e401e",
+    ),
+    (
+        "bytecode_three.hex",
+        "c917e98213a05d271adc5d93d2fee6c1f1006f75",
+    ),
+    (
+        "bytecode_four.hex",
+        "f529c70db0800449ebd81fbc6e4221523a989f05",
+    ),
+];
+
+/// `run(0, 20_000)` on burntpix, interpreted and with every contract compiled.
+fn burntpix(rounds: usize) -> Result<TxResult> {
+    use alloy_primitives::Address;
+    use gigas_evm::revm::state::{AccountInfo, Bytecode};
+    let mut addresses = Vec::new();
+    let mut codes = Vec::new();
+    for (file, address) in BURNTPIX {
+        let address: Address = address
+            .parse()
+            .map_err(|e| eyre!("burntpix address {address}: {e}"))?;
+        addresses.push(address);
+        codes.push(hex_file(&format!("burntpix/{file}"))?);
+    }
+    let code_bytes = codes.iter().map(Vec::len).sum();
+    let mut calldata = alloy_primitives::keccak256("run(uint32,uint256)")[..4].to_vec();
+    calldata.extend_from_slice(&[0u8; 32]);
+    calldata.extend_from_slice(&U256::from(20_000u64).to_be_bytes::<32>());
+    let (block, mut db) =
+        gigas_evm::program::call_block(Bytes::new(), calldata.into(), 1_000_000_000);
+    for (address, code) in addresses.iter().zip(&codes) {
+        let bytecode = Bytecode::new_raw(Bytes::copy_from_slice(code));
+        db.insert_account_info(
+            *address,
+            AccountInfo {
+                code_hash: bytecode.hash_slow(),
+                code: Some(bytecode),
+                ..Default::default()
+            },
+        );
+    }
+    // The entry point knows its helpers from storage: slot 0 = four, 1 = one, 2 = three.
+    for (slot, helper) in [(0u64, 3usize), (1, 1), (2, 2)] {
+        db.insert_account_storage(
+            addresses[0],
+            U256::from(slot),
+            U256::from_be_slice(addresses[helper].as_slice()),
+        )
+        .map_err(|e| eyre!("burntpix storage: {e}"))?;
+    }
+    // The transaction goes to the entry point rather than the program address.
+    let mut block = block;
+    block.txs[0].env.kind = gigas_evm::revm::primitives::TxKind::Call(addresses[0]);
+    let cache = CodeCache::new(JitMode::Eager);
+    let run = |jit: bool| -> Result<(f64, BlockOutcome)> {
+        let mut evm = if jit {
+            PlainEvm::with_jit(db.clone(), &block, Arc::clone(&cache))
+        } else {
+            PlainEvm::new(db.clone(), &block)
+        };
+        let started = Instant::now();
+        let outcome = execute_block(&mut evm, &block)?;
+        Ok((started.elapsed().as_secs_f64(), outcome))
+    };
+    let (_, expected) = run(false)?;
+    let status = &expected.receipts[0];
+    if !status.success {
+        return Err(eyre!("burntpix run(0, 20000) failed: {status:?}"));
+    }
+    let before = cache.stats().snapshot();
+    let (_, got) = run(true)?;
+    if got != expected {
+        return Err(eyre!(
+            "burntpix: compiled code gives other receipts than the interpreter"
+        ));
+    }
+    let compiles = cache.stats().snapshot();
+    let (mut interp, mut jit) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for first_jit in [round % 2 == 1, round % 2 == 0] {
+            let (t, outcome) = run(first_jit)?;
+            if outcome != expected {
+                return Err(eyre!("burntpix: results differ in round {round}"));
+            }
+            if first_jit {
+                jit.push(t);
+            } else {
+                interp.push(t);
+            }
+        }
+    }
+    let after = cache.stats().snapshot();
+    let (interpreter_s, jit_s) = (median(interp), median(jit));
+    let _ = before;
+    Ok(TxResult {
+        name: "burntpix run(0, 20000)".into(),
+        code_bytes,
+        gas_used: expected.gas_used(),
+        interpreter_ms: interpreter_s * 1e3,
+        jit_ms: jit_s * 1e3,
+        speedup: interpreter_s / jit_s,
+        cache: CacheFigures::of(compiles, after, compiles, rounds as u64),
+    })
+}
+
+/// Every mainnet block per round: interpreted, `eager` and `on`, the order rotating.
+fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
+    let chain = ChainSpec::mainnet();
+    let items: Vec<(PreparedBlock, CacheDB<EmptyDB>)> = load_fixtures_dir(dir)
+        .wrap_err_with(|| format!("cannot load blocks from {}", dir.display()))?
+        .iter()
+        .map(|f| Ok((PreparedBlock::from_fixture(f, &chain)?, f.database())))
+        .collect::<Result<_>>()?;
+    let eager = CodeCache::new(JitMode::Eager);
+    let on = CodeCache::new(JitMode::On);
+    // 0: interpreter, 1: eager, 2: on.
+    let run =
+        |way: usize, block: &PreparedBlock, db: &CacheDB<EmptyDB>| -> Result<(f64, BlockOutcome)> {
+            let mut evm = match way {
+                0 => PlainEvm::new(db.clone(), block),
+                1 => PlainEvm::with_jit(db.clone(), block, Arc::clone(&eager)),
+                _ => PlainEvm::with_jit(db.clone(), block, Arc::clone(&on)),
+            };
+            let started = Instant::now();
+            let outcome = execute_block(&mut evm, block)?;
+            Ok((started.elapsed().as_secs_f64(), outcome))
+        };
+    // Warm-up, untimed: the interpreter's receipts are the reference; `eager` compiles every
+    // contract, `on` compiles what two passes make hot.
+    let mut expected = Vec::new();
+    for (block, db) in &items {
+        expected.push(run(0, block, db)?.1);
+    }
+    for way in [1, 2, 2] {
+        for ((block, db), expected) in items.iter().zip(&expected) {
+            if &run(way, block, db)?.1 != expected {
+                return Err(eyre!(
+                    "block {}: compiled code gives other receipts than the interpreter",
+                    block.number
+                ));
+            }
+        }
+        on.wait_for_compiles();
+    }
+    let (eager_compiles, on_compiles) = (eager.stats().snapshot(), on.stats().snapshot());
+    let mut pass = [vec![0.0; rounds], vec![0.0; rounds], vec![0.0; rounds]];
+    let mut per_block = vec![[Vec::new(), Vec::new(), Vec::new()]; items.len()];
+    for round in 0..rounds {
+        for (i, ((block, db), expected)) in items.iter().zip(&expected).enumerate() {
+            for k in 0..3 {
+                let way = (round + i + k) % 3;
+                let (t, outcome) = run(way, block, db)?;
+                if &outcome != expected {
+                    return Err(eyre!(
+                        "block {}: results differ in round {round}",
+                        block.number
+                    ));
+                }
+                pass[way][round] += t;
+                per_block[i][way].push(t);
+            }
+        }
+    }
+    let worst = |way: usize| -> (u64, f64) {
+        items
+            .iter()
+            .zip(&per_block)
+            .filter(|((block, _), _)| !block.txs.is_empty())
+            .map(|((block, _), times)| {
+                let ratios = times[0]
+                    .iter()
+                    .zip(&times[way])
+                    .map(|(i, j)| i / j)
+                    .collect();
+                (block.number, median(ratios))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 1.0))
+    };
+    let [interp, eager_t, on_t] = pass.map(median);
+    Ok(MainnetResult {
+        blocks: items.len(),
+        interpreter_ms: interp * 1e3,
+        eager_ms: eager_t * 1e3,
+        on_ms: on_t * 1e3,
+        eager_speedup: interp / eager_t,
+        on_speedup: interp / on_t,
+        worst_on_block: worst(2),
+        worst_eager_block: worst(1),
+        profiler_ceiling: None,
+        eager_cache: CacheFigures::of(
+            eager_compiles,
+            eager.stats().snapshot(),
+            eager_compiles,
+            rounds as u64,
+        ),
+        on_cache: CacheFigures::of(
+            on_compiles,
+            on.stats().snapshot(),
+            on_compiles,
+            rounds as u64,
+        ),
+    })
+}
+
+/// The JIT ceiling from a profiler report, if there is one.
+fn profiler_ceiling(path: &std::path::Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    find_key(&json, "jit_ceiling_speedup")
+}
+
+fn find_key(value: &serde_json::Value, key: &str) -> Option<f64> {
+    match value {
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k == key {
+                v.as_f64().or_else(|| find_key(v, key))
+            } else {
+                find_key(v, key)
+            }
+        }),
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_key(v, key)),
+        _ => None,
+    }
 }

@@ -64,6 +64,23 @@ struct Args {
     /// Only check every block against its header, then exit.
     #[arg(long)]
     check_only: bool,
+
+    /// Run every Ethereum state test (GeneralStateTests JSON) under DIR instead of profiling:
+    /// each vector runs interpreted and with the JIT, from the same pre-state. Exits non-zero
+    /// listing every vector whose post-state root or logs hash differs from the expected one
+    /// or between the two runs. The shipped tests are in ../shared/data/state-tests.
+    #[arg(long, value_name = "DIR")]
+    state_tests: Option<PathBuf>,
+
+    /// When compiled code runs: off (interpreter only), on (contracts compiled in the
+    /// background once hot) or eager (every contract compiled before its first frame).
+    /// With --state-tests it defaults to eager, so that compiled code is what gets checked.
+    #[arg(long, value_name = "MODE")]
+    jit: Option<gigas_evm::jit::JitMode>,
+
+    /// Threads running state tests (defaults to the CPUs available).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 /// `../shared/data/<rest>` from the working directory, or else from the checkout this binary
@@ -92,15 +109,110 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, contents).wrap_err_with(|| format!("cannot write {}", path.display()))
 }
 
+/// `--state-tests DIR`: every vector both ways; non-zero exit listing the ones that differ.
+fn state_tests(dir: &Path, args: &Args) -> Result<()> {
+    use gigas_evm::jit::JitMode;
+    if !dir.is_dir() {
+        bail!(
+            "state-test directory {} does not exist (the shipped tests are in ../shared/data/state-tests)",
+            dir.display()
+        );
+    }
+    let mode = args.jit.unwrap_or(JitMode::Eager);
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(1)
+    });
+    let progress = bar(0, "files");
+    let started = std::time::Instant::now();
+    let results = gigas_evm::statetest::run_dir(dir, mode, threads, |done, total| {
+        progress.set_length(total as u64);
+        progress.set_position(done as u64);
+    })
+    .wrap_err_with(|| format!("cannot run the state tests in {}", dir.display()))?;
+    progress.finish_and_clear();
+    let differing = results.differing();
+    for (vector, problems) in &differing {
+        println!("DIFFERS {}", vector.id);
+        for problem in problems {
+            println!("    {problem}");
+        }
+    }
+    for error in &results.errors {
+        println!("ERROR {error}");
+    }
+    let known = results.vectors.iter().filter(|v| v.known_deviation).count();
+    println!(
+        "state tests  : {} files, {} vectors, interpreter{} ({} threads, {:.1} s)",
+        results.files,
+        results.vectors.len(),
+        if mode == JitMode::Off {
+            String::new()
+        } else {
+            format!(" and JIT ({mode})")
+        },
+        threads,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "match        : {} vectors match the expected root and logs hash{}",
+        results.vectors.len()
+            - differing.len()
+            - known.min(results.vectors.len() - differing.len()),
+        if mode == JitMode::Off {
+            ""
+        } else {
+            ", and the JIT matches the interpreter"
+        }
+    );
+    if known > 0 {
+        println!(
+            "known        : {known} vectors checked against the interpreter only ({})",
+            gigas_evm::statetest::KNOWN_DEVIATIONS.join(", ")
+        );
+    }
+    if !results.skipped.is_empty() {
+        println!(
+            "skipped      : {} vectors of forks Gigas does not configure",
+            results.skipped.len()
+        );
+    }
+    if let Some(jit) = results.jit {
+        println!(
+            "jit          : {} contracts compiled ({} KB of EVM code, {:.1} ms/KB), {} not compiled; {} frames started in compiled code, {} suspensions at a CALL, {} hand-overs to the interpreter",
+            jit.compiled,
+            jit.evm_bytes / 1024,
+            jit.compile_ns as f64 / 1e6 / (jit.evm_bytes.max(1) as f64 / 1024.0),
+            jit.failed,
+            jit.compiled_frames,
+            jit.suspensions,
+            jit.bailed_frames
+        );
+    }
+    if !differing.is_empty() || !results.errors.is_empty() {
+        bail!(
+            "{} vectors differ and {} files could not be run (listed above)",
+            differing.len(),
+            results.errors.len()
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(dir) = &args.state_tests {
+        return state_tests(dir, &args);
+    }
     let blocks_dir = args
         .blocks
         .clone()

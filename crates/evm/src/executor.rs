@@ -255,10 +255,7 @@ impl<DB: Database> PlainEvm<DB> {
     /// An EVM for `block` over `db`, interpreting every frame.
     pub fn new(db: DB, block: &PreparedBlock) -> Self {
         Self {
-            evm: JitEvm {
-                inner: block_context(db, block, ()).build_mainnet(),
-                cache: None,
-            },
+            evm: JitEvm::new(block_context(db, block, ()).build_mainnet(), None),
         }
     }
 

@@ -1,10 +1,11 @@
 //! Compiled code in revm's frame loop: the `--jit off|on|eager` switch, the code cache, and
 //! the EVM wrapper whose `frame_run` runs a frame's compiled code when there is one.
 //!
-//! The interpreter stays the reference. A frame runs compiled code only from its first
-//! instruction; compiled code hands the frame back to the interpreter wherever it cannot go
-//! on (a CALL or CREATE, a failed gas or stack check), and a frame resumed after a child frame
-//! runs in the interpreter. Compilation happens on one background thread that owns the
+//! The interpreter stays the reference. A frame whose code is compiled when it starts runs
+//! compiled code, which stops at each CALL or CREATE for revm to run the child frame and is
+//! entered again after it; compiled code hands the frame to the interpreter where it cannot
+//! go on (a failed gas or stack check), and the interpreter then runs the frame up to its end
+//! or its next CALL. A frame that starts interpreted stays interpreted. Compilation happens on one background thread that owns the
 //! Cranelift module (and so keeps every function alive as long as the cache lives).
 
 use std::collections::HashMap;
@@ -76,6 +77,13 @@ struct Request {
     reply: Option<mpsc::Sender<()>>,
 }
 
+/// What the compiler thread is asked to do, in order.
+enum Job {
+    Compile(Request),
+    /// Answer once every job sent before is done.
+    Barrier(mpsc::Sender<()>),
+}
+
 /// Counters of the code cache.
 #[derive(Debug, Default)]
 pub struct JitStats {
@@ -91,15 +99,56 @@ pub struct JitStats {
     pub evm_bytes: AtomicU64,
     /// Frames that started in compiled code.
     pub compiled_frames: AtomicU64,
-    /// Of those, frames that compiled code handed to the interpreter before their end.
+    /// Times compiled code handed a frame to the interpreter before its end (or its next
+    /// CALL).
     pub bailed_frames: AtomicU64,
+    /// Times compiled code stopped at a CALL or CREATE for a child frame.
+    pub suspensions: AtomicU64,
+}
+
+impl JitStats {
+    /// The counters' values now.
+    pub fn snapshot(&self) -> JitCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        JitCounts {
+            compiled: get(&self.compiled),
+            failed: get(&self.failed),
+            compile_ns: get(&self.compile_ns),
+            code_bytes: get(&self.code_bytes),
+            evm_bytes: get(&self.evm_bytes),
+            compiled_frames: get(&self.compiled_frames),
+            bailed_frames: get(&self.bailed_frames),
+            suspensions: get(&self.suspensions),
+        }
+    }
+}
+
+/// The values of [`JitStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JitCounts {
+    /// Contracts compiled.
+    pub compiled: u64,
+    /// Contracts that could not be compiled.
+    pub failed: u64,
+    /// Nanoseconds spent compiling.
+    pub compile_ns: u64,
+    /// Bytes of machine code held.
+    pub code_bytes: u64,
+    /// Bytes of EVM code compiled.
+    pub evm_bytes: u64,
+    /// Frames that started in compiled code.
+    pub compiled_frames: u64,
+    /// Times compiled code handed a frame to the interpreter.
+    pub bailed_frames: u64,
+    /// Times compiled code stopped at a CALL or CREATE.
+    pub suspensions: u64,
 }
 
 /// Compiled contracts by code hash and spec, shared by every EVM of a process.
 pub struct CodeCache {
     mode: JitMode,
     entries: Arc<Mutex<HashMap<(B256, SpecId), Entry>>>,
-    requests: Option<mpsc::Sender<Request>>,
+    requests: Option<mpsc::Sender<Job>>,
     worker: Option<std::thread::JoinHandle<()>>,
     stats: Arc<JitStats>,
 }
@@ -128,7 +177,7 @@ impl CodeCache {
         let (requests, worker) = if mode == JitMode::Off {
             (None, None)
         } else {
-            let (tx, rx) = mpsc::channel::<Request>();
+            let (tx, rx) = mpsc::channel::<Job>();
             let entries = Arc::clone(&entries);
             let stats = Arc::clone(&stats);
             let worker = std::thread::Builder::new()
@@ -177,11 +226,11 @@ impl CodeCache {
         let code = Bytes::copy_from_slice(code);
         if self.mode == JitMode::Eager {
             let (reply, done) = mpsc::channel();
-            let sent = requests.send(Request {
+            let sent = requests.send(Job::Compile(Request {
                 key,
                 code,
                 reply: Some(reply),
-            });
+            }));
             if sent.is_ok() {
                 let _ = done.recv();
             }
@@ -190,12 +239,24 @@ impl CodeCache {
                 _ => None,
             };
         }
-        let _ = requests.send(Request {
+        let _ = requests.send(Job::Compile(Request {
             key,
             code,
             reply: None,
-        });
+        }));
         None
+    }
+
+    /// Waits until every compilation requested so far is done (benchmarks use it to time
+    /// a warmed cache; execution never needs to wait).
+    pub fn wait_for_compiles(&self) {
+        let Some(requests) = &self.requests else {
+            return;
+        };
+        let (reply, done) = mpsc::channel();
+        if requests.send(Job::Barrier(reply)).is_ok() {
+            let _ = done.recv();
+        }
     }
 }
 
@@ -211,7 +272,7 @@ impl Drop for CodeCache {
 }
 
 fn compile_loop(
-    requests: mpsc::Receiver<Request>,
+    requests: mpsc::Receiver<Job>,
     entries: &Mutex<HashMap<(B256, SpecId), Entry>>,
     stats: &JitStats,
 ) {
@@ -222,7 +283,14 @@ fn compile_loop(
             None
         }
     };
-    for request in requests {
+    for job in requests {
+        let request = match job {
+            Job::Compile(request) => request,
+            Job::Barrier(reply) => {
+                let _ = reply.send(());
+                continue;
+            }
+        };
         let started = std::time::Instant::now();
         let result = match compiler.as_mut() {
             Some(compiler) => compiler.compile(&request.code, request.key.1),
@@ -261,6 +329,20 @@ pub struct JitEvm<CTX: ContextTr> {
     pub inner: MainnetEvm<CTX>,
     /// The code cache; `None` runs the interpreter only.
     pub cache: Option<Arc<CodeCache>>,
+    /// The compiled code of the frame at each depth of the frame stack, chosen when the frame
+    /// started: a frame resumed after a child frame goes on in what it started with.
+    pub frames: Vec<Option<CompiledCode>>,
+}
+
+impl<CTX: ContextTr> JitEvm<CTX> {
+    /// An EVM whose frames run compiled code from `cache` (`None`: interpreter only).
+    pub fn new(inner: MainnetEvm<CTX>, cache: Option<Arc<CodeCache>>) -> Self {
+        Self {
+            inner,
+            cache,
+            frames: Vec::new(),
+        }
+    }
 }
 
 impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
@@ -300,20 +382,38 @@ impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
 
     fn frame_run(&mut self) -> Result<FrameInitOrResult<Self::Frame>, ContextDbError<CTX>> {
         let evm = &mut self.inner;
+        let depth = evm.frame_stack.index().unwrap_or(0);
         let frame = evm.frame_stack.get();
         let interpreter = &mut frame.interpreter;
         let table = evm.instruction.instruction_table();
         let gas_table = evm.instruction.gas_table();
-        // Only a frame's start runs compiled code; CREATE frames (no code hash) run init
-        // code once and are not worth compiling.
-        let compiled = match (&self.cache, interpreter.bytecode.hash()) {
-            (Some(cache), Some(hash)) if interpreter.bytecode.pc() == 0 => cache.lookup(
-                hash,
-                interpreter.bytecode.original_byte_slice(),
-                interpreter.runtime_flag.spec_id,
-            ),
-            _ => None,
+        if self.frames.len() <= depth {
+            self.frames.resize(depth + 1, None);
+        }
+        // A frame picks its code when it starts; CREATE frames (no code hash) run init code
+        // once and are not worth compiling.
+        let compiled = if interpreter.bytecode.pc() == 0 {
+            let code = match (&self.cache, interpreter.bytecode.hash()) {
+                (Some(cache), Some(hash)) => cache.lookup(
+                    hash,
+                    interpreter.bytecode.original_byte_slice(),
+                    interpreter.runtime_flag.spec_id,
+                ),
+                _ => None,
+            };
+            self.frames[depth] = code;
+            code
+        } else {
+            self.frames[depth]
         };
+        if compiled.is_some() && interpreter.bytecode.pc() == 0 {
+            if let Some(cache) = &self.cache {
+                cache
+                    .stats()
+                    .compiled_frames
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let action = match (compiled, &self.cache) {
             (Some(code), Some(cache)) => {
                 // SAFETY: compiled from this frame's bytecode for its spec; the cache keeps
@@ -328,9 +428,14 @@ impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
                     )
                 };
                 let stats = cache.stats();
-                stats.compiled_frames.fetch_add(1, Ordering::Relaxed);
-                if let gigas_jit::runtime::Exit::Bailed(_) = exit {
-                    stats.bailed_frames.fetch_add(1, Ordering::Relaxed);
+                match exit {
+                    gigas_jit::runtime::Exit::Bailed(_) => {
+                        stats.bailed_frames.fetch_add(1, Ordering::Relaxed);
+                    }
+                    gigas_jit::runtime::Exit::Suspended => {
+                        stats.suspensions.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
                 }
                 action
             }

@@ -4,7 +4,8 @@
 //! and transaction environments from alloy types ([`env`]), loading the mainnet fixtures in
 //! `shared/data/mainnet` ([`fixture`]), executing a block sequentially and checking it against
 //! its header ([`executor`], [`receipts`]), and the low-cost instrumentation hooks the profiler
-//! uses ([`probe`]).
+//! uses ([`probe`]), compiled code ([`jit`]) and the state-test runner that checks it
+//! ([`statetest`]).
 //!
 //! Must not: know about reports, storage engines or networking. Every other crate that runs
 //! the EVM goes through this one, so that a fork or gas rule is configured exactly once.
@@ -19,6 +20,7 @@ pub mod probe;
 pub mod program;
 pub mod receipts;
 pub mod spec;
+pub mod statetest;
 
 pub use executor::{
     execute_block, BlockEvm, BlockOutcome, ExecutionError, PlainEvm, PreparedBlock, PreparedTx,

@@ -46,5 +46,22 @@ pub fn cfg_env(chain: &ChainSpec, fork: Hardfork) -> CfgEnv {
     cfg.set_spec_and_mainnet_gas_params(spec_id(fork));
     cfg.chain_id = chain.chain_id;
     cfg.blob_base_fee_update_fraction = Some(blob_base_fee_update_fraction(fork));
+    if let Some(max) = max_blobs_per_tx(fork) {
+        // revm leaves the count unchecked unless told: a transaction with more blobs than a
+        // block may hold must be rejected, not executed.
+        cfg.set_max_blobs_per_tx(max);
+    }
     cfg
+}
+
+/// The most blobs one transaction may carry under `fork` (the most a block may hold: 6 from
+/// Cancun, 9 from Prague by EIP-7691); `None` before blobs exist.
+pub fn max_blobs_per_tx(fork: Hardfork) -> Option<u64> {
+    if fork >= Hardfork::Prague {
+        Some(9)
+    } else if fork >= Hardfork::Cancun {
+        Some(6)
+    } else {
+        None
+    }
 }

@@ -27,11 +27,17 @@ pub struct Block {
     /// Most items the block holds above its entry height at any point: on entry the height
     /// must be at most `STACK_LIMIT - max_growth` for no instruction to overflow.
     pub max_growth: usize,
-    /// Whether every instruction is one the compiler translates, and active in the spec.
+    /// Whether the compiler translates the block. Every instruction is translated (inline,
+    /// or as a call of the interpreter's own instruction function); only a block that pushes
+    /// past the stack limit whatever the entry height is left to the interpreter, which
+    /// reports the overflow at its exact instruction.
     pub compilable: bool,
     /// Whether the block can continue into the next one (it does not end with a JUMP or a
     /// terminating instruction).
     pub falls_through: bool,
+    /// Whether the block starts right after a CALL or CREATE: where a frame resumes when its
+    /// child frame returns.
+    pub resumes: bool,
 }
 
 /// The analysis of one contract for one spec.
@@ -77,12 +83,12 @@ pub fn active(op: u8, spec: SpecId) -> bool {
     spec.is_enabled_in(since)
 }
 
-/// Whether the compiler translates `op`. Every instruction is translated (inline, or as a
-/// call of the interpreter's own instruction function) except those that start a new frame,
-/// which need compiled code to suspend and resume around the child frame (not done yet).
-pub fn translated(op: u8) -> bool {
+/// Whether `op` starts a new frame (the CALL and CREATE families): compiled code suspends
+/// there while revm runs the child frame, and resumes at the next instruction, which starts
+/// a block of its own.
+pub fn creates_frame(op: u8) -> bool {
     use opcode::*;
-    !matches!(
+    matches!(
         op,
         CALL | CALLCODE | DELEGATECALL | STATICCALL | CREATE | CREATE2
     )
@@ -105,6 +111,7 @@ pub fn analyze(code: &[u8], spec: SpecId, gas: &GasTable) -> Analysis {
     let mut current: Option<Block> = None;
     // Height relative to the open block's entry.
     let mut growth: isize = 0;
+    let mut after_frame = false;
     // Past the end the EVM executes STOP; a block running off the end ends there.
     while pc < code.len() || current.is_some() {
         let op = code.get(pc).copied().unwrap_or(opcode::STOP);
@@ -125,6 +132,7 @@ pub fn analyze(code: &[u8], spec: SpecId, gas: &GasTable) -> Analysis {
             max_growth: 0,
             compilable: true,
             falls_through: false,
+            resumes: std::mem::take(&mut after_frame),
         });
         if op == opcode::JUMPDEST && pc == block.start && pc < code.len() {
             jumpdest_block[pc] = Some(blocks.len() as u32);
@@ -144,7 +152,7 @@ pub fn analyze(code: &[u8], spec: SpecId, gas: &GasTable) -> Analysis {
         // Unknown and inactive opcodes run through the interpreter's instruction function,
         // which halts with its own error.
         let _ = active(op, spec);
-        block.compilable &= translated(op);
+        block.compilable &= block.max_growth <= STACK_LIMIT;
         let immediate = if (opcode::PUSH1..=opcode::PUSH32).contains(&op) {
             (op - opcode::PUSH0) as usize
         } else {
@@ -163,12 +171,14 @@ pub fn analyze(code: &[u8], spec: SpecId, gas: &GasTable) -> Analysis {
                     | opcode::INVALID
                     | opcode::SELFDESTRUCT
             )
+            || creates_frame(op)
             || pc > code.len();
         if ends {
             if let Some(mut block) = current.take() {
-                block.falls_through = op == opcode::JUMPI;
+                block.falls_through = op == opcode::JUMPI || creates_frame(op);
                 blocks.push(block);
             }
+            after_frame = creates_frame(op) && pc < code.len();
         }
     }
     Analysis {
@@ -230,9 +240,31 @@ mod tests {
     }
 
     #[test]
-    fn frame_creating_opcodes_are_not_compilable() {
-        assert!(run(&[PUSH1, 0, SLOAD, STOP]).blocks[0].compilable);
-        let call = [PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, GAS, CALL, STOP];
-        assert!(!run(&call).blocks[0].compilable);
+    fn frame_creating_opcodes_end_a_block_and_the_next_one_resumes() {
+        let call = [
+            PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, GAS, CALL, POP, STOP,
+        ];
+        let a = run(&call);
+        let spans: Vec<(usize, usize, bool)> = a
+            .blocks
+            .iter()
+            .map(|b| (b.start, b.end, b.resumes))
+            .collect();
+        assert_eq!(spans, vec![(0, 8, false), (8, 10, true)]);
+        assert!(a.blocks[0].falls_through);
+        assert!(a.fully_compilable());
+        // A CALL as the last byte: the frame resumes at the implicit STOP past the end,
+        // which no block covers (the interpreter runs it).
+        let a = run(&[GAS, CALL]);
+        assert_eq!(a.blocks.len(), 1);
+    }
+
+    #[test]
+    fn a_block_pushing_past_the_limit_is_left_to_the_interpreter() {
+        let mut code = vec![PUSH0; STACK_LIMIT + 1];
+        code.push(STOP);
+        assert!(!run(&code).blocks[0].compilable);
+        code.remove(0);
+        assert!(run(&code).blocks[0].compilable);
     }
 }

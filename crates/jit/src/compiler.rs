@@ -21,8 +21,12 @@
 //! block ends or calls out; a JUMP or JUMPI to a pushed constant branches straight to its
 //! block, without the jump table.
 //!
-//! Blocks with an instruction that starts a new frame (the CALL and CREATE families) are not
-//! translated yet: reaching one hands the frame to the interpreter.
+//! An instruction that starts a new frame (the CALL and CREATE families) runs through the
+//! interpreter's instruction function like any other; it leaves a new-frame action, and
+//! compiled code returns (`EXIT_SUSPEND`) for revm to run the child frame. When the child
+//! returns, revm has pushed its outcome on the parent's stack, and the parent's compiled code
+//! is entered again with `JitContext::pc` at the instruction after the CALL, which starts a
+//! block: the function's entry dispatches there (`pc` 0 is the frame's start).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName};
@@ -175,6 +179,9 @@ struct Translator<'a> {
     return_block: ClBlock,
     /// The block that dispatches a jump target (in `jump_target`) to its JUMPDEST.
     dispatch: ClBlock,
+    /// The block that dispatches `entry_pc` to the block resuming after a CALL.
+    resume: ClBlock,
+    entry_pc: Value,
     jump_target: Variable,
     gas_table: GasTable,
     spec: SpecId,
@@ -226,7 +233,11 @@ impl<'a> Translator<'a> {
         let exit_block = b.create_block();
         let return_block = b.create_block();
         let dispatch = b.create_block();
-        b.ins().jump(blocks[0], &[]);
+        // Where the frame starts: its first instruction, or the instruction after a CALL it
+        // suspended at.
+        let entry_pc = b.ins().load(types::I64, TRUSTED, ctx, offsets::PC);
+        let resume = b.create_block();
+        b.ins().brif(entry_pc, resume, &[], blocks[0], &[]);
         Self {
             b,
             code,
@@ -241,6 +252,8 @@ impl<'a> Translator<'a> {
             exit_block,
             return_block,
             dispatch,
+            resume,
+            entry_pc,
             jump_target,
             gas_table,
             spec,
@@ -270,6 +283,21 @@ impl<'a> Translator<'a> {
             }
         }
         switch.emit(&mut self.b, target, self.invalid_jump);
+        // Resumption after a CALL or CREATE; any other offset goes to the interpreter.
+        self.b.switch_to_block(self.resume);
+        let mut switch = Switch::new();
+        for (index, block) in self.analysis.blocks.iter().enumerate() {
+            if block.resumes {
+                switch.set_entry(block.start as u128, self.blocks[index]);
+            }
+        }
+        let elsewhere = self.b.create_block();
+        switch.emit(&mut self.b, self.entry_pc, elsewhere);
+        self.b.switch_to_block(elsewhere);
+        let code = self.b.ins().iconst(types::I32, EXIT_BAIL as i64);
+        self.b
+            .ins()
+            .jump(self.exit_block, &[code.into(), self.entry_pc.into()]);
         self.emit_shared_exits();
         self.b.seal_all_blocks();
         self.b.finalize(frontend);

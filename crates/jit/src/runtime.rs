@@ -24,6 +24,9 @@ pub const EXIT_DONE: u32 = 1;
 pub const EXIT_BAIL: u32 = 2;
 /// A JUMP or JUMPI to an offset that is not a JUMPDEST.
 pub const EXIT_INVALID_JUMP: u32 = 3;
+/// A CALL or CREATE left a new-frame action: revm runs the child frame, then enters compiled
+/// code again at the instruction after it (`JitContext::pc`).
+pub const EXIT_SUSPEND: u32 = 4;
 /// The helper executed the instruction; compiled code continues.
 pub const CONTINUE: u32 = 0;
 
@@ -43,7 +46,8 @@ pub struct JitContext {
     pub sp: u64,
     /// Gas remaining, with the static gas of the whole current block already charged.
     pub gas: u64,
-    /// Where the interpreter resumes after [`EXIT_BAIL`].
+    /// On entry, where the frame starts (0, or just after a CALL it suspended at); after
+    /// [`EXIT_BAIL`], where the interpreter resumes.
     pub pc: u64,
     /// The helper for instructions not translated inline.
     pub instruction: InstructionFn,
@@ -107,8 +111,15 @@ pub unsafe extern "C" fn generic_instruction<H: Host>(
     if let Err(e) = result {
         if interpreter.bytecode.action().is_none() {
             interpreter.halt(e);
+            return EXIT_DONE;
         }
-        return EXIT_DONE;
+        // CALL and CREATE leave a new-frame action and report `Suspend`: the interpreter's
+        // loop stops there too.
+        return if e == InstructionResult::Suspend {
+            EXIT_SUSPEND
+        } else {
+            EXIT_DONE
+        };
     }
     ctx.sp = interpreter.stack.len() as u64;
     let remaining = interpreter.gas.remaining();
@@ -162,10 +173,13 @@ pub enum Exit {
     InvalidJump,
     /// It handed the frame to the interpreter at this offset.
     Bailed(usize),
+    /// It stopped at a CALL or CREATE, for revm to run the child frame.
+    Suspended,
 }
 
-/// Runs a compiled frame from its first instruction to the end, or until compiled code hands
-/// it to the interpreter, which then finishes it. Returns what the interpreter's own loop
+/// Runs a compiled frame from where its interpreter stands (its first instruction, or just
+/// after a CALL) to its end or its next CALL, or until compiled code hands it to the
+/// interpreter, which then goes on as far as its own loop would. Returns what the interpreter's own loop
 /// would have returned, and how compiled code left.
 ///
 /// # Safety
@@ -191,7 +205,7 @@ pub unsafe fn run_frame<H: Host>(
             stack: stack.as_mut_ptr(),
             sp: stack.len() as u64,
             gas: frame.interpreter.gas.remaining(),
-            pc: 0,
+            pc: frame.interpreter.bytecode.pc() as u64,
             instruction: generic_instruction::<H>,
             frame: &mut frame as *mut Frame<'_, H> as *mut core::ffi::c_void,
         };
@@ -200,6 +214,7 @@ pub unsafe fn run_frame<H: Host>(
     };
     match exit {
         EXIT_DONE => (interpreter.take_next_action(), Exit::Done),
+        EXIT_SUSPEND => (interpreter.take_next_action(), Exit::Suspended),
         EXIT_INVALID_JUMP => {
             sync_into(&ctx, interpreter, 0);
             interpreter.halt(InstructionResult::InvalidJump);

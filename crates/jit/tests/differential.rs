@@ -368,3 +368,43 @@ fn structured_programs_mostly_run_native() {
         "only {native} of {total} programs ran natively to the end"
     );
 }
+
+/// A CALL stops compiled code with the interpreter's new-frame action, and compiled code is
+/// entered again after it.
+#[test]
+fn a_call_suspends_compiled_code_and_resumes_after_it() {
+    let mut compiler = Compiler::new().expect("host ISA");
+    // CALL(gas, address 0x04 (identity), 0 value, no input, no output), then SSTORE the
+    // success flag at slot 1, STOP.
+    let code = [
+        PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, PUSH1, 4, GAS, CALL, PUSH1, 1, SSTORE, STOP,
+    ];
+    assert!(!compare(&mut compiler, &code, &[], 1_000_000, FORKS[2]));
+    let (mut interpreter, mut host) = setup(&code, &[], 1_000_000, FORKS[2]);
+    let spec = interpreter.runtime_flag.spec_id;
+    let table = instruction_table::<EthInterpreter, Host>();
+    let gas = gas_table(spec);
+    let compiled = compiler.compile(&code, spec).expect("compiles");
+    // SAFETY: compiled from this code for this spec.
+    let (action, exit) = unsafe {
+        gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
+    };
+    assert_eq!(exit, gigas_jit::runtime::Exit::Suspended, "{action:?}");
+    assert!(matches!(action, InterpreterAction::NewFrame(_)));
+    assert_eq!(interpreter.bytecode.pc(), 9);
+    // What revm does when the child returns: push its success flag.
+    use gigas_evm::revm::interpreter::interpreter_types::{Jumps, StackTr};
+    assert!(interpreter.stack.push(U256::from(1)));
+    let (action, exit) = unsafe {
+        gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
+    };
+    assert_eq!(exit, gigas_jit::runtime::Exit::Done);
+    assert!(matches!(action, InterpreterAction::Return(_)));
+    let slot = host
+        .journal_ref()
+        .state
+        .get(&PROGRAM_ADDRESS)
+        .and_then(|a| a.storage.get(&U256::from(1)))
+        .map(|s| s.present_value());
+    assert_eq!(slot, Some(U256::from(1)));
+}
