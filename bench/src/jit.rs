@@ -47,6 +47,9 @@ pub struct JitArgs {
     /// `--jit eager` and with `--jit on`, the order rotating).
     #[arg(long, default_value_t = 7)]
     pub block_rounds: usize,
+    /// Skip the mainnet blocks (the slowest part: `eager` compiles about 21 MB of EVM code).
+    #[arg(long)]
+    pub skip_blocks: bool,
     /// The profiler's report, for its JIT ceiling on the same blocks.
     #[arg(
         long,
@@ -93,8 +96,8 @@ pub struct JitReport {
     pub programs: Vec<ProgramResult>,
     /// burntpix, whole transactions.
     pub burntpix: TxResult,
-    /// The mainnet blocks.
-    pub mainnet: MainnetResult,
+    /// The mainnet blocks (`None` with `--skip-blocks`).
+    pub mainnet: Option<MainnetResult>,
 }
 
 /// A whole transaction, interpreted and through the code cache.
@@ -383,17 +386,22 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
         .blocks
         .clone()
         .unwrap_or_else(|| crate::shared_data("mainnet"));
-    let mut mainnet = mainnet(&blocks_dir, args.block_rounds)?;
-    mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
-    println!(
-        "  {:<30} interpreter {:>8.2} ms  eager {:>8.2} ms ({:.2}x)  on {:>8.2} ms ({:.2}x)",
-        format!("{} mainnet blocks", mainnet.blocks),
-        mainnet.interpreter_ms,
-        mainnet.eager_ms,
-        mainnet.eager_speedup,
-        mainnet.on_ms,
-        mainnet.on_speedup
-    );
+    let mainnet = if args.skip_blocks {
+        None
+    } else {
+        let mut mainnet = mainnet(&blocks_dir, args.block_rounds)?;
+        mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
+        println!(
+            "  {:<30} interpreter {:>8.2} ms  eager {:>8.2} ms ({:.2}x)  on {:>8.2} ms ({:.2}x)",
+            format!("{} mainnet blocks", mainnet.blocks),
+            mainnet.interpreter_ms,
+            mainnet.eager_ms,
+            mainnet.eager_speedup,
+            mainnet.on_ms,
+            mainnet.on_speedup
+        );
+        Some(mainnet)
+    };
     let report = JitReport {
         machine,
         programs: results,
@@ -471,7 +479,12 @@ pub fn markdown(r: &JitReport) -> String {
         b.jit_ms,
         b.speedup
     );
-    let m = &r.mainnet;
+    let Some(m) = &r.mainnet else {
+        let _ = writeln!(md, "\n## Code cache\n");
+        let _ = writeln!(md, "| cache | contracts | not compiled | EVM KB | machine code MB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        cache_row(&mut md, "burntpix, eager", &b.cache);
+        return md;
+    };
     let _ = writeln!(
         md,
         "| {} mainnet blocks, `--jit eager` | | {:.2} | {:.2} | {:.2}x |",

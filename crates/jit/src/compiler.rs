@@ -9,7 +9,8 @@
 //!
 //! - inline, on four 64-bit limbs: PUSH, POP, DUP, SWAP, ADD, SUB, AND, OR, XOR, NOT, LT,
 //!   GT, SLT, SGT, EQ, ISZERO, PC, JUMPDEST, JUMP and JUMPI (through a jump table of the
-//!   JUMPDESTs);
+//!   JUMPDESTs), and MLOAD, MSTORE and MSTORE8 inside memory already paid for (outside it,
+//!   the interpreter's function expands memory);
 //! - through direct calls of small helpers working in place on the stack for the arithmetic
 //!   that has no dynamic gas and cannot fail (MUL, DIV, SDIV, MOD, SMOD, ADDMOD, MULMOD,
 //!   SIGNEXTEND, BYTE, SHL, SHR, SAR);
@@ -740,12 +741,120 @@ impl<'a> Translator<'a> {
                 }
                 return true;
             }
+            MLOAD | MSTORE | MSTORE8 => self.memory_access(op, pc, static_after),
             MUL | DIV | SDIV | MOD | SMOD | SIGNEXTEND | BYTE => self.pure(op, 2),
             SHL | SHR | SAR if self.spec.is_enabled_in(SpecId::PETERSBURG) => self.pure(op, 2),
             ADDMOD | MULMOD => self.pure(op, 3),
             _ => return self.generic(op, pc, static_after),
         }
         false
+    }
+
+    /// MLOAD, MSTORE and MSTORE8: inline when the access lies inside memory already paid for
+    /// (then the static gas is all it costs and nothing can fail), else through the
+    /// interpreter's instruction function, which expands memory and charges for it.
+    fn memory_access(&mut self, op: u8, pc: usize, static_after: u64) {
+        use opcode::*;
+        let width: i64 = if op == MSTORE8 { 1 } else { 32 };
+        // Operands are read before the branch so that both paths see the same SSA values.
+        let offset = self.get(self.depth - 1);
+        let value = (op != MLOAD).then(|| self.get(self.depth - 2));
+        self.flush();
+        let memory = self
+            .b
+            .ins()
+            .load(self.ptr, TRUSTED, self.ctx, offsets::MEMORY);
+        let len = self
+            .b
+            .ins()
+            .load(types::I64, TRUSTED, self.ctx, offsets::MEMORY_LEN);
+        let high = self.b.ins().bor(offset.word[1], offset.word[2]);
+        let high = self.b.ins().bor(high, offset.word[3]);
+        let small = self.b.ins().icmp_imm_u(IntCC::Equal, high, 0);
+        let room = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, len, width);
+        let last = self.b.ins().iadd_imm_s(len, -width);
+        let inside = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, offset.word[0], last);
+        let ok = self.b.ins().band(small, room);
+        let ok = self.b.ins().band(ok, inside);
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let merge = self.b.create_block();
+        if op == MLOAD {
+            for _ in 0..4 {
+                self.b.append_block_param(merge, types::I64);
+            }
+        }
+        self.b.ins().brif(ok, fast, &[], slow, &[]);
+
+        // Slow path: the model is all written back (flushed above) and the instruction
+        // changes only the words it pops and pushes, so the model stays valid around it.
+        self.b.switch_to_block(slow);
+        let saved = (self.known.clone(), self.base, self.origin_sp, self.depth);
+        self.generic(op, pc, static_after);
+        (self.known, self.base, self.origin_sp, self.depth) = saved;
+        if op == MLOAD {
+            let offset = ((self.depth - 1) * 32) as i32;
+            let base = self.base;
+            let word: Vec<_> = (0..4)
+                .map(|limb| {
+                    self.b
+                        .ins()
+                        .load(types::I64, TRUSTED, base, offset + 8 * limb)
+                        .into()
+                })
+                .collect();
+            self.b.ins().jump(merge, &word);
+        } else {
+            self.b.ins().jump(merge, &[]);
+        }
+
+        // Fast path: big-endian words in memory, little-endian limbs on the stack.
+        self.b.switch_to_block(fast);
+        let address = self.b.ins().iadd(memory, offset.word[0]);
+        let flags = MemFlagsData::new().with_notrap();
+        match (op, value) {
+            (MLOAD, _) => {
+                let word: Vec<_> = (0..4)
+                    .map(|limb| {
+                        let be =
+                            self.b
+                                .ins()
+                                .load(types::I64, flags, address, 8 * (3 - limb as i32));
+                        self.b.ins().bswap(be).into()
+                    })
+                    .collect();
+                self.b.ins().jump(merge, &word);
+            }
+            (MSTORE8, Some(value)) => {
+                self.b.ins().istore8(flags, value.word[0], address, 0);
+                self.b.ins().jump(merge, &[]);
+            }
+            (_, Some(value)) => {
+                for limb in 0..4 {
+                    let be = self.b.ins().bswap(value.word[limb]);
+                    self.b.ins().store(flags, be, address, 8 * (3 - limb as i32));
+                }
+                self.b.ins().jump(merge, &[]);
+            }
+            _ => unreachable!("stores have a value operand"),
+        }
+
+        self.b.switch_to_block(merge);
+        if op == MLOAD {
+            let params = self.b.block_params(merge);
+            let word: Word = [params[0], params[1], params[2], params[3]];
+            self.pop();
+            self.push(word, None);
+        } else {
+            self.pop();
+            self.pop();
+        }
     }
 
     /// Calls the pure helper of `op` on the top `inputs` words in place; one word results.

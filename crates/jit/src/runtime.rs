@@ -53,7 +53,21 @@ pub struct JitContext {
     pub instruction: InstructionFn,
     /// What the helper needs: a `Frame<H>`.
     pub frame: *mut core::ffi::c_void,
+    /// The frame's memory (its context's part of revm's shared buffer).
+    pub memory: *mut u8,
+    /// Bytes of memory paid for and present: an access inside needs no expansion gas.
+    pub memory_len: u64,
 }
+
+const _: () = {
+    assert!(core::mem::offset_of!(JitContext, stack) == offsets::STACK as usize);
+    assert!(core::mem::offset_of!(JitContext, sp) == offsets::SP as usize);
+    assert!(core::mem::offset_of!(JitContext, gas) == offsets::GAS as usize);
+    assert!(core::mem::offset_of!(JitContext, pc) == offsets::PC as usize);
+    assert!(core::mem::offset_of!(JitContext, instruction) == offsets::INSTRUCTION as usize);
+    assert!(core::mem::offset_of!(JitContext, memory) == offsets::MEMORY as usize);
+    assert!(core::mem::offset_of!(JitContext, memory_len) == offsets::MEMORY_LEN as usize);
+};
 
 /// Offsets of the [`JitContext`] fields, for the code generator.
 pub mod offsets {
@@ -67,6 +81,20 @@ pub mod offsets {
     pub const PC: i32 = 24;
     /// `instruction`.
     pub const INSTRUCTION: i32 = 32;
+    /// `memory`.
+    pub const MEMORY: i32 = 48;
+    /// `memory_len`.
+    pub const MEMORY_LEN: i32 = 56;
+}
+
+/// Points `ctx` at the interpreter's memory as it is now. Any instruction run by the
+/// interpreter may grow (and so move) the shared buffer; compiled code reads these fields
+/// again after each.
+fn sync_memory(ctx: &mut JitContext, interpreter: &mut Interpreter<EthInterpreter>) {
+    let paid = interpreter.gas.memory().words_num as u64 * 32;
+    let mut memory = interpreter.memory.context_memory_mut();
+    ctx.memory_len = paid.min(memory.len() as u64);
+    ctx.memory = memory.as_mut_ptr();
 }
 
 /// The interpreter state behind a running compiled frame.
@@ -122,6 +150,7 @@ pub unsafe extern "C" fn generic_instruction<H: Host>(
         };
     }
     ctx.sp = interpreter.stack.len() as u64;
+    sync_memory(ctx, interpreter);
     let remaining = interpreter.gas.remaining();
     if remaining < gas_after {
         // The rest of the block's static gas is not there: the interpreter runs out at some
@@ -208,7 +237,10 @@ pub unsafe fn run_frame<H: Host>(
             pc: frame.interpreter.bytecode.pc() as u64,
             instruction: generic_instruction::<H>,
             frame: &mut frame as *mut Frame<'_, H> as *mut core::ffi::c_void,
+            memory: core::ptr::null_mut(),
+            memory_len: 0,
         };
+        sync_memory(&mut ctx, frame.interpreter);
         let exit = function(&mut ctx);
         (exit, ctx)
     };
