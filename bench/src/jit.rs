@@ -677,9 +677,10 @@ fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
         on.wait_for_compiles();
     }
     let (eager_compiles, on_compiles) = (eager.stats().snapshot(), on.stats().snapshot());
-    let mut pass = [vec![0.0; rounds], vec![0.0; rounds], vec![0.0; rounds]];
+    let mut pass = [Vec::new(), Vec::new(), Vec::new()];
     let mut per_block = vec![[Vec::new(), Vec::new(), Vec::new()]; items.len()];
     for round in 0..rounds {
+        let mut totals = [0.0; 3];
         for (i, ((block, db), expected)) in items.iter().zip(&expected).enumerate() {
             for k in 0..3 {
                 let way = (round + i + k) % 3;
@@ -690,9 +691,12 @@ fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
                         block.number
                     ));
                 }
-                pass[way][round] += t;
+                totals[way] += t;
                 per_block[i][way].push(t);
             }
+        }
+        for (way, total) in totals.into_iter().enumerate() {
+            pass[way].push(total);
         }
     }
     let worst = |way: usize| -> (u64, f64) {

@@ -332,6 +332,9 @@ pub struct JitEvm<CTX: ContextTr> {
     /// The compiled code of the frame at each depth of the frame stack, chosen when the frame
     /// started: a frame resumed after a child frame goes on in what it started with.
     pub frames: Vec<Option<CompiledCode>>,
+    /// Compiled code this EVM has already found in the shared cache: later frames of the same
+    /// contract take no lock.
+    pub found: HashMap<(B256, SpecId), CompiledCode>,
 }
 
 impl<CTX: ContextTr> JitEvm<CTX> {
@@ -341,6 +344,7 @@ impl<CTX: ContextTr> JitEvm<CTX> {
             inner,
             cache,
             frames: Vec::new(),
+            found: HashMap::new(),
         }
     }
 }
@@ -394,11 +398,23 @@ impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
         // once and are not worth compiling.
         let compiled = if interpreter.bytecode.pc() == 0 {
             let code = match (&self.cache, interpreter.bytecode.hash()) {
-                (Some(cache), Some(hash)) => cache.lookup(
-                    hash,
-                    interpreter.bytecode.original_byte_slice(),
-                    interpreter.runtime_flag.spec_id,
-                ),
+                (Some(cache), Some(hash)) => {
+                    let key = (hash, interpreter.runtime_flag.spec_id);
+                    match self.found.get(&key) {
+                        Some(code) => Some(*code),
+                        None => {
+                            let code = cache.lookup(
+                                hash,
+                                interpreter.bytecode.original_byte_slice(),
+                                key.1,
+                            );
+                            if let Some(code) = code {
+                                self.found.insert(key, code);
+                            }
+                            code
+                        }
+                    }
+                }
                 _ => None,
             };
             self.frames[depth] = code;

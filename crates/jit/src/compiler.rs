@@ -96,6 +96,9 @@ impl Compiler {
         let mut flags = settings::builder();
         for (name, value) in [
             ("opt_level", "speed"),
+            // The IR is generated, not written by hand, and the differential tests check the
+            // generator; verifying every function costs compile time in production.
+            ("enable_verifier", "false"),
             ("use_colocated_libcalls", "false"),
             ("is_pic", "false"),
         ] {
@@ -822,10 +825,10 @@ impl<'a> Translator<'a> {
             (MLOAD, _) => {
                 let word: Vec<_> = (0..4)
                     .map(|limb| {
-                        let be =
-                            self.b
-                                .ins()
-                                .load(types::I64, flags, address, 8 * (3 - limb as i32));
+                        let be = self
+                            .b
+                            .ins()
+                            .load(types::I64, flags, address, 8 * (3 - limb));
                         self.b.ins().bswap(be).into()
                     })
                     .collect();
@@ -838,7 +841,9 @@ impl<'a> Translator<'a> {
             (_, Some(value)) => {
                 for limb in 0..4 {
                     let be = self.b.ins().bswap(value.word[limb]);
-                    self.b.ins().store(flags, be, address, 8 * (3 - limb as i32));
+                    self.b
+                        .ins()
+                        .store(flags, be, address, 8 * (3 - limb as i32));
                 }
                 self.b.ins().jump(merge, &[]);
             }

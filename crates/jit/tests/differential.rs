@@ -393,7 +393,7 @@ fn a_call_suspends_compiled_code_and_resumes_after_it() {
     assert!(matches!(action, InterpreterAction::NewFrame(_)));
     assert_eq!(interpreter.bytecode.pc(), 9);
     // What revm does when the child returns: push its success flag.
-    use gigas_evm::revm::interpreter::interpreter_types::{Jumps, StackTr};
+    use gigas_evm::revm::interpreter::interpreter_types::Jumps;
     assert!(interpreter.stack.push(U256::from(1)));
     let (action, exit) = unsafe {
         gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
