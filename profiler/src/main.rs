@@ -74,7 +74,10 @@ struct Args {
 
     /// When compiled code runs: off (interpreter only), on (contracts compiled in the
     /// background once hot) or eager (every contract compiled before its first frame).
-    /// With --state-tests it defaults to eager, so that compiled code is what gets checked.
+    /// For a profile it applies to the header check (blocks must still match their headers
+    /// with compiled code; the timed passes stay interpreted, since the probe counts the
+    /// interpreter's opcodes); defaults to off. With --state-tests it defaults to eager, so
+    /// that compiled code is what gets checked.
     #[arg(long, value_name = "MODE")]
     jit: Option<gigas_evm::jit::JitMode>,
 
@@ -260,9 +263,13 @@ fn main() -> Result<()> {
         tracing::warn!("debug build: timings are not representative; use cargo run --release");
     }
 
+    let jit = args
+        .jit
+        .filter(|mode| *mode != gigas_evm::jit::JitMode::Off)
+        .map(gigas_evm::jit::CodeCache::new);
     let checking = bar(workload.blocks.len(), "checking");
     let checks = workload
-        .check(|done, _| checking.set_position(done as u64))
+        .check_with(jit.as_ref(), |done, _| checking.set_position(done as u64))
         .map_err(|e| match e {
             replay::ReplayError::HeaderMismatch { .. } | replay::ReplayError::Execution(_) => {
                 eyre!("{e}")
@@ -276,6 +283,17 @@ fn main() -> Result<()> {
         checks.len(),
         receipts_checked
     );
+    if let Some(cache) = &jit {
+        let jit = cache.stats().snapshot();
+        println!(
+            "jit          : checked with --jit {}: {} contracts compiled, {} frames started in compiled code, {} suspensions at a CALL, {} hand-overs to the interpreter",
+            cache.mode(),
+            jit.compiled,
+            jit.compiled_frames,
+            jit.suspensions,
+            jit.bailed_frames
+        );
+    }
     if args.check_only {
         return Ok(());
     }

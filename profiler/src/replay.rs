@@ -111,11 +111,27 @@ impl Workload {
     /// KZG trusted setup) so that no timed pass does.
     pub fn check(
         &self,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Vec<BlockCheck>, ReplayError> {
+        self.check_with(None, progress)
+    }
+
+    /// [`Self::check`], with frames running compiled code from `jit` when given.
+    pub fn check_with(
+        &self,
+        jit: Option<&std::sync::Arc<gigas_evm::jit::CodeCache>>,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Vec<BlockCheck>, ReplayError> {
         let mut checks = Vec::with_capacity(self.blocks.len());
         for (i, loaded) in self.blocks.iter().enumerate() {
-            let mut evm = PlainEvm::new(loaded.db.clone(), &loaded.block);
+            let mut evm = match jit {
+                Some(cache) => PlainEvm::with_jit(
+                    loaded.db.clone(),
+                    &loaded.block,
+                    std::sync::Arc::clone(cache),
+                ),
+                None => PlainEvm::new(loaded.db.clone(), &loaded.block),
+            };
             let outcome = execute_block(&mut evm, &loaded.block)?;
             let Some(check) = outcome.check(&loaded.block) else {
                 return Err(ReplayError::NoHeader {

@@ -376,6 +376,8 @@ impl<'a> Translator<'a> {
         let ok = self.b.ins().band(ok, enough);
         let body = self.b.create_block();
         let bail = self.b.create_block();
+        // Failed checks, slow paths and exits are laid out after the hot code.
+        self.b.set_cold_block(bail);
         self.b.ins().brif(ok, body, &[], bail, &[]);
         self.b.switch_to_block(bail);
         self.bail(block.start);
@@ -787,6 +789,7 @@ impl<'a> Translator<'a> {
         let ok = self.b.ins().band(ok, inside);
         let fast = self.b.create_block();
         let slow = self.b.create_block();
+        self.b.set_cold_block(slow);
         let merge = self.b.create_block();
         if op == MLOAD {
             for _ in 0..4 {
@@ -795,20 +798,19 @@ impl<'a> Translator<'a> {
         }
         self.b.ins().brif(ok, fast, &[], slow, &[]);
 
-        // Slow path: the model is all written back (flushed above) and the instruction
-        // changes only the words it pops and pushes, so the model stays valid around it.
+        // Slow path: the interpreter's function, on the stack written back above. It leaves
+        // the height where the fast path leaves it; the model restarts from the buffer at
+        // the merge, so that no word stays live (spilled) across the call.
         self.b.switch_to_block(slow);
-        let saved = (self.known.clone(), self.base, self.origin_sp, self.depth);
         self.generic(op, pc, static_after);
-        (self.known, self.base, self.origin_sp, self.depth) = saved;
         if op == MLOAD {
-            let offset = ((self.depth - 1) * 32) as i32;
+            // `generic` restarted the model at the runtime height: the result is its top.
             let base = self.base;
             let word: Vec<_> = (0..4)
                 .map(|limb| {
                     self.b
                         .ins()
-                        .load(types::I64, TRUSTED, base, offset + 8 * limb)
+                        .load(types::I64, TRUSTED, base, -32 + 8 * limb)
                         .into()
                 })
                 .collect();
@@ -836,6 +838,7 @@ impl<'a> Translator<'a> {
             }
             (MSTORE8, Some(value)) => {
                 self.b.ins().istore8(flags, value.word[0], address, 0);
+                self.pop_height(2);
                 self.b.ins().jump(merge, &[]);
             }
             (_, Some(value)) => {
@@ -845,21 +848,30 @@ impl<'a> Translator<'a> {
                         .ins()
                         .store(flags, be, address, 8 * (3 - limb as i32));
                 }
+                self.pop_height(2);
                 self.b.ins().jump(merge, &[]);
             }
             _ => unreachable!("stores have a value operand"),
         }
 
         self.b.switch_to_block(merge);
+        // Both paths leave the runtime stack complete (flushed) at the height after the
+        // instruction, except the MLOAD result, which stays in SSA values.
+        self.rebase();
         if op == MLOAD {
             let params = self.b.block_params(merge);
             let word: Word = [params[0], params[1], params[2], params[3]];
-            self.pop();
+            self.depth -= 1;
             self.push(word, None);
-        } else {
-            self.pop();
-            self.pop();
         }
+    }
+
+    /// Lowers the runtime height (the `sp` variable) by `n` words, as the interpreter's pops
+    /// would, where the paths of an instruction merge.
+    fn pop_height(&mut self, n: i64) {
+        let sp = self.b.use_var(self.sp);
+        let sp = self.b.ins().iadd_imm_s(sp, -n);
+        self.b.def_var(self.sp, sp);
     }
 
     /// Calls the pure helper of `op` on the top `inputs` words in place; one word results.
@@ -943,6 +955,7 @@ impl<'a> Translator<'a> {
         }
         let go_on = self.b.create_block();
         let leave = self.b.create_block();
+        self.b.set_cold_block(leave);
         let continues = self
             .b
             .ins()
