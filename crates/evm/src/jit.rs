@@ -8,10 +8,11 @@
 //! or its next CALL. A frame that starts interpreted stays interpreted. Compilation happens on one background thread that owns the
 //! Cranelift module (and so keeps every function alive as long as the cache lives).
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use alloy_primitives::{Bytes, B256};
@@ -88,28 +89,74 @@ enum Job {
 #[derive(Debug, Default)]
 pub struct JitStats {
     /// Contracts compiled.
-    pub compiled: AtomicU64,
+    pub compiled: Counter,
     /// Contracts that could not be compiled (they run in the interpreter).
-    pub failed: AtomicU64,
+    pub failed: Counter,
     /// Nanoseconds spent compiling.
-    pub compile_ns: AtomicU64,
+    pub compile_ns: Counter,
     /// Bytes of machine code held.
-    pub code_bytes: AtomicU64,
+    pub code_bytes: Counter,
     /// Bytes of EVM code compiled.
-    pub evm_bytes: AtomicU64,
+    pub evm_bytes: Counter,
     /// Frames that started in compiled code.
-    pub compiled_frames: AtomicU64,
+    pub compiled_frames: Counter,
     /// Times compiled code handed a frame to the interpreter before its end (or its next
     /// CALL).
-    pub bailed_frames: AtomicU64,
+    pub bailed_frames: Counter,
     /// Times compiled code stopped at a CALL or CREATE for a child frame.
-    pub suspensions: AtomicU64,
+    pub suspensions: Counter,
 }
 
 impl JitStats {
+    /// Registers the counters as `gigas_jit_*` for the node's `/metrics` (they are shared:
+    /// the registry reads the live values).
+    pub fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("gigas_jit");
+        for (name, help, counter) in [
+            ("contracts_compiled", "Contracts compiled", &self.compiled),
+            (
+                "contracts_not_compiled",
+                "Contracts the compiler failed on or found nothing to compile in (interpreted)",
+                &self.failed,
+            ),
+            (
+                "compile_nanoseconds",
+                "Time spent compiling",
+                &self.compile_ns,
+            ),
+            (
+                "machine_code_bytes",
+                "Bytes of machine code the code cache holds",
+                &self.code_bytes,
+            ),
+            (
+                "evm_code_bytes",
+                "Bytes of EVM code compiled",
+                &self.evm_bytes,
+            ),
+            (
+                "compiled_frames",
+                "Frames that started in compiled code",
+                &self.compiled_frames,
+            ),
+            (
+                "handovers",
+                "Times compiled code handed a frame to the interpreter",
+                &self.bailed_frames,
+            ),
+            (
+                "suspensions",
+                "Times compiled code stopped at a CALL or CREATE",
+                &self.suspensions,
+            ),
+        ] {
+            sub.register(name, help, counter.clone());
+        }
+    }
+
     /// The counters' values now.
     pub fn snapshot(&self) -> JitCounts {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let get = |c: &Counter| c.get();
         JitCounts {
             compiled: get(&self.compiled),
             failed: get(&self.failed),
@@ -298,20 +345,14 @@ fn compile_loop(
         };
         let entry = match result {
             Ok(code) => {
-                stats.compiled.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .compile_ns
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                stats
-                    .code_bytes
-                    .fetch_add(code.code_size as u64, Ordering::Relaxed);
-                stats
-                    .evm_bytes
-                    .fetch_add(request.code.len() as u64, Ordering::Relaxed);
+                stats.compiled.inc_by(1);
+                stats.compile_ns.inc_by(started.elapsed().as_nanos() as u64);
+                stats.code_bytes.inc_by(code.code_size as u64);
+                stats.evm_bytes.inc_by(request.code.len() as u64);
                 Entry::Ready(code)
             }
             Err(e) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
+                stats.failed.inc_by(1);
                 tracing::debug!(hash = %request.key.0, error = %e, "interpreted: not compiled");
                 Entry::Failed
             }
@@ -424,10 +465,7 @@ impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
         };
         if compiled.is_some() && interpreter.bytecode.pc() == 0 {
             if let Some(cache) = &self.cache {
-                cache
-                    .stats()
-                    .compiled_frames
-                    .fetch_add(1, Ordering::Relaxed);
+                cache.stats().compiled_frames.inc_by(1);
             }
         }
         let action = match (compiled, &self.cache) {
@@ -446,10 +484,10 @@ impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
                 let stats = cache.stats();
                 match exit {
                     gigas_jit::runtime::Exit::Bailed(_) => {
-                        stats.bailed_frames.fetch_add(1, Ordering::Relaxed);
+                        stats.bailed_frames.inc_by(1);
                     }
                     gigas_jit::runtime::Exit::Suspended => {
-                        stats.suspensions.fetch_add(1, Ordering::Relaxed);
+                        stats.suspensions.inc_by(1);
                     }
                     _ => {}
                 }
@@ -471,5 +509,38 @@ impl<CTX: ContextTr> EvmTr for JitEvm<CTX> {
         result: <Self::Frame as FrameTr>::FrameResult,
     ) -> Result<Option<<Self::Frame as FrameTr>::FrameResult>, ContextDbError<CTX>> {
         self.inner.frame_return_result(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{execute_block, PlainEvm};
+    use revm::bytecode::opcode::*;
+
+    /// A compiled program runs, its counters move, and `/metrics` shows them.
+    #[test]
+    fn compiled_frames_are_counted_in_metrics() {
+        let cache = CodeCache::new(JitMode::Eager);
+        // Store CALLVALUE at slot 0 through a CALL to the identity precompile and back.
+        let code = Bytes::from(vec![
+            PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, PUSH1, 4, GAS, CALL, PUSH0, SSTORE, STOP,
+        ]);
+        let (block, db) = crate::program::call_block(code, Bytes::new(), 1_000_000);
+        let mut evm = PlainEvm::with_jit(db, &block, Arc::clone(&cache));
+        let outcome = execute_block(&mut evm, &block).expect("executes");
+        assert!(outcome.receipts[0].success);
+        let mut registry = Registry::default();
+        cache.stats().register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for line in [
+            "gigas_jit_contracts_compiled_total 1",
+            "gigas_jit_compiled_frames_total 1",
+            "gigas_jit_suspensions_total 1",
+            "gigas_jit_handovers_total 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 }

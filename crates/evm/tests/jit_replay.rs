@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use alloy_primitives::{Address, B256, U256};
 use gigas_evm::jit::{CodeCache, JitMode};
@@ -76,14 +75,15 @@ fn every_shipped_block_replays_exactly_with_compiled_code() {
             }
         }
         let stats = cache.stats();
-        let compiled = stats.compiled.load(Ordering::Relaxed);
-        let frames = stats.compiled_frames.load(Ordering::Relaxed);
+        let compiled = stats.compiled.get();
+        let frames = stats.compiled_frames.get();
         eprintln!(
             "JIT {mode}: {compiled} contracts compiled, {} not compilable, {frames} frames \
-             started compiled, {} of them finished in the interpreter, {} KiB of machine code",
-            stats.failed.load(Ordering::Relaxed),
-            stats.bailed_frames.load(Ordering::Relaxed),
-            stats.code_bytes.load(Ordering::Relaxed) / 1024
+             started compiled, {} suspensions at a CALL, {} hand-overs to the interpreter, {} KiB of machine code",
+            stats.failed.get(),
+            stats.suspensions.get(),
+            stats.bailed_frames.get(),
+            stats.code_bytes.get() / 1024
         );
         // Compiled code must really have run, not just been built: eagerly, every contract
         // called is compiled; in the background, those called often enough (a handful in
