@@ -2,18 +2,14 @@
 //! expected post-state root and logs hash both interpreted and with every contract compiled
 //! before its first frame (`JitMode::Eager`), and the two runs agree on everything.
 
+mod common;
+
 use gigas_evm::jit::JitMode;
 use gigas_evm::statetest::{run_dir, KNOWN_DEVIATIONS};
 use std::path::PathBuf;
 
 fn state_tests_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/state-tests");
-    assert!(
-        dir.is_dir(),
-        "state tests missing at {}: clone the project with shared/ beside it",
-        dir.display()
-    );
-    dir
+    common::shared_data("state-tests")
 }
 
 #[test]
