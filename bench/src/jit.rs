@@ -186,6 +186,8 @@ pub struct MainnetResult {
     pub eager_cache: CacheFigures,
     /// The `on` cache.
     pub on_cache: CacheFigures,
+    /// Gas a contract's interpreted frames spend before `on` compiles it.
+    pub on_hot_gas: u64,
 }
 
 struct Program {
@@ -492,8 +494,8 @@ pub fn markdown(r: &JitReport) -> String {
     );
     let _ = writeln!(
         md,
-        "| {} mainnet blocks, `--jit on` | | {:.2} | {:.2} | {:.2}x |",
-        m.blocks, m.interpreter_ms, m.on_ms, m.on_speedup
+        "| {} mainnet blocks, `--jit on` (hot after {} gas) | | {:.2} | {:.2} | {:.2}x |",
+        m.blocks, m.on_hot_gas, m.interpreter_ms, m.on_ms, m.on_speedup
     );
     let _ = writeln!(
         md,
@@ -738,6 +740,7 @@ fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
             on_compiles,
             rounds as u64,
         ),
+        on_hot_gas: on.hotness().gas,
     })
 }
 
