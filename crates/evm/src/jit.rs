@@ -339,20 +339,26 @@ impl CodeCache {
                 _ => None,
             };
         }
-        let _ = requests.send(Job::Compile(Request {
-            key,
-            code,
-            reply: None,
-        }));
+        self.compile_in_background(key, code);
         None
+    }
+
+    /// Queues `code` for the compiler thread; the caller has marked its entry `Pending`.
+    fn compile_in_background(&self, key: (B256, SpecId), code: Bytes) {
+        if let Some(requests) = &self.requests {
+            // A send fails only when the compiler thread is gone; the contract then stays
+            // interpreted, which is always correct.
+            let _ = requests.send(Job::Compile(Request {
+                key,
+                code,
+                reply: None,
+            }));
+        }
     }
 
     /// Adds `gas` that an interpreted frame of `code` spent on its own instructions; may start
     /// compiling it (in `JitMode::On`).
     pub fn spent(&self, hash: B256, code: &[u8], spec: SpecId, gas: u64) {
-        let Some(requests) = self.requests.as_ref() else {
-            return;
-        };
         if self.mode != JitMode::On {
             return;
         }
@@ -370,11 +376,7 @@ impl CodeCache {
         }
         *entry = Entry::Pending;
         drop(entries);
-        let _ = requests.send(Job::Compile(Request {
-            key,
-            code: Bytes::copy_from_slice(code),
-            reply: None,
-        }));
+        self.compile_in_background(key, Bytes::copy_from_slice(code));
     }
 
     /// Waits until every compilation requested so far is done (benchmarks use it to time

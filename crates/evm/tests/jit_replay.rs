@@ -74,7 +74,6 @@ fn every_shipped_block_replays_exactly_with_compiled_code() {
                     block.number
                 );
             }
-            // The second pass runs what the first made hot, compiled.
             cache.wait_for_compiles();
         }
         let stats = cache.stats();
