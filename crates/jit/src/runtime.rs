@@ -15,6 +15,8 @@ use revm::interpreter::{
     InterpreterAction,
 };
 use revm::primitives::U256;
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 
 /// Compiled code finished the frame: the interpreter holds the action (return, revert or
 /// halt), as after its own loop.
@@ -27,6 +29,10 @@ pub const EXIT_INVALID_JUMP: u32 = 3;
 /// A CALL or CREATE left a new-frame action: revm runs the child frame, then enters compiled
 /// code again at the instruction after it (`JitContext::pc`).
 pub const EXIT_SUSPEND: u32 = 4;
+/// The helper caught a panic (from a revm instruction, the host or the database); the runtime
+/// resumes unwinding once compiled code has returned, so that the caller sees the panic as it
+/// would from the interpreter.
+pub const EXIT_PANIC: u32 = 5;
 /// The helper executed the instruction; compiled code continues.
 pub const CONTINUE: u32 = 0;
 
@@ -105,6 +111,8 @@ pub struct Frame<'a, H: Host> {
     pub host: &'a mut H,
     /// The instruction table the interpreter runs.
     pub table: &'a InstructionTable<EthInterpreter, H>,
+    /// A panic caught in the helper, to be resumed by [`run_frame`] (see [`EXIT_PANIC`]).
+    panic: Option<Box<dyn Any + Send>>,
 }
 
 /// Runs one instruction of the frame through the interpreter's own instruction function.
@@ -120,7 +128,43 @@ pub unsafe extern "C" fn generic_instruction<H: Host>(
 ) -> u32 {
     let ctx = &mut *ctx;
     let frame = &mut *(ctx.frame as *mut Frame<'_, H>);
-    let interpreter = &mut *frame.interpreter;
+    // A panic must not unwind out of an `extern "C"` function (the process would abort) nor
+    // through the native frames of compiled code, which have no unwind information: it is
+    // caught here and resumed by `run_frame` in Rust frames. The frame's state after a panic
+    // is abandoned with the unwind, as it would be under the interpreter, so asserting unwind
+    // safety exposes nothing broken.
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        run_instruction::<H>(
+            ctx,
+            frame.interpreter,
+            frame.host,
+            frame.table,
+            pc,
+            gas_after,
+        )
+    }));
+    match result {
+        Ok(status) => status,
+        Err(payload) => {
+            frame.panic = Some(payload);
+            EXIT_PANIC
+        }
+    }
+}
+
+/// The body of [`generic_instruction`], inside its panic guard.
+///
+/// # Safety
+///
+/// `ctx.stack` must be this interpreter's stack buffer with `ctx.sp` initialised words.
+unsafe fn run_instruction<H: Host>(
+    ctx: &mut JitContext,
+    interpreter: &mut Interpreter<EthInterpreter>,
+    host: &mut H,
+    table: &InstructionTable<EthInterpreter, H>,
+    pc: u64,
+    gas_after: u64,
+) -> u32 {
     sync_into(ctx, interpreter, gas_after);
     let pc = pc as usize;
     let opcode = interpreter
@@ -131,10 +175,10 @@ pub unsafe extern "C" fn generic_instruction<H: Host>(
         .unwrap_or(0);
     // As the interpreter's loop does: the instruction pointer is past the opcode.
     interpreter.bytecode.absolute_jump(pc + 1);
-    let instruction = frame.table[opcode as usize];
+    let instruction = table[opcode as usize];
     let result = instruction.execute(InstructionContext {
         interpreter: &mut *interpreter,
-        host: &mut *frame.host,
+        host: &mut *host,
     });
     if let Err(e) = result {
         if interpreter.bytecode.action().is_none() {
@@ -228,6 +272,7 @@ pub unsafe fn run_frame<H: Host>(
             interpreter: &mut *interpreter,
             host: &mut *host,
             table,
+            panic: None,
         };
         let stack = frame.interpreter.stack.data_mut();
         let mut ctx = JitContext {
@@ -242,6 +287,9 @@ pub unsafe fn run_frame<H: Host>(
         };
         sync_memory(&mut ctx, frame.interpreter);
         let exit = function(&mut ctx);
+        if let Some(payload) = frame.panic.take() {
+            std::panic::resume_unwind(payload);
+        }
         (exit, ctx)
     };
     match exit {
@@ -368,4 +416,72 @@ pub unsafe extern "C" fn addmod(top: *mut U256) {
 pub unsafe extern "C" fn mulmod(top: *mut U256) {
     let (a, b, n) = (*top.sub(1), *top.sub(2), *top.sub(3));
     *top.sub(3) = a.mul_mod(b, n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-place helpers are `extern "C"` too, but unlike `generic_instruction` they call
+    /// nothing that can panic: division and remainder are guarded against zero, shifts and
+    /// bit indices are bounded, and ruint's modular operations return zero for a zero
+    /// modulus. Every combination of edge values returns (a panic here would abort the
+    /// test binary), with the EVM's results where they are special.
+    #[test]
+    fn pure_helpers_return_on_every_edge_value() {
+        let min = U256::from(1) << 255;
+        let minus_one = U256::MAX;
+        let edges = [
+            U256::ZERO,
+            U256::from(1),
+            U256::from(2),
+            U256::from(30),
+            U256::from(31),
+            U256::from(32),
+            U256::from(255),
+            U256::from(256),
+            U256::from(u64::MAX),
+            U256::from(1) << 64,
+            min,
+            min - U256::from(1),
+            minus_one,
+        ];
+        let binary: [PureFn; 10] = [mul, div, sdiv, rem, smod, signextend, byte, shl, shr, sar];
+        let ternary: [PureFn; 2] = [addmod, mulmod];
+        let run = |f: PureFn, operands: &[U256]| {
+            // The top of the stack is the last word; operands are listed top first.
+            let mut stack: Vec<U256> = operands.iter().rev().copied().collect();
+            let top = stack.as_mut_ptr_range().end;
+            // SAFETY: `top` is one past `operands.len()` initialised words.
+            unsafe { f(top) };
+            stack[0]
+        };
+        for f in binary {
+            for a in edges {
+                for b in edges {
+                    run(f, &[a, b]);
+                }
+            }
+        }
+        for f in ternary {
+            for a in edges {
+                for b in edges {
+                    for n in edges {
+                        run(f, &[a, b, n]);
+                    }
+                }
+            }
+        }
+        assert_eq!(run(div, &[minus_one, U256::ZERO]), U256::ZERO);
+        assert_eq!(run(rem, &[minus_one, U256::ZERO]), U256::ZERO);
+        assert_eq!(run(sdiv, &[min, minus_one]), min);
+        assert_eq!(run(smod, &[min, minus_one]), U256::ZERO);
+        assert_eq!(run(addmod, &[minus_one, minus_one, U256::ZERO]), U256::ZERO);
+        assert_eq!(run(mulmod, &[minus_one, minus_one, U256::ZERO]), U256::ZERO);
+        assert_eq!(run(sar, &[U256::from(256), min]), minus_one);
+        assert_eq!(
+            run(byte, &[U256::from(31), U256::from(0xab)]),
+            U256::from(0xab)
+        );
+    }
 }
