@@ -75,6 +75,10 @@ pub struct Compiler {
     ctx: Context,
     builder_ctx: FunctionBuilderContext,
     functions: usize,
+    /// Makes the next definition fail in Cranelift (declared as an import, which cannot be
+    /// defined): how the tests reach the error path.
+    #[cfg(test)]
+    fail_next_definition: bool,
 }
 
 impl std::fmt::Debug for Compiler {
@@ -116,6 +120,8 @@ impl Compiler {
             module,
             builder_ctx: FunctionBuilderContext::new(),
             functions: 0,
+            #[cfg(test)]
+            fail_next_definition: false,
         })
     }
 
@@ -133,9 +139,17 @@ impl Compiler {
         signature.returns.push(AbiParam::new(types::I32));
         let name = format!("evm_{}", self.functions);
         self.functions += 1;
+        #[cfg(test)]
+        let linkage = if std::mem::take(&mut self.fail_next_definition) {
+            Linkage::Import
+        } else {
+            Linkage::Local
+        };
+        #[cfg(not(test))]
+        let linkage = Linkage::Local;
         let id = self
             .module
-            .declare_function(&name, Linkage::Local, &signature)
+            .declare_function(&name, linkage, &signature)
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
         self.ctx.func.signature = signature;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
@@ -144,14 +158,18 @@ impl Compiler {
             let builder = FunctionBuilder::new(&mut self.ctx.func, &mut self.builder_ctx);
             Translator::new(builder, code, &analysis, gas, spec, pointer).translate(frontend);
         }
-        self.module
+        let defined = self
+            .module
             .define_function(id, &mut self.ctx)
-            .map_err(|e| CompileError::Codegen(format!("{e:?}")))?;
+            .map_err(|e| CompileError::Codegen(format!("{e:?}")));
         let code_size = self
             .ctx
             .compiled_code()
             .map_or(0, |c| c.code_buffer().len());
+        // On every path, error or not: the next compile builds its function in this context,
+        // and what is left in it would become the start of that function.
         self.module.clear_context(&mut self.ctx);
+        defined?;
         self.module
             .finalize_definitions()
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
@@ -976,5 +994,68 @@ impl<'a> Translator<'a> {
         self.b.def_var(self.gas, gas);
         self.rebase();
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gigas_evm::executor::BlockContext;
+    use revm::database::{CacheDB, EmptyDB};
+    use revm::interpreter::interpreter::EthInterpreter;
+    use revm::interpreter::{instruction_table, InterpreterAction};
+    use revm::primitives::U256;
+
+    /// A Cancun block's timestamp.
+    const CANCUN: u64 = 1_720_000_000;
+
+    /// Code that returns the one byte `value`.
+    fn returning(value: u8) -> Vec<u8> {
+        use opcode::*;
+        vec![PUSH1, value, PUSH0, MSTORE8, PUSH1, 1, PUSH0, RETURN]
+    }
+
+    /// What the compiled `code` returns when run as a frame on its own.
+    fn run(code: &[u8], compiled: &CompiledCode) -> InterpreterAction {
+        let (mut interpreter, mut host) =
+            gigas_evm::program::frame(code, &[], U256::ZERO, 100_000, CANCUN);
+        let spec = interpreter.runtime_flag.spec_id;
+        let table = instruction_table::<EthInterpreter, BlockContext<CacheDB<EmptyDB>>>();
+        // SAFETY: compiled from this code for this spec.
+        let (action, _) = unsafe {
+            crate::runtime::run_frame(
+                compiled.function,
+                &mut interpreter,
+                &mut host,
+                &table,
+                &gas_table(spec),
+            )
+        };
+        action
+    }
+
+    /// A Cranelift error on one contract leaves nothing behind: the next contract compiles
+    /// to its own code.
+    #[test]
+    fn a_failed_definition_leaves_the_next_compile_clean() {
+        let mut compiler = Compiler::new().expect("host ISA");
+        compiler.fail_next_definition = true;
+        let failed = compiler.compile(&returning(1), SpecId::CANCUN);
+        assert!(
+            matches!(failed, Err(CompileError::Codegen(_))),
+            "{failed:?}"
+        );
+        for value in [2, 3] {
+            let code = returning(value);
+            let compiled = compiler
+                .compile(&code, SpecId::CANCUN)
+                .expect("compiles after a failure");
+            match run(&code, &compiled) {
+                InterpreterAction::Return(r) => {
+                    assert_eq!(r.output.as_ref(), &[value], "{:?}", r.result)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }
