@@ -28,9 +28,11 @@ pub struct Block {
     /// must be at most `STACK_LIMIT - max_growth` for no instruction to overflow.
     pub max_growth: usize,
     /// Whether the compiler translates the block. Every instruction is translated (inline,
-    /// or as a call of the interpreter's own instruction function); only a block that pushes
-    /// past the stack limit whatever the entry height is left to the interpreter, which
-    /// reports the overflow at its exact instruction.
+    /// or as a call of the interpreter's own instruction function) except those with an
+    /// immediate other than PUSH's (see [`has_stack_immediate`]), which start a block of
+    /// their own left to the interpreter; a block that pushes past the stack limit whatever
+    /// the entry height is left to the interpreter too, which reports the overflow at its
+    /// exact instruction.
     pub compilable: bool,
     /// Whether the block can continue into the next one (it does not end with a JUMP or a
     /// terminating instruction).
@@ -78,9 +80,23 @@ pub fn active(op: u8, spec: SpecId) -> bool {
         PUSH0 => SpecId::SHANGHAI,
         TLOAD | TSTORE | MCOPY | BLOBHASH | BLOBBASEFEE => SpecId::CANCUN,
         CLZ => SpecId::OSAKA,
+        DUPN | SWAPN | EXCHANGE | SLOTNUM => SpecId::AMSTERDAM,
         _ => SpecId::FRONTIER,
     };
     spec.is_enabled_in(since)
+}
+
+/// Whether `op` reads a one-byte immediate after it (DUPN, SWAPN and EXCHANGE, from
+/// Amsterdam on) where it is active.
+///
+/// The immediate is not skipped the way PUSH data is: jump destination analysis treats it as
+/// an instruction (EIP-8024 keeps that analysis unchanged, and a JUMPDEST byte there stays a
+/// valid destination), but execution steps over it. Compiled code does not translate these
+/// instructions: a block starts at each and is left to the interpreter, so that no
+/// immediate ever runs as an instruction of its own.
+pub fn has_stack_immediate(op: u8, spec: SpecId) -> bool {
+    use opcode::*;
+    matches!(op, DUPN | SWAPN | EXCHANGE) && active(op, spec)
 }
 
 /// Whether `op` starts a new frame (the CALL and CREATE families): compiled code suspends
@@ -115,7 +131,8 @@ pub fn analyze(code: &[u8], spec: SpecId, gas: &GasTable) -> Analysis {
     // Past the end the EVM executes STOP; a block running off the end ends there.
     while pc < code.len() || current.is_some() {
         let op = code.get(pc).copied().unwrap_or(opcode::STOP);
-        if op == opcode::JUMPDEST && pc < code.len() {
+        let stack_immediate = pc < code.len() && has_stack_immediate(op, spec);
+        if (op == opcode::JUMPDEST || stack_immediate) && pc < code.len() {
             if let Some(mut block) = current.take() {
                 block.falls_through = true;
                 blocks.push(block);
@@ -151,8 +168,7 @@ pub fn analyze(code: &[u8], spec: SpecId, gas: &GasTable) -> Analysis {
         block.static_gas += gas[op as usize] as u64;
         // Unknown and inactive opcodes run through the interpreter's instruction function,
         // which halts with its own error.
-        let _ = active(op, spec);
-        block.compilable &= block.max_growth <= STACK_LIMIT;
+        block.compilable &= block.max_growth <= STACK_LIMIT && !stack_immediate;
         let immediate = if (opcode::PUSH1..=opcode::PUSH32).contains(&op) {
             (op - opcode::PUSH0) as usize
         } else {
@@ -257,6 +273,30 @@ mod tests {
         // which no block covers (the interpreter runs it).
         let a = run(&[GAS, CALL]);
         assert_eq!(a.blocks.len(), 1);
+    }
+
+    #[test]
+    fn dupn_swapn_and_exchange_start_a_block_left_to_the_interpreter_where_active() {
+        for op in [DUPN, SWAPN, EXCHANGE] {
+            // 0: PUSH1 1, 2: op 0x5b (an invalid immediate, and a JUMPDEST byte), 4: STOP
+            let code = [PUSH1, 1, op, JUMPDEST, STOP];
+            let amsterdam = analyze(&code, SpecId::AMSTERDAM, &gas_table(SpecId::AMSTERDAM));
+            let blocks: Vec<(usize, bool, bool)> = amsterdam
+                .blocks
+                .iter()
+                .map(|b| (b.start, b.compilable, b.falls_through))
+                .collect();
+            assert_eq!(
+                blocks,
+                vec![(0, true, true), (2, false, true), (3, true, false)]
+            );
+            // Jump destination analysis does not skip the immediate.
+            assert_eq!(amsterdam.jump_target(3), Some(2));
+            // Before Amsterdam the opcode halts like any undefined one, compiled or not.
+            let prague = analyze(&code, SpecId::PRAGUE, &gas_table(SpecId::PRAGUE));
+            assert!(prague.fully_compilable());
+            assert_eq!(prague.blocks[0].start, 0);
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Compiled code against the interpreter, one frame at a time: random programs (structured
 //! snippets that run deep, and raw bytes that fail early in every possible way) with random
-//! gas limits, on several forks. Status, output, gas left, refunds, storage written and logs
-//! must be identical.
+//! gas limits, on every fork from Frontier on. Status, output, gas left, refunds, storage
+//! written and logs must be identical.
 
 use alloy_primitives::{Bytes, U256};
 use gigas_evm::executor::BlockContext;
@@ -11,6 +11,7 @@ use gigas_evm::revm::context_interface::ContextTr;
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::revm::interpreter::interpreter::EthInterpreter;
 use gigas_evm::revm::interpreter::{instruction_table, Interpreter, InterpreterAction};
+use gigas_evm::revm::primitives::hardfork::SpecId;
 use gigas_jit::analysis::gas_table;
 use gigas_jit::Compiler;
 use proptest::prelude::*;
@@ -18,11 +19,69 @@ use proptest::strategy::ValueTree;
 
 type Host = BlockContext<CacheDB<EmptyDB>>;
 
-/// Mainnet timestamps of London, Shanghai, Cancun and Prague blocks.
-const FORKS: [u64; 4] = [1_660_000_000, 1_690_000_000, 1_720_000_000, 1_750_000_000];
+/// A fork to run frames under: a block of it on mainnet (number and timestamp) and its revm
+/// spec. revm has no Constantinople (Petersburg replaced it at the same block on mainnet), so
+/// the shifts, CREATE2 and EXTCODEHASH start at Petersburg; Osaka and Amsterdam are past the
+/// forks Gigas replays and are here for what revm gives them (CLZ; DUPN, SWAPN, EXCHANGE).
+#[derive(Debug, Clone, Copy)]
+struct Fork {
+    spec: SpecId,
+    number: u64,
+    timestamp: u64,
+}
 
-fn setup(code: &[u8], calldata: &[u8], gas_limit: u64, timestamp: u64) -> (Interpreter, Host) {
-    gigas_evm::program::frame(code, calldata, U256::from(7), gas_limit, timestamp)
+const fn fork(spec: SpecId, number: u64, timestamp: u64) -> Fork {
+    Fork {
+        spec,
+        number,
+        timestamp,
+    }
+}
+
+const FRONTIER: Fork = fork(SpecId::FRONTIER, 1_000_000, 1_455_000_000);
+const HOMESTEAD: Fork = fork(SpecId::HOMESTEAD, 2_000_000, 1_470_000_000);
+const TANGERINE: Fork = fork(SpecId::TANGERINE, 2_500_000, 1_477_000_000);
+const SPURIOUS_DRAGON: Fork = fork(SpecId::SPURIOUS_DRAGON, 3_000_000, 1_484_000_000);
+const BYZANTIUM: Fork = fork(SpecId::BYZANTIUM, 5_000_000, 1_517_000_000);
+const PETERSBURG: Fork = fork(SpecId::PETERSBURG, 8_000_000, 1_561_000_000);
+const ISTANBUL: Fork = fork(SpecId::ISTANBUL, 10_000_000, 1_588_000_000);
+const BERLIN: Fork = fork(SpecId::BERLIN, 12_500_000, 1_621_000_000);
+const LONDON: Fork = fork(SpecId::LONDON, 13_000_000, 1_628_000_000);
+const MERGE: Fork = fork(SpecId::MERGE, 16_000_000, 1_668_000_000);
+const SHANGHAI: Fork = fork(SpecId::SHANGHAI, 17_500_000, 1_690_000_000);
+const CANCUN: Fork = fork(SpecId::CANCUN, 20_000_000, 1_720_000_000);
+const PRAGUE: Fork = fork(SpecId::PRAGUE, 22_500_000, 1_750_000_000);
+const OSAKA: Fork = fork(SpecId::OSAKA, 24_000_000, 1_770_000_000);
+const AMSTERDAM: Fork = fork(SpecId::AMSTERDAM, 25_000_000, 1_790_000_000);
+
+/// Every fork the random programs run under.
+const FORKS: [Fork; 15] = [
+    FRONTIER,
+    HOMESTEAD,
+    TANGERINE,
+    SPURIOUS_DRAGON,
+    BYZANTIUM,
+    PETERSBURG,
+    ISTANBUL,
+    BERLIN,
+    LONDON,
+    MERGE,
+    SHANGHAI,
+    CANCUN,
+    PRAGUE,
+    OSAKA,
+    AMSTERDAM,
+];
+
+/// The program's frame under `fork`: revm configured for its spec with that spec's mainnet
+/// gas parameters, in a block at its number and timestamp.
+fn setup(code: &[u8], calldata: &[u8], gas_limit: u64, fork: Fork) -> (Interpreter, Host) {
+    let (mut interpreter, mut host) =
+        gigas_evm::program::frame(code, calldata, U256::from(7), gas_limit, fork.timestamp);
+    host.modify_cfg(|cfg| cfg.set_spec_and_mainnet_gas_params(fork.spec));
+    host.modify_block(|block| block.number = U256::from(fork.number));
+    interpreter.runtime_flag.spec_id = fork.spec;
+    (interpreter, host)
 }
 
 /// Everything observable about a finished frame.
@@ -80,16 +139,16 @@ fn compare(
     code: &[u8],
     calldata: &[u8],
     gas_limit: u64,
-    timestamp: u64,
+    fork: Fork,
 ) -> bool {
-    let (mut interpreter, mut host) = setup(code, calldata, gas_limit, timestamp);
+    let (mut interpreter, mut host) = setup(code, calldata, gas_limit, fork);
     let spec = interpreter.runtime_flag.spec_id;
     let table = instruction_table::<EthInterpreter, Host>();
     let gas = gas_table(spec);
     let expected = interpreter.run_plain(&table, &gas, &mut host);
     let expected = outcome(expected, &interpreter, &host);
 
-    let (mut interpreter, mut host) = setup(code, calldata, gas_limit, timestamp);
+    let (mut interpreter, mut host) = setup(code, calldata, gas_limit, fork);
     let compiled = match compiler.compile(code, spec) {
         Ok(compiled) => compiled,
         // Nothing to compile (every block starts a frame): the interpreter runs it anyway.
@@ -107,8 +166,9 @@ fn compare(
     assert_eq!(
         got,
         expected,
-        "code {} with {gas_limit} gas at {timestamp}",
-        alloy_primitives::hex::encode(code)
+        "code {} with {gas_limit} gas under {:?}",
+        alloy_primitives::hex::encode(code),
+        fork.spec
     );
     exit == gigas_jit::runtime::Exit::Done
 }
@@ -307,7 +367,7 @@ proptest! {
         ending in any::<u8>(),
         calldata in prop::collection::vec(any::<u8>(), 0..100),
         gas in gas_limit(),
-        fork in 0usize..4,
+        fork in 0usize..FORKS.len(),
     ) {
         let code = assemble(&snippets, ending);
         COMPILER.with(|c| compare(&mut c.borrow_mut(), &code, &calldata, gas, FORKS[fork]));
@@ -317,7 +377,7 @@ proptest! {
     fn raw_bytes_match_the_interpreter(
         code in prop::collection::vec(any::<u8>(), 0..64),
         gas in gas_limit(),
-        fork in 0usize..4,
+        fork in 0usize..FORKS.len(),
     ) {
         COMPILER.with(|c| compare(&mut c.borrow_mut(), &code, &[], gas, FORKS[fork]));
     }
@@ -327,15 +387,15 @@ proptest! {
 fn a_counting_loop_matches_and_runs_native() {
     let mut compiler = Compiler::new().expect("host ISA");
     let code = assemble(&[Snippet::Loop(200), Snippet::Loop(3)], 1);
-    let compiled = compiler.compile(&code, gigas_evm::revm::primitives::hardfork::SpecId::CANCUN);
+    let compiled = compiler.compile(&code, SpecId::CANCUN);
     let compiled = compiled.expect("compiles");
     assert_eq!(
         compiled.blocks.0, compiled.blocks.1,
         "every block translated"
     );
-    assert!(compare(&mut compiler, &code, &[], 10_000_000, FORKS[2]));
+    assert!(compare(&mut compiler, &code, &[], 10_000_000, CANCUN));
     for gas in [3_000, 2_500, 100, 0] {
-        compare(&mut compiler, &code, &[], gas, FORKS[2]);
+        compare(&mut compiler, &code, &[], gas, CANCUN);
     }
 }
 
@@ -360,7 +420,7 @@ fn structured_programs_mostly_run_native() {
             &code,
             &[1, 2, 3],
             10_000_000,
-            FORKS[3],
+            PRAGUE,
         ));
     }
     assert!(
@@ -379,8 +439,8 @@ fn a_call_suspends_compiled_code_and_resumes_after_it() {
     let code = [
         PUSH0, PUSH0, PUSH0, PUSH0, PUSH0, PUSH1, 4, GAS, CALL, PUSH1, 1, SSTORE, STOP,
     ];
-    assert!(!compare(&mut compiler, &code, &[], 1_000_000, FORKS[2]));
-    let (mut interpreter, mut host) = setup(&code, &[], 1_000_000, FORKS[2]);
+    assert!(!compare(&mut compiler, &code, &[], 1_000_000, CANCUN));
+    let (mut interpreter, mut host) = setup(&code, &[], 1_000_000, CANCUN);
     let spec = interpreter.runtime_flag.spec_id;
     let table = instruction_table::<EthInterpreter, Host>();
     let gas = gas_table(spec);
@@ -407,4 +467,58 @@ fn a_call_suspends_compiled_code_and_resumes_after_it() {
         .and_then(|a| a.storage.get(&U256::from(1)))
         .map(|s| s.present_value());
     assert_eq!(slot, Some(U256::from(1)));
+}
+
+/// DUPN, SWAPN and EXCHANGE (Amsterdam) carry a one-byte immediate. Compiled code must not run
+/// that byte as an instruction of its own, under any fork: before Amsterdam the three halt,
+/// from it they run with their immediate, valid or not, at the end of the code too, and a
+/// jump may still land on an immediate that is a JUMPDEST byte.
+#[test]
+fn immediates_of_dupn_swapn_and_exchange_are_not_instructions() {
+    let mut compiler = Compiler::new().expect("host ISA");
+    // Seventeen distinct words, so that a wrong DUP or SWAP shows in the result.
+    let mut base = Vec::new();
+    for i in 1..=17u8 {
+        base.extend_from_slice(&[PUSH1, i]);
+    }
+    // Returns the two top words.
+    let ret = [PUSH0, MSTORE, PUSH1, 32, MSTORE, PUSH1, 64, PUSH0, RETURN];
+    let mut programs: Vec<Vec<u8>> = Vec::new();
+    // 0x80 decodes to 17 for DUPN and SWAPN, and is DUP1 as an opcode; 0x8e decodes to the
+    // pair (1, 2) for EXCHANGE and is SWAP15 as an opcode.
+    for (op, immediate) in [(DUPN, 0x80), (SWAPN, 0x80), (EXCHANGE, 0x8e), (DUPN, 0xff)] {
+        programs.push([&base[..], &[op, immediate], &ret[..]].concat());
+        // The same in a loop body entered by a jump, after a CALL-free block of its own.
+        programs.push(
+            [
+                &base[..],
+                &[PUSH1, 40, JUMP],
+                &[INVALID; 3],
+                &[JUMPDEST, op, immediate],
+                &ret[..],
+            ]
+            .concat(),
+        );
+    }
+    // Invalid immediates halt; a JUMPDEST byte as the immediate is still a jump destination.
+    programs.push([&base[..], &[DUPN, JUMPDEST, STOP]].concat());
+    programs.push(
+        [
+            &base[..],
+            &[PUSH1, 38, JUMP, DUPN, JUMPDEST, PUSH1, 1, STOP],
+        ]
+        .concat(),
+    );
+    programs.push([&base[..], &[SWAPN, PUSH1, 1, STOP]].concat());
+    // At the end of the code, the immediate is the padding's zero.
+    for op in [DUPN, SWAPN, EXCHANGE] {
+        programs.push([&base[..], &[op]].concat());
+    }
+    for code in &programs {
+        for fork in [PRAGUE, OSAKA, AMSTERDAM] {
+            for gas in [1_000_000, 60, 0] {
+                compare(&mut compiler, code, &[], gas, fork);
+            }
+        }
+    }
 }
