@@ -984,3 +984,6 @@ where
 {
     ParallelExecutor::new(threads).execute_into(block, base, target)
 }
+
+#[cfg(test)]
+mod tests;
