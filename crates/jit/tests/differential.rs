@@ -12,7 +12,7 @@ use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::revm::interpreter::interpreter::EthInterpreter;
 use gigas_evm::revm::interpreter::{instruction_table, Interpreter, InterpreterAction};
 use gigas_evm::revm::primitives::hardfork::SpecId;
-use gigas_jit::analysis::gas_table;
+use gigas_jit::analysis::{active, gas_table};
 use gigas_jit::Compiler;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -338,6 +338,19 @@ fn assemble(snippets: &[Snippet], ending: u8) -> Vec<u8> {
     code
 }
 
+/// The snippets whose instructions `spec` has (PUSH0 from Shanghai, the shifts from
+/// Petersburg, ...).
+fn active_in(snippets: Vec<Snippet>, spec: SpecId) -> Vec<Snippet> {
+    snippets
+        .into_iter()
+        .filter(|s| match s {
+            Snippet::Push(0, _) => active(PUSH0, spec),
+            Snippet::Binary(op, ..) | Snippet::Env(op) => active(*op, spec),
+            _ => true,
+        })
+        .collect()
+}
+
 fn gas_limit() -> impl Strategy<Value = u64> {
     prop_oneof![
         3 => Just(10_000_000u64),
@@ -368,9 +381,14 @@ proptest! {
         calldata in prop::collection::vec(any::<u8>(), 0..100),
         gas in gas_limit(),
         fork in 0usize..FORKS.len(),
+        only_active in any::<bool>(),
     ) {
+        let fork = FORKS[fork];
+        // Half the programs keep instructions their fork does not have yet (they halt there);
+        // the others run deep on old forks too.
+        let snippets = if only_active { active_in(snippets, fork.spec) } else { snippets };
         let code = assemble(&snippets, ending);
-        COMPILER.with(|c| compare(&mut c.borrow_mut(), &code, &calldata, gas, FORKS[fork]));
+        COMPILER.with(|c| compare(&mut c.borrow_mut(), &code, &calldata, gas, fork));
     }
 
     #[test]
@@ -400,33 +418,53 @@ fn a_counting_loop_matches_and_runs_native() {
 }
 
 /// Most structured programs must run to their end in compiled code, not in the interpreter
-/// after a bail (which would make the comparison above trivially true).
+/// after a bail (which would make the comparison above trivially true); on old forks, with
+/// the instructions they do not have left out, about as many as on Prague.
 #[test]
 fn structured_programs_mostly_run_native() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = (prop::collection::vec(snippet(), 0..40), any::<u8>());
     let mut compiler = Compiler::new().expect("host ISA");
-    let (mut native, total) = (0, 300);
-    for _ in 0..total {
-        let (snippets, ending) = strategy.new_tree(&mut runner).expect("generates").current();
-        // Raw bytes make a program fail at once; leave them out here.
-        let snippets: Vec<Snippet> = snippets
-            .into_iter()
-            .filter(|s| !matches!(s, Snippet::Raw(_)))
-            .collect();
-        let code = assemble(&snippets, ending);
-        native += usize::from(compare(
-            &mut compiler,
-            &code,
-            &[1, 2, 3],
-            10_000_000,
-            PRAGUE,
-        ));
-    }
+    let total = 300;
+    let programs: Vec<(Vec<Snippet>, u8)> = (0..total)
+        .map(|_| {
+            let (snippets, ending) = strategy.new_tree(&mut runner).expect("generates").current();
+            // Raw bytes make a program fail at once; leave them out here.
+            let snippets = snippets
+                .into_iter()
+                .filter(|s| !matches!(s, Snippet::Raw(_)))
+                .collect();
+            (snippets, ending)
+        })
+        .collect();
+    let mut native_on = |fork: Fork| {
+        let mut native = 0;
+        for (snippets, ending) in &programs {
+            let snippets = active_in(snippets.clone(), fork.spec);
+            // Before Byzantium there is no REVERT: end with STOP or RETURN instead.
+            let ending = if active(REVERT, fork.spec) {
+                *ending
+            } else {
+                ending & 1
+            };
+            let code = assemble(&snippets, ending);
+            native += usize::from(compare(&mut compiler, &code, &[1, 2, 3], 10_000_000, fork));
+        }
+        native
+    };
+    let prague = native_on(PRAGUE);
     assert!(
-        native * 2 > total,
-        "only {native} of {total} programs ran natively to the end"
+        prague * 2 > total,
+        "only {prague} of {total} programs ran natively to the end"
     );
+    for fork in [FRONTIER, BYZANTIUM] {
+        let native = native_on(fork);
+        assert!(
+            native * 10 >= prague * 9,
+            "{native} of {total} programs ran natively to the end under {:?}, {prague} under Prague",
+            fork.spec
+        );
+    }
 }
 
 /// A CALL stops compiled code with the interpreter's new-frame action, and compiled code is
@@ -521,4 +559,267 @@ fn immediates_of_dupn_swapn_and_exchange_are_not_instructions() {
             }
         }
     }
+}
+
+/// Every fork, on programs that reach what changed between forks: instructions added later
+/// (they halt before their fork), gas of SLOAD, BALANCE, EXP, SSTORE and memory, and the
+/// shifts that Byzantium and earlier do not have.
+#[test]
+fn fork_specific_instructions_match_the_interpreter_on_every_fork() {
+    let mut compiler = Compiler::new().expect("host ISA");
+    let two = |op: u8| vec![PUSH1, 0x81, PUSH1, 3, op, PUSH1, 0, SSTORE, STOP];
+    let mut programs: Vec<Vec<u8>> = [SHL, SHR, SAR, EXP, ADD, BYTE, SIGNEXTEND]
+        .into_iter()
+        .map(two)
+        .collect();
+    for op in [
+        RETURNDATASIZE,
+        CHAINID,
+        SELFBALANCE,
+        BASEFEE,
+        PUSH0,
+        BLOBBASEFEE,
+        GAS,
+    ] {
+        programs.push(vec![op, PUSH1, 0, SSTORE, STOP]);
+    }
+    programs.extend([
+        vec![PUSH1, 1, SLOAD, PUSH1, 2, SSTORE, STOP],
+        vec![ADDRESS, BALANCE, PUSH1, 0, SSTORE, STOP],
+        vec![PUSH1, 1, PUSH1, 0, TSTORE, PUSH1, 0, TLOAD, STOP],
+        vec![PUSH1, 32, PUSH1, 0, PUSH1, 64, MCOPY, STOP],
+        vec![PUSH1, 1, CLZ, STOP],
+        vec![PUSH1, 1, PUSH1, 0, MSTORE, PUSH1, 32, PUSH1, 0, REVERT],
+        // SSTORE refunds and net metering: set, reset, clear.
+        vec![
+            PUSH1, 5, PUSH1, 1, SSTORE, PUSH1, 0, PUSH1, 1, SSTORE, PUSH1, 0, PUSH1, 2, SSTORE,
+            STOP,
+        ],
+        // A long loop of arithmetic and memory, to run well inside compiled blocks.
+        assemble(
+            &[
+                Snippet::Memory(MSTORE, 100, U256::MAX),
+                Snippet::Loop(30),
+                Snippet::Memory(MLOAD, 90, U256::ZERO),
+                Snippet::Hash(0, 200),
+            ],
+            1,
+        ),
+    ]);
+    for code in &programs {
+        for fork in FORKS {
+            for gas in [1_000_000, 25_000, 2_300, 30] {
+                compare(&mut compiler, code, &[], gas, fork);
+            }
+        }
+    }
+}
+
+/// A computed JUMP or JUMPI (its target not a pushed constant) to a JUMPDEST byte inside PUSH
+/// data, or to an offset at or above 2^64 (whose low 64 bits may name a real JUMPDEST), is an
+/// invalid jump; so is the same target pushed as a constant.
+#[test]
+fn jumps_into_push_data_and_past_two_to_the_64_are_invalid() {
+    let mut compiler = Compiler::new().expect("host ISA");
+    // 0: JUMPDEST (a target whose low limb is 0 would land here), 1: PUSH1 0, 3: CALLDATALOAD,
+    // 4: JUMP, 5: PUSH2 0x5b5b (JUMPDEST bytes at 6 and 7), 8: JUMPDEST, 9: PUSH1 1,
+    // 11: PUSH1 0, 13: SSTORE, 14: STOP
+    let computed_jump = [
+        JUMPDEST,
+        PUSH1,
+        0,
+        CALLDATALOAD,
+        JUMP,
+        PUSH2,
+        JUMPDEST,
+        JUMPDEST,
+        JUMPDEST,
+        PUSH1,
+        1,
+        PUSH1,
+        0,
+        SSTORE,
+        STOP,
+    ];
+    // The same with JUMPI, taken: 0: JUMPDEST, 1: PUSH1 1, 3: PUSH1 0, 5: CALLDATALOAD,
+    // 6: JUMPI, 7: STOP, 8: PUSH2 0x5b5b (JUMPDEST bytes at 9 and 10), 11: JUMPDEST, ...
+    let computed_jumpi = [
+        JUMPDEST,
+        PUSH1,
+        1,
+        PUSH1,
+        0,
+        CALLDATALOAD,
+        JUMPI,
+        STOP,
+        PUSH2,
+        JUMPDEST,
+        JUMPDEST,
+        JUMPDEST,
+        PUSH1,
+        1,
+        PUSH1,
+        0,
+        SSTORE,
+        STOP,
+    ];
+    let two64 = U256::from(1) << 64;
+    let targets = |valid: u64, in_push_data: [u64; 2]| {
+        let valid = U256::from(valid);
+        vec![
+            valid,
+            U256::from(in_push_data[0]),
+            U256::from(in_push_data[1]),
+            U256::ZERO,
+            two64,
+            two64 + valid,
+            two64 + U256::from(in_push_data[0]),
+            (U256::from(1) << 128) + valid,
+            (U256::from(1) << 192) + valid,
+            (U256::from(1) << 255) + valid,
+            U256::from(1u64 << 63) + valid,
+            U256::from(1u64 << 32) + valid,
+            U256::from(u64::MAX),
+            U256::MAX,
+        ]
+    };
+    for fork in [FRONTIER, BYZANTIUM, CANCUN] {
+        for (code, valid, in_push_data) in [
+            (&computed_jump[..], 8, [6, 7]),
+            (&computed_jumpi[..], 11, [9, 10]),
+        ] {
+            for target in targets(valid, in_push_data) {
+                let native = compare(
+                    &mut compiler,
+                    code,
+                    &target.to_be_bytes::<32>(),
+                    100_000,
+                    fork,
+                );
+                // The valid jump runs to the end in compiled code, through the jump table.
+                assert_eq!(native, target == U256::from(valid), "{target:#x}");
+            }
+        }
+        // The same targets pushed as constants, which compiled code resolves while compiling:
+        // 0: PUSH32 target, 33: JUMP, 34: PUSH2 0x5b5b (JUMPDEST bytes at 35 and 36),
+        // 37: JUMPDEST, 38: STOP; and 0: PUSH1 1, 2: PUSH32 target, 35: JUMPI, 36: STOP,
+        // 37: PUSH2 0x5b5b (38 and 39), 40: JUMPDEST, 41: STOP.
+        let tail = [PUSH2, JUMPDEST, JUMPDEST, JUMPDEST, STOP];
+        for target in targets(37, [35, 36]) {
+            let code = [&[PUSH32][..], &target.to_be_bytes::<32>(), &[JUMP], &tail].concat();
+            compare(&mut compiler, &code, &[], 100_000, fork);
+        }
+        for target in targets(40, [38, 39]) {
+            let code = [
+                &[PUSH1, 1, PUSH32][..],
+                &target.to_be_bytes::<32>(),
+                &[JUMPI, STOP],
+                &tail,
+            ]
+            .concat();
+            compare(&mut compiler, &code, &[], 100_000, fork);
+        }
+    }
+}
+
+/// A compiled parent that reads and writes its memory inline (inside memory it has paid for)
+/// before and after a CALL whose compiled child grows its own memory by 1 MiB: the shared
+/// memory buffer moves under the parent while it is suspended, and the child's return data
+/// lands in the parent's memory. The block must end as it does interpreted, and the frames
+/// must really have run compiled.
+#[test]
+fn parent_memory_survives_a_child_that_grows_memory_by_a_mebibyte() {
+    use alloy_primitives::{address, Address};
+    use gigas_evm::executor::{execute_block, PlainEvm};
+    use gigas_evm::jit::{CodeCache, JitMode};
+    use gigas_evm::revm::state::{AccountInfo, Bytecode};
+    use std::sync::Arc;
+
+    const CHILD: Address = address!("00000000000000000000000000000000000c41d0");
+    let word = |byte: u8| {
+        let mut code = vec![PUSH32];
+        code.extend_from_slice(&[byte; 32]);
+        code
+    };
+    // Child: MSTORE 0x33.. at 0 (expands to one word), MSTORE 1 at 1 MiB - 32 (expands to
+    // 1 MiB, moving the shared buffer), MSTORE 0x44.. at 32 inline, then RETURN its first
+    // 64 bytes.
+    let child = [
+        word(0x33),
+        vec![PUSH0, MSTORE, PUSH1, 1, PUSH3, 0x0f, 0xff, 0xe0, MSTORE],
+        word(0x44),
+        vec![PUSH1, 32, MSTORE, PUSH1, 64, PUSH0, RETURN],
+    ]
+    .concat();
+    // Parent: MSTORE 0x11.. at 64 (expands memory to 96 bytes), MSTORE 0x22.. at 0 inline,
+    // MLOAD 0 inline; CALL the child with all gas, its output to [32, 64); then MLOAD 0, 32
+    // and 64 inline, MSTORE 0x55.. at 64 inline, SSTORE the three loads at slots 1, 2, 3 and
+    // LOG0 the 96 bytes.
+    let mut parent = [
+        word(0x11),
+        vec![PUSH1, 64, MSTORE],
+        word(0x22),
+        vec![PUSH0, MSTORE, PUSH0, MLOAD, POP],
+        vec![PUSH1, 32, PUSH1, 32, PUSH0, PUSH0, PUSH0, PUSH20],
+    ]
+    .concat();
+    parent.extend_from_slice(CHILD.as_slice());
+    parent.extend([
+        GAS, CALL, PUSH1, 4, SSTORE, PUSH0, MLOAD, PUSH1, 32, MLOAD, PUSH1, 64, MLOAD,
+    ]);
+    parent.extend(word(0x55));
+    parent.extend([
+        PUSH1, 64, MSTORE, PUSH1, 3, SSTORE, PUSH1, 2, SSTORE, PUSH1, 1, SSTORE, PUSH1, 96, PUSH0,
+        LOG0, STOP,
+    ]);
+
+    let run = |mode: JitMode| {
+        let cache = CodeCache::new(mode);
+        let (block, mut db) =
+            gigas_evm::program::call_block(Bytes::from(parent.clone()), Bytes::new(), 5_000_000);
+        let bytecode = Bytecode::new_raw(Bytes::from(child.clone()));
+        db.insert_account_info(
+            CHILD,
+            AccountInfo {
+                code_hash: bytecode.hash_slow(),
+                code: Some(bytecode),
+                ..Default::default()
+            },
+        );
+        let mut evm = PlainEvm::with_jit(db, &block, Arc::clone(&cache));
+        let outcome = execute_block(&mut evm, &block).expect("executes");
+        let db = evm.into_db();
+        let mut storage: Vec<(U256, U256)> = db
+            .cache
+            .accounts
+            .get(&PROGRAM_ADDRESS)
+            .map(|a| a.storage.iter().map(|(k, v)| (*k, *v)).collect())
+            .unwrap_or_default();
+        storage.sort();
+        (outcome.receipts, storage, cache.stats().snapshot())
+    };
+    let (receipts, storage, _) = run(JitMode::Off);
+    assert!(receipts[0].success, "{receipts:?}");
+    let words = |byte: u8| U256::from_be_bytes([byte; 32]);
+    assert_eq!(
+        storage,
+        vec![
+            (U256::from(1), words(0x22)),
+            (U256::from(2), words(0x33)),
+            (U256::from(3), words(0x11)),
+            (U256::from(4), U256::from(1)),
+        ]
+    );
+    let (jit_receipts, jit_storage, counts) = run(JitMode::Eager);
+    assert_eq!(jit_receipts, receipts);
+    assert_eq!(jit_storage, storage);
+    assert_eq!(
+        (counts.compiled, counts.compiled_frames, counts.suspensions),
+        (2, 2, 1),
+        "both frames compiled; the parent suspended at the CALL"
+    );
+    assert_eq!(
+        counts.bailed_frames, 0,
+        "no frame handed to the interpreter"
+    );
 }
