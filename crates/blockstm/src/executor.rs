@@ -138,6 +138,16 @@ where
             }
         }
     }
+
+    /// Makes the read recorded at `at`, if it found a write, hold only while the same
+    /// transaction remains the latest writer (see [`Origin::WrittenBy`]).
+    fn pin_to_writer(&mut self, at: usize) {
+        if let Some((_, origin)) = self.reads.get_mut(at) {
+            if let Origin::Written(version, value) = std::mem::replace(origin, Origin::Base) {
+                *origin = Origin::WrittenBy(version, value);
+            }
+        }
+    }
 }
 
 impl<B: DatabaseRef> Database for MvDb<'_, B>
@@ -147,6 +157,7 @@ where
     type Error = MvError;
 
     fn basic(&mut self, address: Address) -> Result<Option<AccountInfo>, MvError> {
+        let account_read = self.reads.len();
         let (info, unpaid_from) = match self.resolve(Location::Account(address))? {
             Some(((writer, _), Value::Account(info))) => (info, writer),
             Some(_) => {
@@ -170,6 +181,10 @@ where
         }
         // The beneficiary's balance includes every earlier transaction's fee; fees are paid
         // after a transaction's own changes, so a writer's own fee is not in what it wrote.
+        // Which fees are added depends on which transaction wrote the account: a later
+        // writer that leaves it byte for byte as it was (a contract that sweeps its balance
+        // twice) already accounts for the fees before it, which must not be added again.
+        self.pin_to_writer(account_read);
         let mut fees = U256::ZERO;
         for j in unpaid_from..self.idx {
             if let Some((_, Value::Fee(fee))) = self.resolve(Location::Fee(j))? {
@@ -199,12 +214,19 @@ where
     }
 
     fn storage(&mut self, address: Address, index: U256) -> Result<U256, MvError> {
+        let slot_read = self.reads.len();
         let slot = self.resolve(Location::Slot(address, index))?;
         let reset = self.resolve(Location::StorageReset(address))?;
         match (slot, reset) {
             // A wipe after the last write of the slot leaves it zero; a wipe by the same
-            // transaction (a contract created and written) comes before its writes.
+            // transaction (a contract created and written) comes before its writes. The
+            // answer depends on which transactions wrote the two, so an equal value from
+            // another one (every wipe is equal, and so is a slot written again with the
+            // same value) must not let the read stand. A slot or a wipe found alone keeps
+            // validation by value: its answer does not depend on who wrote it.
             (Some(((w, _), Value::Slot(v))), Some(((r, _), _))) => {
+                self.pin_to_writer(slot_read);
+                self.pin_to_writer(slot_read + 1);
                 Ok(if r > w { U256::ZERO } else { v })
             }
             (Some((_, Value::Slot(v))), None) => Ok(v),

@@ -28,6 +28,10 @@
 //!   certainly reads the nonce that one writes) instead of running early and being aborted.
 //! - **Validation by value.** A read is still valid when the location now holds an equal value
 //!   from a newer incarnation: a re-executed transaction usually writes what it wrote before.
+//!   Where what a transaction makes of a value depends on which transaction wrote it, the
+//!   read also needs the same writer: a slot read together with a wipe of its account (the
+//!   later of the two decides, and one wipe equals another), and the beneficiary's account
+//!   (the fees after its writer are added).
 //! - **Untouched-but-loaded accounts** (a contract called without value) are not written, so
 //!   callers of the same contract do not conflict.
 //!

@@ -76,7 +76,16 @@ pub enum Origin {
     /// From the state before the block.
     Base,
     /// From the write of this incarnation of an earlier transaction, with the value read.
+    /// Still valid while the location holds an equal value, whoever wrote it.
     Written(Version, Value),
+    /// Like [`Origin::Written`], for a read whose meaning depends on which transaction wrote
+    /// the value and not only on the value: a slot and a storage wipe of the same account
+    /// (whichever came last decides what the slot holds) and the beneficiary's account (the
+    /// fees of the transactions after its writer are added to it). Another transaction's
+    /// equal value changes what the reader made of it, so the read is still valid only while
+    /// the same transaction is the latest writer (in any incarnation that wrote an equal
+    /// value).
+    WrittenBy(Version, Value),
 }
 
 /// What a read finds.
@@ -378,7 +387,8 @@ impl MvMemory {
     /// of an equal value: an earlier transaction that is re-executed usually writes what it
     /// wrote before (a sender's nonce, a fee), and its readers then read the same state and
     /// need not run again. (The paper compares versions only; Aptos's implementation compares
-    /// values too.)
+    /// values too.) A read recorded as [`Origin::WrittenBy`] also needs the same writing
+    /// transaction.
     pub fn validate_read_set(&self, idx: usize) -> bool {
         let record = lock(&self.records[idx]);
         record
@@ -393,6 +403,9 @@ impl MvMemory {
                 (Origin::Base, ReadResult::NotFound) => true,
                 (Origin::Written(read, old), ReadResult::Value(now, value)) => {
                     *read == now || *old == value
+                }
+                (Origin::WrittenBy(read, old), ReadResult::Value(now, value)) => {
+                    read.0 == now.0 && (read.1 == now.1 || *old == value)
                 }
                 _ => false,
             };
@@ -409,6 +422,9 @@ impl MvMemory {
             (Origin::Base, None) => true,
             (Origin::Written(read, old), Some((writer, Entry::Written(incarnation, value)))) => {
                 *read == (*writer, *incarnation) || old == value
+            }
+            (Origin::WrittenBy(read, old), Some((writer, Entry::Written(incarnation, value)))) => {
+                read.0 == *writer && (read.1 == *incarnation || old == value)
             }
             _ => false,
         }
@@ -469,5 +485,28 @@ mod tests {
         let mut writes = vec![(slot(5), Value::Slot(U256::from(2)))];
         mv.record((0, 2), &mut Vec::new(), &mut writes);
         assert!(!mv.validate_read_set(2));
+    }
+
+    #[test]
+    fn pinned_reads_need_the_same_writer() {
+        let five = || Value::Slot(U256::from(5));
+        let mv = MvMemory::new(4);
+        mv.record((0, 0), &mut Vec::new(), &mut vec![(slot(1), five())]);
+        // Transaction 3 reads transaction 0's write twice: once by value, once pinned.
+        let mut reads = vec![
+            (slot(1), Origin::Written((0, 0), five())),
+            (slot(1), Origin::WrittenBy((0, 0), five())),
+        ];
+        mv.record((3, 0), &mut reads, &mut Vec::new());
+        assert!(mv.validate_read_set(3));
+        // A newer incarnation of the same writer with an equal value keeps both reads.
+        mv.record((0, 1), &mut Vec::new(), &mut vec![(slot(1), five())]);
+        assert!(mv.validate_read_set(3));
+        // Another transaction writing an equal value keeps the read by value only.
+        mv.record((1, 0), &mut Vec::new(), &mut vec![(slot(1), five())]);
+        assert!(!mv.validate_read_set(3));
+        let mut reads = vec![(slot(1), Origin::Written((0, 1), five()))];
+        mv.record((3, 1), &mut reads, &mut Vec::new());
+        assert!(mv.validate_read_set(3));
     }
 }

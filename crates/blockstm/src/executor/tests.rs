@@ -360,7 +360,6 @@ const DESTRUCT: (bool, u8) = (false, 0);
 /// before tx2 and tx3 record their writes and logs 5; when they do, C's account and its
 /// wipe hold values equal to what tx4 read (tx0's), but slot 0 now lies under a later wipe.
 #[test]
-#[ignore = "fails until finding 9 is fixed"]
 fn a_slot_read_before_a_wipe_and_re_creation_is_not_committed() {
     let (block, base) = recreated_contract_block(&[DEPLOY, STORE, DESTRUCT, DEPLOY, READ]);
     let mut run = Interleaving::new(&block, &base);
@@ -384,7 +383,6 @@ fn a_slot_read_before_a_wipe_and_re_creation_is_not_committed() {
 /// 5 under tx3's wipe); tx4's write then holds the value tx5 read for the slot, and the wipe
 /// is unchanged, but the slot's last write is now above the wipe.
 #[test]
-#[ignore = "fails until finding 9 is fixed"]
 fn a_slot_read_under_a_wipe_before_an_equal_later_write_is_not_committed() {
     let (block, base) = recreated_contract_block(&[DEPLOY, STORE, DESTRUCT, DEPLOY, STORE, READ]);
     let mut run = Interleaving::new(&block, &base);
@@ -407,7 +405,6 @@ fn a_slot_read_under_a_wipe_before_an_equal_later_write_is_not_committed() {
 /// did, with the same (zero) fee: every value tx3 read is unchanged, but its balance is now
 /// only the fees since tx2 (zero), not since tx0.
 #[test]
-#[ignore = "fails until finding 10 is fixed"]
 fn a_beneficiary_read_before_a_later_equal_write_is_not_committed() {
     let swept_to = Address::with_last_byte(0xEE);
     let coinbase = Address::with_last_byte(0xCB);
