@@ -129,10 +129,11 @@ pub unsafe extern "C" fn generic_instruction<H: Host>(
     let ctx = &mut *ctx;
     let frame = &mut *(ctx.frame as *mut Frame<'_, H>);
     // A panic must not unwind out of an `extern "C"` function (the process would abort) nor
-    // through the native frames of compiled code, which have no unwind information: it is
-    // caught here and resumed by `run_frame` in Rust frames. The frame's state after a panic
-    // is abandoned with the unwind, as it would be under the interpreter, so asserting unwind
-    // safety exposes nothing broken.
+    // through the native frames of compiled code, which the system unwinder knows nothing of
+    // (Cranelift's JIT module registers no unwind tables): it is caught here and resumed by
+    // `run_frame` in Rust frames. The frame's state after a panic is abandoned with the
+    // unwind, as it would be under the interpreter, so asserting unwind safety exposes
+    // nothing broken.
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         run_instruction::<H>(
             ctx,
@@ -254,6 +255,11 @@ pub enum Exit {
 /// after a CALL) to its end or its next CALL, or until compiled code hands it to the
 /// interpreter, which then goes on as far as its own loop would. Returns what the interpreter's own loop
 /// would have returned, and how compiled code left.
+///
+/// # Panics
+///
+/// Where the interpreter's loop would: a panic in an instruction function, the host or the
+/// database while compiled code runs is caught below compiled code and resumed here.
 ///
 /// # Safety
 ///
