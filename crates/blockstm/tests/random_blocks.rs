@@ -1,18 +1,24 @@
 //! Thousands of random blocks over a few accounts and contracts, so that conflicts are dense:
 //! value transfers, storage reads and writes across contracts, calls, reverts, contract
-//! creation (CREATE and CREATE2), self-destruct and re-creation at the same address, reads of
-//! code hashes and sizes (of accounts created, destroyed or delegated in the same block), calls
-//! with and without value to precompiles and reads of their balances, reads of the
-//! beneficiary's balance, and EIP-7702 delegations set, changed and cleared in the block, on
-//! forks before and after EIP-6780 and from Prague. Block-STM must give the sequential receipts
-//! and state for every thread count, and every block must finish (no deadlock, no livelock).
+//! creation (CREATE and CREATE2), self-destruct and re-creation at the same address (CREATE2
+//! children whose code reads and writes their storage, so that slots written before a
+//! destruction are read after the re-creation), reads of code hashes and sizes (of accounts
+//! created, destroyed or delegated in the same block), calls with and without value to
+//! precompiles and reads of their balances, reads of the beneficiary's balance, a beneficiary
+//! that is an EOA, a contract or a delegated EOA that sweeps its balance away (more than once
+//! per block), transactions that pay it no fee, and EIP-7702 delegations set, changed and
+//! cleared in the block, on forks before and after EIP-6780 and from Prague. Block-STM must
+//! give the sequential receipts and state for every thread count, and every block must finish
+//! (no deadlock, no livelock).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, Bytes, B256, U256};
-use gigas_blockstm::{execute_block_parallel, Bailout, ParallelExecutor};
+use gigas_blockstm::{
+    execute_block_parallel, execute_block_sequential, Bailout, ParallelExecutor, ParallelOutcome,
+};
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::context_interface::transaction::{
@@ -45,20 +51,60 @@ fn delegator(i: u8) -> Address {
     Address::with_last_byte(0x30 + i % DELEGATORS)
 }
 
+/// Deploys CREATE2 children on request: calldata byte 0 is the salt.
+fn factory() -> Address {
+    Address::with_last_byte(0xF0)
+}
+
+/// A contract that sends its whole balance to [`sink`] once it holds [`SWEEP_AT`] wei: as
+/// the beneficiary (itself, or as the code of a delegated beneficiary) it empties its account
+/// again and again, leaving it byte for byte as it was.
+fn sweeper() -> Address {
+    Address::with_last_byte(0xCB)
+}
+
+/// Where swept balances go.
+fn sink() -> Address {
+    Address::with_last_byte(0x5E)
+}
+
+/// A few transactions' fees.
+const SWEEP_AT: u32 = 60_000;
+
+/// A deployer of CREATE2 children: the factory, or a contract (if its code has a `Create2`).
+fn deployer(i: u8) -> Address {
+    if i.is_multiple_of(2) {
+        factory()
+    } else {
+        contract(i / 2)
+    }
+}
+
 /// A precompile: ecrecover, sha256, ripemd160 or identity.
 fn precompile(i: u8) -> Address {
     Address::with_last_byte(1 + i % 4)
 }
 
-/// An account to read or call: an EOA, a delegator, a contract, a CREATE2 child or a
-/// precompile.
+/// An account to read or call: an EOA, a delegator, a contract, a CREATE2 child, a
+/// precompile or the sweeper.
 fn any_account(i: u8) -> Address {
-    match i % 5 {
-        0 => eoa(i / 5),
-        1 => delegator(i / 5),
-        2 => contract(i / 5),
-        3 => child_address(contract(i / 5), (i / 5) % 2),
-        _ => precompile(i / 5),
+    match i % 6 {
+        0 => eoa(i / 6),
+        1 => delegator(i / 6),
+        2 => contract(i / 6),
+        3 => child_address(deployer(i / 6), (i / 12) % 2),
+        4 => precompile(i / 6),
+        _ => sweeper(),
+    }
+}
+
+/// The beneficiary of a block: an EOA that also sends transactions, the sweeper, or a
+/// delegator (in Prague possibly delegated to the sweeper's code).
+fn coinbase(i: u8) -> Address {
+    match i % 3 {
+        0 => eoa(4),
+        1 => sweeper(),
+        _ => delegator(0),
     }
 }
 
@@ -71,7 +117,9 @@ enum Snippet {
     Call(u8, u8),
     Log(u8),
     Create2(u8),
-    CallChild(u8, u8),
+    /// A call to a CREATE2 child: deployer, salt and the child's calldata byte (see
+    /// [`child_runtime`]).
+    CallChild(u8, u8, u8),
     /// EXTCODEHASH and EXTCODESIZE of an account into slots 9 and 10.
     CodeOf(u8),
     /// A call to a precompile with 0 or 1 wei, then its balance into slot 11.
@@ -91,19 +139,96 @@ fn push20(code: &mut Vec<u8>, a: Address) {
     code.extend_from_slice(a.as_slice());
 }
 
-/// Init code of the CREATE2 child: writes slot 0, deploys `PUSH20 beneficiary SELFDESTRUCT`.
-fn child_init(beneficiary: Address) -> Vec<u8> {
-    let mut runtime = Vec::new();
-    push20(&mut runtime, beneficiary);
-    runtime.push(SELFDESTRUCT);
-    let mut init = vec![PUSH1, 1, PUSH1, 0, SSTORE, PUSH22];
+/// Fills in `PUSH1` jump targets: `at` is the offset of the placeholder byte.
+fn patch(code: &mut [u8], at: usize, target: usize) {
+    code[at] = u8::try_from(target).expect("short code");
+}
+
+/// Code of a CREATE2 child: logs slots 0 and 1, then by calldata byte 0: 1 self-destructs
+/// (to `eoa(0)`), 2 stops, anything else increments slot 0.
+fn child_runtime() -> Vec<u8> {
+    let mut code = vec![
+        PUSH1, 0, SLOAD, PUSH1, 0, MSTORE, PUSH1, 1, SLOAD, PUSH1, 32, MSTORE,
+    ];
+    code.extend_from_slice(&[PUSH1, 64, PUSH1, 0, LOG0]);
+    code.extend_from_slice(&[PUSH1, 0, CALLDATALOAD, PUSH1, 0xF8, SHR]);
+    code.extend_from_slice(&[DUP1, PUSH1, 1, EQ, PUSH1, 0, JUMPI]);
+    let to_destruct = code.len() - 2;
+    code.extend_from_slice(&[PUSH1, 2, EQ, PUSH1, 0, JUMPI]);
+    let to_end = code.len() - 2;
+    code.extend_from_slice(&[PUSH1, 0, SLOAD, PUSH1, 1, ADD, PUSH1, 0, SSTORE]);
+    let end = code.len();
+    code.extend_from_slice(&[JUMPDEST, STOP]);
+    let destruct = code.len();
+    code.push(JUMPDEST);
+    push20(&mut code, eoa(0));
+    code.push(SELFDESTRUCT);
+    patch(&mut code, to_destruct, destruct);
+    patch(&mut code, to_end, end);
+    code
+}
+
+/// Init code of a CREATE2 child: writes slot 1 (never slot 0, so that slot 0 after a
+/// re-creation is zero only because of the wipe) and deploys [`child_runtime`].
+fn child_init() -> Vec<u8> {
+    let runtime = child_runtime();
+    let len = runtime.len() as u8;
+    let mut init = vec![
+        PUSH1, 1, PUSH1, 1, SSTORE, PUSH1, len, PUSH1, 17, PUSH1, 0, CODECOPY, PUSH1, len, PUSH1,
+        0, RETURN,
+    ];
     init.extend_from_slice(&runtime);
-    init.extend_from_slice(&[PUSH1, 0, MSTORE, PUSH1, 22, PUSH1, 10, RETURN]);
     init
 }
 
 fn child_address(deployer: Address, salt: u8) -> Address {
-    deployer.create2_from_code(B256::with_last_byte(salt), child_init(eoa(0)))
+    deployer.create2_from_code(B256::with_last_byte(salt), child_init())
+}
+
+/// Code that deploys a child by CREATE2 with the salt `salt` pushes, and keeps its address
+/// in slot 8.
+fn emit_create2(code: &mut Vec<u8>, salt: &[u8]) {
+    let init = child_init();
+    for (i, chunk) in init.chunks(32).enumerate() {
+        let mut word = [0u8; 32];
+        word[..chunk.len()].copy_from_slice(chunk);
+        code.push(PUSH32);
+        code.extend_from_slice(&word);
+        code.extend_from_slice(&[PUSH1, (i * 32) as u8, MSTORE]);
+    }
+    code.extend_from_slice(salt);
+    code.extend_from_slice(&[PUSH1, init.len() as u8, PUSH1, 0, PUSH1, 0, CREATE2]);
+    code.extend_from_slice(&[PUSH1, 8, SSTORE]);
+}
+
+/// The salt of a transaction that deploys or calls a child: 0 three times in four, so that
+/// one child is deployed, written, destroyed and re-created often enough within a block.
+fn busy_salt(salt: u8) -> u8 {
+    u8::from(salt % 4 == 3)
+}
+
+fn factory_code() -> Vec<u8> {
+    let mut code = Vec::new();
+    emit_create2(
+        &mut code,
+        &[PUSH1, 0, CALLDATALOAD, PUSH1, 0xF8, SHR, PUSH1, 1, AND],
+    );
+    code.push(STOP);
+    code
+}
+
+fn sweeper_code() -> Vec<u8> {
+    let mut code = vec![PUSH3];
+    code.extend_from_slice(&SWEEP_AT.to_be_bytes()[1..]);
+    code.extend_from_slice(&[SELFBALANCE, LT, PUSH1, 0, JUMPI]);
+    let to_end = code.len() - 2;
+    code.extend_from_slice(&[PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0, SELFBALANCE]);
+    push20(&mut code, sink());
+    code.extend_from_slice(&[GAS, CALL, POP]);
+    let end = code.len();
+    code.extend_from_slice(&[JUMPDEST, STOP]);
+    patch(&mut code, to_end, end);
+    code
 }
 
 fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec<u8> {
@@ -127,10 +252,11 @@ fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec
             Snippet::CopyBalance(who, slot) => {
                 push20(
                     &mut code,
-                    if who % 2 == 0 {
-                        eoa(who)
-                    } else {
-                        contract(who)
+                    match who % 6 {
+                        0 | 1 => eoa(who),
+                        2 | 3 => contract(who),
+                        4 => sweeper(),
+                        _ => delegator(0),
                     },
                 );
                 code.extend_from_slice(&[BALANCE, PUSH1, 4 + slot % 4, SSTORE]);
@@ -139,9 +265,10 @@ fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec
                 code.extend_from_slice(&[PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, value]);
                 push20(
                     &mut code,
-                    match target % 4 {
+                    match target % 5 {
                         0 => eoa(target),
                         1 => delegator(target),
+                        4 => sweeper(),
                         _ => contract(target),
                     },
                 );
@@ -160,28 +287,7 @@ fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec
                 0,
                 LOG0,
             ]),
-            Snippet::Create2(salt) => {
-                let init = child_init(eoa(0));
-                for (i, chunk) in init.chunks(32).enumerate() {
-                    let mut word = [0u8; 32];
-                    word[..chunk.len()].copy_from_slice(chunk);
-                    code.push(PUSH32);
-                    code.extend_from_slice(&word);
-                    code.extend_from_slice(&[PUSH1, (i * 32) as u8, MSTORE]);
-                }
-                code.extend_from_slice(&[
-                    PUSH1,
-                    salt % 2,
-                    PUSH1,
-                    init.len() as u8,
-                    PUSH1,
-                    0,
-                    PUSH1,
-                    0,
-                    CREATE2,
-                ]);
-                code.extend_from_slice(&[PUSH1, 8, SSTORE]);
-            }
+            Snippet::Create2(salt) => emit_create2(&mut code, &[PUSH1, salt % 2]),
             Snippet::CodeOf(who) => {
                 push20(&mut code, any_account(who));
                 code.extend_from_slice(&[EXTCODEHASH, PUSH1, 9, SSTORE]);
@@ -197,9 +303,11 @@ fn assemble(snippets: &[Snippet], ending: &Ending, this: Option<Address>) -> Vec
                 push20(&mut code, precompile(which));
                 code.extend_from_slice(&[BALANCE, PUSH1, 11, SSTORE]);
             }
-            Snippet::CallChild(deployer, salt) => {
-                let child = child_address(contract(deployer), salt % 2);
-                code.extend_from_slice(&[PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0]);
+            Snippet::CallChild(from, salt, mode) => {
+                let child = child_address(deployer(from), salt % 2);
+                // One byte of calldata: the mode, at memory offset 0.
+                code.extend_from_slice(&[PUSH1, mode % 4, PUSH1, 0, MSTORE8]);
+                code.extend_from_slice(&[PUSH1, 0, PUSH1, 0, PUSH1, 1, PUSH1, 0, PUSH1, 0]);
                 push20(&mut code, child);
                 code.extend_from_slice(&[PUSH3, 0x01, 0x00, 0x00, CALL, POP]);
             }
@@ -238,13 +346,26 @@ enum TxSpec {
         snippets: Vec<Snippet>,
         ending: Ending,
     },
-    /// An EIP-7702 transaction: `authority` delegates to a contract (or clears its delegation),
-    /// then the transaction calls `to`. Before Prague it is a plain call instead.
+    /// An EIP-7702 transaction: `authority` delegates to a contract or the sweeper (or clears
+    /// its delegation), then the transaction calls `to`. Before Prague it is a plain call
+    /// instead.
     Delegate {
         from: u8,
         authority: u8,
         target: u8,
         to: u8,
+    },
+    /// A call to the factory, which deploys its child with `salt`.
+    Deploy {
+        from: u8,
+        salt: u8,
+    },
+    /// A call to a CREATE2 child (mostly the factory's) with a mode byte.
+    CallChild {
+        from: u8,
+        deployer: u8,
+        salt: u8,
+        mode: u8,
     },
 }
 
@@ -256,7 +377,7 @@ fn snippet() -> impl Strategy<Value = Snippet> {
         (any::<u8>(), 0u8..3).prop_map(|(a, b)| Snippet::Call(a, b)),
         any::<u8>().prop_map(Snippet::Log),
         any::<u8>().prop_map(Snippet::Create2),
-        (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Snippet::CallChild(a, b)),
+        (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(a, b, c)| Snippet::CallChild(a, b, c)),
         any::<u8>().prop_map(Snippet::CodeOf),
         (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Snippet::Precompile(a, b)),
     ]
@@ -278,16 +399,81 @@ fn tx_spec() -> impl Strategy<Value = TxSpec> {
             .prop_map(|(from, snippets, ending)| TxSpec::Create { from, snippets, ending }),
         2 => (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
             .prop_map(|(from, authority, target, to)| TxSpec::Delegate { from, authority, target, to }),
+        2 => deploy(),
+        3 => call_child(),
     ]
 }
+
+fn deploy() -> impl Strategy<Value = TxSpec> {
+    (any::<u8>(), any::<u8>()).prop_map(|(from, salt)| TxSpec::Deploy { from, salt })
+}
+
+fn call_child() -> impl Strategy<Value = TxSpec> {
+    (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(from, deployer, salt, mode)| {
+        TxSpec::CallChild {
+            from,
+            deployer,
+            salt,
+            mode,
+        }
+    })
+}
+
+/// The transactions of a block with a re-creation in it: the factory's busiest child is
+/// deployed, its slot 0 written, the child destroyed, deployed again and called (which logs
+/// slot 0), in that order, by random senders, with random transactions in between. (The
+/// general mix gives the five in order too rarely.) Before Cancun the re-created child must
+/// read slot 0 as zero, whatever the value written before the wipe.
+fn recreation_txs() -> impl Strategy<Value = Vec<TxSpec>> {
+    (
+        proptest::collection::vec(tx_spec(), 3..16),
+        [any::<u8>(); 5],
+        [0u8..3, 0u8..3, 0u8..3, 0u8..3, 0u8..3],
+    )
+        .prop_map(|(mut txs, from, gaps)| {
+            let call = |from, mode| TxSpec::CallChild {
+                from,
+                deployer: 0,
+                salt: 0,
+                mode,
+            };
+            let script = [
+                TxSpec::Deploy {
+                    from: from[0],
+                    salt: 0,
+                },
+                call(from[1], 0),
+                call(from[2], 1),
+                TxSpec::Deploy {
+                    from: from[3],
+                    salt: 0,
+                },
+                call(from[4], 2),
+            ];
+            let mut at = 0;
+            for (tx, gap) in script.into_iter().zip(gaps) {
+                at = (at + usize::from(gap)).min(txs.len());
+                txs.insert(at, tx);
+                at += 1;
+            }
+            txs
+        })
+}
+
+/// The first Cancun timestamp on mainnet (EIP-6780: SELFDESTRUCT no longer deletes).
+const CANCUN: u64 = 1_710_338_135;
 
 #[derive(Debug, Clone)]
 struct BlockSpec {
     /// Mainnet timestamp picking the fork: London (SELFDESTRUCT deletes), Shanghai, Cancun
     /// (EIP-6780), Prague (EIP-7702).
     fork_timestamp: u64,
+    /// See [`coinbase`].
+    coinbase: u8,
     contracts: Vec<(Vec<Snippet>, Ending)>,
-    txs: Vec<TxSpec>,
+    /// Each transaction, and whether it pays the beneficiary nothing (a gas price equal to
+    /// the base fee).
+    txs: Vec<(TxSpec, bool)>,
 }
 
 fn block_spec() -> impl Strategy<Value = BlockSpec> {
@@ -298,14 +484,23 @@ fn block_spec() -> impl Strategy<Value = BlockSpec> {
             Just(1_720_000_000u64),
             Just(1_750_000_000u64)
         ],
+        any::<u8>(),
         proptest::collection::vec(
             (proptest::collection::vec(snippet(), 1..5), ending()),
             CONTRACTS as usize,
         ),
-        proptest::collection::vec(tx_spec(), 1..24),
+        prop_oneof![
+            3 => proptest::collection::vec((tx_spec(), proptest::bool::weighted(0.25)), 1..24),
+            1 => recreation_txs().prop_flat_map(|txs| {
+                let n = txs.len();
+                (Just(txs), proptest::collection::vec(proptest::bool::weighted(0.25), n))
+                    .prop_map(|(txs, free)| txs.into_iter().zip(free).collect::<Vec<_>>())
+            }),
+        ],
     )
-        .prop_map(|(fork_timestamp, contracts, txs)| BlockSpec {
+        .prop_map(|(fork_timestamp, coinbase, contracts, txs)| BlockSpec {
             fork_timestamp,
+            coinbase,
             contracts,
             txs,
         })
@@ -337,6 +532,19 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
         );
         let _ = db.insert_account_storage(address, U256::from(1), U256::from(7));
     }
+    for (address, code) in [(factory(), factory_code()), (sweeper(), sweeper_code())] {
+        let code = Bytecode::new_raw(Bytes::from(code));
+        db.insert_account_info(
+            address,
+            AccountInfo {
+                balance: U256::from(1_000u64),
+                code_hash: code.hash_slow(),
+                code: Some(code),
+                nonce: 1,
+                ..Default::default()
+            },
+        );
+    }
     for i in 0..DELEGATORS {
         db.insert_account_info(
             delegator(i),
@@ -351,7 +559,7 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
     let txs = spec
         .txs
         .iter()
-        .map(|t| {
+        .map(|(t, no_fee)| {
             let mut authorization = None;
             let (from, kind, value, data) = match t {
                 TxSpec::Transfer { from, to, value } => {
@@ -370,11 +578,11 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
                 } => {
                     if prague {
                         let authority = delegator(*authority);
-                        // One target in three clears the delegation (the zero address).
-                        let address = if target % 3 == 2 {
-                            Address::ZERO
-                        } else {
-                            contract(*target)
+                        // One target in four clears the delegation (the zero address).
+                        let address = match target % 4 {
+                            2 => Address::ZERO,
+                            3 => sweeper(),
+                            _ => contract(*target),
                         };
                         let nonce = nonces.entry(authority).or_insert(0u64);
                         authorization = Some(RecoveredAuthorization::new_unchecked(
@@ -390,7 +598,34 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
                     (*from, TxKind::Call(any_account(*to)), 0, Bytes::new())
                 }
                 TxSpec::CallContract { from, to, value } => {
-                    (*from, TxKind::Call(contract(*to)), *value, Bytes::new())
+                    let to = if to % 4 == 3 {
+                        sweeper()
+                    } else {
+                        contract(*to)
+                    };
+                    (*from, TxKind::Call(to), *value, Bytes::new())
+                }
+                TxSpec::Deploy { from, salt } => (
+                    *from,
+                    TxKind::Call(factory()),
+                    0,
+                    Bytes::from(vec![busy_salt(*salt)]),
+                ),
+                TxSpec::CallChild {
+                    from,
+                    deployer: d,
+                    salt,
+                    mode,
+                } => {
+                    // Three calls in four go to the factory's children, which the block
+                    // itself deploys, destroys and re-creates.
+                    let from_factory = if d % 4 == 3 {
+                        deployer(*d / 4)
+                    } else {
+                        factory()
+                    };
+                    let child = child_address(from_factory, busy_salt(*salt));
+                    (*from, TxKind::Call(child), 0, Bytes::from(vec![mode % 4]))
                 }
                 TxSpec::Create {
                     from,
@@ -412,14 +647,15 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
                 data,
                 nonce: *nonce,
                 gas_limit: 500_000,
-                gas_price: 2,
+                gas_price: if *no_fee { 1 } else { 2 },
                 chain_id: Some(1),
                 ..Default::default()
             };
             *nonce += 1;
             if let Some(authorization) = authorization {
                 env.set_recovered_authorization(vec![authorization]);
-                env.gas_priority_fee = Some(1);
+                env.gas_price = 2;
+                env.gas_priority_fee = Some(u128::from(!*no_fee));
                 env.derive_tx_type()
                     .expect("a call with an authorization list");
             }
@@ -430,7 +666,7 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
         number: U256::from(18_000_000u64),
         timestamp: U256::from(spec.fork_timestamp),
         gas_limit: 30_000_000,
-        beneficiary: eoa(4),
+        beneficiary: coinbase(spec.coinbase),
         basefee: 1,
         prevrandao: Some(B256::with_last_byte(1)),
         ..Default::default()
@@ -584,26 +820,85 @@ fn random_blocks_always_finish() {
     eprintln!("300 random blocks x 2 thread counts: {aborts} aborts, {waits} waits, {succeeded} successful and {reverted} failed transactions");
 }
 
+/// Whether `child` has slot 0 written, then is destroyed, re-created, and called (its code
+/// logs slot 0) in the block, in that order.
+fn recreated_and_read(outcome: &ParallelOutcome, child: Address) -> bool {
+    let mut stage = 0;
+    for (state, receipt) in outcome.states.iter().zip(&outcome.outcome.receipts) {
+        if stage == 3 && receipt.logs.iter().any(|log| log.address == child) {
+            return true;
+        }
+        let Some(account) = state.get(&child) else {
+            continue;
+        };
+        let wrote = account
+            .storage
+            .get(&U256::ZERO)
+            .is_some_and(|slot| slot.is_changed());
+        if stage == 0 && wrote {
+            stage = 1;
+        }
+        if stage == 1 && account.is_selfdestructed() {
+            stage = 2;
+        } else if stage == 2 && account.is_created() {
+            stage = 3;
+        }
+    }
+    false
+}
+
 /// The generator must really produce the cases this file claims to test: blocks that execute
 /// (not just blocks that both executors reject), delegations that take effect and run code in
-/// a delegator's storage, code hashes read into storage, value sent to precompiles.
+/// a delegator's storage, code hashes read into storage, value sent to precompiles, CREATE2
+/// children re-created before Cancun and read after their storage was written and wiped, a
+/// contract or delegated beneficiary that sweeps its balance more than once in a block, and
+/// transactions that pay no fee (some of them sweeping the beneficiary).
 #[test]
 fn random_blocks_cover_the_hard_cases() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let (mut ok, mut delegated, mut ran_delegated, mut hashes, mut precompile_value) =
         (0, 0, 0, 0, 0);
+    let (mut recreated, mut swept_twice, mut delegate_swept) = (0, 0, 0);
+    let (mut no_fee, mut no_fee_sweeps) = (0, 0);
     for _ in 0..300 {
         let spec = block_spec()
             .new_tree(&mut runner)
             .expect("generates")
             .current();
         let (block, base) = build(&spec);
-        let mut sequential = PlainEvm::new(base.clone(), &block);
-        if execute_block(&mut sequential, &block).is_err() {
+        let Ok(outcome) = execute_block_sequential(&block, &base) else {
             continue;
-        }
+        };
         ok += 1;
-        let state = snapshot(sequential.db());
+        if spec.fork_timestamp < CANCUN {
+            let deployers = [factory(), contract(0), contract(1), contract(2)];
+            let children = (0..2).flat_map(|salt| deployers.map(|d| child_address(d, salt)));
+            recreated += children
+                .filter(|child| recreated_and_read(&outcome, *child))
+                .count();
+        }
+        let coinbase = block.block_env.beneficiary;
+        let mut sweeps = 0;
+        for ((state, fee), (_, free)) in outcome.states.iter().zip(&outcome.fees).zip(&spec.txs) {
+            let swept = coinbase != eoa(4)
+                && state.get(&coinbase).is_some_and(|a| {
+                    a.is_touched() && !a.is_selfdestructed() && a.info.balance.is_zero()
+                });
+            sweeps += usize::from(swept);
+            if *free {
+                assert!(
+                    fee.is_zero(),
+                    "a transaction meant to pay no fee paid {fee}"
+                );
+                no_fee += 1;
+                no_fee_sweeps += usize::from(swept);
+            }
+        }
+        swept_twice += usize::from(sweeps >= 2);
+        delegate_swept += usize::from(sweeps > 0 && coinbase == delegator(0));
+        let mut state = base.clone();
+        outcome.commit_into(&mut state).expect("commit");
+        let state = snapshot(&state);
         for i in 0..DELEGATORS {
             if let Some((_, _, code_hash, storage)) = state.get(&delegator(i)) {
                 delegated += usize::from(*code_hash != gigas_evm::revm::primitives::KECCAK_EMPTY);
@@ -624,8 +919,14 @@ fn random_blocks_cover_the_hard_cases() {
     eprintln!(
         "{ok} of 300 blocks execute; {delegated} delegations in effect at the end, \
          {ran_delegated} delegators with storage written by delegated code, {hashes} accounts \
-         holding a code hash read, {precompile_value} precompiles holding value"
+         holding a code hash read, {precompile_value} precompiles holding value, {recreated} \
+         children written, destroyed, re-created and read before Cancun, {swept_twice} blocks \
+         whose beneficiary swept its balance twice or more, {delegate_swept} where a delegated \
+         beneficiary swept, {no_fee} transactions paying no fee ({no_fee_sweeps} \
+         of them sweeping the beneficiary)"
     );
     assert!(ok > 150, "only {ok} of 300 random blocks execute");
     assert!(delegated > 10 && ran_delegated > 5 && hashes > 50 && precompile_value > 10);
+    assert!(recreated > 15, "only {recreated} re-created children read");
+    assert!(swept_twice > 5 && delegate_swept > 0 && no_fee > 300 && no_fee_sweeps > 5);
 }
