@@ -38,9 +38,11 @@ pub mod error;
 pub mod format;
 mod index;
 pub mod metrics;
+pub mod storage;
 mod store;
 
 pub use error::{Error, Result};
 pub use format::Checksum;
 pub use metrics::Metrics;
+pub use storage::{FsStorage, Storage, StorageFile};
 pub use store::{Batch, Commit, Options, Stats, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN};
