@@ -64,6 +64,12 @@ pub enum Error {
     /// batch.
     #[error("store is unusable after an earlier write error; reopen it to recover")]
     Poisoned,
+    /// Another `Vilmo` (in this process or another) has the store open.
+    #[error("{dir}: the store is locked by another open Vilmo (in this process or another); close it first, two writers would corrupt the logs")]
+    Locked {
+        /// The store directory.
+        dir: PathBuf,
+    },
     /// Options out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),

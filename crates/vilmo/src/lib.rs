@@ -38,6 +38,7 @@ pub mod error;
 pub mod format;
 mod index;
 pub mod metrics;
+mod recovery;
 pub mod storage;
 mod store;
 
@@ -45,4 +46,4 @@ pub use error::{Error, Result};
 pub use format::Checksum;
 pub use metrics::Metrics;
 pub use storage::{FsStorage, Storage, StorageFile};
-pub use store::{Batch, Commit, Options, Stats, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use store::{Batch, Commit, Options, Recovery, Stats, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN};

@@ -53,7 +53,7 @@ pub trait StorageFile: Send + Sync + Sized {
     type Map: Deref<Target = [u8]> + Send + Sync;
 
     /// The file's length.
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
     /// Fills `buf` from `offset`; an error if the file ends first or the read fails.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Appends `data` at the end of the file (not durable until [`StorageFile::sync_data`]).
@@ -157,7 +157,7 @@ impl Storage for FsStorage {
 impl StorageFile for FsFile {
     type Map = memmap2::Mmap;
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 

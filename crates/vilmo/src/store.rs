@@ -21,17 +21,16 @@
 //! for garbage.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::index::{Index, Location};
 use crate::metrics::Metrics;
+use crate::recovery::{self, Scan};
+use crate::storage::{FsStorage, Storage, StorageFile};
 
 /// How the store behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,17 +230,17 @@ pub struct Stats {
     pub index_bytes: usize,
 }
 
-struct LogFile {
+struct LogFile<F: StorageFile> {
     path: PathBuf,
-    file: File,
-    map: Mmap,
+    file: F,
+    map: F::Map,
     header: FileHeader,
     len: u64,
     last_batch: u64,
     last_checksum: Checksum,
 }
 
-impl LogFile {
+impl<F: StorageFile> LogFile<F> {
     /// The file's durable bytes. The mapping may extend past them, reserved for appends; no
     /// slice ever reaches beyond the end of the file.
     #[inline]
@@ -268,39 +267,12 @@ fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Er
     }
 }
 
-/// Maps `file` with room for it to grow to `reserve` bytes without a new mapping: remapping
-/// after every commit would throw away the page tables of the whole file, and every later read
-/// would take a page fault.
-fn map_file(file: &File, path: &Path, len: u64, reserve: u64) -> Result<Mmap> {
-    let len = len.max(reserve).max(1) as usize;
-    // SAFETY: the store owns its directory; log files are only appended to by this process
-    // while it holds them open, and never modified in place. Bytes past the end of the file
-    // are never read (see `LogFile::bytes`).
-    unsafe { memmap2::MmapOptions::new().len(len).map(file) }.map_err(io(path, "mmap"))
-}
-
-fn file_name(id: u32) -> String {
-    format!("{id:08}.vlog")
-}
-
-fn parse_file_name(name: &str) -> Option<u32> {
-    name.strip_suffix(".vlog")?.parse().ok()
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir, "fsync directory"))
-}
-
-fn hex(c: &Checksum) -> String {
-    c.iter().map(|b| format!("{b:02x}")).collect()
-}
+use recovery::{file_name, hex};
 
 /// The key of the record at `loc` in `files`. Locations in the index always point at validated
 /// records of mapped files.
 #[inline]
-fn key_at(files: &[Option<LogFile>], loc: Location) -> &[u8] {
+fn key_at<F: StorageFile>(files: &[Option<LogFile<F>>], loc: Location) -> &[u8] {
     match files.get(loc.file as usize).and_then(Option::as_ref) {
         Some(f) => record_key(&f.bytes()[loc.offset as usize..]),
         None => &[],
@@ -321,11 +293,21 @@ struct State {
     cursor: Option<(u32, u64)>,
 }
 
-/// A Vilmo store in a directory.
-pub struct Vilmo {
+/// A Vilmo store in a directory, on the real file system unless another [`Storage`] is given.
+pub struct Vilmo<S: Storage = FsStorage> {
+    storage: S,
+    /// Held for the store's life: a second open of the directory would truncate this store's
+    /// batch in flight as a torn tail.
+    _lock: S::Lock,
     dir: PathBuf,
     options: Options,
-    files: Vec<Option<LogFile>>,
+    files: Vec<Option<LogFile<S::File>>>,
+    /// Files compacted away whose drop record is applied but not yet durable, or durable but
+    /// not yet unlinked. A file is unlinked only once the batch that drops it is durable.
+    unlink: Vec<PathBuf>,
+    /// An unlink whose directory fsync failed; retried after the next durable batch.
+    dir_unsynced: bool,
+    recovery: Recovery,
     state: State,
     current: u32,
     last: Commit,
@@ -390,66 +372,178 @@ impl Planned<'_> {
     }
 }
 
-impl Vilmo {
-    /// Opens the store in `dir`, creating the directory if needed. Replays every log,
-    /// verifies every checksum and the chain across files, truncates a torn tail of the newest
-    /// log, and rebuilds the index.
+impl Vilmo<FsStorage> {
+    /// Opens the store in `dir` on the real file system, creating the directory if needed.
+    /// See [`Vilmo::open_with`].
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        Self::open_with(FsStorage, dir, options)
+    }
+}
+
+/// What opening a store found and repaired: for logs, and for tests that must prove where a
+/// crash landed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Bytes of an unacknowledged last batch cut from the newest file.
+    pub torn_bytes: u64,
+    /// Whether the newest file was removed because its header never became durable.
+    pub torn_file_removed: bool,
+    /// Files compacted away whose drop record was durable but which were still present.
+    pub dropped_files_removed: usize,
+    /// Whether a compaction was under way (it continues with the next commit).
+    pub compaction_in_progress: bool,
+}
+
+impl<S: Storage> Vilmo<S> {
+    /// Opens the store in `dir` on `storage`, creating the directory if needed, and takes the
+    /// directory's lock for the store's life.
+    ///
+    /// Every log file is first verified with ordinary reads (checksums, the chain across files
+    /// and drop records, record bounds) without changing anything; only then is a torn tail of
+    /// the newest file cut, the logs mapped and replayed into the index, and compacted files
+    /// whose drop was durable unlinked. An open that fails leaves every log file as it was
+    /// (but for a torn tail's cut).
+    pub fn open_with(storage: S, dir: impl AsRef<Path>, options: Options) -> Result<Self> {
         options.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).map_err(io(&dir, "create directory"))?;
+        let created = storage
+            .create_dir_all(&dir)
+            .map_err(io(&dir, "create directory"))?;
+        if created {
+            // The new directory's entry lives in its parent: without this a power loss can
+            // take the whole store, acknowledged batches and all.
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                storage
+                    .sync_dir(parent)
+                    .map_err(io(parent, "fsync parent directory"))?;
+            }
+        }
+        let lock = storage.lock_dir(&dir).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked { dir: dir.clone() }
+            } else {
+                io(&dir, "lock directory")(source)
+            }
+        })?;
         let mut ids = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(io(&dir, "list directory"))? {
-            let entry = entry.map_err(io(&dir, "list directory"))?;
-            if let Some(id) = entry.file_name().to_str().and_then(parse_file_name) {
-                ids.push(id);
+        for name in storage.list_dir(&dir).map_err(io(&dir, "list directory"))? {
+            match recovery::parse_file_name(&name) {
+                Some(id) => ids.push(id),
+                None if name.ends_with(".vlog") => {
+                    tracing::warn!(dir = %dir.display(), name, "ignoring a file that is not named like a log file (eight digits and .vlog)");
+                }
+                None => {}
             }
         }
         ids.sort_unstable();
+
+        // 1. Verify everything; change nothing.
+        let newest = ids.last().copied();
+        let mut handles = Vec::with_capacity(ids.len());
+        let mut scans = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            let path = dir.join(recovery::file_name(id));
+            let file = storage.open(&path).map_err(io(&path, "open"))?;
+            let len = file.size().map_err(io(&path, "stat"))?;
+            let read = |buf: &mut [u8], at: u64| file.read_exact_at(buf, at);
+            scans.push(recovery::scan_file(
+                &read,
+                len,
+                &path,
+                id,
+                Some(id) == newest,
+            )?);
+            handles.push(file);
+        }
+        let (last_batch, last_checksum) = recovery::check_chain(&dir, &scans)?;
+
         let mut store = Self {
+            storage,
+            _lock: lock,
             dir,
             options,
             files: Vec::new(),
+            unlink: Vec::new(),
+            dir_unsynced: false,
+            recovery: Recovery::default(),
             state: State::default(),
             current: 0,
             last: Commit {
-                number: 0,
-                checksum: GENESIS,
+                number: last_batch,
+                checksum: if last_batch == 0 {
+                    GENESIS
+                } else {
+                    last_checksum
+                },
             },
             buf: Vec::new(),
             poisoned: false,
             metrics: Metrics::default(),
         };
-        let newest = ids.last().copied();
-        for id in ids {
-            store.replay_file(id, Some(id) == newest)?;
+
+        // 2. Cut what a crash left unacknowledged, then map and replay.
+        for (scan, mut file) in scans.into_iter().zip(handles) {
+            let newest = Some(scan.id) == newest;
+            if let Some(reason) = scan.torn {
+                if scan.header.is_none() {
+                    tracing::warn!(path = %scan.path.display(), reason, "removing a newest log file that never received a durable header");
+                    drop(file);
+                    store
+                        .storage
+                        .remove_file(&scan.path)
+                        .map_err(io(&scan.path, "remove torn file"))?;
+                    store
+                        .storage
+                        .sync_dir(&store.dir)
+                        .map_err(io(&store.dir, "fsync directory"))?;
+                    store.recovery.torn_file_removed = true;
+                    continue;
+                }
+                tracing::warn!(path = %scan.path.display(), offset = scan.end, bytes = scan.len - scan.end, reason, "truncating the unacknowledged last batch");
+                file.set_len(scan.end)
+                    .map_err(io(&scan.path, "truncate torn tail"))?;
+                file.sync_data()
+                    .map_err(io(&scan.path, "fsync after truncate"))?;
+                store.recovery.torn_bytes = scan.len - scan.end;
+            }
+            store.replay(scan, file, newest)?;
         }
-        store.check_chain()?;
-        // Files whose drop record was durable but which were not yet removed when the process
-        // stopped: their live records were all copied forward before the drop.
-        let leftover: Vec<u32> = store
-            .state
-            .drops
-            .keys()
-            .copied()
-            .filter(|id| store.file(*id).is_some())
-            .collect();
-        for id in leftover {
-            store.remove_file(id)?;
+        if let Some((victim, _)) = store.state.cursor {
+            if store.file(victim).is_none() {
+                return Err(Error::Corrupt {
+                    path: store.dir.join(file_name(store.current_id())),
+                    offset: 0,
+                    reason: format!("the log ends compacting file {victim}, which is missing"),
+                });
+            }
         }
-        store.current = store
-            .files
+        store.recovery.compaction_in_progress = store.state.cursor.is_some();
+
+        // 3. Files whose drop record was durable but which were not yet removed when the
+        //    process stopped: their live records were all copied forward before the drop.
+        store.recovery.dropped_files_removed = store.unlink.len();
+        store.finish_unlinks()?;
+        store.current = store.current_id();
+        store.update_metrics();
+        tracing::debug!(dir = %store.dir.display(), batch = store.last.number, keys = store.state.index.len(), recovery = ?store.recovery, "vilmo opened");
+        Ok(store)
+    }
+
+    fn current_id(&self) -> u32 {
+        self.files
             .iter()
             .flatten()
             .map(|f| f.header.file_id)
             .max()
-            .unwrap_or(0);
-        store.update_metrics();
-        tracing::debug!(dir = %store.dir.display(), batch = store.last.number, keys = store.state.index.len(), "vilmo opened");
-        Ok(store)
+            .unwrap_or(0)
     }
 
-    fn file(&self, id: u32) -> Option<&LogFile> {
+    /// What this open found and repaired.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
+    }
+
+    fn file(&self, id: u32) -> Option<&LogFile<S::File>> {
         self.files.get(id as usize).and_then(Option::as_ref)
     }
 
@@ -473,255 +567,89 @@ impl Vilmo {
         *self.live_mut(holder) += bytes;
     }
 
-    /// Reads, verifies and applies one log file.
-    fn replay_file(&mut self, id: u32, newest: bool) -> Result<()> {
-        let path = self.dir.join(file_name(id));
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(&path, "open"))?;
-        let len = file.metadata().map_err(io(&path, "stat"))?.len();
-        if len < FILE_HEADER_LEN as u64 {
-            if newest {
-                // Created at rotation but the header never became durable: nothing in it was
-                // ever acknowledged.
-                tracing::warn!(path = %path.display(), "removing log file with a torn header");
-                drop(file);
-                fs::remove_file(&path).map_err(io(&path, "remove torn file"))?;
-                sync_dir(&self.dir)?;
-                return Ok(());
-            }
-            return Err(Error::Corrupt {
-                path,
-                offset: 0,
-                reason: "file shorter than its header".into(),
-            });
-        }
-        // SAFETY: the store owns its directory; log files are only appended to by this process
-        // while it holds them open, and never modified in place.
-        let map = unsafe { Mmap::map(&file) }.map_err(io(&path, "mmap"))?;
-        let header = FileHeader::decode(&map).map_err(|reason| Error::Corrupt {
-            path: path.clone(),
-            offset: 0,
-            reason: reason.into(),
-        })?;
-        if header.file_id != id {
-            return Err(Error::Corrupt {
-                path,
-                offset: 12,
-                reason: format!(
-                    "header names file {} but the file is named {id}",
-                    header.file_id
-                ),
-            });
-        }
-        if self.files.len() <= id as usize {
-            self.files.resize_with(id as usize + 1, || None);
-        }
-        let mut offset = FILE_HEADER_LEN as u64;
-        let mut previous = header.anchor;
-        let mut number = header.first_batch.wrapping_sub(1);
-        let mut torn_at = None;
-        // Batches are verified before the file is registered, so that records are applied
-        // only from complete, checksummed batches.
-        let mut batches = Vec::new();
-        while offset < len {
-            let at = offset as usize;
-            let rest = &map[at..];
-            let corrupt = |reason: String, off: u64| Error::Corrupt {
-                path: path.clone(),
-                offset: off,
-                reason,
-            };
-            if rest.len() < BATCH_HEADER_LEN {
-                torn_at = Some(offset);
-                break;
-            }
-            let bh = decode_batch_header(rest).map_err(|reason| corrupt(reason.into(), offset))?;
-            let total = BATCH_HEADER_LEN + bh.body_len as usize + FOOTER_LEN;
-            if rest.len() < total {
-                torn_at = Some(offset);
-                break;
-            }
-            let footer = &rest[BATCH_HEADER_LEN + bh.body_len as usize..total];
-            if footer[0..4] != FOOTER_MAGIC {
-                return Err(corrupt(
-                    "bad batch footer magic".into(),
-                    offset + (total - FOOTER_LEN) as u64,
-                ));
-            }
-            let body = &rest[BATCH_HEADER_LEN..BATCH_HEADER_LEN + bh.body_len as usize];
-            let checksum = batch_checksum(&previous, &rest[..BATCH_HEADER_LEN], body);
-            if footer[4..] != checksum {
-                return Err(corrupt(
-                    format!("checksum mismatch in batch {} (a byte of the batch or of an earlier batch's checksum changed)", bh.number),
-                    offset,
-                ));
-            }
-            if bh.number != number.wrapping_add(1) {
-                return Err(corrupt(
-                    format!("batch {} follows batch {number}", bh.number),
-                    offset,
-                ));
-            }
-            batches.push((offset, bh));
-            number = bh.number;
-            previous = checksum;
-            offset += total as u64;
-        }
-        if let Some(torn) = torn_at {
-            if !newest {
-                return Err(Error::Corrupt {
-                    path,
-                    offset: torn,
-                    reason: "incomplete batch in a log file that is not the newest".into(),
-                });
-            }
-            tracing::warn!(path = %path.display(), offset = torn, bytes = len - torn, "truncating torn tail");
-            file.set_len(torn)
-                .map_err(io(&path, "truncate torn tail"))?;
-            file.sync_all().map_err(io(&path, "fsync after truncate"))?;
-        }
-        let end = torn_at.unwrap_or(len);
-        drop(map);
+    /// Maps a verified file and applies its records. The bytes were verified by ordinary
+    /// reads a moment ago; the records are read back through the map.
+    fn replay(&mut self, scan: Scan, file: S::File, newest: bool) -> Result<()> {
+        let Some(header) = scan.header else {
+            return Ok(());
+        };
+        let id = scan.id;
         let reserve = if newest {
             self.options.target_file_size
         } else {
             0
         };
-        let map = map_file(&file, &path, end, reserve)?;
+        let map = file
+            .map(scan.end, reserve)
+            .map_err(io(&scan.path, "mmap"))?;
+        if self.files.len() <= id as usize {
+            self.files.resize_with(id as usize + 1, || None);
+        }
         self.files[id as usize] = Some(LogFile {
-            path: path.clone(),
+            path: scan.path.clone(),
             file,
             map,
             header,
-            len: end,
-            last_batch: number,
-            last_checksum: previous,
+            len: scan.end,
+            last_batch: scan.last_batch,
+            last_checksum: scan.last_checksum,
         });
         *self.live_mut(id) += FILE_HEADER_LEN as u64;
-        for (batch_offset, bh) in batches {
-            let body_start = batch_offset as usize + BATCH_HEADER_LEN;
-            let mut at = 0usize;
-            for i in 0..bh.records {
-                let record_offset = body_start + at;
+        let mut offset = FILE_HEADER_LEN;
+        while (offset as u64) < scan.end {
+            let (body_len, records) = {
+                let Some(f) = self.file(id) else { break };
+                let bh =
+                    decode_batch_header(&f.bytes()[offset..]).map_err(|reason| Error::Corrupt {
+                        path: scan.path.clone(),
+                        offset: offset as u64,
+                        reason: format!("batch changed between verification and replay: {reason}"),
+                    })?;
+                (bh.body_len as usize, bh.records)
+            };
+            let mut at = offset + BATCH_HEADER_LEN;
+            for _ in 0..records {
                 let (kind, rec_len) = {
                     let Some(f) = self.file(id) else { break };
-                    let body = &f.bytes()[body_start..body_start + bh.body_len as usize];
-                    match Record::decode(&body[at..]) {
+                    match Record::decode(&f.bytes()[at..]) {
                         Ok((record, rec_len)) => (OwnedKind::of(&record), rec_len),
                         Err(reason) => {
                             return Err(Error::Corrupt {
-                                path,
-                                offset: record_offset as u64,
-                                reason: format!("record {i} of batch {}: {reason}", bh.number),
+                                path: scan.path.clone(),
+                                offset: at as u64,
+                                reason: format!(
+                                    "record changed between verification and replay: {reason}"
+                                ),
                             })
                         }
                     }
                 };
-                self.apply(id, record_offset as u32, kind, rec_len as u64, None)?;
+                self.apply(id, at as u32, kind, rec_len as u64, None)?;
                 at += rec_len;
             }
-            if at != bh.body_len as usize {
-                return Err(Error::Corrupt {
-                    path,
-                    offset: (body_start + at) as u64,
-                    reason: format!(
-                        "batch {} declares {} body bytes but its records end at {at}",
-                        bh.number, bh.body_len
-                    ),
-                });
-            }
-        }
-        if let Some(f) = self.file(id) {
-            if f.last_batch >= f.header.first_batch {
-                self.last = Commit {
-                    number: f.last_batch,
-                    checksum: f.last_checksum,
-                };
-            }
+            offset += BATCH_HEADER_LEN + body_len + FOOTER_LEN;
         }
         Ok(())
     }
 
-    /// Checks that the files present and the files compacted away form one unbroken chain from
-    /// the first batch to the last.
-    fn check_chain(&self) -> Result<()> {
-        let max_id = self.files.len().saturating_sub(1) as u32;
-        let max_id = max_id.max(self.state.drops.keys().next_back().copied().unwrap_or(0));
-        let accounted = |id: u32| self.file(id).is_some() || self.state.drops.contains_key(&id);
-        // Name a file missing between present files first: a gap below the oldest present
-        // file may only mean that the drop records explaining it were in the missing file.
-        let present: Vec<u32> = self
-            .files
-            .iter()
-            .flatten()
-            .map(|f| f.header.file_id)
-            .collect();
-        if let (Some(&lo), Some(&hi)) = (present.first(), present.last()) {
-            if let Some(id) = (lo..=hi).find(|id| !accounted(*id)) {
-                let before = (lo..id)
-                    .rev()
-                    .find(|i| accounted(*i))
-                    .map_or("genesis".into(), |i| format!("file {i}"));
-                let after = (id + 1..=hi)
-                    .find(|i| accounted(*i))
-                    .map_or("the end".into(), |i| format!("file {i}"));
-                return Err(Error::MissingFile {
-                    dir: self.dir.clone(),
-                    file_id: id,
-                    before,
-                    after,
-                });
-            }
+    /// Unlinks compacted files whose drop record is durable, then makes the removals durable.
+    fn finish_unlinks(&mut self) -> Result<()> {
+        if self.unlink.is_empty() && !self.dir_unsynced {
+            return Ok(());
         }
-        let mut prev_batch = 0u64;
-        let mut prev_checksum = GENESIS;
-        let mut prev_name = "genesis".to_string();
-        for id in 1..=max_id {
-            let (span, what) = match (self.file(id), self.state.drops.get(&id)) {
-                (Some(f), _) => (f.span(), "file"),
-                (None, Some((span, _))) => (*span, "dropped file"),
-                (None, None) => {
-                    let after = (id + 1..=max_id)
-                        .find(|i| self.file(*i).is_some() || self.state.drops.contains_key(i))
-                        .map_or_else(|| "the end".to_string(), |i| format!("file {i}"));
-                    return Err(Error::MissingFile {
-                        dir: self.dir.clone(),
-                        file_id: id,
-                        before: prev_name,
-                        after,
-                    });
+        for path in std::mem::take(&mut self.unlink) {
+            if let Err(e) = self.storage.remove_file(&path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    // Harmless: the next open removes a file its drop record names.
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove compacted log file; it will be removed on next open");
                 }
-            };
-            if span.first_batch != prev_batch + 1 || span.anchor != prev_checksum {
-                return Err(Error::Corrupt {
-                    path: self.dir.join(file_name(id)),
-                    offset: 16,
-                    reason: format!(
-                        "{what} {id} starts at batch {} after checksum {}, but {prev_name} ends at batch {prev_batch} with checksum {}",
-                        span.first_batch,
-                        hex(&span.anchor),
-                        hex(&prev_checksum)
-                    ),
-                });
             }
-            prev_batch = span.last_batch;
-            prev_checksum = span.last;
-            prev_name = format!("{what} {id}");
         }
-        if self.last.number != prev_batch || (prev_batch > 0 && self.last.checksum != prev_checksum)
-        {
-            return Err(Error::Corrupt {
-                path: self.dir.clone(),
-                offset: 0,
-                reason: format!(
-                    "the newest batch read is {} but the chain ends at batch {prev_batch}",
-                    self.last.number
-                ),
-            });
-        }
+        self.dir_unsynced = true;
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(io(&self.dir, "fsync directory"))?;
+        self.dir_unsynced = false;
         Ok(())
     }
 
@@ -801,9 +729,12 @@ impl Vilmo {
                         *live = live.saturating_sub(bytes);
                     }
                 }
+                // Unmapped now; unlinked only once this record is durable (see
+                // `finish_unlinks`): a power loss may persist an unlink and lose the batch
+                // that explains it.
                 if let Some(slot) = self.files.get_mut(dropped as usize) {
                     if let Some(f) = slot.take() {
-                        self.pending_removal(f);
+                        self.unlink.push(f.path.clone());
                     }
                 }
                 if let Some(live) = self.state.live.get_mut(dropped as usize) {
@@ -811,6 +742,22 @@ impl Vilmo {
                 }
             }
             OwnedKind::Cursor { victim, next } => {
+                // Compaction reads the victim from `next` on: in a file that exists it must be
+                // a batch boundary or the end. During replay the victim may already be gone,
+                // removed after a drop record later in the log; `open` checks that no cursor
+                // is left naming a missing file.
+                let misplaced = self.file(victim).is_some_and(|f| {
+                    next > f.len
+                        || (next < f.len
+                            && decode_batch_header(&f.bytes()[next as usize..]).is_err())
+                });
+                if misplaced {
+                    return Err(Error::Corrupt {
+                        path: self.file(file).map(|f| f.path.clone()).unwrap_or_default(),
+                        offset: u64::from(offset),
+                        reason: format!("compaction cursor names byte {next} of file {victim}, which is not a batch boundary"),
+                    });
+                }
                 self.state.cursor = Some((victim, next));
             }
         }
@@ -834,30 +781,6 @@ impl Vilmo {
                 (NULLIFY_HEADER_LEN + key_len) as u64,
             );
         }
-    }
-
-    /// Removes a compacted file once its drop record is durable: it is unmapped here and
-    /// unlinked by [`Self::remove_file`] or at once.
-    fn pending_removal(&mut self, f: LogFile) {
-        let path = f.path.clone();
-        drop(f);
-        if let Err(e) = fs::remove_file(&path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %path.display(), error = %e, "cannot remove compacted log file; it will be removed on next open");
-            }
-        }
-    }
-
-    fn remove_file(&mut self, id: u32) -> Result<()> {
-        if let Some(slot) = self.files.get_mut(id as usize) {
-            if let Some(f) = slot.take() {
-                let path = f.path.clone();
-                drop(f);
-                fs::remove_file(&path).map_err(io(&path, "remove compacted file"))?;
-                sync_dir(&self.dir)?;
-            }
-        }
-        Ok(())
     }
 
     /// The value of `key`, borrowed from the memory-mapped log.
@@ -905,7 +828,7 @@ impl Vilmo {
 
     /// Sizes of the store.
     pub fn stats(&self) -> Stats {
-        let files: Vec<&LogFile> = self.files.iter().flatten().collect();
+        let files: Vec<&LogFile<S::File>> = self.files.iter().flatten().collect();
         Stats {
             keys: self.state.index.len(),
             files: files.len(),
@@ -1044,7 +967,13 @@ impl Vilmo {
                     let Ok(bh) = decode_batch_header(rest) else {
                         break;
                     };
-                    let body = &rest[BATCH_HEADER_LEN..BATCH_HEADER_LEN + bh.body_len as usize];
+                    // Verified bytes always hold the whole batch; `get` keeps a can't-happen
+                    // from becoming a panic.
+                    let Some(body) =
+                        rest.get(BATCH_HEADER_LEN..BATCH_HEADER_LEN + bh.body_len as usize)
+                    else {
+                        break;
+                    };
                     let mut pos = 0usize;
                     while pos < body.len() {
                         let Ok((record, rec_len)) = Record::decode(&body[pos..]) else {
@@ -1236,12 +1165,31 @@ impl Vilmo {
             (applied, synced)
         });
         if let Err(e) = synced {
-            // The in-memory state is ahead of the disk: only a reopen can tell what is durable.
+            // After a failed fdatasync the page cache still holds the whole, valid batch: a
+            // reopen would keep a batch that was never acknowledged, later batches would build
+            // on it, and a power loss could then leave a hole. Cut the file back to what was
+            // acknowledged and make that durable.
             self.poisoned = true;
+            self.unlink.clear();
+            let cut = self
+                .files
+                .get_mut(file_id as usize)
+                .and_then(Option::as_mut)
+                .map(|f| f.file.set_len(base).and_then(|()| f.file.sync_data()));
+            if let Some(Err(cut_error)) = cut {
+                // Neither the batch nor its removal can be made durable: whatever a later open
+                // finds, the disk may run ahead of what was acknowledged. Stop before anything
+                // builds on that.
+                tracing::error!(path = %path.display(), sync_error = %e, %cut_error, "fdatasync of a batch failed and the batch cannot be cut back; aborting so that no later write builds on an unacknowledged batch");
+                std::process::abort();
+            }
+            tracing::error!(path = %path.display(), error = %e, offset = base, "fdatasync of a batch failed; cut the file back to the last acknowledged batch");
             return Err(io(&path, "fdatasync batch")(e));
         }
         if let Err(e) = applied {
             self.poisoned = true;
+            // The batch is durable, so its drops are too: a reopen removes the files.
+            self.unlink.clear();
             return Err(e);
         }
         if let Some(f) = self
@@ -1254,13 +1202,18 @@ impl Vilmo {
         }
         self.last = Commit { number, checksum };
         if let Some(span) = victim_done {
-            sync_dir(&self.dir)?;
             self.metrics.compactions.inc();
             tracing::debug!(
                 file = span.file_id,
                 batch = number,
                 "compacted log file away"
             );
+        }
+        // The batch is durable: removing the files it drops can no longer lose their keys. A
+        // failure here does not undo the batch, so it is not the caller's error: the next
+        // commit or open finishes the removal.
+        if let Err(e) = self.finish_unlinks() {
+            tracing::warn!(error = %e, "removing compacted log files did not complete; it is retried after the next batch");
         }
         tracing::trace!(
             batch = number,
@@ -1285,30 +1238,35 @@ impl Vilmo {
     fn append(&mut self, buf: &[u8], rotate: bool, number: u64) -> Result<(u32, u64)> {
         if rotate {
             let id = self.current + 1;
+            if id > recovery::MAX_FILE_ID {
+                return Err(Error::InvalidOption(format!(
+                    "the store has used all {} file numbers; raise target_file_size",
+                    recovery::MAX_FILE_ID
+                )));
+            }
             let path = self.dir.join(file_name(id));
             let header = FileHeader {
                 file_id: id,
                 first_batch: number,
                 anchor: self.last.checksum,
             };
-            let mut file = OpenOptions::new()
-                .read(true)
-                .append(true)
-                .create_new(true)
-                .open(&path)
+            let mut file = self
+                .storage
+                .create_new(&path)
                 .map_err(io(&path, "create log file"))?;
-            file.write_all(&header.encode())
+            file.append(&header.encode())
                 .map_err(io(&path, "write header"))?;
             if self.options.durable {
+                // The header and the file's entry are durable before any batch goes in, so a
+                // file that holds an acknowledged batch always has both.
                 file.sync_data().map_err(io(&path, "fdatasync header"))?;
-                sync_dir(&self.dir)?;
+                self.storage
+                    .sync_dir(&self.dir)
+                    .map_err(io(&self.dir, "fsync directory"))?;
             }
-            let map = map_file(
-                &file,
-                &path,
-                FILE_HEADER_LEN as u64,
-                self.options.target_file_size,
-            )?;
+            let map = file
+                .map(FILE_HEADER_LEN as u64, self.options.target_file_size)
+                .map_err(io(&path, "mmap"))?;
             if self.files.len() <= id as usize {
                 self.files.resize_with(id as usize + 1, || None);
             }
@@ -1333,7 +1291,7 @@ impl Vilmo {
         let base = f.len;
         // Durability comes from the fdatasync that `commit` runs beside applying the batch.
         let t = Instant::now();
-        f.file.write_all(buf).map_err(io(&f.path, "append batch"))?;
+        f.file.append(buf).map_err(io(&f.path, "append batch"))?;
         tracing::trace!(
             write_ms = t.elapsed().as_secs_f64() * 1e3,
             bytes = buf.len(),
@@ -1341,16 +1299,26 @@ impl Vilmo {
         );
         f.len += buf.len() as u64;
         if f.len as usize > f.map.len() {
-            // Only a batch larger than the target file size gets here.
-            f.map = map_file(&f.file, &f.path, f.len, f.len.saturating_mul(2))?;
+            // Only a batch larger than the target file size (or a storage whose views do not
+            // reserve room) gets here.
+            f.map = f
+                .file
+                .map(f.len, f.len.saturating_mul(2))
+                .map_err(io(&f.path, "mmap"))?;
         }
         Ok((id, base))
     }
+}
 
-    /// Builds a store in `dest` from copies of another store's log files (as a new node does
-    /// after downloading them), verifies every batch and the chain across files, and checks
-    /// that it ends at `expected` (the checksum every node agrees on). On success the new
-    /// store holds exactly the source's state.
+impl Vilmo<FsStorage> {
+    /// Builds a store in `dest` from another store's log files (as a new node does after
+    /// downloading them) and checks that it ends at `expected` (the checksum every node agrees
+    /// on). On success the new store holds exactly the source's state.
+    ///
+    /// The files come from a peer and are not trusted: before anything is copied or applied,
+    /// every file is verified with ordinary reads (names, headers, checksums, record bounds, the
+    /// chain across files and drop records) and the chain must end at `expected`; only then are
+    /// the files copied into `dest` (which must hold no log files) and opened.
     pub fn sync_from_logs(
         logs: &[PathBuf],
         dest: impl AsRef<Path>,
@@ -1358,20 +1326,73 @@ impl Vilmo {
         expected: Commit,
     ) -> Result<Self> {
         let dest = dest.as_ref();
-        fs::create_dir_all(dest).map_err(io(dest, "create directory"))?;
+        let mut named: Vec<(u32, &PathBuf)> = Vec::with_capacity(logs.len());
         for src in logs {
-            let name = src.file_name().ok_or_else(|| Error::Io {
-                path: src.clone(),
-                op: "name log file",
-                source: std::io::Error::other("path has no file name"),
-            })?;
-            let target = dest.join(name);
+            let id = src
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(recovery::parse_file_name)
+                .ok_or_else(|| Error::Corrupt {
+                    path: src.clone(),
+                    offset: 0,
+                    reason: "not named like a log file (eight digits and .vlog)".into(),
+                })?;
+            named.push((id, src));
+        }
+        named.sort_by_key(|(id, _)| *id);
+        if let Some(w) = named.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::Corrupt {
+                path: w[1].1.clone(),
+                offset: 0,
+                reason: format!("log file {} given twice", w[1].0),
+            });
+        }
+        let newest = named.last().map(|(id, _)| *id);
+        let mut scans = Vec::with_capacity(named.len());
+        for &(id, src) in &named {
+            let file = std::fs::File::open(src).map_err(io(src, "open"))?;
+            let len = file.metadata().map_err(io(src, "stat"))?.len();
+            let read =
+                |buf: &mut [u8], at: u64| std::os::unix::fs::FileExt::read_exact_at(&file, buf, at);
+            scans.push(recovery::scan_file(
+                &read,
+                len,
+                src,
+                id,
+                Some(id) == newest,
+            )?);
+        }
+        let (got_batch, got) = recovery::check_chain(dest, &scans)?;
+        let got = if got_batch == 0 { GENESIS } else { got };
+        if got_batch != expected.number || got != expected.checksum {
+            return Err(Error::SyncMismatch {
+                expected_batch: expected.number,
+                expected: hex(&expected.checksum),
+                got_batch,
+                got: hex(&got),
+            });
+        }
+
+        fs::create_dir_all(dest).map_err(io(dest, "create directory"))?;
+        let existing = FsStorage
+            .list_dir(dest)
+            .map_err(io(dest, "list directory"))?;
+        if let Some(name) = existing.iter().find(|n| n.ends_with(".vlog")) {
+            return Err(Error::InvalidOption(format!(
+                "{} already holds log file {name}; sync into an empty directory",
+                dest.display()
+            )));
+        }
+        for (id, src) in &named {
+            let target = dest.join(file_name(*id));
             fs::copy(src, &target).map_err(io(src, "copy log file"))?;
-            File::open(&target)
+            std::fs::File::open(&target)
                 .and_then(|f| f.sync_all())
                 .map_err(io(&target, "fsync copied log"))?;
         }
-        sync_dir(dest)?;
+        FsStorage
+            .sync_dir(dest)
+            .map_err(io(dest, "fsync directory"))?;
         let store = Self::open(dest, options)?;
         if store.last != expected {
             return Err(Error::SyncMismatch {
