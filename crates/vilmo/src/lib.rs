@@ -28,9 +28,19 @@
 //! # Crash safety
 //!
 //! `commit` returns after `fdatasync` of the batch (and of the directory when a file was
-//! created or removed). On open, a batch without its closing checksum at the end of the newest
-//! file is a torn write from a crash and is truncated; anything else that does not verify is an
-//! [`Error::Corrupt`] naming the file and offset, or an [`Error::MissingFile`].
+//! created). A compacted file is unlinked only after the batch that drops it is durable. A
+//! batch whose `fdatasync` failed is cut back off the file before `commit` returns the error.
+//! One process at a time: `open` takes an exclusive `flock` on the directory's `LOCK` file.
+//!
+//! On open every file is verified with ordinary reads before anything changes; a torn last
+//! batch of the newest file (short, or holding a page of zeros) is truncated; anything else that
+//! does not verify is an [`Error::Corrupt`] naming the file and offset, or an
+//! [`Error::MissingFile`]. `FORMAT.md` lists the rules. All file operations go through
+//! [`Storage`], so the tests can run the store on a simulated disk and check every state a
+//! power loss could leave (`tests/power_loss.rs`).
+//!
+//! Reads after open go through memory maps: a device error on a page that was verified at open
+//! and later evicted raises SIGBUS there. That is the price of zero-copy reads.
 
 #![warn(missing_docs)]
 
