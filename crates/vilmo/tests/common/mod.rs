@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod sim;
+
 use std::collections::BTreeMap;
 
 use gigas_vilmo::{Batch, Options, Vilmo};
