@@ -44,7 +44,7 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 fn read_all(file: &<SimDisk as Storage>::File) -> Vec<u8> {
-    let mut buf = vec![0; file.len().unwrap() as usize];
+    let mut buf = vec![0; file.size().unwrap() as usize];
     file.read_exact_at(&mut buf, 0).unwrap();
     buf
 }
@@ -483,7 +483,7 @@ fn a_removed_open_file_keeps_working() {
     assert_eq!(read_all(&clone), b"one two");
     // The name is free for a new, different file.
     let new = disk.create_new(&path("f")).unwrap();
-    assert_eq!(new.len().unwrap(), 0);
+    assert_eq!(new.size().unwrap(), 0);
     disk.sync_dir(Path::new(DIR)).unwrap();
     assert_eq!(read_all(&clone), b"one two");
     assert_eq!(disk.read_file(&path("f")).unwrap(), b"");
@@ -542,7 +542,7 @@ fn reads_lengths_cuts_and_maps() {
         ErrorKind::UnexpectedEof
     );
     file.set_len(4).unwrap();
-    assert_eq!(file.len().unwrap(), 4);
+    assert_eq!(file.size().unwrap(), 4);
     file.set_len(6).unwrap();
     assert_eq!(read_all(&file), b"0123\0\0");
 

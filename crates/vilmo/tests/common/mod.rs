@@ -6,7 +6,7 @@ pub mod sim;
 
 use std::collections::BTreeMap;
 
-use gigas_vilmo::{Batch, Options, Vilmo};
+use gigas_vilmo::{Batch, Options, Storage, Vilmo};
 
 /// Small files and compaction steps, so that a few hundred batches rotate and compact often.
 pub fn options(durable: bool) -> Options {
@@ -70,7 +70,7 @@ pub fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, n: u64) {
 }
 
 /// Everything in a store.
-pub fn contents(store: &Vilmo) -> BTreeMap<Vec<u8>, Vec<u8>> {
+pub fn contents<S: Storage>(store: &Vilmo<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut out = BTreeMap::new();
     store.for_each(|k, v| {
         out.insert(k.to_vec(), v.to_vec());

@@ -919,7 +919,7 @@ impl fmt::Debug for SimMap {
 impl StorageFile for SimFile {
     type Map = SimMap;
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         let mut state = lock(&self.state);
         Ok(state.inode(self.ino).current.len() as u64)
     }
