@@ -186,10 +186,6 @@ fn page_parts(start: usize, end: usize) -> Vec<(usize, usize)> {
 }
 
 /// A store built from `batches` in a fresh directory: its last commit and contents.
-fn reference(batches: &[Batch]) -> (Commit, Contents) {
-    reference_with(batches, common::options(false))
-}
-
 /// A store that saw only `batches`, written with `options` (file size and compaction decide
 /// the bytes, and so the checksums).
 fn reference_with(batches: &[Batch], options: Options) -> (Commit, Contents) {
