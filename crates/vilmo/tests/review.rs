@@ -185,9 +185,25 @@ fn page_parts(start: usize, end: usize) -> Vec<(usize, usize)> {
     out
 }
 
-/// A store built from `batches` in a fresh directory: its last commit and contents.
+/// A store of `batches` of the common workload in `<tempdir>/store`, with compaction off so
+/// that every file stays, and the options it was written with.
+fn store_without_compaction(batches: u64, durable: bool) -> (tempfile::TempDir, PathBuf, Options) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store");
+    let options = Options {
+        compaction_threshold_percent: 0,
+        ..common::options(durable)
+    };
+    let mut store = Vilmo::open(&path, options.clone()).expect("open");
+    for n in 1..=batches {
+        store.commit(common::batch(n)).expect("commit");
+    }
+    drop(store);
+    (dir, path, options)
+}
+
 /// A store that saw only `batches`, written with `options` (file size and compaction decide
-/// the bytes, and so the checksums).
+/// the bytes, and so the checksums): its last commit and contents.
 fn reference_with(batches: &[Batch], options: Options) -> (Commit, Contents) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store = Vilmo::open(dir.path(), options).expect("open reference");
@@ -568,18 +584,7 @@ fn a_failed_open_does_not_remove_a_compacted_file_put_back() {
 
 #[test]
 fn other_failed_opens_change_nothing_in_the_directory() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("store");
-    let options = Options {
-        compaction_threshold_percent: 0,
-        ..common::options(false)
-    };
-    {
-        let mut store = Vilmo::open(&path, options.clone()).expect("open");
-        for n in 1..=80 {
-            store.commit(common::batch(n)).expect("commit");
-        }
-    }
+    let (_dir, path, options) = store_without_compaction(80, false);
     let ids = log_ids(&path);
     assert!(ids.len() >= 4, "{} files", ids.len());
     let newest = *ids.last().expect("files");
@@ -926,18 +931,7 @@ fn a_flipped_bit_in_the_last_batch_is_still_corruption() {
 
 #[test]
 fn zeros_outside_the_newest_files_last_batch_are_still_corruption() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("store");
-    let options = Options {
-        compaction_threshold_percent: 0,
-        ..common::options(true)
-    };
-    {
-        let mut store = Vilmo::open(&path, options.clone()).expect("open");
-        for n in 1..=60 {
-            store.commit(common::batch(n)).expect("commit");
-        }
-    }
+    let (_dir, path, options) = store_without_compaction(60, true);
     let ids = log_ids(&path);
     assert!(ids.len() >= 3, "{} files", ids.len());
     let newest = *ids.last().expect("files");
@@ -1457,18 +1451,7 @@ fn check_stray(path: &Path, stray: &str, bytes: &[u8], options: &Options) -> Vec
 #[test]
 fn stray_one_dot_vlog_files_are_not_replayed_as_file_one() {
     // File 1 is still in the store; the strays are copies of it.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("store");
-    let options = Options {
-        compaction_threshold_percent: 0,
-        ..common::options(false)
-    };
-    {
-        let mut store = Vilmo::open(&path, options.clone()).expect("open");
-        for n in 1..=40 {
-            store.commit(common::batch(n)).expect("commit");
-        }
-    }
+    let (_dir, path, _) = store_without_compaction(40, false);
     assert!(log_ids(&path).len() >= 2);
     let first = fs::read(log_path(&path, 1)).expect("read");
     // Continue with compaction on, so that live-byte accounting decides what gets written.
