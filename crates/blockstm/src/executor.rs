@@ -668,6 +668,18 @@ struct Partial {
     stats: Stats,
 }
 
+impl Partial {
+    /// Nothing committed yet, room for `txs` receipts.
+    fn empty(txs: usize) -> Self {
+        Self {
+            receipts: Vec::with_capacity(txs),
+            cumulative_gas_used: 0,
+            committed: 0,
+            stats: Stats::default(),
+        }
+    }
+}
+
 impl ParallelExecutor {
     /// An executor with `threads` workers (the calling thread is one of them) and the
     /// default [`Bailout`].
@@ -714,6 +726,7 @@ impl ParallelExecutor {
                 pay_beneficiary(&mut overlay, beneficiary, *fee)
                     .map_err(|e| beneficiary_error(block, partial.committed, e))?;
             }
+            partial.stats.sequential_from = Some(partial.committed);
             finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
         }
         Ok(ParallelOutcome {
@@ -756,6 +769,7 @@ impl ParallelExecutor {
                 .map_err(|e| beneficiary_error(block, partial.committed, e))?;
         }
         if partial.committed < block.txs.len() {
+            partial.stats.sequential_from = Some(partial.committed);
             finish_sequentially(block, &mut partial, &mut *sink.db, None)?;
         }
         let outcome = BlockOutcome {
@@ -810,6 +824,10 @@ fn beneficiary_error(block: &PreparedBlock, index: usize, e: impl fmt::Display) 
 /// Executes the transactions after the committed prefix one after another over `db`, which
 /// holds the state after that prefix with every fee paid. With `collect`, each transaction's
 /// changes and fee are also kept, as the parallel phase keeps them.
+///
+/// This is the crate's only sequential loop: the tail of a block that bailed out and, from
+/// an empty prefix, the whole block in [`execute_sequential`]. It leaves
+/// [`Stats::sequential_from`] to the caller, which alone knows whether a bailout happened.
 fn finish_sequentially<D>(
     block: &PreparedBlock,
     partial: &mut Partial,
@@ -821,7 +839,6 @@ where
     D::Error: fmt::Display,
 {
     let from = partial.committed;
-    partial.stats.sequential_from = Some(from);
     let beneficiary = block.block_env.beneficiary;
     let mut evm = PlainEvm::new(db, block);
     for (index, tx) in block.txs.iter().enumerate().skip(from) {
@@ -884,12 +901,7 @@ where
 {
     let n = block.txs.len();
     if n == 0 {
-        return Ok(Partial {
-            receipts: Vec::new(),
-            cumulative_gas_used: 0,
-            committed: 0,
-            stats: Stats::default(),
-        });
+        return Ok(Partial::empty(0));
     }
     let started = std::time::Instant::now();
     let shared = Shared {
@@ -973,6 +985,40 @@ where
         "block-stm"
     );
     Ok(partial)
+}
+
+/// Executes `block` over `base` one transaction after another, with no Block-STM machinery,
+/// and returns what [`execute_block_parallel`] returns: each transaction's changes without the
+/// fee, and the fee. This is [`finish_sequentially`] from transaction 0 over a fresh overlay
+/// of `base`, so that the policy's sequential blocks and a bailed-out block's tail run the
+/// same code; nothing bailed out, so [`Stats::sequential_from`] stays `None` and only
+/// [`Stats::executions`] (one per transaction) is counted.
+pub(crate) fn execute_sequential<B>(
+    block: &PreparedBlock,
+    base: &B,
+) -> Result<ParallelOutcome, ExecutionError>
+where
+    B: DatabaseRef,
+    B::Error: fmt::Display,
+{
+    let n = block.txs.len();
+    let mut partial = Partial::empty(n);
+    let mut collect = Collect {
+        states: Vec::with_capacity(n),
+        fees: Vec::with_capacity(n),
+    };
+    let overlay = CacheDB::new(WrapDatabaseRef(base));
+    finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
+    Ok(ParallelOutcome {
+        outcome: BlockOutcome {
+            number: block.number,
+            receipts: partial.receipts,
+        },
+        states: collect.states,
+        fees: collect.fees,
+        beneficiary: block.block_env.beneficiary,
+        stats: partial.stats,
+    })
 }
 
 /// Executes `block` over `base` with `threads` Block-STM workers and returns every

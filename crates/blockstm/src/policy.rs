@@ -15,15 +15,12 @@
 
 use std::fmt;
 
-use gigas_evm::receipts::TxReceipt;
-use gigas_evm::revm::database::CacheDB;
-use gigas_evm::revm::database_interface::{DatabaseCommit, DatabaseRef, WrapDatabaseRef};
-use gigas_evm::revm::state::EvmState;
-use gigas_evm::{BlockOutcome, ExecutionError, PlainEvm, PreparedBlock};
+use gigas_evm::revm::database_interface::DatabaseRef;
+use gigas_evm::{ExecutionError, PreparedBlock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
-use crate::executor::{execute_block_parallel, pay_beneficiary, ParallelOutcome, Stats};
+use crate::executor::{execute_block_parallel, execute_sequential, ParallelOutcome};
 
 /// How a block was executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +162,10 @@ where
 
 /// Executes `block` one transaction after another and returns what
 /// [`execute_block_parallel`] returns: each transaction's changes without the fee, and the fee.
+///
+/// Runs the same loop as the sequential tail of a Block-STM block that bailed out, from the
+/// first transaction; [`ParallelOutcome::stats`] counts one execution per transaction and
+/// nothing else ([`crate::Stats::sequential_from`] is `None`: no parallel phase ran).
 pub fn execute_block_sequential<B>(
     block: &PreparedBlock,
     base: &B,
@@ -173,51 +174,5 @@ where
     B: DatabaseRef,
     B::Error: fmt::Display,
 {
-    let overlay = CacheDB::new(WrapDatabaseRef(base));
-    let mut evm = PlainEvm::new(overlay, block);
-    let beneficiary = block.block_env.beneficiary;
-    let mut receipts = Vec::with_capacity(block.txs.len());
-    let mut states: Vec<EvmState> = Vec::with_capacity(block.txs.len());
-    let mut fees = Vec::with_capacity(block.txs.len());
-    let mut cumulative_gas_used = 0u64;
-    for (index, tx) in block.txs.iter().enumerate() {
-        let (done, fee) = evm.transact_deferring_reward(tx.env.clone()).map_err(|e| {
-            ExecutionError::Transaction {
-                block: block.number,
-                index,
-                hash: tx.hash,
-                message: e.to_string(),
-            }
-        })?;
-        states.push(done.state.clone());
-        evm.db_mut().commit(done.state);
-        // Pay the fee now, as sequential execution does, so that later transactions see it.
-        pay_beneficiary(evm.db_mut(), beneficiary, fee).map_err(|e| {
-            ExecutionError::Transaction {
-                block: block.number,
-                index,
-                hash: tx.hash,
-                message: format!("paying the beneficiary: {e}"),
-            }
-        })?;
-        fees.push(fee);
-        receipts.push(TxReceipt::after(
-            tx.tx_type,
-            done.result,
-            &mut cumulative_gas_used,
-        ));
-    }
-    Ok(ParallelOutcome {
-        outcome: BlockOutcome {
-            number: block.number,
-            receipts,
-        },
-        states,
-        fees,
-        beneficiary,
-        stats: Stats {
-            executions: block.txs.len(),
-            ..Stats::default()
-        },
-    })
+    execute_sequential(block, base)
 }

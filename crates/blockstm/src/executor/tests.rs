@@ -462,3 +462,79 @@ fn a_beneficiary_read_before_a_later_equal_write_is_not_committed() {
     run.execute(2);
     assert_sequential(&block, &base, run.settle());
 }
+
+/// The policy's sequential path and a bailed-out block's tail are one loop
+/// (`finish_sequentially`); what tells them apart is `Stats::sequential_from`, set only when a
+/// parallel phase ran and bailed. Both must give what plain revm gives, transaction by
+/// transaction, beneficiary sweeps included.
+#[test]
+fn the_sequential_path_and_a_bailout_tail_agree_with_plain_revm() {
+    let coinbase = Address::with_last_byte(0xCB);
+    let sweep = Asm::default()
+        .op(&[PUSH1, 0, PUSH1, 0, PUSH1, 0, PUSH1, 0, SELFBALANCE])
+        .push_address(Address::with_last_byte(0xEE))
+        .op(&[GAS, CALL, POP, STOP])
+        .finish();
+    let reader_code = Asm::default()
+        .push_address(coinbase)
+        .op(&[BALANCE])
+        .op(&LOG_WORD)
+        .op(&[STOP])
+        .finish();
+    let reader = Address::with_last_byte(0xC7);
+    let (block, base) = london_block(
+        coinbase,
+        vec![
+            (coinbase, contract_account(sweep, 1_000)),
+            (reader, contract_account(reader_code, 0)),
+        ],
+        &[
+            (reader, &[], 2),
+            (coinbase, &[], 3),
+            (reader, &[], 1),
+            (reader, &[], 2),
+        ],
+    );
+    let mut plain = PlainEvm::new(base.clone(), &block);
+    let expected = gigas_evm::execute_block(&mut plain, &block).expect("plain revm executes");
+    let expected_state = snapshot(plain.db());
+    let n = block.txs.len();
+
+    let sequential = execute_block_sequential(&block, &base).expect("sequential executes");
+    assert_eq!(sequential.outcome, expected);
+    assert_eq!(
+        sequential.stats,
+        Stats {
+            executions: n,
+            ..Stats::default()
+        },
+        "the policy's sequential path counts one execution per transaction and no bailout"
+    );
+    assert_eq!((sequential.states.len(), sequential.fees.len()), (n, n));
+    let mut state = base.clone();
+    sequential.commit_into(&mut state).expect("commit");
+    assert_eq!(snapshot(&state), expected_state);
+
+    // Judged after the first execution, which is always cheaper than u64::MAX ns: the block
+    // bails out and the rest runs sequentially, both ways of committing.
+    let always_bail = Bailout {
+        after_executions: 1,
+        conflicts_per_execution: 0.0,
+        min_execution_ns: u64::MAX,
+    };
+    let mut executor = ParallelExecutor::new(2).with_bailout(Some(always_bail));
+    let bailed = executor.execute(&block, &base).expect("executes");
+    assert_eq!(bailed.outcome, expected);
+    assert!(bailed.stats.sequential_from.is_some_and(|from| from < n));
+    let mut state = base.clone();
+    bailed.commit_into(&mut state).expect("commit");
+    assert_eq!(snapshot(&state), expected_state);
+
+    let mut state = base.clone();
+    let (outcome, stats) = executor
+        .execute_into(&block, &base, &mut state)
+        .expect("executes");
+    assert_eq!(outcome, expected);
+    assert!(stats.sequential_from.is_some_and(|from| from < n));
+    assert_eq!(snapshot(&state), expected_state);
+}
