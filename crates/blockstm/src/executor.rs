@@ -7,8 +7,10 @@ use std::sync::Mutex;
 
 use alloy_primitives::{Address, B256, U256};
 use gigas_evm::receipts::TxReceipt;
-use gigas_evm::{BlockEvm, BlockOutcome, ExecutionError, PlainEvm, PreparedBlock};
-use revm::context::result::{EVMError, ExecutionResult};
+use gigas_evm::{
+    BlockChanges, BlockEvm, BlockOutcome, ExecutionError, PlainEvm, PreparedBlock, TxError,
+};
+use revm::context::result::{EVMError, ExecutionResult, InvalidTransaction};
 use revm::database::CacheDB;
 use revm::database_interface::WrapDatabaseRef;
 use revm::database_interface::{DBErrorMarker, Database, DatabaseCommit, DatabaseRef};
@@ -307,7 +309,21 @@ fn write_set(
 
 enum TxOutput {
     Done(ExecutionResult, EvmState, U256),
-    Invalid(String),
+    /// revm refused the transaction against this incarnation's view, or the base state
+    /// failed; whether that is final is for validation to decide.
+    Failed(TxError),
+}
+
+/// What an error of an incarnation means for the block. A read of an estimate never gets
+/// here (the worker waits and retries); anything else keeps its kind.
+fn tx_error(e: EVMError<MvError, InvalidTransaction>) -> TxError {
+    match e {
+        EVMError::Database(MvError::Base(message)) => TxError::Database(message),
+        EVMError::Database(MvError::Blocked(j)) => TxError::Internal(format!(
+            "an estimate of transaction {j} escaped the scheduler"
+        )),
+        other => TxError::from(other),
+    }
 }
 
 /// Where final transactions go, in block order, while later ones still execute.
@@ -360,6 +376,8 @@ struct Committer<'s> {
     cumulative_gas_used: u64,
     receipts: Vec<TxReceipt>,
     sink: &'s mut dyn Sink,
+    /// The committed transactions' changes, folded in order.
+    changes: BlockChanges,
     error: Option<ExecutionError>,
 }
 
@@ -439,7 +457,7 @@ where
                 // A transaction that is invalid against this view (a nonce or balance an
                 // earlier transaction has not written yet) is an output like any other:
                 // validation decides whether the view was right.
-                Err(e) => TxOutput::Invalid(e.to_string()),
+                Err(e) => TxOutput::Failed(tx_error(e)),
                 Ok((done, fee)) => {
                     write_set(&done.state, &evm.db().read_accounts, &self.codes, writes);
                     writes.push((Location::Fee(idx), Value::Fee(fee)));
@@ -543,14 +561,15 @@ where
                         result,
                         &mut committer.cumulative_gas_used,
                     ));
+                    committer.changes.fold_deferred(&state, fee);
                     committer.sink.accept(idx, state, fee);
                 }
-                TxOutput::Invalid(message) => {
+                TxOutput::Failed(error) => {
                     committer.error = Some(ExecutionError::Transaction {
                         block: self.block.number,
                         index: idx,
                         hash: tx.hash,
-                        message,
+                        error,
                     });
                     return true;
                 }
@@ -665,16 +684,19 @@ struct Partial {
     cumulative_gas_used: u64,
     /// Transactions committed, in order; fewer than the block's after a bailout.
     committed: usize,
+    /// Their changes, fees deferred (see [`BlockChanges::fold_deferred`]).
+    changes: BlockChanges,
     stats: Stats,
 }
 
 impl Partial {
     /// Nothing committed yet, room for `txs` receipts.
-    fn empty(txs: usize) -> Self {
+    fn empty(txs: usize, changes: BlockChanges) -> Self {
         Self {
             receipts: Vec::with_capacity(txs),
             cumulative_gas_used: 0,
             committed: 0,
+            changes,
             stats: Stats::default(),
         }
     }
@@ -733,6 +755,7 @@ impl ParallelExecutor {
             outcome: BlockOutcome {
                 number: block.number,
                 receipts: partial.receipts,
+                changes: partial.changes.finish(),
             },
             states: collect.states,
             fees: collect.fees,
@@ -768,6 +791,8 @@ impl ParallelExecutor {
             pay_beneficiary(sink.db, beneficiary, sink.unpaid)
                 .map_err(|e| beneficiary_error(block, partial.committed, e))?;
         }
+        // The tail below pays the beneficiary in every transaction, as revm does.
+        partial.changes.settle();
         if partial.committed < block.txs.len() {
             partial.stats.sequential_from = Some(partial.committed);
             finish_sequentially(block, &mut partial, &mut *sink.db, None)?;
@@ -775,6 +800,7 @@ impl ParallelExecutor {
         let outcome = BlockOutcome {
             number: block.number,
             receipts: partial.receipts,
+            changes: partial.changes.finish(),
         };
         Ok((outcome, partial.stats))
     }
@@ -817,8 +843,22 @@ fn beneficiary_error(block: &PreparedBlock, index: usize, e: impl fmt::Display) 
         block: block.number,
         index,
         hash: block.txs.get(index).map(|tx| tx.hash).unwrap_or_default(),
-        message: format!("paying the beneficiary: {e}"),
+        error: TxError::Database(format!("the beneficiary's account: {e}")),
     }
+}
+
+/// A fold of `block`'s changes whose fees are paid at the end, starting from the
+/// beneficiary's account in `base`.
+fn deferred_changes<B>(block: &PreparedBlock, base: &B) -> Result<BlockChanges, ExecutionError>
+where
+    B: DatabaseRef,
+    B::Error: fmt::Display,
+{
+    let beneficiary = block.block_env.beneficiary;
+    let pre = base
+        .basic_ref(beneficiary)
+        .map_err(|e| beneficiary_error(block, 0, e))?;
+    Ok(BlockChanges::deferring(block.spec(), beneficiary, pre))
 }
 
 /// Executes the transactions after the committed prefix one after another over `db`, which
@@ -842,17 +882,18 @@ where
     let beneficiary = block.block_env.beneficiary;
     let mut evm = PlainEvm::new(db, block);
     for (index, tx) in block.txs.iter().enumerate().skip(from) {
-        let failed = |e: &dyn fmt::Display| ExecutionError::Transaction {
+        let failed = |e: EVMError<D::Error, InvalidTransaction>| ExecutionError::Transaction {
             block: block.number,
             index,
             hash: tx.hash,
-            message: e.to_string(),
+            error: e.into(),
         };
         let result = match collect.as_deref_mut() {
             Some(collect) => {
                 let (done, fee) = evm
                     .transact_deferring_reward(tx.env.clone())
-                    .map_err(|e| failed(&e))?;
+                    .map_err(failed)?;
+                partial.changes.fold_deferred(&done.state, fee);
                 collect.states.push(done.state.clone());
                 collect.fees.push(fee);
                 evm.db_mut().commit(done.state);
@@ -860,9 +901,12 @@ where
                     .map_err(|e| beneficiary_error(block, index, e))?;
                 done.result
             }
-            None => evm
-                .transact_commit(tx.env.clone())
-                .map_err(|e| failed(&e))?,
+            None => {
+                let done = evm.transact(tx.env.clone()).map_err(failed)?;
+                partial.changes.fold(&done.state);
+                BlockEvm::commit(&mut evm, done.state);
+                done.result
+            }
         };
         partial.receipts.push(TxReceipt::after(
             tx.tx_type,
@@ -900,8 +944,9 @@ where
     B::Error: fmt::Display,
 {
     let n = block.txs.len();
+    let changes = deferred_changes(block, base)?;
     if n == 0 {
-        return Ok(Partial::empty(0));
+        return Ok(Partial::empty(0, changes));
     }
     let started = std::time::Instant::now();
     let shared = Shared {
@@ -916,6 +961,7 @@ where
             cumulative_gas_used: 0,
             receipts: Vec::with_capacity(n),
             sink,
+            changes,
             error: None,
         }),
         executions: AtomicUsize::new(0),
@@ -956,13 +1002,16 @@ where
             block: block.number,
             index: committer.next,
             hash: tx.hash,
-            message: "not final after every transaction was validated (a Block-STM bug)".into(),
+            error: TxError::Internal(
+                "not final after every transaction was validated (a Block-STM bug)".into(),
+            ),
         });
     }
     let partial = Partial {
         receipts: std::mem::take(&mut committer.receipts),
         cumulative_gas_used: committer.cumulative_gas_used,
         committed: committer.next,
+        changes: std::mem::replace(&mut committer.changes, BlockChanges::new(block.spec())),
         stats: Stats {
             executions: shared.executions.load(Ordering::Relaxed),
             validations: shared.validations.load(Ordering::Relaxed),
@@ -1002,7 +1051,7 @@ where
     B::Error: fmt::Display,
 {
     let n = block.txs.len();
-    let mut partial = Partial::empty(n);
+    let mut partial = Partial::empty(n, deferred_changes(block, base)?);
     let mut collect = Collect {
         states: Vec::with_capacity(n),
         fees: Vec::with_capacity(n),
@@ -1013,6 +1062,7 @@ where
         outcome: BlockOutcome {
             number: block.number,
             receipts: partial.receipts,
+            changes: partial.changes.finish(),
         },
         states: collect.states,
         fees: collect.fees,

@@ -1,61 +1,14 @@
 //! On every shipped mainnet block, with 1, 2, 4 and 8 threads, Block-STM gives the receipts,
-//! gas, logs and final state of sequential execution.
+//! gas, logs and ChangeSet bytes of sequential execution, and the state it commits holds that
+//! ChangeSet.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
-use alloy_primitives::{Address, B256, U256};
 use gigas_blockstm::{Bailout, ParallelExecutor};
-use gigas_evm::revm::database::{CacheDB, EmptyDB};
-use gigas_evm::{execute_block, load_fixtures_dir, PlainEvm, PreparedBlock};
-use gigas_primitives::ChainSpec;
-
-type Snapshot = BTreeMap<Address, (U256, u64, B256, String, BTreeMap<U256, U256>)>;
-
-/// The whole state of a database, in a canonical order. A `CacheDB` also caches what was only
-/// read (absent accounts, zero slots); those are not state and are left out.
-fn snapshot(db: &CacheDB<EmptyDB>) -> Snapshot {
-    db.cache
-        .accounts
-        .iter()
-        .filter(|(_, account)| {
-            !(account.info.is_empty() && account.storage.values().all(|v| v.is_zero()))
-                || format!("{:?}", account.account_state) != "NotExisting"
-        })
-        .map(|(address, account)| {
-            (
-                *address,
-                (
-                    account.info.balance,
-                    account.info.nonce,
-                    account.info.code_hash,
-                    format!("{:?}", account.account_state),
-                    account
-                        .storage
-                        .iter()
-                        .filter(|(_, v)| !v.is_zero())
-                        .map(|(k, v)| (*k, *v))
-                        .collect(),
-                ),
-            )
-        })
-        .collect()
-}
-
-fn mainnet_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/mainnet");
-    assert!(
-        dir.is_dir(),
-        "shared data missing: expected the mainnet fixtures at {}",
-        dir.display()
-    );
-    dir
-}
+use gigas_evm::{execute_block, PlainEvm};
+use gigas_test_support::{assert_holds, assert_same_changes, mainnet_blocks};
 
 #[test]
 fn parallel_equals_sequential_on_every_shipped_block() {
-    let fixtures = load_fixtures_dir(mainnet_dir()).expect("fixtures load");
-    let chain = ChainSpec::mainnet();
+    let blocks = mainnet_blocks();
     let mut total_aborts = 0;
     // One executor per thread count for all blocks, as a sequencer keeps one: its memory is
     // reset, not rebuilt, between blocks, and a block must never see the previous one's.
@@ -76,13 +29,11 @@ fn parallel_equals_sequential_on_every_shipped_block() {
         )
         .collect();
     let mut bailed = 0;
-    for fixture in &fixtures {
-        let block = PreparedBlock::from_fixture(fixture, &chain).expect("prepares");
+    for (fixture, block) in &blocks {
         let base = fixture.database();
 
-        let mut sequential = PlainEvm::new(base.clone(), &block);
-        let expected = execute_block(&mut sequential, &block).expect("sequential executes");
-        let expected_state = snapshot(sequential.db());
+        let mut sequential = PlainEvm::new(base.clone(), block);
+        let expected = execute_block(&mut sequential, block).expect("sequential executes");
 
         for executor in &mut executors {
             let threads = executor.threads();
@@ -90,7 +41,7 @@ fn parallel_equals_sequential_on_every_shipped_block() {
             // the block; the other half commit in order while the block executes.
             let mut state = base.clone();
             let (outcome, stats) = if threads % 4 == 0 {
-                let parallel = executor.execute(&block, &base).unwrap_or_else(|e| {
+                let parallel = executor.execute(block, &base).unwrap_or_else(|e| {
                     panic!("block {} with {threads} threads: {e}", block.number)
                 });
                 let result = (parallel.outcome.clone(), parallel.stats);
@@ -98,16 +49,14 @@ fn parallel_equals_sequential_on_every_shipped_block() {
                 result
             } else {
                 executor
-                    .execute_into(&block, &base, &mut state)
+                    .execute_into(block, &base, &mut state)
                     .unwrap_or_else(|e| {
                         panic!("block {} with {threads} threads: {e}", block.number)
                     })
             };
-            assert_eq!(
-                outcome, expected,
-                "block {} receipts with {threads} threads",
-                block.number
-            );
+            let what = format!("block {} with {threads} threads", block.number);
+            assert_same_changes(&what, &outcome.changes, &expected.changes);
+            assert_eq!(outcome, expected, "{what}: receipts");
             assert!(
                 stats.executions >= block.txs.len(),
                 "block {}: {} executions for {} txs",
@@ -120,26 +69,9 @@ fn parallel_equals_sequential_on_every_shipped_block() {
             } else {
                 total_aborts += stats.aborts;
             }
-            let got = snapshot(&state);
-            if got != expected_state {
-                let diffs: Vec<String> = expected_state
-                    .iter()
-                    .filter(|(a, v)| got.get(*a) != Some(*v))
-                    .map(|(a, v)| format!("{a}: sequential {v:?}, parallel {:?}", got.get(a)))
-                    .chain(
-                        got.keys()
-                            .filter(|a| !expected_state.contains_key(*a))
-                            .map(|a| format!("{a}: only in parallel")),
-                    )
-                    .take(3)
-                    .collect();
-                panic!(
-                    "block {}: final state differs with {threads} threads: {diffs:#?}",
-                    block.number
-                );
-            }
+            assert_holds(&what, &state, &expected.changes);
         }
-        let check = expected.check(&block).expect("header");
+        let check = expected.check(block).expect("header");
         assert!(check.is_match());
     }
     // Mainnet blocks conflict (every transaction pays the same beneficiary), so the
@@ -147,62 +79,48 @@ fn parallel_equals_sequential_on_every_shipped_block() {
     assert!(total_aborts > 0, "no incarnation was ever aborted");
     // Every block much longer than the bailout's window (and the executions in flight when
     // it fires) continued sequentially, once per bailing executor.
-    let long = 2 * fixtures
-        .iter()
-        .filter(|f| f.block.transactions.len() > 50)
-        .count();
+    let long = 2 * blocks.iter().filter(|(_, b)| b.txs.len() > 50).count();
     assert!(bailed >= long, "{bailed} bailouts for {long} long blocks");
 }
 
 #[test]
 fn policy_fallback_gives_the_sequential_outcome_and_counts_decisions() {
     use gigas_blockstm::{execute_block_with_policy, Metrics, Policy, Strategy};
-    let fixtures = load_fixtures_dir(mainnet_dir()).expect("fixtures load");
-    let chain = ChainSpec::mainnet();
+    let blocks = mainnet_blocks();
     let metrics = Metrics::default();
     // A threshold in the middle of the shipped block sizes exercises both strategies.
     let policy = Policy {
         min_parallel_txs: 150,
         min_avg_gas_limit: 60_000,
     };
-    for fixture in &fixtures {
-        let block = PreparedBlock::from_fixture(fixture, &chain).expect("prepares");
+    for (fixture, block) in &blocks {
         let base = fixture.database();
-        let mut sequential = PlainEvm::new(base.clone(), &block);
-        let expected = execute_block(&mut sequential, &block).expect("sequential executes");
+        let mut sequential = PlainEvm::new(base.clone(), block);
+        let expected = execute_block(&mut sequential, block).expect("sequential executes");
         let (strategy, outcome) =
-            execute_block_with_policy(&block, &base, 2, &policy, &metrics).expect("executes");
-        let want = if block.txs.len() < 150 || Policy::avg_gas_limit(&block) < 60_000 {
+            execute_block_with_policy(block, &base, 2, &policy, &metrics).expect("executes");
+        let want = if block.txs.len() < 150 || Policy::avg_gas_limit(block) < 60_000 {
             Strategy::Sequential
         } else {
             Strategy::Parallel(2)
         };
         assert_eq!(strategy, want, "block {}", block.number);
-        assert_eq!(
-            outcome.outcome, expected,
-            "block {} receipts via {strategy:?}",
-            block.number
-        );
+        let what = format!("block {} via {strategy:?}", block.number);
+        assert_same_changes(&what, &outcome.outcome.changes, &expected.changes);
+        assert_eq!(outcome.outcome, expected, "{what}: receipts");
         let mut state = base.clone();
         outcome.commit_into(&mut state).expect("commit");
-        assert!(
-            snapshot(&state) == snapshot(sequential.db()),
-            "block {} state via {strategy:?}",
-            block.number
-        );
+        assert_holds(&what, &state, &expected.changes);
     }
     let parallel = metrics.parallel_blocks.get();
     let sequential = metrics.sequential_blocks.get();
-    assert_eq!(parallel + sequential, fixtures.len() as u64);
+    assert_eq!(parallel + sequential, blocks.len() as u64);
     assert!(
         parallel > 0 && sequential > 0,
         "{parallel} parallel, {sequential} sequential"
     );
     assert_eq!(
-        Policy::default().choose(
-            &PreparedBlock::from_fixture(&fixtures[0], &chain).expect("prepares"),
-            1
-        ),
+        Policy::default().choose(&blocks[0].1, 1),
         Strategy::Sequential
     );
 }

@@ -6,17 +6,21 @@
 
 use alloy_consensus::{TxType, Typed2718};
 use alloy_primitives::B256;
-use gigas_primitives::{ChainSpec, Hardfork};
-use revm::context::result::{EVMError, ExecutionResult, InvalidTransaction};
+use gigas_primitives::{ChainSpec, ChangeSet, Hardfork};
+use revm::context::result::{
+    EVMError, ExecutionResult, InvalidHeader, InvalidTransaction, ResultAndState,
+};
 use revm::context::{BlockEnv, CfgEnv, Context, Journal, TxEnv};
 use revm::context_interface::ContextTr;
 use revm::database_interface::{Database, DatabaseCommit};
 use revm::handler::instructions::EthInstructions;
 use revm::handler::EthFrame;
 use revm::primitives::hardfork::SpecId;
+use revm::state::EvmState;
 use revm::MainBuilder;
 use std::fmt;
 
+use crate::changeset::BlockChanges;
 use crate::env::{block_env, tx_env};
 use crate::fixture::BlockFixture;
 use crate::jit::{CodeCache, JitEvm, JitMode};
@@ -138,11 +142,55 @@ impl PreparedBlock {
     }
 }
 
+/// Why one transaction could not be executed, by what a block builder must do about it.
+///
+/// A builder **drops** a transaction that is [`TxError::Invalid`] (its nonce is too low or
+/// too high, its sender cannot pay, its gas limit exceeds the block's, its fee cap is below
+/// the base fee, its chain id is wrong, ...) and goes on with the next one: the state is as
+/// it was before the transaction. It **stops** the block on anything else: a
+/// [`TxError::Header`] means the block environment itself is wrong, a [`TxError::Database`]
+/// means state could not be read (retrying or halting the node is the caller's decision), and
+/// a [`TxError::Internal`] is a bug or a fatal precompile failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxError {
+    /// revm refused the transaction before executing it; the reason is revm's.
+    #[error("invalid transaction: {0}")]
+    Invalid(InvalidTransaction),
+    /// revm refused the block environment.
+    #[error("invalid block environment: {0}")]
+    Header(InvalidHeader),
+    /// The state database failed.
+    #[error("state database: {0}")]
+    Database(String),
+    /// A custom or fatal EVM failure, or an executor's own inconsistency.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl TxError {
+    /// Whether a block builder drops the transaction and goes on (see the type's doc).
+    pub fn is_invalid_transaction(&self) -> bool {
+        matches!(self, TxError::Invalid(_))
+    }
+}
+
+impl<E: fmt::Display> From<EVMError<E, InvalidTransaction>> for TxError {
+    fn from(e: EVMError<E, InvalidTransaction>) -> Self {
+        match e {
+            EVMError::Transaction(reason) => TxError::Invalid(reason),
+            EVMError::Header(reason) => TxError::Header(reason),
+            EVMError::Database(e) => TxError::Database(e.to_string()),
+            EVMError::Custom(message) => TxError::Internal(message),
+            EVMError::CustomAny(e) => TxError::Internal(e.to_string()),
+        }
+    }
+}
+
 /// Why a block could not be executed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecutionError {
-    /// revm rejected a transaction or its database failed.
-    #[error("block {block}, transaction {index} ({hash}): {message}")]
+    /// A transaction could not be executed; [`TxError`] says whether to drop it or stop.
+    #[error("block {block}, transaction {index} ({hash}): {error}")]
     Transaction {
         /// Block number.
         block: u64,
@@ -150,8 +198,8 @@ pub enum ExecutionError {
         index: usize,
         /// Transaction hash.
         hash: B256,
-        /// revm's error.
-        message: String,
+        /// What went wrong.
+        error: TxError,
     },
     /// A transaction type revm does not know.
     #[error("block {block}, transaction {hash}: unsupported transaction type {ty}")]
@@ -165,25 +213,59 @@ pub enum ExecutionError {
     },
 }
 
-/// An EVM that executes one block's transactions in order, committing each to its database.
+impl ExecutionError {
+    /// The failing transaction's index and error, when one transaction is to blame.
+    pub fn transaction(&self) -> Option<(usize, &TxError)> {
+        match self {
+            ExecutionError::Transaction { index, error, .. } => Some((*index, error)),
+            ExecutionError::UnsupportedTxType { .. } => None,
+        }
+    }
+
+    /// Whether a block builder drops the failing transaction and goes on: it is invalid in
+    /// this block (or of a type this node does not execute). Everything else stops the block.
+    pub fn is_invalid_transaction(&self) -> bool {
+        match self {
+            ExecutionError::Transaction { error, .. } => error.is_invalid_transaction(),
+            ExecutionError::UnsupportedTxType { .. } => true,
+        }
+    }
+}
+
+/// An EVM that executes one block's transactions in order against its own database.
 pub trait BlockEvm {
     /// The database error.
     type DbError: fmt::Display;
+
+    /// Executes one transaction and returns its result and state changes, not yet committed.
+    fn transact(
+        &mut self,
+        tx: TxEnv,
+    ) -> Result<ResultAndState, EVMError<Self::DbError, InvalidTransaction>>;
+
+    /// Commits one transaction's state changes into the database.
+    fn commit(&mut self, state: EvmState);
 
     /// Executes one transaction and commits its state changes.
     fn transact_commit(
         &mut self,
         tx: TxEnv,
-    ) -> Result<ExecutionResult, EVMError<Self::DbError, InvalidTransaction>>;
+    ) -> Result<ExecutionResult, EVMError<Self::DbError, InvalidTransaction>> {
+        let outcome = self.transact(tx)?;
+        self.commit(outcome.state);
+        Ok(outcome.result)
+    }
 }
 
-/// The outcome of a block: one receipt per transaction.
+/// The outcome of a block: one receipt per transaction, and what it changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockOutcome {
     /// Block number.
     pub number: u64,
     /// The receipts, in order.
     pub receipts: Vec<TxReceipt>,
+    /// The block's state changes, canonical (see [`crate::changeset`]).
+    pub changes: ChangeSet,
 }
 
 impl BlockOutcome {
@@ -201,31 +283,35 @@ impl BlockOutcome {
     }
 }
 
-/// Executes `block` on `evm`, transaction after transaction.
+/// Executes `block` on `evm`, transaction after transaction, and builds its ChangeSet.
 pub fn execute_block<E: BlockEvm>(
     evm: &mut E,
     block: &PreparedBlock,
 ) -> Result<BlockOutcome, ExecutionError> {
     let mut receipts = Vec::with_capacity(block.txs.len());
+    let mut changes = BlockChanges::new(block.spec());
     let mut cumulative_gas_used = 0u64;
     for (index, tx) in block.txs.iter().enumerate() {
-        let result =
-            evm.transact_commit(tx.env.clone())
-                .map_err(|e| ExecutionError::Transaction {
-                    block: block.number,
-                    index,
-                    hash: tx.hash,
-                    message: e.to_string(),
-                })?;
+        let outcome = evm
+            .transact(tx.env.clone())
+            .map_err(|e| ExecutionError::Transaction {
+                block: block.number,
+                index,
+                hash: tx.hash,
+                error: e.into(),
+            })?;
+        changes.fold(&outcome.state);
+        evm.commit(outcome.state);
         receipts.push(TxReceipt::after(
             tx.tx_type,
-            result,
+            outcome.result,
             &mut cumulative_gas_used,
         ));
     }
     Ok(BlockOutcome {
         number: block.number,
         receipts,
+        changes: changes.finish(),
     })
 }
 
@@ -350,13 +436,15 @@ where
 {
     type DbError = DB::Error;
 
-    fn transact_commit(
+    fn transact(
         &mut self,
         tx: TxEnv,
-    ) -> Result<ExecutionResult, EVMError<DB::Error, InvalidTransaction>> {
-        let outcome = self.run_mainnet(tx)?;
-        self.evm.inner.ctx.db_mut().commit(outcome.state);
-        Ok(outcome.result)
+    ) -> Result<ResultAndState, EVMError<DB::Error, InvalidTransaction>> {
+        self.run_mainnet(tx)
+    }
+
+    fn commit(&mut self, state: EvmState) {
+        self.evm.inner.ctx.db_mut().commit(state);
     }
 }
 

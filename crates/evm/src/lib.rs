@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod changeset;
 pub mod env;
 pub mod executor;
 pub mod fixture;
@@ -22,8 +23,10 @@ pub mod receipts;
 pub mod spec;
 pub mod statetest;
 
+pub use changeset::BlockChanges;
 pub use executor::{
     execute_block, BlockEvm, BlockOutcome, ExecutionError, PlainEvm, PreparedBlock, PreparedTx,
+    TxError,
 };
 pub use fixture::{load_fixture, load_fixtures_dir, BlockFixture, FixtureError};
 pub use receipts::{BlockCheck, HeaderMismatch};

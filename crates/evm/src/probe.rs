@@ -19,7 +19,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use revm::context::result::{EVMError, ExecutionResult, HaltReason, InvalidTransaction};
+use revm::context::result::{EVMError, HaltReason, InvalidTransaction, ResultAndState};
 use revm::context::{Evm, TxEnv};
 use revm::context_interface::{ContextSetters, ContextTr, JournalTr};
 use revm::database_interface::{Database, DatabaseCommit};
@@ -30,6 +30,7 @@ use revm::interpreter::{
     CallInputs, Instruction, InstructionContext, InstructionExecResult, InterpreterResult,
 };
 use revm::primitives::{Address, AddressSet};
+use revm::state::EvmState;
 
 use crate::executor::{block_context, BlockContext, BlockEvm, Frame, Instructions, PreparedBlock};
 
@@ -331,22 +332,31 @@ where
 {
     type DbError = DB::Error;
 
-    fn transact_commit(
+    fn transact(
         &mut self,
         tx: TxEnv,
-    ) -> Result<ExecutionResult, EVMError<DB::Error, InvalidTransaction>> {
+    ) -> Result<ResultAndState, EVMError<DB::Error, InvalidTransaction>> {
         publish(&mut self.evm, Phase::Validation);
         self.evm.ctx.set_tx(tx);
         let mut handler = PhaseHandler {
             inner: MainnetHandler::default(),
         };
         let result = handler.run(&mut self.evm);
+        // Finalising the journal, folding the changes and committing them are the commit
+        // phase, up to `commit` below.
         publish(&mut self.evm, Phase::Commit);
         let state = self.evm.ctx.journal_mut().finalize();
-        if result.is_ok() {
-            self.evm.ctx.db_mut().commit(state);
+        match result {
+            Ok(result) => Ok(ResultAndState::new(result, state)),
+            Err(e) => {
+                publish(&mut self.evm, Phase::BlockLoop);
+                Err(e)
+            }
         }
+    }
+
+    fn commit(&mut self, state: EvmState) {
+        self.evm.ctx.db_mut().commit(state);
         publish(&mut self.evm, Phase::BlockLoop);
-        result
     }
 }

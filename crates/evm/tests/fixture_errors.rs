@@ -6,7 +6,7 @@ use std::path::Path;
 use gigas_evm::fixture::{BLOCK_FILE, PRESTATE_FILE};
 use gigas_evm::{load_fixture, load_fixtures_dir, FixtureError};
 
-mod common;
+use gigas_test_support as common;
 
 fn write_zstd(path: &Path, json: &str) {
     let compressed = zstd::encode_all(json.as_bytes(), 3).expect("compress");

@@ -1,7 +1,7 @@
 //! Every shipped mainnet block replays exactly: gasUsed always, receipts root and logs bloom
 //! from Byzantium on, on the plain EVM and on the probed one.
 
-mod common;
+use gigas_test_support as common;
 
 use gigas_evm::probe::{Probe, ProbedEvm};
 use gigas_evm::{execute_block, load_fixtures_dir, PlainEvm, PreparedBlock};

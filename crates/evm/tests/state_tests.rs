@@ -2,7 +2,7 @@
 //! expected post-state root and logs hash both interpreted and with every contract compiled
 //! before its first frame (`JitMode::Eager`), and the two runs agree on everything.
 
-mod common;
+use gigas_test_support as common;
 
 use gigas_evm::jit::JitMode;
 use gigas_evm::statetest::{run_dir, KNOWN_DEVIATIONS};

@@ -4,11 +4,10 @@
 //! hold runs again once every earlier one is final). What would be committed must be what
 //! sequential execution gives.
 
-use std::collections::BTreeMap;
-
 use alloy_primitives::{Bytes, Log};
 use gigas_evm::PreparedTx;
 use gigas_primitives::ChainSpec;
+use gigas_test_support::{assert_holds, assert_same_changes};
 use revm::bytecode::opcode::*;
 use revm::context::{BlockEnv, TxEnv};
 use revm::database::EmptyDB;
@@ -102,8 +101,10 @@ impl<'a> Interleaving<'a> {
         }
         let mut cumulative_gas_used = 0;
         let (mut receipts, mut states, mut fees) = (Vec::new(), Vec::new(), Vec::new());
+        let mut changes = deferred_changes(self.block, self.base).expect("base state reads");
         for (tx, output) in self.block.txs.iter().zip(self.outputs) {
             let (_, result, state, fee) = output.expect("every transaction executed");
+            changes.fold_deferred(&state, fee);
             receipts.push(TxReceipt::after(
                 tx.tx_type,
                 result,
@@ -116,6 +117,7 @@ impl<'a> Interleaving<'a> {
             outcome: BlockOutcome {
                 number: self.block.number,
                 receipts,
+                changes: changes.finish(),
             },
             states,
             fees,
@@ -123,28 +125,6 @@ impl<'a> Interleaving<'a> {
             stats: Stats::default(),
         }
     }
-}
-
-type Snapshot = BTreeMap<Address, (U256, u64, B256, BTreeMap<U256, U256>)>;
-
-fn snapshot(db: &CacheDB<EmptyDB>) -> Snapshot {
-    db.cache
-        .accounts
-        .iter()
-        .filter(|(_, a)| !a.info.is_empty() || a.storage.values().any(|v| !v.is_zero()))
-        .map(|(address, a)| {
-            let storage = a
-                .storage
-                .iter()
-                .filter(|(_, v)| !v.is_zero())
-                .map(|(k, v)| (*k, *v))
-                .collect();
-            (
-                *address,
-                (a.info.balance, a.info.nonce, a.info.code_hash, storage),
-            )
-        })
-        .collect()
 }
 
 /// `parallel` must hold the sequential receipts, one by one, and state.
@@ -162,10 +142,14 @@ fn assert_sequential(block: &PreparedBlock, base: &CacheDB<EmptyDB>, parallel: P
             "transaction {i}: Block-STM commits this receipt (left), sequential execution gives the right one"
         );
     }
-    let (mut got, mut want) = (base.clone(), base.clone());
+    assert_same_changes(
+        "the replayed interleaving",
+        &parallel.outcome.changes,
+        &expected.outcome.changes,
+    );
+    let mut got = base.clone();
     parallel.commit_into(&mut got).expect("commit");
-    expected.commit_into(&mut want).expect("commit");
-    assert_eq!(snapshot(&got), snapshot(&want), "state after the block");
+    assert_holds("the replayed interleaving", &got, &expected.outcome.changes);
 }
 
 /// EVM code with forward jumps: `push_label` pushes the offset of a `label` placed later.
@@ -497,7 +481,6 @@ fn the_sequential_path_and_a_bailout_tail_agree_with_plain_revm() {
     );
     let mut plain = PlainEvm::new(base.clone(), &block);
     let expected = gigas_evm::execute_block(&mut plain, &block).expect("plain revm executes");
-    let expected_state = snapshot(plain.db());
     let n = block.txs.len();
 
     let sequential = execute_block_sequential(&block, &base).expect("sequential executes");
@@ -513,7 +496,7 @@ fn the_sequential_path_and_a_bailout_tail_agree_with_plain_revm() {
     assert_eq!((sequential.states.len(), sequential.fees.len()), (n, n));
     let mut state = base.clone();
     sequential.commit_into(&mut state).expect("commit");
-    assert_eq!(snapshot(&state), expected_state);
+    assert_holds("committed", &state, &expected.changes);
 
     // Judged after the first execution, which is always cheaper than u64::MAX ns: the block
     // bails out and the rest runs sequentially, both ways of committing.
@@ -528,7 +511,7 @@ fn the_sequential_path_and_a_bailout_tail_agree_with_plain_revm() {
     assert!(bailed.stats.sequential_from.is_some_and(|from| from < n));
     let mut state = base.clone();
     bailed.commit_into(&mut state).expect("commit");
-    assert_eq!(snapshot(&state), expected_state);
+    assert_holds("committed", &state, &expected.changes);
 
     let mut state = base.clone();
     let (outcome, stats) = executor
@@ -536,5 +519,5 @@ fn the_sequential_path_and_a_bailout_tail_agree_with_plain_revm() {
         .expect("executes");
     assert_eq!(outcome, expected);
     assert!(stats.sequential_from.is_some_and(|from| from < n));
-    assert_eq!(snapshot(&state), expected_state);
+    assert_holds("committed", &state, &expected.changes);
 }

@@ -1,0 +1,192 @@
+//! What Gigas's tests share, so that no test file defines it again: where the shared data is,
+//! the mainnet fixtures ready to execute, one definition of "the same state" (ChangeSet bytes,
+//! with a readable first difference), and revm's own account of a block's changes to hold
+//! [`gigas_evm::BlockChanges`] to.
+//!
+//! Owns nothing a binary uses: it is a dev-dependency only (`publish = false`). Must not
+//! skip: a missing data directory is a panic naming the path, never a passing test.
+
+#![warn(missing_docs)]
+
+use std::path::PathBuf;
+
+use alloy_primitives::Bytes;
+use gigas_evm::revm::database::states::bundle_state::BundleRetention;
+use gigas_evm::revm::database::{CacheDB, EmptyDB, State};
+use gigas_evm::{execute_block, BlockFixture, BlockOutcome, PlainEvm, PreparedBlock};
+use gigas_primitives::{AccountState, ChainSpec, ChangeSet, ChangeSetBuilder};
+
+/// `shared/data/<rest>` beside the checkout. Panics with a clear message when absent: tests
+/// must never pass by skipping.
+pub fn shared_data(rest: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data")
+        .join(rest);
+    assert!(
+        dir.exists(),
+        "shared data missing: expected {} (clone the project with shared/ beside it)",
+        dir.display()
+    );
+    dir
+}
+
+/// `shared/data/mainnet`: the 50 mainnet blocks with their pre-state.
+pub fn mainnet_dir() -> PathBuf {
+    shared_data("mainnet")
+}
+
+/// Every shipped mainnet block, loaded and prepared on mainnet's chain spec, in block order.
+pub fn mainnet_blocks() -> Vec<(BlockFixture, PreparedBlock)> {
+    let fixtures = gigas_evm::load_fixtures_dir(mainnet_dir())
+        .unwrap_or_else(|e| panic!("the mainnet fixtures do not load: {e}"));
+    let chain = ChainSpec::mainnet();
+    fixtures
+        .into_iter()
+        .map(|fixture| {
+            let block = PreparedBlock::from_fixture(&fixture, &chain)
+                .unwrap_or_else(|e| panic!("block {} does not prepare: {e}", fixture.number()));
+            (fixture, block)
+        })
+        .collect()
+}
+
+/// Panics unless `actual` and `expected` are the same ChangeSet, byte for byte, naming the
+/// first account, slot or bytecode that differs.
+#[track_caller]
+pub fn assert_same_changes(what: &str, actual: &ChangeSet, expected: &ChangeSet) {
+    if actual.encode() == expected.encode() {
+        return;
+    }
+    let first = |a: Vec<String>, e: Vec<String>| {
+        a.iter()
+            .zip(&e)
+            .find(|(a, e)| a != e)
+            .map(|(a, e)| format!("first difference: {a} instead of {e}"))
+            .unwrap_or_else(|| format!("{} entries instead of {}", a.len(), e.len()))
+    };
+    let accounts = |c: &ChangeSet| c.accounts().iter().map(|x| format!("{x:?}")).collect();
+    let slots = |c: &ChangeSet| c.storage().iter().map(|x| format!("{x:?}")).collect();
+    let codes = |c: &ChangeSet| c.bytecodes().iter().map(|(h, _)| format!("{h}")).collect();
+    let detail = if actual.accounts() != expected.accounts() {
+        format!("accounts: {}", first(accounts(actual), accounts(expected)))
+    } else if actual.storage() != expected.storage() {
+        format!("slots: {}", first(slots(actual), slots(expected)))
+    } else {
+        format!("bytecodes: {}", first(codes(actual), codes(expected)))
+    };
+    panic!("{what}: the ChangeSets differ; {detail}");
+}
+
+/// Executes `block` sequentially over `fixture`'s pre-state and returns the outcome (whose
+/// ChangeSet comes from [`gigas_evm::BlockChanges`]) and, independently, the ChangeSet that
+/// revm's own `State` database derives from the same execution (its bundle: accounts with
+/// their state before and after, slots, destroyed flags, EIP-161 deletions).
+pub fn execute_with_reference(
+    fixture: &BlockFixture,
+    block: &PreparedBlock,
+) -> (BlockOutcome, ChangeSet) {
+    let state: State<CacheDB<EmptyDB>> = State::builder()
+        .with_database(fixture.database())
+        .with_bundle_update()
+        .build();
+    let mut evm = PlainEvm::new(state, block);
+    let outcome = execute_block(&mut evm, block)
+        .unwrap_or_else(|e| panic!("block {} does not execute: {e}", block.number));
+    let mut state = evm.into_db();
+    state.merge_transitions(BundleRetention::PlainState);
+    let bundle = state.take_bundle();
+    let mut builder = ChangeSetBuilder::new();
+    for (address, account) in &bundle.state {
+        let wiped = account.status.was_destroyed() && account.original_info.is_some();
+        let key = |i: &gigas_evm::revm::state::AccountInfo| (i.nonce, i.balance, i.code_hash);
+        match &account.info {
+            None => {
+                if account.original_info.is_some() {
+                    builder.destroyed(*address);
+                }
+                continue;
+            }
+            Some(info) => {
+                if wiped || account.original_info.as_ref().map(key) != Some(key(info)) {
+                    builder.account(
+                        *address,
+                        AccountState {
+                            nonce: info.nonce,
+                            balance: info.balance,
+                            code_hash: info.code_hash,
+                        },
+                        wiped,
+                    );
+                }
+                let before = account
+                    .original_info
+                    .as_ref()
+                    .map_or(gigas_evm::revm::primitives::KECCAK_EMPTY, |o| o.code_hash);
+                if info.code_hash != before
+                    && info.code_hash != gigas_evm::revm::primitives::KECCAK_EMPTY
+                {
+                    let code = bundle
+                        .contracts
+                        .get(&info.code_hash)
+                        .unwrap_or_else(|| panic!("revm's bundle lacks code {}", info.code_hash));
+                    builder.bytecode(Bytes::copy_from_slice(code.original_byte_slice()));
+                }
+            }
+        }
+        for (slot, value) in &account.storage {
+            let changed = if account.status.was_destroyed() {
+                !value.present_value.is_zero()
+            } else {
+                value.present_value != value.previous_or_original_value
+            };
+            if changed {
+                builder.slot(*address, *slot, value.present_value);
+            }
+        }
+    }
+    (outcome, builder.build())
+}
+
+/// Panics unless `db` holds what `changes` says the block left: every changed account's
+/// nonce, balance and code hash (a destroyed one absent or empty), every changed slot's value
+/// and every new bytecode. This is how a test checks an executor's *committed* state against
+/// the ChangeSet it reported.
+#[track_caller]
+pub fn assert_holds<D>(what: &str, db: &D, changes: &ChangeSet)
+where
+    D: gigas_evm::revm::database_interface::DatabaseRef,
+    D::Error: std::fmt::Debug,
+{
+    for (address, change) in changes.accounts() {
+        let info = db
+            .basic_ref(*address)
+            .unwrap_or_else(|e| panic!("{what}: reading {address}: {e:?}"));
+        match (&change.state, info) {
+            (None, None) => {}
+            (None, Some(info)) => assert!(
+                info.is_empty(),
+                "{what}: {address} was destroyed but holds {info:?}"
+            ),
+            (Some(state), info) => {
+                let info = info.unwrap_or_else(|| panic!("{what}: {address} is missing"));
+                assert_eq!(
+                    (info.nonce, info.balance, info.code_hash),
+                    (state.nonce, state.balance, state.code_hash),
+                    "{what}: account {address}"
+                );
+            }
+        }
+    }
+    for (address, slot, value) in changes.storage() {
+        let held = db
+            .storage_ref(*address, *slot)
+            .unwrap_or_else(|e| panic!("{what}: reading {address} slot {slot}: {e:?}"));
+        assert_eq!(held, *value, "{what}: {address} slot {slot}");
+    }
+    for (hash, code) in changes.bytecodes() {
+        let held = db
+            .code_by_hash_ref(*hash)
+            .unwrap_or_else(|e| panic!("{what}: reading code {hash}: {e:?}"));
+        assert_eq!(held.original_byte_slice(), &code[..], "{what}: code {hash}");
+    }
+}
