@@ -11,11 +11,13 @@
 //! # Contents
 //!
 //! - **Accounts** whose nonce, balance or code hash changed, or that were destroyed, sorted by
-//!   address. An account that was destroyed or created afresh (self-destruct, re-creation at
-//!   the same address) carries `storage_wiped`: its storage before the block is gone *as a
-//!   whole*, whatever slots it held. Executors cannot enumerate the old slots (revm's database
-//!   interface cannot), so the wipe is explicit and the consumer (which can: MDBX's DUPSORT
-//!   table, a diff follower's index) deletes them.
+//!   address. An account that existed before the block and was destroyed in it (and perhaps
+//!   re-created at the same address afterwards) carries `storage_wiped`: its storage before
+//!   the block is gone *as a whole*, whatever slots it held. Executors cannot enumerate the old
+//!   slots (revm's database interface cannot), so the wipe is explicit and the consumer
+//!   deletes them (MDBX's DUPSORT table can; Vilmo's layout keeps a slot count for it, see
+//!   [`crate::state_keys`]). Creation alone needs an address without code, nonce or (since
+//!   EIP-7610) storage, so it wipes nothing.
 //! - **Storage slots** whose value changed, sorted by (address, slot). Zero means deleted. After
 //!   a wipe, only slots written afterwards in the block are listed.
 //! - **Bytecodes** first deployed in the block, by code hash, sorted by hash.
@@ -65,7 +67,7 @@ pub struct AccountState {
 pub struct AccountChange {
     /// The account's state after the block; `None` when it was destroyed.
     pub state: Option<AccountState>,
-    /// Whether its storage from before the block was wiped (destroyed, or created afresh).
+    /// Whether its storage from before the block was wiped (it was destroyed in the block).
     pub storage_wiped: bool,
 }
 
@@ -298,8 +300,8 @@ impl ChangeSetBuilder {
         Self::default()
     }
 
-    /// Records the account's state after the block. `storage_wiped` when it was created afresh
-    /// at an address whose old storage is gone.
+    /// Records the account's state after the block. `storage_wiped` when its storage from
+    /// before the block is gone (a wipe recorded earlier for the address stays).
     pub fn account(&mut self, address: Address, state: AccountState, storage_wiped: bool) {
         let wiped = storage_wiped || self.accounts.get(&address).is_some_and(|c| c.storage_wiped);
         self.accounts.insert(

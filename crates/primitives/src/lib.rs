@@ -2,7 +2,8 @@
 //!
 //! Owns the chain specification (which hardfork is active at a given block number and
 //! timestamp), the [`ChangeSet`] (the canonical, byte-identical result of a block that storage,
-//! state diffs and checksums are derived from) and the description of the machine a
+//! state diffs and checksums are derived from), the layout of state in a key-value store
+//! ([`state_keys`]) and the description of the machine a
 //! measurement ran on ([`machine`]). It must
 //! stay free of any EVM implementation: mapping a [`Hardfork`] to a revm
 //! spec is the job of `gigas-evm`, the one crate that configures revm.
@@ -12,6 +13,7 @@
 pub mod chainspec;
 pub mod changeset;
 pub mod machine;
+pub mod state_keys;
 
 pub use chainspec::{Activation, ChainSpec, Hardfork};
 pub use changeset::{

@@ -49,6 +49,7 @@ pub mod format;
 mod index;
 pub mod metrics;
 mod recovery;
+mod state;
 pub mod storage;
 mod store;
 
