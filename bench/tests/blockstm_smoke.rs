@@ -44,8 +44,28 @@ fn small_blockstm_run_checks_every_workload() {
         assert_eq!(w.parallel.len(), 3);
         assert!(!w.parallel[2].bailout && w.parallel[2].threads == 2);
         for p in &w.parallel {
-            assert!(p.executions_per_tx >= 1.0 && p.speedup > 0.0);
+            // The figures are the ones measured: sequential over parallel time, gas over time.
+            assert!(p.seconds > 0.0 && w.sequential_s > 0.0, "{:?}", w.workload);
+            let ratio = w.sequential_s / p.seconds;
+            assert!(
+                (p.speedup - ratio).abs() <= 1e-9 * ratio,
+                "{:?} with {} threads reports {} but measured {ratio}",
+                w.workload,
+                p.threads,
+                p.speedup
+            );
+            assert!((p.gas_per_second * p.seconds - w.gas as f64).abs() <= 1e-6 * w.gas as f64);
+            // One worker never runs a transaction twice: it only ever reads final values.
+            if p.threads == 1 {
+                assert_eq!(p.executions_per_tx, 1.0, "{:?}", w.workload);
+            } else {
+                assert!(p.executions_per_tx >= 1.0);
+            }
         }
     }
-    assert!(out.path().join("blockstm.json").is_file() && out.path().join("blockstm.md").is_file());
+    // The files hold this run, not a stale one.
+    let json = std::fs::read_to_string(out.path().join("blockstm.json")).expect("blockstm.json");
+    let expected = serde_json::to_string_pretty(&report).expect("serialises");
+    assert!(json == expected, "blockstm.json is not this run's report");
+    assert!(out.path().join("blockstm.md").is_file());
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::report::Report;
 
@@ -58,15 +59,9 @@ pub fn top_opcodes(report: &Report, file: &Path) -> Result<(), ChartError> {
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(rows.len().max(1))
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_label_style(
-            ("sans-serif", 11)
-                .into_font()
-                .transform(FontTransform::Rotate90),
-        )
+        // The names are drawn below, by hand: plotters centres a rotated axis label on its
+        // tick, so half of a long name would sit over the bars.
+        .x_label_formatter(&|_| String::new())
         .y_desc("share of time (%)")
         .draw()
         .map_err(|e| chart_error(file, e))?;
@@ -102,6 +97,17 @@ pub fn top_opcodes(report: &Report, file: &Path) -> Result<(), ChartError> {
                 .map(|(i, c)| Circle::new((i as f64 + 0.5, *c), 3, RED.filled())),
         )
         .map_err(|e| chart_error(file, e))?;
+    // Each name starts just under the axis at its bar's centre and runs downwards.
+    let style = ("sans-serif", 11)
+        .into_font()
+        .transform(FontTransform::Rotate90)
+        .into_text_style(&root)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, name) in names.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(i as u32), 0.0));
+        root.draw(&Text::new(name.clone(), (x, y + 6), style.clone()))
+            .map_err(|e| chart_error(file, e))?;
+    }
     root.present().map_err(|e| chart_error(file, e))
 }
 

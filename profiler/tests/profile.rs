@@ -83,11 +83,29 @@ fn rows_add_up_and_counts_are_consistent() {
         "the Cancun block runs plenty of code"
     );
 
-    // Rows add up to the attributed time and the table is sorted. (How many samples a short
-    // run gets depends on the machine's load; the exact arithmetic is checked on a synthetic
-    // histogram in `report_arithmetic_is_exact`.)
-    let sum: f64 = report.rows.iter().map(|r| r.time_s).sum();
-    assert!((sum - report.attributed_seconds_per_pass).abs() < 1e-9);
+    // Every sample the rounds took outside the harness is in exactly one row, and samples
+    // land only on opcodes that ran: a sampler that read a stale or wrong activity, or a
+    // report that dropped or double-counted one, fails here. (How many samples a short run
+    // gets depends on the machine's load; the arithmetic of time and shares is checked on a
+    // synthetic histogram in `report_arithmetic_is_exact`.)
+    let idle = gigas_evm::probe::Phase::Idle as usize;
+    let taken: u64 = rounds
+        .iter()
+        .flat_map(|r| r.probed.histogram.samples.iter().enumerate())
+        .filter(|(activity, _)| *activity != idle)
+        .map(|(_, samples)| samples)
+        .sum();
+    let in_rows: u64 = report.rows.iter().map(|r| r.samples).sum();
+    assert_eq!(in_rows, taken, "samples in the table vs samples taken");
+    assert!(taken > 0, "the sampler took no sample at all");
+    for row in report.rows.iter().filter(|r| r.opcode.is_some()) {
+        assert!(
+            row.count > 0 || row.samples == 0,
+            "{} never ran but got {} samples",
+            row.name,
+            row.samples
+        );
+    }
     assert!(report.rows.windows(2).all(|w| w[0].time_s >= w[1].time_s));
 
     // Every block is reported with its header's gas and the replay's.
@@ -231,6 +249,52 @@ fn command_writes_every_report_file() {
         svg.contains("<svg") && svg.contains(top_opcode),
         "{top_opcode} missing from the chart"
     );
+    // The opcode names sit below the axis, not over the bars: each rotated label starts at
+    // or below the bottom of the bars and runs downwards from there.
+    let attr = |element: &str, name: &str| -> Option<f64> {
+        let start = element.find(&format!(" {name}=\""))? + name.len() + 3;
+        element[start..].split('"').next()?.parse().ok()
+    };
+    let bars_bottom = svg
+        .split("<rect")
+        .skip(1)
+        .filter(|r| r.contains("fill=\"#0000FF\""))
+        .filter_map(|r| Some(attr(r, "y")? + attr(r, "height")?))
+        .fold(f64::MIN, f64::max);
+    let names: Vec<&str> = json["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| !r["opcode"].is_null())
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    let labels: Vec<&str> = svg
+        .split("<text")
+        .skip(1)
+        .filter(|t| {
+            let text = t
+                .split('>')
+                .nth(1)
+                .unwrap_or("")
+                .split('<')
+                .next()
+                .unwrap_or("");
+            names.contains(&text.trim())
+        })
+        .collect();
+    assert!(
+        bars_bottom > 0.0 && labels.len() == names.len().min(30),
+        "{} opcode labels for {} opcodes",
+        labels.len(),
+        names.len()
+    );
+    for label in &labels {
+        let y = attr(label, "y").expect("label y");
+        assert!(
+            y >= bars_bottom && label.contains("text-anchor=\"start\""),
+            "a label at y {y} over bars ending at {bars_bottom}: {label}"
+        );
+    }
 }
 
 #[test]
