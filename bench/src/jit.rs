@@ -277,7 +277,7 @@ fn measure(program: &Program, rounds: usize) -> Result<ProgramResult> {
         let (action, exit) = if jit {
             // SAFETY: compiled from this code for this spec.
             let (action, exit) =
-                unsafe { run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas) };
+                unsafe { run_frame(&compiled, &mut interpreter, &mut host, &table, &gas) };
             (action, Some(exit))
         } else {
             (interpreter.run_plain(&table, &gas, &mut host), None)
@@ -320,8 +320,8 @@ fn measure(program: &Program, rounds: usize) -> Result<ProgramResult> {
         speedup: interpreter_s / jit_s,
         compile_ms: compile_s * 1e3,
         compile_us_per_kb: compile_s * 1e6 / (program.code.len() as f64 / 1024.0),
-        machine_code_bytes: compiled.code_size,
-        blocks: compiled.blocks,
+        machine_code_bytes: compiled.code_size(),
+        blocks: compiled.blocks(),
         exit: match exit {
             Some(Exit::Done) | None => "done".to_string(),
             Some(Exit::InvalidJump) => "invalid jump".to_string(),

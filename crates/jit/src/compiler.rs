@@ -29,17 +29,23 @@
 //! is entered again with `JitContext::pc` at the instruction after the CALL, which starts a
 //! block: the function's entry dispatches there (`pc` 0 is the frame's start).
 
+use alloy_primitives::{keccak256, B256};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName};
 use cranelift_codegen::ir::{Block as ClBlock, Value};
+use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use revm::bytecode::opcode::{self, OpCode};
 use revm::interpreter::GasTable;
 use revm::primitives::hardfork::SpecId;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::analysis::{analyze, gas_table, Analysis, STACK_LIMIT};
 use crate::runtime::{offsets, JitContext, CONTINUE, EXIT_BAIL, EXIT_INVALID_JUMP};
@@ -58,27 +64,190 @@ pub enum CompileError {
     NothingToCompile,
 }
 
-/// A compiled contract: its native function, valid while the [`Compiler`] that made it lives.
-#[derive(Debug, Clone, Copy)]
+/// The signature of a compiled contract.
+pub(crate) type NativeFn = unsafe extern "C" fn(*mut JitContext) -> u32;
+
+/// A compiled contract: a handle on its native function that keeps the function's machine
+/// code mapped.
+///
+/// Every contract is compiled into a Cranelift module of its own, and every handle holds a
+/// reference to that module; the module's memory is returned to the system (unmapped) when
+/// the last handle is dropped, and not before. The function pointer never leaves the handle:
+/// [`runtime::run_frame`](crate::runtime::run_frame) borrows the handle for as long as the
+/// code runs. So whoever can still run the code holds a handle, and the code cannot be freed
+/// under it.
+#[derive(Debug, Clone)]
 pub struct CompiledCode {
-    /// The native function.
-    pub function: unsafe extern "C" fn(*mut JitContext) -> u32,
-    /// Bytes of machine code.
-    pub code_size: usize,
-    /// Basic blocks translated and total.
-    pub blocks: (usize, usize),
+    function: NativeFn,
+    code_size: usize,
+    blocks: (usize, usize),
+    code_hash: B256,
+    spec: SpecId,
+    module: Arc<CodeModule>,
 }
 
-/// A Cranelift JIT module that owns the machine code of every contract it compiled.
+impl CompiledCode {
+    /// The native function, valid while `self` lives.
+    pub(crate) fn function(&self) -> NativeFn {
+        self.function
+    }
+
+    /// Bytes of machine code.
+    pub fn code_size(&self) -> usize {
+        self.code_size
+    }
+
+    /// Bytes of memory the machine code takes: its size rounded up to whole pages, as
+    /// cranelift-jit maps each function's code on pages of its own.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.module.mapped_bytes
+    }
+
+    /// Basic blocks translated and total.
+    pub fn blocks(&self) -> (usize, usize) {
+        self.blocks
+    }
+
+    /// The Keccak-256 hash of the EVM code this was compiled from.
+    pub fn code_hash(&self) -> B256 {
+        self.code_hash
+    }
+
+    /// The spec this was compiled for.
+    pub fn spec(&self) -> SpecId {
+        self.spec
+    }
+
+    /// Adds `gas` spent by compiled frames of this contract on their own instructions: the
+    /// code cache's measure of what the code is worth keeping (lock-free; any thread).
+    pub fn record_gas(&self, gas: u64) {
+        self.module.gas.fetch_add(gas, Ordering::Relaxed);
+    }
+
+    /// Gas recorded by [`Self::record_gas`] since the last take.
+    pub(crate) fn take_gas(&self) -> u64 {
+        self.module.gas.swap(0, Ordering::Relaxed)
+    }
+
+    /// Gas recorded by [`Self::record_gas`] since the last take, left in place.
+    pub(crate) fn peek_gas(&self) -> u64 {
+        self.module.gas.load(Ordering::Relaxed)
+    }
+
+    /// Whether `self` and `other` run the same machine code.
+    pub fn same_code(&self, other: &CompiledCode) -> bool {
+        Arc::ptr_eq(&self.module, &other.module)
+    }
+}
+
+/// Where a compiler reports the machine code it maps and frees (the code cache passes its
+/// `gigas_jit_*` metrics; they are shared handles on the same values).
+#[derive(Debug, Clone, Default)]
+pub struct CodeMemoryMetrics {
+    /// Bytes of machine code mapped now, by every live compiled contract.
+    pub mapped_bytes: Gauge,
+    /// Compiled contracts whose machine code is mapped now.
+    pub mapped_modules: Gauge,
+    /// Compiled contracts whose machine code was unmapped.
+    pub freed_modules: Counter,
+}
+
+/// One contract's Cranelift module: the owner of its machine code.
+struct CodeModule {
+    /// `None` once freed. The mutex only makes the module (which is `Send` but not `Sync`)
+    /// shareable; it is touched on drop alone, through `get_mut`.
+    module: Mutex<Option<JITModule>>,
+    mapped_bytes: u64,
+    /// Gas run in this code since the cache last looked (see `CompiledCode::record_gas`).
+    gas: AtomicU64,
+    metrics: Option<CodeMemoryMetrics>,
+}
+
+impl std::fmt::Debug for CodeModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeModule")
+            .field("mapped_bytes", &self.mapped_bytes)
+            .finish()
+    }
+}
+
+impl CodeModule {
+    fn new(module: JITModule, metrics: Option<CodeMemoryMetrics>) -> Self {
+        Self {
+            module: Mutex::new(Some(module)),
+            mapped_bytes: 0,
+            gas: AtomicU64::new(0),
+            metrics,
+        }
+    }
+
+    fn module(&mut self) -> &mut JITModule {
+        let slot = self
+            .module
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot {
+            Some(module) => module,
+            // Only `drop` empties the slot.
+            None => unreachable!("a code module is used after it was freed"),
+        }
+    }
+
+    /// Counts `bytes` of machine code as mapped by this module.
+    fn set_mapped(&mut self, bytes: u64) {
+        self.mapped_bytes = bytes;
+        if let Some(metrics) = &self.metrics {
+            metrics.mapped_bytes.inc_by(bytes as i64);
+            metrics.mapped_modules.inc();
+        }
+    }
+}
+
+impl Drop for CodeModule {
+    fn drop(&mut self) {
+        let slot = self
+            .module
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(module) = slot.take() {
+            // SAFETY: every pointer into this module's code was handed out inside a
+            // `CompiledCode`, each of which holds an `Arc` to this owner; the last one is
+            // gone, so no frame runs this code and none can call it again. (A module whose
+            // compile failed handed out no pointer at all.)
+            unsafe { module.free_memory() };
+        }
+        if let Some(metrics) = &self.metrics {
+            if self.mapped_bytes > 0 {
+                metrics.mapped_bytes.dec_by(self.mapped_bytes as i64);
+                metrics.mapped_modules.dec();
+                metrics.freed_modules.inc();
+            }
+        }
+    }
+}
+
+/// The system's page size (cranelift-jit maps code on whole pages).
+pub(crate) fn page_size() -> u64 {
+    static PAGE: OnceLock<u64> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf reads a constant of the system.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(size).ok().filter(|s| *s > 0).unwrap_or(4096)
+    })
+}
+
+/// Compiles contracts, each into a Cranelift JIT module of its own (so that its machine code
+/// can be freed alone; see [`CompiledCode`]).
 pub struct Compiler {
-    module: JITModule,
+    isa: OwnedTargetIsa,
     ctx: Context,
     builder_ctx: FunctionBuilderContext,
     functions: usize,
+    metrics: Option<CodeMemoryMetrics>,
     /// Makes the next definition fail in Cranelift (declared as an import, which cannot be
     /// defined): how the tests reach the error path.
     #[cfg(test)]
-    fail_next_definition: bool,
+    pub(crate) fail_next_definition: bool,
 }
 
 impl std::fmt::Debug for Compiler {
@@ -93,6 +262,11 @@ const TRUSTED: MemFlagsData = MemFlagsData::trusted();
 
 /// Four 64-bit limbs, least significant first (the layout of revm's `U256`).
 type Word = [Value; 4];
+
+/// EVM code that makes a test build of the compiler panic, as a Cranelift bug would: how the
+/// code cache's tests reach its panic guard.
+#[cfg(test)]
+pub(crate) const PANIC_FOR_TESTS: &[u8] = b"\xfe\xfe\xfegigas-jit: panic in the compiler";
 
 impl Compiler {
     /// A compiler for the host machine, optimising for speed.
@@ -114,30 +288,53 @@ impl Compiler {
             .map_err(|e| CompileError::Isa(e.to_string()))?
             .finish(settings::Flags::new(flags))
             .map_err(|e| CompileError::Isa(e.to_string()))?;
-        let module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+        let mut ctx = Context::new();
+        ctx.func.signature.call_conv = isa.default_call_conv();
         Ok(Self {
-            ctx: module.make_context(),
-            module,
+            isa,
+            ctx,
             builder_ctx: FunctionBuilderContext::new(),
             functions: 0,
+            metrics: None,
             #[cfg(test)]
             fail_next_definition: false,
         })
     }
 
+    /// A compiler like [`Self::new`] that counts the machine code it maps, and frees, in
+    /// `metrics`.
+    pub fn with_metrics(metrics: CodeMemoryMetrics) -> Result<Self, CompileError> {
+        let mut compiler = Self::new()?;
+        compiler.metrics = Some(metrics);
+        Ok(compiler)
+    }
+
     /// Compiles `code` (original bytes) for `spec`.
     pub fn compile(&mut self, code: &[u8], spec: SpecId) -> Result<CompiledCode, CompileError> {
+        #[cfg(test)]
+        if code == PANIC_FOR_TESTS {
+            panic!("a compiler panic, provoked by a test");
+        }
         let gas = gas_table(spec);
         let analysis = analyze(code, spec, &gas);
         let translated = analysis.blocks.iter().filter(|b| b.compilable).count();
         if translated == 0 {
             return Err(CompileError::NothingToCompile);
         }
-        let pointer = self.module.target_config().pointer_type();
-        let mut signature = Signature::new(self.module.isa().default_call_conv());
+        // Owned from the start, so that every way out of here, a panic included, frees
+        // whatever the module mapped.
+        let mut owner = CodeModule::new(
+            JITModule::new(JITBuilder::with_isa(
+                self.isa.clone(),
+                default_libcall_names(),
+            )),
+            self.metrics.clone(),
+        );
+        let module = owner.module();
+        let pointer = module.target_config().pointer_type();
+        let mut signature = Signature::new(module.isa().default_call_conv());
         signature.params.push(AbiParam::new(pointer));
         signature.returns.push(AbiParam::new(types::I32));
-        let name = format!("evm_{}", self.functions);
         self.functions += 1;
         #[cfg(test)]
         let linkage = if std::mem::take(&mut self.fail_next_definition) {
@@ -147,19 +344,17 @@ impl Compiler {
         };
         #[cfg(not(test))]
         let linkage = Linkage::Local;
-        let id = self
-            .module
-            .declare_function(&name, linkage, &signature)
+        let id = module
+            .declare_function("evm", linkage, &signature)
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
         self.ctx.func.signature = signature;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
-        let frontend = self.module.isa().frontend_config();
+        let frontend = module.isa().frontend_config();
         {
             let builder = FunctionBuilder::new(&mut self.ctx.func, &mut self.builder_ctx);
             Translator::new(builder, code, &analysis, gas, spec, pointer).translate(frontend);
         }
-        let defined = self
-            .module
+        let defined = module
             .define_function(id, &mut self.ctx)
             .map_err(|e| CompileError::Codegen(format!("{e:?}")));
         let code_size = self
@@ -168,20 +363,23 @@ impl Compiler {
             .map_or(0, |c| c.code_buffer().len());
         // On every path, error or not: the next compile builds its function in this context,
         // and what is left in it would become the start of that function.
-        self.module.clear_context(&mut self.ctx);
+        module.clear_context(&mut self.ctx);
         defined?;
-        self.module
+        module
             .finalize_definitions()
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
-        let pointer = self.module.get_finalized_function(id);
+        let pointer = module.get_finalized_function(id);
         // SAFETY: the function was declared with this signature: one pointer in, i32 out.
-        let function = unsafe {
-            std::mem::transmute::<*const u8, unsafe extern "C" fn(*mut JitContext) -> u32>(pointer)
-        };
+        let function = unsafe { std::mem::transmute::<*const u8, NativeFn>(pointer) };
+        let page = page_size();
+        owner.set_mapped((code_size as u64).div_ceil(page) * page);
         Ok(CompiledCode {
             function,
             code_size,
             blocks: (translated, analysis.blocks.len()),
+            code_hash: keccak256(code),
+            spec,
+            module: Arc::new(owner),
         })
     }
 }
@@ -1024,7 +1222,7 @@ mod tests {
         // SAFETY: compiled from this code for this spec.
         let (action, _) = unsafe {
             crate::runtime::run_frame(
-                compiled.function,
+                compiled,
                 &mut interpreter,
                 &mut host,
                 &table,

@@ -1,19 +1,51 @@
-//! Cranelift compiler from EVM bytecode to native code.
+//! Cranelift compiler from EVM bytecode to native code, and the cache of compiled contracts.
 //!
 //! Owns: bytecode analysis ([`analysis`]), translation of a contract into one native function
-//! ([`compiler`]) and what that function runs against: its context, exit codes, helpers, and
-//! running a frame in it up to its end or its next CALL ([`runtime`]). The code cache, the
-//! background compiler thread and the hook into revm's frame loop live in `gigas_evm::jit`,
-//! where revm is configured.
+//! ([`compiler`]), what that function runs against: its context, exit codes, helpers, and
+//! running a frame in it up to its end or its next CALL ([`runtime`]), and the code cache:
+//! the `off|on|eager` switch, hotness, the background compiler thread, the memory budget of
+//! machine code, eviction and the `gigas_jit_*` metrics ([`cache`]). The hook into revm's
+//! frame loop lives in `gigas_evm::jit`, where revm is configured.
 //!
 //! Must not: change what a transaction does. The interpreter is the reference; compiled code
 //! gives the same status, gas, output, logs and state, and hands the frame to the interpreter
-//! wherever it cannot go on.
+//! wherever it cannot go on. Must not free machine code that a frame can still reach.
+//!
+//! # Never freeing code a frame can still reach
+//!
+//! cranelift-jit frees nothing when a `JITModule` is dropped; only the unsafe
+//! `JITModule::free_memory` unmaps a module's code. So each contract is compiled into a
+//! module of its own, owned by a private owner whose `Drop` calls `free_memory`, and the
+//! guarantee rests on three rules that the types enforce:
+//!
+//! 1. The only way to run compiled code is through a [`CompiledCode`] handle, and every handle
+//!    holds an `Arc` to its module's owner. The function pointer is private to this crate and
+//!    never leaves the handle: [`runtime::run_frame`] borrows the handle for the whole time
+//!    the code runs.
+//! 2. Whoever may run the code again holds a handle: the cache while the contract is
+//!    resident; in `gigas_evm::jit::JitEvm`, the frame stack (one handle per frame, from the
+//!    frame's start until it returns, so a frame suspended at a CALL keeps its code while
+//!    its child runs) and the per-transaction table of code already looked up.
+//! 3. Eviction only drops the cache's handle. The owner's `Drop`, and so `free_memory`, runs
+//!    when the last handle is dropped, which by rules 1 and 2 is when no frame runs the code
+//!    and none can call it again.
+//!
+//! A handle cannot be forged (its fields are private) and is `Send + Sync`, so this holds
+//! across threads: a Block-STM worker running an evicted contract keeps its pages mapped
+//! until its frame ends, while the cache has already taken in other code.
+//!
+//! # The default budget
+//!
+//! [`cache::DEFAULT_BUDGET_BYTES`] is 64 MiB of machine code (pages). Measured with
+//! `gigas-bench jit --budget` on the 50 shipped mainnet blocks under `on`, the default mode of
+//! a node: see the README for the figures at each budget.
 
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod cache;
 pub mod compiler;
 pub mod runtime;
 
-pub use compiler::{CompileError, CompiledCode, Compiler};
+pub use cache::{CacheConfig, CodeCache, Hotness, JitCounts, JitMode, JitStats};
+pub use compiler::{CodeMemoryMetrics, CompileError, CompiledCode, Compiler};

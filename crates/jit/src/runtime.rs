@@ -18,6 +18,8 @@ use revm::primitives::U256;
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 
+use crate::CompiledCode;
+
 /// Compiled code finished the frame: the interpreter holds the action (return, revert or
 /// halt), as after its own loop.
 pub const EXIT_DONE: u32 = 1;
@@ -261,11 +263,14 @@ pub enum Exit {
 /// Where the interpreter's loop would: a panic in an instruction function, the host or the
 /// database while compiled code runs is caught below compiled code and resumed here.
 ///
+/// The machine code stays mapped while it runs: `code` is borrowed for the whole call (see
+/// [`CompiledCode`]).
+///
 /// # Safety
 ///
-/// `function` must have been compiled from this interpreter's bytecode for its spec.
+/// `code` must have been compiled from this interpreter's bytecode for its spec.
 pub unsafe fn run_frame<H: Host>(
-    function: unsafe extern "C" fn(*mut JitContext) -> u32,
+    code: &CompiledCode,
     interpreter: &mut Interpreter<EthInterpreter>,
     host: &mut H,
     table: &InstructionTable<EthInterpreter, H>,
@@ -292,7 +297,7 @@ pub unsafe fn run_frame<H: Host>(
             memory_len: 0,
         };
         sync_memory(&mut ctx, frame.interpreter);
-        let exit = function(&mut ctx);
+        let exit = (code.function())(&mut ctx);
         if let Some(payload) = frame.panic.take() {
             std::panic::resume_unwind(payload);
         }

@@ -160,7 +160,7 @@ fn compare(
     };
     // SAFETY: compiled from this code for this spec.
     let (action, exit) = unsafe {
-        gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
+        gigas_jit::runtime::run_frame(&compiled, &mut interpreter, &mut host, &table, &gas)
     };
     let got = outcome(action, &interpreter, &host);
     assert_eq!(
@@ -408,7 +408,8 @@ fn a_counting_loop_matches_and_runs_native() {
     let compiled = compiler.compile(&code, SpecId::CANCUN);
     let compiled = compiled.expect("compiles");
     assert_eq!(
-        compiled.blocks.0, compiled.blocks.1,
+        compiled.blocks().0,
+        compiled.blocks().1,
         "every block translated"
     );
     assert!(compare(&mut compiler, &code, &[], 10_000_000, CANCUN));
@@ -485,7 +486,7 @@ fn a_call_suspends_compiled_code_and_resumes_after_it() {
     let compiled = compiler.compile(&code, spec).expect("compiles");
     // SAFETY: compiled from this code for this spec.
     let (action, exit) = unsafe {
-        gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
+        gigas_jit::runtime::run_frame(&compiled, &mut interpreter, &mut host, &table, &gas)
     };
     assert_eq!(exit, gigas_jit::runtime::Exit::Suspended, "{action:?}");
     assert!(matches!(action, InterpreterAction::NewFrame(_)));
@@ -494,7 +495,7 @@ fn a_call_suspends_compiled_code_and_resumes_after_it() {
     use gigas_evm::revm::interpreter::interpreter_types::Jumps;
     assert!(interpreter.stack.push(U256::from(1)));
     let (action, exit) = unsafe {
-        gigas_jit::runtime::run_frame(compiled.function, &mut interpreter, &mut host, &table, &gas)
+        gigas_jit::runtime::run_frame(&compiled, &mut interpreter, &mut host, &table, &gas)
     };
     assert_eq!(exit, gigas_jit::runtime::Exit::Done);
     assert!(matches!(action, InterpreterAction::Return(_)));
