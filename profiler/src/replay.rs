@@ -15,6 +15,7 @@ use gigas_primitives::ChainSpec;
 use crate::sampler::{Histogram, Sampler};
 
 /// A block loaded for replay: its environments and its pre-state database.
+#[derive(Debug)]
 pub struct LoadedBlock {
     /// Where it came from.
     pub dir: PathBuf,
@@ -25,6 +26,7 @@ pub struct LoadedBlock {
 }
 
 /// The blocks of one run.
+#[derive(Debug)]
 pub struct Workload {
     /// The blocks, in block order.
     pub blocks: Vec<LoadedBlock>,

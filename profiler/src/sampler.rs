@@ -54,6 +54,7 @@ impl Histogram {
 }
 
 /// A running sampler. Stop it to get its histogram.
+#[derive(Debug)]
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<Histogram>,

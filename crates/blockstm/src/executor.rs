@@ -43,6 +43,7 @@ pub struct Stats {
 
 /// A block executed in parallel: the same outcome as sequential execution, and each
 /// transaction's state changes to commit in order.
+#[derive(Debug)]
 pub struct ParallelOutcome {
     /// Receipts, as sequential execution gives them.
     pub outcome: BlockOutcome,

@@ -31,6 +31,7 @@
 //!   the state before the write, which validation (run after the writer finishes) catches as
 //!   with any early read.
 
+use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -156,6 +157,15 @@ fn shard_index(hash: u64) -> usize {
 fn latest_below(versions: &Versions, idx: usize) -> Option<&(usize, Entry)> {
     let below = versions.partition_point(|(writer, _)| *writer < idx);
     below.checked_sub(1).map(|i| &versions[i])
+}
+
+impl fmt::Debug for MvMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MvMemory")
+            .field("shards", &self.shards.len())
+            .field("transactions", &self.records.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl MvMemory {

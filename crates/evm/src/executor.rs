@@ -337,6 +337,15 @@ pub struct PlainEvm<DB: Database> {
     evm: JitEvm<BlockContext<DB>>,
 }
 
+impl<DB: Database> fmt::Debug for PlainEvm<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlainEvm")
+            .field("spec", &self.evm.inner.ctx.cfg.spec)
+            .field("block", &self.evm.inner.ctx.block.number)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<DB: Database> PlainEvm<DB> {
     /// An EVM for `block` over `db`, interpreting every frame.
     pub fn new(db: DB, block: &PreparedBlock) -> Self {

@@ -301,6 +301,15 @@ pub struct ProbedEvm<DB: Database> {
     evm: ProbedRevm<DB>,
 }
 
+impl<DB: Database> fmt::Debug for ProbedEvm<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProbedEvm")
+            .field("spec", &self.evm.ctx.cfg.spec)
+            .field("block", &self.evm.ctx.block.number)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<DB: Database + DatabaseCommit> ProbedEvm<DB> {
     /// A probed EVM for `block` over `db`, publishing into `probe`'s cell.
     pub fn new(db: DB, block: &PreparedBlock, probe: Probe) -> Self {

@@ -15,7 +15,7 @@ use hashbrown::HashTable;
 
 /// Where a key's current put record starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Location {
+pub(crate) struct Location {
     /// The log file.
     pub file: u32,
     /// Byte offset of the record in the file.
@@ -29,7 +29,7 @@ struct Entry {
 }
 
 /// The index. `key_at` callbacks resolve a location to the key stored there.
-pub struct Index {
+pub(crate) struct Index {
     table: HashTable<Entry>,
     hasher: foldhash::fast::RandomState,
 }
@@ -46,35 +46,39 @@ impl Default for Index {
 impl Index {
     /// The hash of a key.
     #[inline]
-    pub fn hash(&self, key: &[u8]) -> u64 {
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
 
     /// Live keys.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.table.len()
     }
 
     /// Whether no key is live.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
 
     /// Bytes the table occupies (entries and control bytes).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         let buckets = self.table.capacity().max(1).next_power_of_two() * 8 / 7;
         buckets * (std::mem::size_of::<Entry>() + 1)
     }
 
     /// Where `key` lives.
     #[inline]
-    pub fn get<'a>(&self, key: &[u8], key_at: impl Fn(Location) -> &'a [u8]) -> Option<Location> {
+    pub(crate) fn get<'a>(
+        &self,
+        key: &[u8],
+        key_at: impl Fn(Location) -> &'a [u8],
+    ) -> Option<Location> {
         self.get_hashed(self.hash(key), key, key_at)
     }
 
     /// Where `key`, whose hash is `hash`, lives.
     #[inline]
-    pub fn get_hashed<'a>(
+    pub(crate) fn get_hashed<'a>(
         &self,
         hash: u64,
         key: &[u8],
@@ -89,7 +93,7 @@ impl Index {
     /// `location`. Matching the entry by location instead of by key saves reading the old
     /// record; `insert` is the fallback should the hint be stale.
     #[inline]
-    pub fn insert_hinted<'a>(
+    pub(crate) fn insert_hinted<'a>(
         &mut self,
         hash: u64,
         key: &[u8],
@@ -124,7 +128,7 @@ impl Index {
 
     /// Points `key` at `location`, returning where it lived before.
     #[inline]
-    pub fn insert<'a>(
+    pub(crate) fn insert<'a>(
         &mut self,
         key: &[u8],
         location: Location,
@@ -150,7 +154,7 @@ impl Index {
 
     /// Removes `key`, returning where it lived.
     #[inline]
-    pub fn remove<'a>(
+    pub(crate) fn remove<'a>(
         &mut self,
         key: &[u8],
         key_at: impl Fn(Location) -> &'a [u8],
@@ -166,7 +170,7 @@ impl Index {
     }
 
     /// Every live location, in no particular order.
-    pub fn locations(&self) -> impl Iterator<Item = Location> + '_ {
+    pub(crate) fn locations(&self) -> impl Iterator<Item = Location> + '_ {
         self.table.iter().map(|e| e.location)
     }
 }

@@ -72,7 +72,7 @@ pub(crate) struct Scan {
 }
 
 impl Scan {
-    pub fn span(&self) -> Option<FileSpan> {
+    pub(crate) fn span(&self) -> Option<FileSpan> {
         self.header.map(|h| FileSpan {
             file_id: self.id,
             first_batch: h.first_batch,

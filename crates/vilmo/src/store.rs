@@ -21,6 +21,7 @@
 //! for garbage.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -81,7 +82,7 @@ pub const MAX_KEY_LEN: usize = u16::MAX as usize;
 /// The largest value.
 pub const MAX_VALUE_LEN: usize = (u32::MAX >> 2) as usize;
 /// The largest encoded batch (offsets in the index are 32-bit).
-pub const MAX_BATCH_LEN: usize = 1 << 31;
+pub(crate) const MAX_BATCH_LEN: usize = 1 << 31;
 
 /// A set of puts and deletes, committed together.
 #[derive(Debug, Default, Clone)]
@@ -369,6 +370,16 @@ impl Planned<'_> {
             Planned::Drop(ref span) => Record::Drop(**span),
             Planned::Cursor { victim, next } => Record::Cursor { victim, next },
         }
+    }
+}
+
+impl<S: Storage> fmt::Debug for Vilmo<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Vilmo")
+            .field("dir", &self.dir)
+            .field("keys", &self.len())
+            .field("files", &self.files.len())
+            .finish_non_exhaustive()
     }
 }
 

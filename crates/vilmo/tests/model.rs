@@ -221,7 +221,6 @@ fn sync_from_logs_reproduces_the_state() {
         options(),
         wrong,
     )
-    .err()
-    .expect("mismatch detected");
+    .expect_err("mismatch detected");
     assert!(err.to_string().contains("expected batch"), "{err}");
 }

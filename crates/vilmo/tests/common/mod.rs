@@ -2,14 +2,14 @@
 
 #![allow(dead_code)]
 
-pub mod sim;
+pub(crate) mod sim;
 
 use std::collections::BTreeMap;
 
 use gigas_vilmo::{Batch, Options, Storage, Vilmo};
 
 /// Small files and compaction steps, so that a few hundred batches rotate and compact often.
-pub fn options(durable: bool) -> Options {
+pub(crate) fn options(durable: bool) -> Options {
     Options {
         target_file_size: 48 << 10,
         compaction_threshold_percent: 60,
@@ -26,7 +26,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// The operations of batch `n`: about 60 puts and deletes over 1,500 keys.
-pub fn ops(n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+pub(crate) fn ops(n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let count = 20 + mix(n) % 80;
     (0..count)
         .map(|i| {
@@ -44,7 +44,7 @@ pub fn ops(n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
 }
 
 /// Batch `n` as a [`Batch`].
-pub fn batch(n: u64) -> Batch {
+pub(crate) fn batch(n: u64) -> Batch {
     let mut batch = Batch::new();
     for (k, v) in ops(n) {
         match v {
@@ -56,7 +56,7 @@ pub fn batch(n: u64) -> Batch {
 }
 
 /// Applies batch `n` to a model.
-pub fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, n: u64) {
+pub(crate) fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, n: u64) {
     for (k, v) in ops(n) {
         match v {
             Some(v) => {
@@ -70,7 +70,7 @@ pub fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, n: u64) {
 }
 
 /// Everything in a store.
-pub fn contents<S: Storage>(store: &Vilmo<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+pub(crate) fn contents<S: Storage>(store: &Vilmo<S>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut out = BTreeMap::new();
     store.for_each(|k, v| {
         out.insert(k.to_vec(), v.to_vec());
