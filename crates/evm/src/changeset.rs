@@ -45,14 +45,21 @@ struct Tracked {
     wiped: bool,
     /// Slots written since the last wipe: value before the block (meaningless once wiped)
     /// and value now.
-    slots: HashMap<U256, (U256, U256)>,
+    slots: Map<U256, (U256, U256)>,
 }
+
+/// revm's state is keyed by addresses and slots that an attacker can choose; foldhash is
+/// fast and seeded per process (the iteration order never reaches the ChangeSet, which is
+/// sorted).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Folds a block's per-transaction state changes into its [`ChangeSet`].
 #[derive(Debug, Clone)]
 pub struct BlockChanges {
     spec: SpecId,
-    accounts: HashMap<Address, Tracked>,
+    accounts: Map<Address, Tracked>,
+    /// Code of accounts whose code changed, by hash: only new code is cloned.
+    codes: Map<alloy_primitives::B256, Bytes>,
     /// Under deferred fees: the beneficiary, the fees not yet credited to it, and whether any
     /// transaction was folded.
     deferred: Option<(Address, U256, bool)>,
@@ -64,7 +71,8 @@ impl BlockChanges {
     pub fn new(spec: SpecId) -> Self {
         Self {
             spec,
-            accounts: HashMap::new(),
+            accounts: Map::default(),
+            codes: Map::default(),
             deferred: None,
         }
     }
@@ -82,7 +90,7 @@ impl BlockChanges {
                 now: pre.clone(),
                 pre,
                 wiped: false,
-                slots: HashMap::new(),
+                slots: Map::default(),
             },
         );
         changes.deferred = Some((beneficiary, U256::ZERO, false));
@@ -97,12 +105,13 @@ impl BlockChanges {
                 continue;
             }
             let tracked = self.accounts.entry(*address).or_insert_with(|| {
-                let pre = (!account.is_loaded_as_not_existing()).then(|| account.original_info());
+                let pre = (!account.is_loaded_as_not_existing())
+                    .then(|| account.original_info().copy_without_code());
                 Tracked {
                     now: pre.clone(),
                     pre,
                     wiped: false,
-                    slots: HashMap::new(),
+                    slots: Map::default(),
                 }
             });
             if account.is_selfdestructed() {
@@ -122,7 +131,16 @@ impl BlockChanges {
                 tracked.now = None;
                 continue;
             }
-            tracked.now = Some(account.info.clone());
+            let info = &account.info;
+            let old_code = tracked.now.as_ref().map(|now| now.code_hash);
+            if info.code_hash != old_code.unwrap_or(KECCAK_EMPTY) {
+                if let Some(code) = &info.code {
+                    self.codes
+                        .entry(info.code_hash)
+                        .or_insert_with(|| Bytes::copy_from_slice(code.original_byte_slice()));
+                }
+            }
+            tracked.now = Some(info.copy_without_code());
             for (slot, value) in &account.storage {
                 tracked
                     .slots
@@ -214,8 +232,8 @@ impl BlockChanges {
             }
             let pre_code = tracked.pre.as_ref().map_or(KECCAK_EMPTY, |p| p.code_hash);
             if now.code_hash != pre_code && now.code_hash != KECCAK_EMPTY {
-                if let Some(code) = &now.code {
-                    builder.bytecode(Bytes::copy_from_slice(code.original_byte_slice()));
+                if let Some(code) = self.codes.get(&now.code_hash) {
+                    builder.bytecode(code.clone());
                 }
             }
             for (slot, (pre, value)) in tracked.slots {

@@ -40,20 +40,22 @@ pub const CODE_PREFIX: u8 = b'c';
 /// Length of an encoded account value.
 pub const ACCOUNT_VALUE_LEN: usize = 80;
 
-/// The key of `address`'s account.
-pub fn account_key(address: &Address) -> [u8; 21] {
+/// `prefix` followed by `address`.
+fn address_key(prefix: u8, address: &Address) -> [u8; 21] {
     let mut key = [0u8; 21];
-    key[0] = ACCOUNT_PREFIX;
+    key[0] = prefix;
     key[1..].copy_from_slice(address.as_slice());
     key
 }
 
+/// The key of `address`'s account.
+pub fn account_key(address: &Address) -> [u8; 21] {
+    address_key(ACCOUNT_PREFIX, address)
+}
+
 /// The prefix of every slot key of `address`.
 pub fn slot_prefix(address: &Address) -> [u8; 21] {
-    let mut key = [0u8; 21];
-    key[0] = SLOT_PREFIX;
-    key[1..].copy_from_slice(address.as_slice());
-    key
+    address_key(SLOT_PREFIX, address)
 }
 
 /// The key of `address`'s storage `slot`.
