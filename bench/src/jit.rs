@@ -8,13 +8,18 @@
 //! contract compiled (`eager`) and with contracts compiled once hot (`on`, the default of a
 //! node). Every compiled run is checked against the interpreter's (status, output and gas of
 //! a frame; receipts of a block); a difference is an error.
+//!
+//! `--budget` sets the code cache's budget of machine code for the mainnet blocks (gigas-jit's
+//! default otherwise); the report gives, per mode, what the cache holds at the end, and what it
+//! compiled and evicted per timed pass, so that runs at several budgets show what a budget
+//! costs. `--blocks-only` and `--skip-eager` shorten such runs.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use alloy_primitives::{Bytes, U256};
 use eyre::{eyre, Context, Result};
-use gigas_evm::jit::{CodeCache, JitCounts, JitMode};
+use gigas_evm::jit::{CacheConfig, CodeCache, JitCounts, JitMode, DEFAULT_BUDGET_BYTES};
 use gigas_evm::program::frame;
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
@@ -57,6 +62,41 @@ pub struct JitArgs {
         default_value = "reports/profile/profile.json"
     )]
     pub profile: PathBuf,
+    /// The code cache's budget of machine code on the mainnet blocks, in MiB, or `unlimited`
+    /// (defaults to gigas-jit's default budget).
+    #[arg(long, value_name = "MIB", value_parser = parse_budget)]
+    pub budget: Option<u64>,
+    /// Only the mainnet blocks: skip the one-frame programs and burntpix.
+    #[arg(long)]
+    pub blocks_only: bool,
+    /// Skip `--jit eager` on the mainnet blocks (under a budget smaller than every contract's
+    /// code, every pass compiles evicted contracts again, in the foreground).
+    #[arg(long)]
+    pub skip_eager: bool,
+}
+
+/// A budget in MiB (fractions allowed) or `unlimited`, in bytes (`u64::MAX`: unlimited).
+pub fn parse_budget(text: &str) -> Result<u64, String> {
+    if text == "unlimited" {
+        return Ok(u64::MAX);
+    }
+    match text.parse::<f64>() {
+        Ok(mib) if mib.is_finite() && mib > 0.0 && mib < (1u64 << 43) as f64 => {
+            Ok((mib * (1u64 << 20) as f64) as u64)
+        }
+        _ => Err(format!(
+            "{text:?} is not a budget: expected MiB (a positive number) or `unlimited`"
+        )),
+    }
+}
+
+/// A budget for people: `unlimited` or MiB.
+fn describe_budget(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        "unlimited".to_string()
+    } else {
+        format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
 }
 
 /// One program's figures.
@@ -92,10 +132,10 @@ pub struct ProgramResult {
 pub struct JitReport {
     /// Machine.
     pub machine: Machine,
-    /// Programs.
+    /// Programs (none with `--blocks-only`).
     pub programs: Vec<ProgramResult>,
-    /// burntpix, whole transactions.
-    pub burntpix: TxResult,
+    /// burntpix, whole transactions (`None` with `--blocks-only`).
+    pub burntpix: Option<TxResult>,
     /// The mainnet blocks (`None` with `--skip-blocks`).
     pub mainnet: Option<MainnetResult>,
 }
@@ -137,12 +177,29 @@ pub struct CacheFigures {
     /// Frames started in compiled code per timed pass, suspensions at CALLs, hand-overs to
     /// the interpreter.
     pub frames: (u64, u64, u64),
+    /// Bytes of machine code the cache holds at the end (pages).
+    pub resident_bytes: u64,
+    /// Compiled contracts the cache holds at the end.
+    pub resident_contracts: u64,
+    /// Evictions, in total.
+    pub evictions: u64,
+    /// Contracts compiled per timed pass (after the warm-up: contracts compiled again after
+    /// an eviction, or hot only now).
+    pub timed_compiles_per_pass: f64,
+    /// Evictions per timed pass.
+    pub timed_evictions_per_pass: f64,
 }
 
 impl CacheFigures {
     fn of(before: JitCounts, after: JitCounts, compiles: JitCounts, passes: u64) -> Self {
         let passes = passes.max(1);
+        let per_pass = |a: u64, b: u64| a.saturating_sub(b) as f64 / passes as f64;
         Self {
+            resident_bytes: after.resident_bytes,
+            resident_contracts: after.resident_contracts,
+            evictions: after.evictions,
+            timed_compiles_per_pass: per_pass(after.compiled, before.compiled),
+            timed_evictions_per_pass: per_pass(after.evictions, before.evictions),
             contracts: compiles.compiled,
             failed: compiles.failed,
             evm_bytes: compiles.evm_bytes,
@@ -167,23 +224,26 @@ pub struct MainnetResult {
     pub blocks: usize,
     /// Median interpreter milliseconds per pass over every block.
     pub interpreter_ms: f64,
-    /// Median milliseconds per pass with every contract compiled (`eager`).
-    pub eager_ms: f64,
+    /// Median milliseconds per pass with every contract compiled (`eager`; `None` with
+    /// `--skip-eager`).
+    pub eager_ms: Option<f64>,
     /// Median milliseconds per pass with hot contracts compiled (`on`).
     pub on_ms: f64,
     /// Interpreter over `eager`.
-    pub eager_speedup: f64,
+    pub eager_speedup: Option<f64>,
     /// Interpreter over `on`.
     pub on_speedup: f64,
     /// The slowest block relative to the interpreter (median over rounds of each block's
     /// interpreter time over its `on` time), and its number.
     pub worst_on_block: (u64, f64),
     /// The same for `eager`.
-    pub worst_eager_block: (u64, f64),
+    pub worst_eager_block: Option<(u64, f64)>,
     /// The profiler's JIT ceiling on these blocks, if its report was found.
     pub profiler_ceiling: Option<f64>,
+    /// The code caches' budget of machine code in bytes (`u64::MAX`: unlimited).
+    pub budget_bytes: u64,
     /// The `eager` cache.
-    pub eager_cache: CacheFigures,
+    pub eager_cache: Option<CacheFigures>,
     /// The `on` cache.
     pub on_cache: CacheFigures,
     /// Gas a contract's interpreted frames spend before `on` compiles it.
@@ -334,12 +394,66 @@ fn measure(program: &Program, rounds: usize) -> Result<ProgramResult> {
 /// Runs the benchmark and writes the report.
 pub fn run(args: &JitArgs) -> Result<JitReport> {
     let machine = Machine::current();
+    let budget = args.budget.unwrap_or(DEFAULT_BUDGET_BYTES);
     println!("gigas-bench jit: interpreter against compiled code, frame for frame");
     println!(
-        "  {} rounds, alternating, medians; machine: {}",
+        "  {} rounds, alternating, medians; code cache budget on the mainnet blocks: {}; machine: {}",
         args.rounds,
+        describe_budget(budget),
         machine.describe()
     );
+    let (results, burntpix) = if args.blocks_only {
+        (Vec::new(), None)
+    } else {
+        let (results, burntpix) = programs(args.rounds)?;
+        (results, Some(burntpix))
+    };
+    let blocks_dir = args
+        .blocks
+        .clone()
+        .unwrap_or_else(|| crate::shared_data("mainnet"));
+    let mainnet = if args.skip_blocks {
+        None
+    } else {
+        let mut mainnet = mainnet(&blocks_dir, args.block_rounds, budget, !args.skip_eager)?;
+        mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
+        let eager = match (mainnet.eager_ms, mainnet.eager_speedup) {
+            (Some(ms), Some(speedup)) => format!("eager {ms:>8.2} ms ({speedup:.2}x)  "),
+            _ => String::new(),
+        };
+        println!(
+            "  {:<30} interpreter {:>8.2} ms  {eager}on {:>8.2} ms ({:.2}x)",
+            format!("{} mainnet blocks", mainnet.blocks),
+            mainnet.interpreter_ms,
+            mainnet.on_ms,
+            mainnet.on_speedup
+        );
+        Some(mainnet)
+    };
+    let report = JitReport {
+        machine,
+        programs: results,
+        burntpix,
+        mainnet,
+    };
+    std::fs::create_dir_all(&args.out)
+        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
+    std::fs::write(
+        args.out.join("jit.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let md = markdown(&report);
+    std::fs::write(args.out.join("jit.md"), &md)?;
+    println!("{md}");
+    println!(
+        "report written to {}/ (jit.md, jit.json)",
+        args.out.display()
+    );
+    Ok(report)
+}
+
+/// The one-frame programs and burntpix.
+fn programs(rounds: usize) -> Result<(Vec<ProgramResult>, TxResult)> {
     let programs = vec![
         Program {
             name: "snailtracer",
@@ -368,14 +482,14 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
     ];
     let mut results = Vec::new();
     for program in &programs {
-        let result = measure(program, args.rounds)?;
+        let result = measure(program, rounds)?;
         println!(
             "  {:<30} interpreter {:>8.2} ms  jit {:>8.2} ms  {:>5.2}x  compile {:.2} ms",
             result.name, result.interpreter_ms, result.jit_ms, result.speedup, result.compile_ms
         );
         results.push(result);
     }
-    let burntpix = burntpix(args.rounds)?;
+    let burntpix = burntpix(rounds)?;
     println!(
         "  {:<30} interpreter {:>8.2} ms  jit {:>8.2} ms  {:>5.2}x  compile {:.2} ms",
         burntpix.name,
@@ -384,54 +498,18 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
         burntpix.speedup,
         burntpix.cache.compile_ms
     );
-    let blocks_dir = args
-        .blocks
-        .clone()
-        .unwrap_or_else(|| crate::shared_data("mainnet"));
-    let mainnet = if args.skip_blocks {
-        None
-    } else {
-        let mut mainnet = mainnet(&blocks_dir, args.block_rounds)?;
-        mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
-        println!(
-            "  {:<30} interpreter {:>8.2} ms  eager {:>8.2} ms ({:.2}x)  on {:>8.2} ms ({:.2}x)",
-            format!("{} mainnet blocks", mainnet.blocks),
-            mainnet.interpreter_ms,
-            mainnet.eager_ms,
-            mainnet.eager_speedup,
-            mainnet.on_ms,
-            mainnet.on_speedup
-        );
-        Some(mainnet)
-    };
-    let report = JitReport {
-        machine,
-        programs: results,
-        burntpix,
-        mainnet,
-    };
-    std::fs::create_dir_all(&args.out)
-        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
-    std::fs::write(
-        args.out.join("jit.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
-    let md = markdown(&report);
-    std::fs::write(args.out.join("jit.md"), &md)?;
-    println!("{md}");
-    println!(
-        "report written to {}/ (jit.md, jit.json)",
-        args.out.display()
-    );
-    Ok(report)
+    Ok((results, burntpix))
 }
 
 /// The report as Markdown.
 pub fn markdown(r: &JitReport) -> String {
     use std::fmt::Write as _;
-    let mut md = String::from("# Compiled code against the interpreter (one frame)\n\n");
+    let mut md = String::from("# Compiled code against the interpreter\n\n");
     let _ = writeln!(md, "- machine: {}\n", r.machine.describe());
-    let _ = writeln!(md, "| program | code bytes | Mgas | interpreter ms | jit ms | speed-up | compile ms | compile us/KB | machine code bytes | blocks translated | compiled code left |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    if !r.programs.is_empty() {
+        let _ = writeln!(md, "## One frame\n");
+        let _ = writeln!(md, "| program | code bytes | Mgas | interpreter ms | jit ms | speed-up | compile ms | compile us/KB | machine code bytes | blocks translated | compiled code left |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    }
     for p in &r.programs {
         let _ = writeln!(
             md,
@@ -453,7 +531,7 @@ pub fn markdown(r: &JitReport) -> String {
     let cache_row = |md: &mut String, what: &str, c: &CacheFigures| {
         let _ = writeln!(
             md,
-            "| {what} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1}x | {} / {} / {} |",
+            "| {what} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1}x | {} / {} / {} | {:.1} ({}) | {} | {:.1} | {:.1} |",
             c.contracts,
             c.failed,
             c.evm_bytes as f64 / 1024.0,
@@ -463,35 +541,48 @@ pub fn markdown(r: &JitReport) -> String {
             c.machine_code_bytes as f64 / c.evm_bytes.max(1) as f64,
             c.frames.0,
             c.frames.1,
-            c.frames.2
+            c.frames.2,
+            c.resident_bytes as f64 / (1024.0 * 1024.0),
+            c.resident_contracts,
+            c.evictions,
+            c.timed_compiles_per_pass,
+            c.timed_evictions_per_pass
         );
     };
-    let b = &r.burntpix;
-    let _ = writeln!(md, "\n## Whole transactions through revm's frame loop\n");
-    let _ = writeln!(
-        md,
-        "| workload | Mgas | interpreter ms | jit ms | speed-up |\n|---|---:|---:|---:|---:|"
-    );
-    let _ = writeln!(
-        md,
-        "| {} | {:.1} | {:.2} | {:.2} | {:.2}x |",
-        b.name,
-        b.gas_used as f64 / 1e6,
-        b.interpreter_ms,
-        b.jit_ms,
-        b.speedup
-    );
+    let cache_header = "| cache | contracts compiled | not compiled | EVM KB | machine code MB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass | resident MB (contracts) | evictions | compiles per timed pass | evictions per timed pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|";
+    if r.burntpix.is_some() || r.mainnet.is_some() {
+        let _ = writeln!(md, "\n## Whole transactions through revm's frame loop\n");
+        let _ = writeln!(
+            md,
+            "| workload | Mgas | interpreter ms | jit ms | speed-up |\n|---|---:|---:|---:|---:|"
+        );
+    }
+    if let Some(b) = &r.burntpix {
+        let _ = writeln!(
+            md,
+            "| {} | {:.1} | {:.2} | {:.2} | {:.2}x |",
+            b.name,
+            b.gas_used as f64 / 1e6,
+            b.interpreter_ms,
+            b.jit_ms,
+            b.speedup
+        );
+    }
     let Some(m) = &r.mainnet else {
-        let _ = writeln!(md, "\n## Code cache\n");
-        let _ = writeln!(md, "| cache | contracts | not compiled | EVM KB | machine code MB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|");
-        cache_row(&mut md, "burntpix, eager", &b.cache);
+        if let Some(b) = &r.burntpix {
+            let _ = writeln!(md, "\n## Code cache\n");
+            let _ = writeln!(md, "{cache_header}");
+            cache_row(&mut md, "burntpix, eager", &b.cache);
+        }
         return md;
     };
-    let _ = writeln!(
-        md,
-        "| {} mainnet blocks, `--jit eager` | | {:.2} | {:.2} | {:.2}x |",
-        m.blocks, m.interpreter_ms, m.eager_ms, m.eager_speedup
-    );
+    if let (Some(eager_ms), Some(eager_speedup)) = (m.eager_ms, m.eager_speedup) {
+        let _ = writeln!(
+            md,
+            "| {} mainnet blocks, `--jit eager` | | {:.2} | {:.2} | {:.2}x |",
+            m.blocks, m.interpreter_ms, eager_ms, eager_speedup
+        );
+    }
     let _ = writeln!(
         md,
         "| {} mainnet blocks, `--jit on` (hot after {} gas) | | {:.2} | {:.2} | {:.2}x |",
@@ -499,9 +590,22 @@ pub fn markdown(r: &JitReport) -> String {
     );
     let _ = writeln!(
         md,
-        "\n- slowest block against the interpreter: `on` block {} at {:.2}x, `eager` block {} at {:.2}x",
-        m.worst_on_block.0, m.worst_on_block.1, m.worst_eager_block.0, m.worst_eager_block.1
+        "\n- code cache budget on the mainnet blocks: {}",
+        describe_budget(m.budget_bytes)
     );
+    let _ = write!(
+        md,
+        "- slowest block against the interpreter: `on` block {} at {:.2}x",
+        m.worst_on_block.0, m.worst_on_block.1
+    );
+    match m.worst_eager_block {
+        Some((block, ratio)) => {
+            let _ = writeln!(md, ", `eager` block {block} at {ratio:.2}x");
+        }
+        None => {
+            let _ = writeln!(md);
+        }
+    }
     match m.profiler_ceiling {
         Some(c) => {
             let _ = writeln!(
@@ -518,9 +622,13 @@ pub fn markdown(r: &JitReport) -> String {
         }
     }
     let _ = writeln!(md, "\n## Code cache\n");
-    let _ = writeln!(md, "| cache | contracts | not compiled | EVM KB | machine code MB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|");
-    cache_row(&mut md, "burntpix, eager", &b.cache);
-    cache_row(&mut md, "mainnet, eager", &m.eager_cache);
+    let _ = writeln!(md, "{cache_header}");
+    if let Some(b) = &r.burntpix {
+        cache_row(&mut md, "burntpix, eager", &b.cache);
+    }
+    if let Some(eager) = &m.eager_cache {
+        cache_row(&mut md, "mainnet, eager", eager);
+    }
     cache_row(&mut md, "mainnet, on", &m.on_cache);
     md
 }
@@ -639,23 +747,47 @@ fn burntpix(rounds: usize) -> Result<TxResult> {
     })
 }
 
-/// Every mainnet block per round: interpreted, `eager` and `on`, the order rotating.
-fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
+/// How a block runs in the mainnet comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Interpreter,
+    Eager,
+    On,
+}
+
+/// Every mainnet block per round: interpreted, `eager` (unless skipped) and `on`, the order
+/// rotating; both code caches under `budget` bytes of machine code.
+fn mainnet(
+    dir: &std::path::Path,
+    rounds: usize,
+    budget: u64,
+    with_eager: bool,
+) -> Result<MainnetResult> {
     let chain = ChainSpec::mainnet();
     let items: Vec<(PreparedBlock, CacheDB<EmptyDB>)> = load_fixtures_dir(dir)
         .wrap_err_with(|| format!("cannot load blocks from {}", dir.display()))?
         .iter()
         .map(|f| Ok((PreparedBlock::from_fixture(f, &chain)?, f.database())))
         .collect::<Result<_>>()?;
-    let eager = CodeCache::new(JitMode::Eager);
-    let on = CodeCache::new(JitMode::On);
-    // 0: interpreter, 1: eager, 2: on.
+    let cache = |mode| {
+        CodeCache::with_config(CacheConfig {
+            budget_bytes: budget,
+            ..CacheConfig::new(mode)
+        })
+    };
+    let eager = cache(JitMode::Eager);
+    let on = cache(JitMode::On);
+    let ways: Vec<Way> = if with_eager {
+        vec![Way::Interpreter, Way::Eager, Way::On]
+    } else {
+        vec![Way::Interpreter, Way::On]
+    };
     let run =
-        |way: usize, block: &PreparedBlock, db: &CacheDB<EmptyDB>| -> Result<(f64, BlockOutcome)> {
+        |way: Way, block: &PreparedBlock, db: &CacheDB<EmptyDB>| -> Result<(f64, BlockOutcome)> {
             let mut evm = match way {
-                0 => PlainEvm::new(db.clone(), block),
-                1 => PlainEvm::with_jit(db.clone(), block, Arc::clone(&eager)),
-                _ => PlainEvm::with_jit(db.clone(), block, Arc::clone(&on)),
+                Way::Interpreter => PlainEvm::new(db.clone(), block),
+                Way::Eager => PlainEvm::with_jit(db.clone(), block, Arc::clone(&eager)),
+                Way::On => PlainEvm::with_jit(db.clone(), block, Arc::clone(&on)),
             };
             let started = Instant::now();
             let outcome = execute_block(&mut evm, block)?;
@@ -665,9 +797,14 @@ fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
     // contract, `on` compiles what two passes make hot.
     let mut expected = Vec::new();
     for (block, db) in &items {
-        expected.push(run(0, block, db)?.1);
+        expected.push(run(Way::Interpreter, block, db)?.1);
     }
-    for way in [1, 2, 2] {
+    let warm_ups: &[Way] = if with_eager {
+        &[Way::Eager, Way::On, Way::On]
+    } else {
+        &[Way::On, Way::On]
+    };
+    for &way in warm_ups {
         for ((block, db), expected) in items.iter().zip(&expected) {
             if &run(way, block, db)?.1 != expected {
                 return Err(eyre!(
@@ -679,61 +816,63 @@ fn mainnet(dir: &std::path::Path, rounds: usize) -> Result<MainnetResult> {
         on.wait_for_compiles();
     }
     let (eager_compiles, on_compiles) = (eager.stats().snapshot(), on.stats().snapshot());
-    let mut pass = [Vec::new(), Vec::new(), Vec::new()];
-    let mut per_block = vec![[Vec::new(), Vec::new(), Vec::new()]; items.len()];
+    let n = ways.len();
+    let mut pass = vec![Vec::new(); n];
+    let mut per_block = vec![vec![Vec::new(); n]; items.len()];
     for round in 0..rounds {
-        let mut totals = [0.0; 3];
+        let mut totals = vec![0.0; n];
         for (i, ((block, db), expected)) in items.iter().zip(&expected).enumerate() {
-            for k in 0..3 {
-                let way = (round + i + k) % 3;
-                let (t, outcome) = run(way, block, db)?;
+            for k in 0..n {
+                let w = (round + i + k) % n;
+                let (t, outcome) = run(ways[w], block, db)?;
                 if &outcome != expected {
                     return Err(eyre!(
                         "block {}: results differ in round {round}",
                         block.number
                     ));
                 }
-                totals[way] += t;
-                per_block[i][way].push(t);
+                totals[w] += t;
+                per_block[i][w].push(t);
             }
         }
-        for (way, total) in totals.into_iter().enumerate() {
-            pass[way].push(total);
+        for (w, total) in totals.into_iter().enumerate() {
+            pass[w].push(total);
         }
     }
-    let worst = |way: usize| -> (u64, f64) {
+    let worst = |w: usize| -> (u64, f64) {
         items
             .iter()
             .zip(&per_block)
             .filter(|((block, _), _)| !block.txs.is_empty())
             .map(|((block, _), times)| {
-                let ratios = times[0]
-                    .iter()
-                    .zip(&times[way])
-                    .map(|(i, j)| i / j)
-                    .collect();
+                let ratios = times[0].iter().zip(&times[w]).map(|(i, j)| i / j).collect();
                 (block.number, median(ratios))
             })
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((0, 1.0))
     };
-    let [interp, eager_t, on_t] = pass.map(median);
+    let medians: Vec<f64> = pass.into_iter().map(median).collect();
+    let (interp, on_t) = (medians[0], medians[n - 1]);
+    let eager_t = with_eager.then(|| medians[1]);
     Ok(MainnetResult {
         blocks: items.len(),
         interpreter_ms: interp * 1e3,
-        eager_ms: eager_t * 1e3,
+        eager_ms: eager_t.map(|t| t * 1e3),
         on_ms: on_t * 1e3,
-        eager_speedup: interp / eager_t,
+        eager_speedup: eager_t.map(|t| interp / t),
         on_speedup: interp / on_t,
-        worst_on_block: worst(2),
-        worst_eager_block: worst(1),
+        worst_on_block: worst(n - 1),
+        worst_eager_block: with_eager.then(|| worst(1)),
         profiler_ceiling: None,
-        eager_cache: CacheFigures::of(
-            eager_compiles,
-            eager.stats().snapshot(),
-            eager_compiles,
-            rounds as u64,
-        ),
+        budget_bytes: budget,
+        eager_cache: with_eager.then(|| {
+            CacheFigures::of(
+                eager_compiles,
+                eager.stats().snapshot(),
+                eager_compiles,
+                rounds as u64,
+            )
+        }),
         on_cache: CacheFigures::of(
             on_compiles,
             on.stats().snapshot(),

@@ -199,6 +199,9 @@ pub struct JitStats {
     pub suspensions: Counter,
     /// Compiled contracts evicted to stay within the budget.
     pub evictions: Counter,
+    /// Evictions of code that an EVM still held (a running frame, or a transaction's table
+    /// of code found): its memory was freed only once they let go.
+    pub evicted_in_use: Counter,
     /// Compile requests dropped because the queue was full.
     pub dropped_requests: Counter,
     /// Bytes of machine code the cache holds (at most the budget).
@@ -266,6 +269,11 @@ impl JitStats {
                 &self.evictions,
             ),
             (
+                "evictions_in_use",
+                "Evictions of code an EVM still held (freed once it let go)",
+                &self.evicted_in_use,
+            ),
+            (
                 "compile_requests_dropped",
                 "Compile requests dropped because the compiler's queue was full",
                 &self.dropped_requests,
@@ -328,6 +336,7 @@ impl JitStats {
             bailed_frames: self.bailed_frames.get(),
             suspensions: self.suspensions.get(),
             evictions: self.evictions.get(),
+            evicted_in_use: self.evicted_in_use.get(),
             dropped_requests: self.dropped_requests.get(),
             resident_bytes: gauge(&self.resident_bytes),
             resident_contracts: gauge(&self.resident_contracts),
@@ -362,6 +371,8 @@ pub struct JitCounts {
     pub suspensions: u64,
     /// Compiled contracts evicted.
     pub evictions: u64,
+    /// Evictions of code an EVM still held.
+    pub evicted_in_use: u64,
     /// Compile requests dropped on a full queue.
     pub dropped_requests: u64,
     /// Bytes of machine code the cache holds.
@@ -629,8 +640,12 @@ impl Table {
                 if self.resident_bytes + footprint <= budget {
                     break;
                 }
-                self.set(victim, None);
-                stats.evictions.inc();
+                if let Some(Entry::Ready(evicted)) = self.set(victim, None) {
+                    stats.evictions.inc();
+                    if evicted.code.handles() > 1 {
+                        stats.evicted_in_use.inc();
+                    }
+                }
             }
         }
         self.admitted += 1;

@@ -134,6 +134,11 @@ impl CompiledCode {
         self.module.gas.load(Ordering::Relaxed)
     }
 
+    /// Handles on this code alive now, `self` included.
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.module)
+    }
+
     /// Whether `self` and `other` run the same machine code.
     pub fn same_code(&self, other: &CompiledCode) -> bool {
         Arc::ptr_eq(&self.module, &other.module)

@@ -117,6 +117,16 @@ pub struct Frame<'a, H: Host> {
     panic: Option<Box<dyn Any + Send>>,
 }
 
+impl<H: Host> std::fmt::Debug for Frame<'_, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame")
+            .field("pc", &self.interpreter.bytecode.pc())
+            .field("stack", &self.interpreter.stack.len())
+            .field("panicked", &self.panic.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs one instruction of the frame through the interpreter's own instruction function.
 ///
 /// # Safety

@@ -111,7 +111,7 @@ fn a_frame_keeps_evicted_code_alive_until_it_drops_it() {
     // The "frame" holds `held`; compiling `b` evicts `a` from the cache.
     f.admit(&b, 0).expect("fits");
     let counts = f.stats.snapshot();
-    assert_eq!(counts.evictions, 1);
+    assert_eq!((counts.evictions, counts.evicted_in_use), (1, 1));
     assert!(!f.resident(&a) && f.resident(&b));
     assert_eq!(
         (counts.mapped_modules, counts.freed_modules),
@@ -145,6 +145,7 @@ fn a_frame_keeps_evicted_code_alive_until_it_drops_it() {
         ),
         (2, 1, 2)
     );
+    assert_eq!(counts.evicted_in_use, 1, "nothing held `b`");
     // Dropping the table drops the cache's handles: everything is unmapped.
     drop(f.table);
     let counts = f.stats.snapshot();
