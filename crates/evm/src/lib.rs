@@ -16,8 +16,6 @@ pub mod changeset;
 pub mod env;
 pub mod executor;
 pub mod fixture;
-// `JitEvm` gets its `Debug` with the JIT seam's rework (issue 13, step 3).
-#[allow(missing_debug_implementations)]
 pub mod jit;
 pub mod probe;
 pub mod program;
