@@ -335,4 +335,83 @@ mod tests {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
     }
+
+    /// Runs `tx` on `evm` as the block executor does, without committing.
+    fn transact<DB: revm::Database>(
+        evm: &mut JitEvm<crate::executor::BlockContext<DB>>,
+        tx: revm::context::TxEnv,
+    ) {
+        use revm::context::result::{EVMError, InvalidTransaction};
+        use revm::context_interface::{ContextSetters, JournalTr};
+        use revm::handler::Handler;
+        evm.inner_mut().ctx.set_tx(tx);
+        let mut handler = revm::handler::MainnetHandler::<
+            JitEvm<crate::executor::BlockContext<DB>>,
+            EVMError<DB::Error, InvalidTransaction>,
+            EthFrame<EthInterpreter>,
+        >::default();
+        let result = handler.run(evm);
+        evm.inner_mut().ctx.journal_mut().finalize();
+        assert!(
+            result.is_ok_and(|r| r.is_success()),
+            "the transaction fails"
+        );
+    }
+
+    /// A frame lets go of its code when it returns, and a transaction's table of code found
+    /// lets go of it when the next transaction starts: code the cache evicts meanwhile stays
+    /// mapped for exactly that long, and is then freed.
+    #[test]
+    fn evicted_code_is_freed_when_the_transaction_holding_it_is_over() {
+        use crate::executor::block_context;
+        use revm::MainBuilder;
+        let program =
+            |value: u8| Bytes::from(vec![PUSH1, value, PUSH0, MSTORE8, PUSH1, 1, PUSH0, RETURN]);
+        let (a, b) = (program(1), program(2));
+        let page = gigas_jit::Compiler::new()
+            .expect("host ISA")
+            .compile(&a, SpecId::CANCUN)
+            .expect("compiles")
+            .mapped_bytes();
+        // Room for one of the two programs.
+        let cache = CodeCache::with_config(CacheConfig {
+            budget_bytes: page,
+            ..CacheConfig::new(JitMode::Eager)
+        });
+        let (block_a, db_a) = crate::program::call_block(a, Bytes::new(), 1_000_000);
+        let (block_b, db_b) = crate::program::call_block(b, Bytes::new(), 1_000_000);
+        let tx_a = block_a.txs[0].env.clone();
+        let mut evm = JitEvm::new(
+            block_context(db_a, &block_a, ()).build_mainnet(),
+            Some(Arc::clone(&cache)),
+        );
+        transact(&mut evm, tx_a.clone());
+        assert_eq!(
+            evm.held_code(),
+            1,
+            "the finished frame let go; the table holds `a`"
+        );
+        // Another EVM compiles `b`, which evicts `a` while this EVM's table holds it.
+        let mut other = JitEvm::new(
+            block_context(db_b, &block_b, ()).build_mainnet(),
+            Some(Arc::clone(&cache)),
+        );
+        transact(&mut other, block_b.txs[0].env.clone());
+        let counts = cache.stats().snapshot();
+        assert_eq!((counts.evictions, counts.evicted_in_use), (1, 1));
+        assert_eq!((counts.mapped_modules, counts.freed_modules), (2, 0));
+        // The next transaction starts by letting go of what the last one found: the old `a`
+        // is freed, and compiled again (evicting `b`, which nothing holds any more once
+        // `other` is gone).
+        drop(other);
+        transact(&mut evm, tx_a);
+        let counts = cache.stats().snapshot();
+        assert_eq!(counts.compiled, 3);
+        assert_eq!((counts.evictions, counts.evicted_in_use), (2, 1));
+        assert_eq!((counts.mapped_modules, counts.freed_modules), (1, 2));
+        assert_eq!(counts.compiled_frames, 3, "every frame ran compiled code");
+        drop(evm);
+        drop(cache);
+        // Nothing of the cache is left mapped, whoever dropped last.
+    }
 }

@@ -138,11 +138,6 @@ impl CompiledCode {
     pub(crate) fn handles(&self) -> usize {
         Arc::strong_count(&self.module)
     }
-
-    /// Whether `self` and `other` run the same machine code.
-    pub fn same_code(&self, other: &CompiledCode) -> bool {
-        Arc::ptr_eq(&self.module, &other.module)
-    }
 }
 
 /// Where a compiler reports the machine code it maps and frees (the code cache passes its
