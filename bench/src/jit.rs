@@ -549,7 +549,7 @@ pub fn markdown(r: &JitReport) -> String {
             c.timed_evictions_per_pass
         );
     };
-    let cache_header = "| cache | contracts compiled | not compiled | EVM KB | machine code MB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass | resident MB (contracts) | evictions | compiles per timed pass | evictions per timed pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|";
+    let cache_header = "| cache | contracts compiled | not compiled | EVM KiB | machine code MiB | compile ms | compile ms/KB | machine/EVM bytes | frames / suspensions / hand-overs per pass | resident MiB (contracts) | evictions | compiles per timed pass | evictions per timed pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|";
     if r.burntpix.is_some() || r.mainnet.is_some() {
         let _ = writeln!(md, "\n## Whole transactions through revm's frame loop\n");
         let _ = writeln!(
@@ -590,8 +590,13 @@ pub fn markdown(r: &JitReport) -> String {
     );
     let _ = writeln!(
         md,
-        "\n- code cache budget on the mainnet blocks: {}",
-        describe_budget(m.budget_bytes)
+        "\n- code cache budget on the mainnet blocks: {}{}",
+        describe_budget(m.budget_bytes),
+        if m.budget_bytes == DEFAULT_BUDGET_BYTES {
+            " (gigas-jit's default, chosen from runs at several budgets: see its crate documentation)"
+        } else {
+            ""
+        }
     );
     let _ = write!(
         md,
