@@ -37,30 +37,30 @@
 //! # The default budget
 //!
 //! [`cache::DEFAULT_BUDGET_BYTES`] is 64 MiB of machine code (whole pages). It was chosen with
-//! `gigas-bench jit --blocks-only --skip-eager --block-rounds 5 --budget MIB` on the 50 shipped
+//! `gigas-bench jit --blocks-only --skip-eager --block-rounds 11 --budget MIB` on the 50 shipped
 //! mainnet blocks under `on`, the mode of a node, one run per budget on an otherwise idle
-//! 2-CPU machine. With no limit, the contracts `on` compiles there take 86 MiB (machine code is
-//! about 32 times the size of the EVM code it comes from):
+//! 2-CPU machine (medians of 11 rounds; an earlier sweep of 5 rounds gave the same picture,
+//! and 0.96x at 4 MiB). With no limit, the contracts `on` compiles there take 88 MiB (machine
+//! code is about 32 times the size of the EVM code it comes from):
 //!
 //! | budget | interp/jit | resident MiB (contracts) | evictions | compiles per timed pass | frames run compiled per pass |
 //! |---|---:|---:|---:|---:|---:|
-//! | unlimited | 1.01x | 86.2 (251) | 0 | 1.6 | 7,315 |
-//! | 64 MiB | 1.00x | 63.7 (217) | 34 | 1.6 | 6,976 |
-//! | 32 MiB | 1.01x | 31.9 (140) | 122 | 1.6 | 5,358 |
-//! | 16 MiB | 0.97x | 16.0 (56) | 258 | 2.4 | 754 |
-//! | 4 MiB | 0.96x | 3.8 (19) | 340 | 2.6 | 129 |
+//! | unlimited | 1.01x | 88.5 (255) | 0 | 1.1 | 7,330 |
+//! | 64 MiB | 1.02x | 63.6 (218) | 37 | 1.1 | 6,972 |
+//! | 32 MiB | 1.01x | 31.8 (139) | 128 | 1.2 | 5,377 |
+//! | 16 MiB | 0.98x | 15.9 (58) | 263 | 1.7 | 787 |
+//! | 8 MiB | 0.97x | 7.6 (31) | 323 | 1.9 | 250 |
 //!
 //! On these blocks compiled code barely beats the interpreter at any budget (the code before
-//! this cache, measured in the same session, gave 0.96x and 0.99x), so the ratio alone cannot
-//! choose; what does is how much of the compiled work survives. Down to 32 MiB the replay is as
-//! fast as without a limit and compiles no more per pass; at 16 MiB the frames that run
+//! this cache gave 0.96x and 0.99x in the same session, 5 rounds), so the ratio alone cannot
+//! choose; what does is how much of the compiled work survives. Down to 32 MiB the replay is
+//! as fast as without a limit and compiles no more per pass; at 16 MiB the frames that run
 //! compiled collapse to a tenth and evicted contracts are compiled again every pass. 64 MiB
 //! keeps 95% of the compiled frames of an unlimited cache at three quarters of its memory, and
-//! leaves twice the room of the point where the working set stops fitting, for a sequencer
-//! whose hot contracts are not these blocks'. Set [`cache::CacheConfig::budget_bytes`] to
-//! change it. `eager` is meant for checking compiled code, not for a node: under a budget
-//! smaller than every contract it meets, it compiles evicted contracts again in the
-//! foreground.
+//! twice the room of 32 MiB, below which the working set stops fitting, for a sequencer whose
+//! hot contracts are not these blocks'. Set [`cache::CacheConfig::budget_bytes`] to change
+//! it. `eager` is meant for checking compiled code, not for a node: under a budget smaller
+//! than every contract it meets, it compiles evicted contracts again in the foreground.
 
 #![warn(missing_docs)]
 
