@@ -348,24 +348,17 @@ impl Sink for Collect {
 }
 
 /// Commits each transaction into a database as soon as it is final, so that committing
-/// overlaps execution and a transaction's changes are freed early.
+/// overlaps execution and a transaction's changes are freed early. The fees it leaves unpaid
+/// are the ones the block's [`BlockChanges`] settles.
 struct CommitInto<'a, DB> {
     db: &'a mut DB,
-    beneficiary: Address,
-    /// Fees since the last transaction that wrote the beneficiary itself (whose write already
-    /// holds every fee before it), credited once at the end.
-    unpaid: U256,
 }
 
 impl<DB> Sink for CommitInto<'_, DB>
 where
     DB: DatabaseCommit + Send,
 {
-    fn accept(&mut self, _index: usize, state: EvmState, fee: U256) {
-        if state.get(&self.beneficiary).is_some_and(|a| a.is_touched()) {
-            self.unpaid = U256::ZERO;
-        }
-        self.unpaid = self.unpaid.saturating_add(fee);
+    fn accept(&mut self, _index: usize, state: EvmState, _fee: U256) {
         self.db.commit(state);
     }
 }
@@ -703,6 +696,24 @@ impl Partial {
     }
 }
 
+impl Partial {
+    /// The whole block done, each transaction's changes kept in `collect`: the outcome
+    /// [`ParallelExecutor::execute`] and the sequential path return.
+    fn into_outcome(self, block: &PreparedBlock, collect: Collect) -> ParallelOutcome {
+        ParallelOutcome {
+            outcome: BlockOutcome {
+                number: block.number,
+                receipts: self.receipts,
+                changes: self.changes.finish(),
+            },
+            states: collect.states,
+            fees: collect.fees,
+            beneficiary: block.block_env.beneficiary,
+            stats: self.stats,
+        }
+    }
+}
+
 impl ParallelExecutor {
     /// An executor with `threads` workers (the calling thread is one of them) and the
     /// default [`Bailout`].
@@ -752,17 +763,7 @@ impl ParallelExecutor {
             partial.stats.sequential_from = Some(partial.committed);
             finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
         }
-        Ok(ParallelOutcome {
-            outcome: BlockOutcome {
-                number: block.number,
-                receipts: partial.receipts,
-                changes: partial.changes.finish(),
-            },
-            states: collect.states,
-            fees: collect.fees,
-            beneficiary,
-            stats: partial.stats,
-        })
+        Ok(partial.into_outcome(block, collect))
     }
 
     /// Executes `block` over `base`, committing each transaction into `target` as soon as it
@@ -781,19 +782,14 @@ impl ParallelExecutor {
         DB: Database + DatabaseCommit + Send,
         DB::Error: fmt::Display,
     {
-        let beneficiary = block.block_env.beneficiary;
-        let mut sink = CommitInto {
-            db: target,
-            beneficiary,
-            unpaid: U256::ZERO,
-        };
+        let mut sink = CommitInto { db: target };
         let mut partial = self.run(block, base, &mut sink)?;
-        if !block.txs.is_empty() {
-            pay_beneficiary(sink.db, beneficiary, sink.unpaid)
+        // The fees the ChangeSet credits are the ones the database is owed; the tail below
+        // pays the beneficiary in every transaction, as revm does.
+        if let Some(unpaid) = partial.changes.settle() {
+            pay_beneficiary(sink.db, block.block_env.beneficiary, unpaid)
                 .map_err(|e| beneficiary_error(block, partial.committed, e))?;
         }
-        // The tail below pays the beneficiary in every transaction, as revm does.
-        partial.changes.settle();
         if partial.committed < block.txs.len() {
             partial.stats.sequential_from = Some(partial.committed);
             finish_sequentially(block, &mut partial, &mut *sink.db, None)?;
@@ -1059,17 +1055,7 @@ where
     };
     let overlay = CacheDB::new(WrapDatabaseRef(base));
     finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
-    Ok(ParallelOutcome {
-        outcome: BlockOutcome {
-            number: block.number,
-            receipts: partial.receipts,
-            changes: partial.changes.finish(),
-        },
-        states: collect.states,
-        fees: collect.fees,
-        beneficiary: block.block_env.beneficiary,
-        stats: partial.stats,
-    })
+    Ok(partial.into_outcome(block, collect))
 }
 
 /// Executes `block` over `base` with `threads` Block-STM workers and returns every

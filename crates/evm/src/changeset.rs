@@ -174,19 +174,17 @@ impl BlockChanges {
 
     /// Credits the fees not yet paid to the beneficiary and touches it, as revm's reward
     /// does at the end of a transaction; later transactions are then folded with
-    /// [`Self::fold`]. Does nothing when no transaction was folded deferred.
-    pub fn settle(&mut self) {
-        let Some((beneficiary, unpaid, folded)) = self.deferred.take() else {
-            return;
-        };
+    /// [`Self::fold`]. Returns the amount credited, for an executor that pays the same into
+    /// its database; `None` when no transaction was folded deferred (nothing to pay, and the
+    /// beneficiary is not even touched).
+    pub fn settle(&mut self) -> Option<U256> {
+        let (beneficiary, unpaid, folded) = self.deferred.take()?;
         if !folded {
-            // No transaction, no fee, and the beneficiary is not even touched.
-            return;
+            return None;
         }
         let spurious_dragon = self.spec.is_enabled_in(SpecId::SPURIOUS_DRAGON);
-        let Some(tracked) = self.accounts.get_mut(&beneficiary) else {
-            return;
-        };
+        // `deferring` tracks the beneficiary from the start.
+        let tracked = self.accounts.get_mut(&beneficiary)?;
         let mut info = tracked.now.clone().unwrap_or_default();
         info.balance = info.balance.saturating_add(unpaid);
         // Before Spurious Dragon the journal keeps a touched empty account that exists and
@@ -196,6 +194,7 @@ impl BlockChanges {
         } else {
             Some(info)
         };
+        Some(unpaid)
     }
 
     /// Whether nothing was folded that the block could have changed.
