@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use alloy_primitives::{Address, B256, U256};
+use gigas_evm::jit::CodeCache;
 use gigas_evm::receipts::TxReceipt;
 use gigas_evm::{
     BlockChanges, BlockEvm, BlockOutcome, ExecutionError, PlainEvm, PreparedBlock, TxError,
@@ -381,6 +382,7 @@ type OutputSlot = Mutex<Option<(usize, TxOutput)>>;
 struct Shared<'a, 's, B> {
     block: &'a PreparedBlock,
     base: &'a B,
+    jit: Option<&'a Arc<CodeCache>>,
     scheduler: Scheduler,
     mv: &'a MvMemory,
     codes: Mutex<HashMap<B256, Bytecode>>,
@@ -585,7 +587,7 @@ where
     fn work(&self) {
         // One EVM per worker, its database pointed at each transaction in turn: building an
         // EVM (instruction table, frame stack) costs more than a simple transfer.
-        let mut evm = PlainEvm::new(
+        let mut evm = PlainEvm::with_code_cache(
             MvDb {
                 mv: self.mv,
                 base: self.base,
@@ -596,6 +598,7 @@ where
                 read_accounts: Vec::new(),
             },
             self.block,
+            self.jit.cloned(),
         );
         let mut writes = Vec::new();
         let mut task = None;
@@ -658,6 +661,7 @@ impl Default for Bailout {
 pub struct ParallelExecutor {
     threads: usize,
     bailout: Option<Bailout>,
+    jit: Option<Arc<CodeCache>>,
     mv: MvMemory,
     outputs: Vec<OutputSlot>,
 }
@@ -721,6 +725,7 @@ impl ParallelExecutor {
         Self {
             threads: threads.max(1),
             bailout: Some(Bailout::default()),
+            jit: None,
             mv: MvMemory::new(0),
             outputs: Vec::new(),
         }
@@ -730,6 +735,42 @@ impl ParallelExecutor {
     pub fn with_bailout(mut self, bailout: Option<Bailout>) -> Self {
         self.bailout = bailout;
         self
+    }
+
+    /// Runs hot contracts as compiled code from `cache` in every worker and in the sequential
+    /// paths (as the cache's mode decides; `None` or `JitMode::Off` interprets everything).
+    pub fn with_jit(mut self, cache: Option<Arc<CodeCache>>) -> Self {
+        self.jit = cache;
+        self
+    }
+
+    /// Executes `block` as `policy` decides (sequentially or with this executor's workers),
+    /// counting the decision in `metrics`; see [`crate::execute_block_with_policy`].
+    pub fn execute_with_policy<B>(
+        &mut self,
+        block: &PreparedBlock,
+        base: &B,
+        policy: &crate::Policy,
+        metrics: &crate::Metrics,
+    ) -> Result<(crate::Strategy, ParallelOutcome), ExecutionError>
+    where
+        B: DatabaseRef + Sync,
+        B::Error: fmt::Display,
+    {
+        let strategy = policy.choose(block, self.threads);
+        let outcome = match strategy {
+            crate::Strategy::Sequential => {
+                metrics.sequential_blocks.inc();
+                execute_sequential(block, base, self.jit.as_ref())?
+            }
+            crate::Strategy::Parallel(_) => {
+                metrics.parallel_blocks.inc();
+                let outcome = self.execute(block, base)?;
+                metrics.record(&outcome.stats, block.txs.len());
+                outcome
+            }
+        };
+        Ok((strategy, outcome))
     }
 
     /// Workers per block.
@@ -761,7 +802,7 @@ impl ParallelExecutor {
                     .map_err(|e| beneficiary_error(block, partial.committed, e))?;
             }
             partial.stats.sequential_from = Some(partial.committed);
-            finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
+            finish_sequentially(block, self.jit.as_ref(), &mut partial, overlay, Some(&mut collect))?;
         }
         Ok(partial.into_outcome(block, collect))
     }
@@ -792,7 +833,7 @@ impl ParallelExecutor {
         }
         if partial.committed < block.txs.len() {
             partial.stats.sequential_from = Some(partial.committed);
-            finish_sequentially(block, &mut partial, &mut *sink.db, None)?;
+            finish_sequentially(block, self.jit.as_ref(), &mut partial, &mut *sink.db, None)?;
         }
         let outcome = BlockOutcome {
             number: block.number,
@@ -825,6 +866,7 @@ impl ParallelExecutor {
         run_block(
             block,
             base,
+            self.jit.as_ref(),
             self.threads,
             self.bailout,
             &self.mv,
@@ -867,6 +909,7 @@ where
 /// [`Stats::sequential_from`] to the caller, which alone knows whether a bailout happened.
 fn finish_sequentially<D>(
     block: &PreparedBlock,
+    jit: Option<&Arc<CodeCache>>,
     partial: &mut Partial,
     db: D,
     mut collect: Option<&mut Collect>,
@@ -877,7 +920,7 @@ where
 {
     let from = partial.committed;
     let beneficiary = block.block_env.beneficiary;
-    let mut evm = PlainEvm::new(db, block);
+    let mut evm = PlainEvm::with_code_cache(db, block, jit.cloned());
     for (index, tx) in block.txs.iter().enumerate().skip(from) {
         let failed = |e: EVMError<D::Error, InvalidTransaction>| ExecutionError::Transaction {
             block: block.number,
@@ -927,9 +970,11 @@ fn same_sender(block: &PreparedBlock) -> Vec<Option<usize>> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_block<B>(
     block: &PreparedBlock,
     base: &B,
+    jit: Option<&Arc<CodeCache>>,
     threads: usize,
     bailout: Option<Bailout>,
     mv: &MvMemory,
@@ -949,6 +994,7 @@ where
     let shared = Shared {
         block,
         base,
+        jit,
         scheduler: Scheduler::new(n),
         mv,
         codes: Mutex::new(HashMap::new()),
@@ -1042,6 +1088,7 @@ where
 pub(crate) fn execute_sequential<B>(
     block: &PreparedBlock,
     base: &B,
+    jit: Option<&Arc<CodeCache>>,
 ) -> Result<ParallelOutcome, ExecutionError>
 where
     B: DatabaseRef,
@@ -1054,7 +1101,7 @@ where
         fees: Vec::with_capacity(n),
     };
     let overlay = CacheDB::new(WrapDatabaseRef(base));
-    finish_sequentially(block, &mut partial, overlay, Some(&mut collect))?;
+    finish_sequentially(block, jit, &mut partial, overlay, Some(&mut collect))?;
     Ok(partial.into_outcome(block, collect))
 }
 

@@ -94,6 +94,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts what the scheduler did in one parallel block of `txs` transactions.
+    pub(crate) fn record(&self, stats: &crate::Stats, txs: usize) {
+        self.aborts.inc_by(stats.aborts as u64);
+        if stats.sequential_from.is_some() {
+            self.bailouts.inc();
+        }
+        self.re_executions
+            .inc_by(stats.executions.saturating_sub(txs) as u64);
+    }
+
     /// Registers the counters under `gigas_blockstm_*`.
     pub fn register(&self, registry: &mut Registry) {
         let sub = registry.sub_registry_with_prefix("gigas_blockstm");
@@ -147,13 +157,7 @@ where
         Strategy::Parallel(threads) => {
             metrics.parallel_blocks.inc();
             let outcome = execute_block_parallel(block, base, threads)?;
-            metrics.aborts.inc_by(outcome.stats.aborts as u64);
-            if outcome.stats.sequential_from.is_some() {
-                metrics.bailouts.inc();
-            }
-            metrics
-                .re_executions
-                .inc_by(outcome.stats.executions.saturating_sub(block.txs.len()) as u64);
+            metrics.record(&outcome.stats, block.txs.len());
             outcome
         }
     };
@@ -174,5 +178,5 @@ where
     B: DatabaseRef,
     B::Error: fmt::Display,
 {
-    execute_sequential(block, base)
+    execute_sequential(block, base, None)
 }

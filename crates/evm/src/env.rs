@@ -1,12 +1,12 @@
 //! Block and transaction environments from alloy types.
 
-use alloy_consensus::{BlockHeader, Transaction as _, Typed2718};
+use alloy_consensus::{BlockHeader, Typed2718};
 use alloy_rpc_types_eth::{Header, Transaction};
 use gigas_primitives::Hardfork;
 use revm::context::{BlockEnv, TxEnv};
 use revm::context_interface::block::BlobExcessGasAndPrice;
 use revm::context_interface::either::Either;
-use revm::primitives::U256;
+use revm::primitives::{Address, U256};
 
 use crate::spec::blob_base_fee_update_fraction;
 
@@ -38,8 +38,15 @@ pub fn block_env(header: &Header, fork: Hardfork) -> BlockEnv {
 /// The transaction environment of an RPC transaction, with its sender as recovered by the
 /// node that served it (the `from` field).
 pub fn tx_env(tx: &Transaction) -> TxEnv {
-    let caller = tx.inner.signer();
-    let envelope = tx.inner.inner();
+    tx_env_from(tx.inner.inner(), tx.inner.signer())
+}
+
+/// The transaction environment of a signed transaction whose sender is already recovered
+/// (recovering it is the caller's job, done once per transaction).
+pub fn tx_env_from<T>(envelope: &T, caller: Address) -> TxEnv
+where
+    T: alloy_consensus::Transaction + Typed2718,
+{
     TxEnv {
         tx_type: envelope.ty(),
         caller,

@@ -357,11 +357,15 @@ impl<DB: Database> PlainEvm<DB> {
     /// An EVM for `block` over `db` whose frames run compiled code from `cache` (as its
     /// mode decides; `JitMode::Off` interprets everything).
     pub fn with_jit(db: DB, block: &PreparedBlock, cache: Arc<CodeCache>) -> Self {
-        let mut evm = Self::new(db, block);
-        if cache.mode() != JitMode::Off {
-            evm.evm.cache = Some(cache);
+        Self::with_code_cache(db, block, Some(cache))
+    }
+
+    /// [`Self::with_jit`] when a cache is given, [`Self::new`] otherwise.
+    pub fn with_code_cache(db: DB, block: &PreparedBlock, cache: Option<Arc<CodeCache>>) -> Self {
+        let cache = cache.filter(|c| c.mode() != JitMode::Off);
+        Self {
+            evm: JitEvm::new(block_context(db, block, ()).build_mainnet(), cache),
         }
-        evm
     }
 
     fn run_mainnet(

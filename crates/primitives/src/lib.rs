@@ -12,6 +12,7 @@
 
 pub mod chainspec;
 pub mod changeset;
+pub mod checksum;
 pub mod machine;
 pub mod state_keys;
 
@@ -19,4 +20,5 @@ pub use chainspec::{Activation, ChainSpec, Hardfork};
 pub use changeset::{
     AccountChange, AccountState, ChangeSet, ChangeSetBuilder, ChangeSetError, CHANGESET_MAGIC,
 };
+pub use checksum::{genesis_checksum, state_checksum};
 pub use machine::Machine;
