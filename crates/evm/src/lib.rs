@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod call;
 pub mod changeset;
 pub mod env;
 pub mod executor;
