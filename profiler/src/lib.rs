@@ -5,7 +5,8 @@
 //! call, category), time outside opcodes, the JIT ceiling, CSV, JSON, Markdown and SVG charts.
 //! It reports its own overhead against a plain run in the same process.
 //!
-//! Owns: the sampler, categories, the measurement protocol and the report. Must not configure
+//! Owns: the sampler, categories, the measurement protocol, the report, and `fetch`, which
+//! writes block fixtures from a node's RPC. Must not configure
 //! revm itself: every EVM it runs comes from `gigas-evm`.
 
 #![warn(missing_docs)]
@@ -14,6 +15,7 @@ pub mod affinity;
 pub mod calibrate;
 pub mod category;
 pub mod chart;
+pub mod fetch;
 pub mod replay;
 pub mod report;
 pub mod sampler;

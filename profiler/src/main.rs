@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use eyre::{bail, eyre, Context, Result};
 use gigas_primitives::ChainSpec;
 use gigas_profiler::replay::Workload;
@@ -21,10 +21,19 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// alternating), and the probe's own cost is calibrated on a compute-bound program.
 /// Writes profile.json, opcodes.csv, report.md, top30.svg and categories.svg to --out.
 #[derive(Debug, Parser)]
-#[command(name = "gigas-profiler", version)]
+#[command(
+    name = "gigas-profiler",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
+    /// Instead of profiling: `fetch` writes block fixtures from a node's JSON-RPC.
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Directory of block fixtures: one sub-directory per block with block.json.zst,
-    /// prestate.json.zst and optionally block_hashes.json (see shared/data/README.md).
+    /// prestate.json.zst and optionally block_hashes.json (see shared/data/README.md), and
+    /// optionally chain.json (chain id and forks, as `fetch` writes it; mainnet without it).
     /// Defaults to ../shared/data/mainnet.
     #[arg(long, value_name = "DIR")]
     blocks: Option<PathBuf>,
@@ -84,6 +93,106 @@ struct Args {
     /// Threads running state tests (defaults to the CPUs available).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Fetches blocks from a node into fixtures in the shipped format: for each block,
+    /// eth_getBlockByNumber(N, true), debug_traceBlockByNumber(N, {"tracer":"prestateTracer"})
+    /// merged into the block's prestate, and the hashes its BLOCKHASH calls read; chain.json
+    /// holds the chain id and fork. Works with any node that serves the prestate tracer for
+    /// the range (an archive node, or a Gigas sequencer within its state history).
+    Fetch(FetchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct FetchArgs {
+    /// The node's JSON-RPC URL (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    rpc: String,
+
+    /// First block.
+    #[arg(long, value_name = "N")]
+    from: u64,
+
+    /// Last block (inclusive).
+    #[arg(long, value_name = "N")]
+    to: u64,
+
+    /// Directory the fixtures go to: OUT/<number>/ per block and OUT/chain.json.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+
+    /// The fork the chain runs from genesis (e.g. Prague), for a chain other than mainnet.
+    /// Defaults to the fork the first header shows; mainnet (chain id 1) gets its schedule.
+    #[arg(long, value_name = "FORK", value_parser = parse_fork)]
+    fork: Option<gigas_primitives::Hardfork>,
+
+    /// Retries of a call whose transport fails (the wait doubles from 250 ms).
+    #[arg(long, default_value_t = 6)]
+    retries: u32,
+}
+
+fn parse_fork(s: &str) -> std::result::Result<gigas_primitives::Hardfork, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+        "expected a fork name: Frontier, Homestead, Tangerine, SpuriousDragon, Byzantium, \
+         Petersburg, Istanbul, Berlin, London, Paris, Shanghai, Cancun or Prague"
+            .to_string()
+    })
+}
+
+/// `gigas-profiler fetch`.
+fn fetch(args: &FetchArgs) -> Result<()> {
+    use gigas_profiler::fetch::{fetch_blocking, FetchConfig};
+    let config = FetchConfig {
+        rpc: args.rpc.clone(),
+        from: args.from,
+        to: args.to,
+        out: args.out.clone(),
+        fork: args.fork,
+        retries: args.retries,
+    };
+    let progress = bar(0, "fetching");
+    let summary = fetch_blocking(&config, |done, total| {
+        progress.set_length(total);
+        progress.set_position(done);
+    })
+    .map_err(|e| eyre!(e))?;
+    progress.finish_and_clear();
+    println!(
+        "fetched      : blocks {}..={} from {} into {}",
+        args.from,
+        args.to,
+        args.rpc,
+        args.out.display()
+    );
+    println!(
+        "contents     : {} blocks, {} transactions, {} prestate accounts, {} slots, {} block hashes ({} headers fetched for them)",
+        summary.blocks,
+        summary.transactions,
+        summary.accounts,
+        summary.slots,
+        summary.block_hashes,
+        summary.headers_fetched
+    );
+    println!(
+        "chain        : id {}, {} (written to {})",
+        summary.chain.chain_id,
+        summary
+            .chain
+            .activations
+            .iter()
+            .map(|(fork, at)| format!("{fork} from {at:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.out.join(gigas_profiler::fetch::CHAIN_FILE).display()
+    );
+    for (number, reason) in &summary.unreplayable {
+        tracing::warn!(
+            "block {number} could not be replayed to find its BLOCKHASH numbers ({reason}); it got all 256 preceding hashes"
+        );
+    }
+    Ok(())
 }
 
 /// `../shared/data/<rest>` from the working directory, or else from the checkout this binary
@@ -213,6 +322,9 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(Command::Fetch(fetch_args)) = &args.command {
+        return fetch(fetch_args);
+    }
     if let Some(dir) = &args.state_tests {
         return state_tests(dir, &args);
     }
@@ -226,7 +338,18 @@ fn main() -> Result<()> {
             blocks_dir.display()
         );
     }
-    let chain = ChainSpec::mainnet();
+    // A directory written by `fetch` names its chain; the shipped fixtures are mainnet's.
+    let chain = match gigas_profiler::fetch::load_chain(&blocks_dir).map_err(|e| eyre!(e))? {
+        Some(chain) => {
+            println!(
+                "chain        : id {} from {}",
+                chain.chain_id,
+                blocks_dir.join(gigas_profiler::fetch::CHAIN_FILE).display()
+            );
+            chain
+        }
+        None => ChainSpec::mainnet(),
+    };
 
     let loading = bar(0, "loading");
     let workload = Workload::load(&blocks_dir, &chain, |done, total| {
