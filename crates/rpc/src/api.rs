@@ -1,0 +1,195 @@
+//! The method tables: one `#[rpc(server)]` trait per namespace, with alloy's RPC types as
+//! parameters and results so that alloy, viem, web3.py and ethers parse them unchanged.
+//!
+//! [`EthRpc`](crate::EthRpc) implements all four over any [`Backend`](crate::Backend).
+// The macro generates a `*Server` trait per trait and items inside it that carry no docs.
+#![allow(missing_docs)]
+
+use alloy_eips::{BlockId, BlockNumberOrTag};
+use alloy_primitives::{Address, Bytes, B256, U256, U64};
+use alloy_rpc_types_eth::pubsub::{Params, SubscriptionKind};
+use alloy_rpc_types_eth::state::StateOverride;
+use alloy_rpc_types_eth::{
+    Block, BlockOverrides, FeeHistory, Filter, Log, SyncStatus, Transaction, TransactionReceipt,
+    TransactionRequest,
+};
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::proc_macros::rpc;
+use serde::{Deserialize, Serialize};
+
+use crate::PrestateTrace;
+
+/// The `eth_` namespace.
+#[rpc(server, namespace = "eth")]
+pub trait EthApi {
+    /// `eth_chainId`.
+    #[method(name = "chainId")]
+    async fn chain_id(&self) -> RpcResult<U64>;
+
+    /// `eth_blockNumber`: the head.
+    #[method(name = "blockNumber")]
+    async fn block_number(&self) -> RpcResult<U64>;
+
+    /// `eth_syncing`.
+    #[method(name = "syncing")]
+    async fn syncing(&self) -> RpcResult<SyncStatus>;
+
+    /// `eth_accounts`: always empty, the node holds no user keys (wallet libraries call it).
+    #[method(name = "accounts")]
+    async fn accounts(&self) -> RpcResult<Vec<Address>>;
+
+    /// `eth_getBalance`.
+    #[method(name = "getBalance")]
+    async fn balance(&self, address: Address, block: Option<BlockId>) -> RpcResult<U256>;
+
+    /// `eth_getTransactionCount`; `pending` counts the pool's transactions.
+    #[method(name = "getTransactionCount")]
+    async fn transaction_count(&self, address: Address, block: Option<BlockId>) -> RpcResult<U64>;
+
+    /// `eth_getCode`.
+    #[method(name = "getCode")]
+    async fn code(&self, address: Address, block: Option<BlockId>) -> RpcResult<Bytes>;
+
+    /// `eth_getStorageAt`; the slot is a quantity or a 32-byte hex word.
+    #[method(name = "getStorageAt")]
+    async fn storage_at(
+        &self,
+        address: Address,
+        slot: U256,
+        block: Option<BlockId>,
+    ) -> RpcResult<B256>;
+
+    /// `eth_call` with optional state and block overrides.
+    #[method(name = "call")]
+    async fn call(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        state_overrides: Option<StateOverride>,
+        block_overrides: Option<Box<BlockOverrides>>,
+    ) -> RpcResult<Bytes>;
+
+    /// `eth_estimateGas` with optional state and block overrides.
+    #[method(name = "estimateGas")]
+    async fn estimate_gas(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        state_overrides: Option<StateOverride>,
+        block_overrides: Option<Box<BlockOverrides>>,
+    ) -> RpcResult<U64>;
+
+    /// `eth_gasPrice`.
+    #[method(name = "gasPrice")]
+    async fn gas_price(&self) -> RpcResult<U256>;
+
+    /// `eth_maxPriorityFeePerGas`.
+    #[method(name = "maxPriorityFeePerGas")]
+    async fn max_priority_fee_per_gas(&self) -> RpcResult<U256>;
+
+    /// `eth_feeHistory`.
+    #[method(name = "feeHistory")]
+    async fn fee_history(
+        &self,
+        block_count: U64,
+        newest_block: BlockNumberOrTag,
+        reward_percentiles: Option<Vec<f64>>,
+    ) -> RpcResult<FeeHistory>;
+
+    /// `eth_sendRawTransaction`.
+    #[method(name = "sendRawTransaction")]
+    async fn send_raw_transaction(&self, raw: Bytes) -> RpcResult<B256>;
+
+    /// `eth_getTransactionByHash`.
+    #[method(name = "getTransactionByHash")]
+    async fn transaction_by_hash(&self, hash: B256) -> RpcResult<Option<Transaction>>;
+
+    /// `eth_getTransactionReceipt`.
+    #[method(name = "getTransactionReceipt")]
+    async fn transaction_receipt(&self, hash: B256) -> RpcResult<Option<TransactionReceipt>>;
+
+    /// `eth_getBlockReceipts`.
+    #[method(name = "getBlockReceipts")]
+    async fn block_receipts(&self, block: BlockId) -> RpcResult<Option<Vec<TransactionReceipt>>>;
+
+    /// `eth_getBlockByNumber`; `full` selects full transactions over hashes.
+    #[method(name = "getBlockByNumber")]
+    async fn block_by_number(
+        &self,
+        number: BlockNumberOrTag,
+        full: Option<bool>,
+    ) -> RpcResult<Option<Block>>;
+
+    /// `eth_getBlockByHash`.
+    #[method(name = "getBlockByHash")]
+    async fn block_by_hash(&self, hash: B256, full: Option<bool>) -> RpcResult<Option<Block>>;
+
+    /// `eth_getBlockTransactionCountByNumber`.
+    #[method(name = "getBlockTransactionCountByNumber")]
+    async fn block_transaction_count_by_number(
+        &self,
+        number: BlockNumberOrTag,
+    ) -> RpcResult<Option<U64>>;
+
+    /// `eth_getBlockTransactionCountByHash`.
+    #[method(name = "getBlockTransactionCountByHash")]
+    async fn block_transaction_count_by_hash(&self, hash: B256) -> RpcResult<Option<U64>>;
+
+    /// `eth_getLogs` over a bounded block range or one block hash.
+    #[method(name = "getLogs")]
+    async fn logs(&self, filter: Filter) -> RpcResult<Vec<Log>>;
+
+    /// `eth_subscribe` (`newHeads`, `logs` with a filter, `newPendingTransactions`) and
+    /// `eth_unsubscribe`; notifications are `eth_subscription`.
+    #[subscription(
+        name = "subscribe" => "subscription",
+        unsubscribe = "unsubscribe",
+        item = serde_json::Value
+    )]
+    async fn subscribe(&self, kind: SubscriptionKind, params: Option<Params>)
+        -> SubscriptionResult;
+}
+
+/// The `net_` namespace.
+#[rpc(server, namespace = "net")]
+pub trait NetApi {
+    /// `net_version`: the chain id in decimal.
+    #[method(name = "version")]
+    async fn version(&self) -> RpcResult<String>;
+}
+
+/// The `web3_` namespace.
+#[rpc(server, namespace = "web3")]
+pub trait Web3Api {
+    /// `web3_clientVersion`.
+    #[method(name = "clientVersion")]
+    async fn client_version(&self) -> RpcResult<String>;
+}
+
+/// The `debug_` namespace.
+#[rpc(server, namespace = "debug")]
+pub trait DebugApi {
+    /// `debug_traceBlockByNumber`; only `{"tracer": "prestateTracer"}` is served.
+    #[method(name = "traceBlockByNumber")]
+    async fn trace_block_by_number(
+        &self,
+        block: BlockNumberOrTag,
+        options: Option<TracerOptions>,
+    ) -> RpcResult<Vec<PrestateTrace>>;
+}
+
+/// The options object of geth's `debug_trace*` methods, as far as this node reads it; unknown
+/// fields (the struct logger's switches) are accepted and ignored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TracerOptions {
+    /// The tracer's name; only "prestateTracer" is served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracer: Option<String>,
+    /// The tracer's own options; `{"diffMode": true}` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracer_config: Option<serde_json::Value>,
+    /// geth's per-transaction timeout ("5s"); accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}

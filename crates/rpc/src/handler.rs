@@ -1,0 +1,601 @@
+//! The method tables implemented over a [`Backend`]: parameter checks, block resolution,
+//! limits, blocking-pool dispatch and subscriptions.
+
+use std::sync::Arc;
+
+use alloy_eips::{BlockId, BlockNumberOrTag};
+use alloy_primitives::{Address, Bytes, B256, U256, U64};
+use alloy_rpc_types_eth::pubsub::{Params, SubscriptionKind};
+use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
+use alloy_rpc_types_eth::{
+    Block, BlockOverrides, FeeHistory, Filter, FilterBlockOption, Log, SyncStatus, Transaction,
+    TransactionReceipt, TransactionRequest,
+};
+use jsonrpsee::core::{async_trait, to_json_raw_value, RpcResult, SubscriptionResult};
+use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionSink};
+use jsonrpsee::RpcModule;
+use serde::Serialize;
+use tokio::sync::{broadcast, Semaphore};
+
+use crate::api::{DebugApiServer, EthApiServer, NetApiServer, TracerOptions, Web3ApiServer};
+use crate::metrics::RpcMetrics;
+use crate::{Backend, PrestateTrace, RpcError};
+
+/// The bounds the method handlers enforce (the transport's bounds live in the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most blocks one `eth_getLogs` may span.
+    pub max_log_block_range: u64,
+    /// Most logs one `eth_getLogs` may return.
+    pub max_log_results: usize,
+    /// Most blocks one `eth_feeHistory` may cover (larger counts are clamped, as geth does).
+    pub max_fee_history_blocks: u64,
+    /// Most reward percentiles one `eth_feeHistory` may ask for.
+    pub max_fee_history_percentiles: usize,
+    /// Most `eth_call`, `eth_estimateGas`, `eth_getLogs`, `eth_feeHistory` and
+    /// `debug_traceBlockByNumber` running at once; further ones wait.
+    pub max_concurrent_executions: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_log_block_range: 10_000,
+            max_log_results: 10_000,
+            max_fee_history_blocks: 1024,
+            max_fee_history_percentiles: 100,
+            max_concurrent_executions: default_executions(),
+        }
+    }
+}
+
+/// One per core (at least two): executions are CPU-bound, and more in flight only queue for cores
+/// while holding their memory.
+fn default_executions() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2)
+}
+
+/// The handlers of every namespace over one backend. Cheap to clone.
+#[derive(Debug)]
+pub struct EthRpc<B> {
+    backend: Arc<B>,
+    limits: Limits,
+    executions: Arc<Semaphore>,
+    metrics: Arc<RpcMetrics>,
+}
+
+impl<B> Clone for EthRpc<B> {
+    fn clone(&self) -> Self {
+        EthRpc {
+            backend: self.backend.clone(),
+            limits: self.limits,
+            executions: self.executions.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<B: Backend> EthRpc<B> {
+    /// Handlers over `backend`, counting subscriptions into `metrics`.
+    pub fn new(backend: Arc<B>, limits: Limits, metrics: Arc<RpcMetrics>) -> Self {
+        EthRpc {
+            backend,
+            executions: Arc::new(Semaphore::new(limits.max_concurrent_executions.max(1))),
+            limits,
+            metrics,
+        }
+    }
+
+    /// All four namespaces as one jsonrpsee module.
+    pub fn into_module(self) -> Result<RpcModule<()>, RpcError> {
+        let mut module = RpcModule::new(());
+        let merge = |module: &mut RpcModule<()>, other: RpcModule<Self>| {
+            module
+                .merge(other)
+                .map_err(|e| RpcError::Internal(format!("method table: {e}")))
+        };
+        merge(&mut module, EthApiServer::into_rpc(self.clone()))?;
+        merge(&mut module, NetApiServer::into_rpc(self.clone()))?;
+        merge(&mut module, Web3ApiServer::into_rpc(self.clone()))?;
+        merge(&mut module, DebugApiServer::into_rpc(self))?;
+        Ok(module)
+    }
+
+    /// Runs a storage read on the blocking pool, so that a slow disk never stalls the runtime.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T, RpcError> + Send + 'static,
+    {
+        let backend = self.backend.clone();
+        tokio::task::spawn_blocking(move || f(&backend))
+            .await
+            .map_err(|e| RpcError::Internal(format!("backend task failed: {e}")))?
+    }
+
+    /// As [`Self::blocking`], for work that executes transactions or scans many blocks: at most
+    /// `max_concurrent_executions` run at once.
+    async fn execution<T, F>(&self, f: F) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T, RpcError> + Send + 'static,
+    {
+        let _permit = self
+            .executions
+            .acquire()
+            .await
+            .map_err(|_| RpcError::Internal("the server is shutting down".into()))?;
+        self.blocking(f).await
+    }
+
+    /// The number a tag names (no storage access).
+    fn tag_number(&self, tag: BlockNumberOrTag) -> u64 {
+        match tag {
+            BlockNumberOrTag::Latest | BlockNumberOrTag::Pending => self.backend.latest(),
+            BlockNumberOrTag::Safe => self.backend.safe(),
+            BlockNumberOrTag::Finalized => self.backend.finalized(),
+            BlockNumberOrTag::Earliest => self.backend.earliest(),
+            BlockNumberOrTag::Number(n) => n,
+        }
+    }
+
+    /// The block number `tag` names, or `None` beyond the head.
+    fn existing(&self, tag: BlockNumberOrTag) -> Option<u64> {
+        let n = self.tag_number(tag);
+        (n <= self.backend.latest()).then_some(n)
+    }
+
+    /// The block number `id` names, or `None` when the node has no such block.
+    async fn resolve(&self, id: BlockId) -> Result<Option<u64>, RpcError> {
+        match id {
+            BlockId::Number(tag) => Ok(self.existing(tag)),
+            BlockId::Hash(hash) => {
+                let hash = hash.block_hash;
+                self.blocking(move |b| b.block_number(hash)).await
+            }
+        }
+    }
+
+    /// The block whose state a query reads (default `latest`); unknown blocks are an error.
+    async fn state_block(&self, id: Option<BlockId>) -> Result<u64, RpcError> {
+        self.resolve(id.unwrap_or_default())
+            .await?
+            .ok_or(RpcError::HeaderNotFound)
+    }
+
+    async fn block_at(&self, number: Option<u64>, full: bool) -> Result<Option<Block>, RpcError> {
+        match number {
+            Some(n) => self.blocking(move |b| b.block(n, full)).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn tx_count_at(&self, number: Option<u64>) -> Result<Option<U64>, RpcError> {
+        match number {
+            Some(n) => Ok(self
+                .blocking(move |b| b.block_transaction_count(n))
+                .await?
+                .map(U64::from)),
+            None => Ok(None),
+        }
+    }
+
+    /// The inclusive block range of a log filter, clamped to the head; `None` when it starts
+    /// beyond the head (nothing to find).
+    async fn log_range(&self, filter: &Filter) -> Result<Option<(u64, u64)>, RpcError> {
+        match filter.block_option {
+            FilterBlockOption::AtBlockHash(hash) => {
+                let n = self
+                    .blocking(move |b| b.block_number(hash))
+                    .await?
+                    .ok_or(RpcError::HeaderNotFound)?;
+                Ok(Some((n, n)))
+            }
+            FilterBlockOption::Range {
+                from_block,
+                to_block,
+            } => {
+                let head = self.backend.latest();
+                let from = self.tag_number(from_block.unwrap_or_default());
+                let to = self.tag_number(to_block.unwrap_or_default());
+                if from > to {
+                    return Err(RpcError::InvalidParams(format!(
+                        "invalid block range params: fromBlock {from} is after toBlock {to}"
+                    )));
+                }
+                if from > head {
+                    return Ok(None);
+                }
+                let to = to.min(head);
+                if to - from >= self.limits.max_log_block_range {
+                    return Err(RpcError::LogRangeTooLarge(self.limits.max_log_block_range));
+                }
+                Ok(Some((from, to)))
+            }
+        }
+    }
+
+    fn check_percentiles(&self, percentiles: &[f64]) -> Result<(), RpcError> {
+        if percentiles.len() > self.limits.max_fee_history_percentiles {
+            return Err(RpcError::InvalidParams(format!(
+                "too many reward percentiles: {} (at most {})",
+                percentiles.len(),
+                self.limits.max_fee_history_percentiles
+            )));
+        }
+        let mut previous = 0.0;
+        for (i, &p) in percentiles.iter().enumerate() {
+            // `contains` is false for NaN too.
+            if !(0.0..=100.0).contains(&p) {
+                return Err(RpcError::InvalidParams(format!(
+                    "invalid reward percentile: #{i} is {p}, must be within 0..=100"
+                )));
+            }
+            if p < previous {
+                return Err(RpcError::InvalidParams(format!(
+                    "invalid reward percentile: #{i}:{p} < #{}:{previous}, must be ascending",
+                    i.saturating_sub(1)
+                )));
+            }
+            previous = p;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<B: Backend> EthApiServer for EthRpc<B> {
+    async fn chain_id(&self) -> RpcResult<U64> {
+        Ok(U64::from(self.backend.chain_id()))
+    }
+
+    async fn block_number(&self) -> RpcResult<U64> {
+        Ok(U64::from(self.backend.latest()))
+    }
+
+    async fn syncing(&self) -> RpcResult<SyncStatus> {
+        Ok(self.backend.syncing())
+    }
+
+    async fn accounts(&self) -> RpcResult<Vec<Address>> {
+        Ok(Vec::new())
+    }
+
+    async fn balance(&self, address: Address, block: Option<BlockId>) -> RpcResult<U256> {
+        let at = self.state_block(block).await?;
+        Ok(self.blocking(move |b| b.balance(address, at)).await?)
+    }
+
+    async fn transaction_count(&self, address: Address, block: Option<BlockId>) -> RpcResult<U64> {
+        if matches!(block, Some(BlockId::Number(BlockNumberOrTag::Pending))) {
+            return Ok(U64::from(
+                self.blocking(move |b| b.pending_nonce(address)).await?,
+            ));
+        }
+        let at = self.state_block(block).await?;
+        Ok(U64::from(
+            self.blocking(move |b| b.nonce(address, at)).await?,
+        ))
+    }
+
+    async fn code(&self, address: Address, block: Option<BlockId>) -> RpcResult<Bytes> {
+        let at = self.state_block(block).await?;
+        Ok(self.blocking(move |b| b.code(address, at)).await?)
+    }
+
+    async fn storage_at(
+        &self,
+        address: Address,
+        slot: U256,
+        block: Option<BlockId>,
+    ) -> RpcResult<B256> {
+        let at = self.state_block(block).await?;
+        let slot = B256::from(slot);
+        Ok(self.blocking(move |b| b.storage(address, slot, at)).await?)
+    }
+
+    async fn call(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        state_overrides: Option<StateOverride>,
+        block_overrides: Option<Box<BlockOverrides>>,
+    ) -> RpcResult<Bytes> {
+        let at = self.state_block(block).await?;
+        let overrides = EvmOverrides::new(state_overrides, block_overrides);
+        Ok(self
+            .execution(move |b| b.call(request, at, overrides))
+            .await?)
+    }
+
+    async fn estimate_gas(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        state_overrides: Option<StateOverride>,
+        block_overrides: Option<Box<BlockOverrides>>,
+    ) -> RpcResult<U64> {
+        let at = self.state_block(block).await?;
+        let overrides = EvmOverrides::new(state_overrides, block_overrides);
+        Ok(U64::from(
+            self.execution(move |b| b.estimate_gas(request, at, overrides))
+                .await?,
+        ))
+    }
+
+    async fn gas_price(&self) -> RpcResult<U256> {
+        Ok(self.blocking(|b| b.gas_price()).await?)
+    }
+
+    async fn max_priority_fee_per_gas(&self) -> RpcResult<U256> {
+        Ok(self.blocking(|b| b.max_priority_fee()).await?)
+    }
+
+    async fn fee_history(
+        &self,
+        block_count: U64,
+        newest_block: BlockNumberOrTag,
+        reward_percentiles: Option<Vec<f64>>,
+    ) -> RpcResult<FeeHistory> {
+        if let Some(p) = &reward_percentiles {
+            self.check_percentiles(p)?;
+        }
+        // geth answers no `reward` field for an empty list.
+        let reward_percentiles = reward_percentiles.filter(|p| !p.is_empty());
+        let newest = self
+            .existing(newest_block)
+            .ok_or(RpcError::HeaderNotFound)?;
+        let count = block_count
+            .saturating_to::<u64>()
+            .min(self.limits.max_fee_history_blocks)
+            .min(newest + 1);
+        if count == 0 {
+            return Ok(FeeHistory::default());
+        }
+        Ok(self
+            .execution(move |b| b.fee_history(count, newest, reward_percentiles.as_deref()))
+            .await?)
+    }
+
+    async fn send_raw_transaction(&self, raw: Bytes) -> RpcResult<B256> {
+        if raw.is_empty() {
+            return Err(RpcError::InvalidParams("empty transaction data".into()).into());
+        }
+        Ok(self.backend.send_raw_transaction(raw).await?)
+    }
+
+    async fn transaction_by_hash(&self, hash: B256) -> RpcResult<Option<Transaction>> {
+        Ok(self.blocking(move |b| b.transaction_by_hash(hash)).await?)
+    }
+
+    async fn transaction_receipt(&self, hash: B256) -> RpcResult<Option<TransactionReceipt>> {
+        Ok(self.blocking(move |b| b.receipt(hash)).await?)
+    }
+
+    async fn block_receipts(&self, block: BlockId) -> RpcResult<Option<Vec<TransactionReceipt>>> {
+        match self.resolve(block).await? {
+            Some(n) => Ok(self.blocking(move |b| b.block_receipts(n)).await?),
+            None => Ok(None),
+        }
+    }
+
+    async fn block_by_number(
+        &self,
+        number: BlockNumberOrTag,
+        full: Option<bool>,
+    ) -> RpcResult<Option<Block>> {
+        Ok(self
+            .block_at(self.existing(number), full.unwrap_or(false))
+            .await?)
+    }
+
+    async fn block_by_hash(&self, hash: B256, full: Option<bool>) -> RpcResult<Option<Block>> {
+        let number = self.resolve(BlockId::from(hash)).await?;
+        Ok(self.block_at(number, full.unwrap_or(false)).await?)
+    }
+
+    async fn block_transaction_count_by_number(
+        &self,
+        number: BlockNumberOrTag,
+    ) -> RpcResult<Option<U64>> {
+        Ok(self.tx_count_at(self.existing(number)).await?)
+    }
+
+    async fn block_transaction_count_by_hash(&self, hash: B256) -> RpcResult<Option<U64>> {
+        let number = self.resolve(BlockId::from(hash)).await?;
+        Ok(self.tx_count_at(number).await?)
+    }
+
+    async fn logs(&self, filter: Filter) -> RpcResult<Vec<Log>> {
+        let Some((from, to)) = self.log_range(&filter).await? else {
+            return Ok(Vec::new());
+        };
+        let limit = self.limits.max_log_results;
+        let logs = self
+            .execution(move |b| b.logs(from, to, &filter, limit))
+            .await?;
+        if logs.len() > limit {
+            return Err(RpcError::TooManyLogs(limit).into());
+        }
+        Ok(logs)
+    }
+
+    async fn subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        kind: SubscriptionKind,
+        params: Option<Params>,
+    ) -> SubscriptionResult {
+        let params = params.unwrap_or_default();
+        match (kind, params) {
+            (SubscriptionKind::NewHeads, Params::None) => {
+                let rx = self.backend.subscribe_heads();
+                let sink = pending.accept().await?;
+                self.forward(sink, rx, "newHeads", std::iter::once).await
+            }
+            (SubscriptionKind::Logs, params @ (Params::None | Params::Logs(_))) => {
+                let filter = match params {
+                    Params::Logs(filter) => *filter,
+                    _ => Filter::default(),
+                };
+                let rx = self.backend.subscribe_logs();
+                let sink = pending.accept().await?;
+                self.forward(sink, rx, "logs", move |logs: Arc<Vec<Log>>| {
+                    logs.iter()
+                        .filter(|log| filter.matches(&log.inner))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+                .await
+            }
+            (SubscriptionKind::NewPendingTransactions, Params::None | Params::Bool(false)) => {
+                let rx = self.backend.subscribe_pending();
+                let sink = pending.accept().await?;
+                self.forward(sink, rx, "newPendingTransactions", std::iter::once)
+                    .await
+            }
+            (SubscriptionKind::NewPendingTransactions, Params::Bool(true)) => {
+                pending
+                    .reject(RpcError::InvalidParams(
+                        "newPendingTransactions with full transactions is not supported; \
+                         subscribe to hashes"
+                            .into(),
+                    ))
+                    .await;
+                Ok(())
+            }
+            (
+                kind @ (SubscriptionKind::NewHeads
+                | SubscriptionKind::Logs
+                | SubscriptionKind::NewPendingTransactions),
+                _,
+            ) => {
+                pending
+                    .reject(RpcError::InvalidParams(format!(
+                        "invalid parameters for the {kind} subscription"
+                    )))
+                    .await;
+                Ok(())
+            }
+            (kind, _) => {
+                pending
+                    .reject(RpcError::InvalidParams(format!(
+                        "unsupported subscription kind {kind}: this node serves newHeads, logs \
+                         and newPendingTransactions"
+                    )))
+                    .await;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<B: Backend> EthRpc<B> {
+    /// Pipes a broadcast channel into a subscription until the client unsubscribes or
+    /// disconnects. A client that falls behind the channel's buffer is dropped with an error
+    /// notification instead of being buffered for: memory stays bounded, and the client learns
+    /// that it missed messages rather than silently seeing a gap.
+    async fn forward<T, I, It, F>(
+        &self,
+        sink: SubscriptionSink,
+        mut rx: broadcast::Receiver<T>,
+        kind: &'static str,
+        mut items: F,
+    ) -> SubscriptionResult
+    where
+        T: Clone,
+        F: FnMut(T) -> It,
+        It: IntoIterator<Item = I>,
+        I: Serialize,
+    {
+        let _open = self.metrics.subscription_opened(kind);
+        loop {
+            let message = tokio::select! {
+                _ = sink.closed() => return Ok(()),
+                message = rx.recv() => message,
+            };
+            match message {
+                Ok(value) => {
+                    for item in items(value) {
+                        let raw = to_json_raw_value(&item)?;
+                        if sink.send(raw).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    self.metrics.subscription_dropped(kind);
+                    return Err(format!(
+                        "subscription dropped: the client fell {missed} messages behind"
+                    )
+                    .into());
+                }
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> NetApiServer for EthRpc<B> {
+    async fn version(&self) -> RpcResult<String> {
+        Ok(self.backend.chain_id().to_string())
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Web3ApiServer for EthRpc<B> {
+    async fn client_version(&self) -> RpcResult<String> {
+        Ok(self.backend.client_version())
+    }
+}
+
+/// The only tracer served.
+const PRESTATE_TRACER: &str = "prestateTracer";
+
+#[async_trait]
+impl<B: Backend> DebugApiServer for EthRpc<B> {
+    async fn trace_block_by_number(
+        &self,
+        block: BlockNumberOrTag,
+        options: Option<TracerOptions>,
+    ) -> RpcResult<Vec<PrestateTrace>> {
+        let options = options.unwrap_or_default();
+        match options.tracer.as_deref() {
+            Some(PRESTATE_TRACER) => {}
+            Some(other) => {
+                return Err(RpcError::InvalidParams(format!(
+                    "tracer {other:?} is not supported: this node serves only \
+                     {{\"tracer\": \"{PRESTATE_TRACER}\"}}"
+                ))
+                .into())
+            }
+            None => {
+                return Err(RpcError::InvalidParams(format!(
+                    "the struct logger (no tracer) is not supported: this node serves only \
+                     {{\"tracer\": \"{PRESTATE_TRACER}\"}}"
+                ))
+                .into())
+            }
+        }
+        let diff_mode = options
+            .tracer_config
+            .as_ref()
+            .and_then(|c| c.get("diffMode"))
+            .and_then(|d| d.as_bool())
+            .unwrap_or(false);
+        if diff_mode {
+            return Err(RpcError::InvalidParams(
+                "prestateTracer with diffMode is not supported".into(),
+            )
+            .into());
+        }
+        let number = self.existing(block).ok_or(RpcError::HeaderNotFound)?;
+        Ok(self
+            .execution(move |b| b.trace_block_prestate(number))
+            .await?)
+    }
+}

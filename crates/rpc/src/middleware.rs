@@ -1,0 +1,233 @@
+//! The two middlewares of the server: per-call (unknown methods named in the error, metrics) and
+//! per-HTTP-request (extra routes on the same port, connection counting).
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::Method;
+use hyper::body::Bytes;
+use jsonrpsee::core::middleware::{Batch, BatchEntry, Notification, RpcServiceT};
+use jsonrpsee::core::BoxError;
+use jsonrpsee::server::{
+    BatchResponseBuilder, HttpBody, HttpRequest, HttpResponse, MethodResponse,
+};
+use jsonrpsee::types::{ErrorObject, Request};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, Service, ServiceExt};
+
+use crate::error::codes;
+use crate::metrics::{GaugeGuard, RpcMetrics};
+
+/// Longest method name echoed back in a "does not exist" error: a client may send megabytes.
+const MAX_ECHOED_METHOD: usize = 128;
+
+/// Per-call middleware: answers unknown methods itself with their name (jsonrpsee says only
+/// "Method not found") and records every call's method, latency and error code.
+#[derive(Debug, Clone)]
+pub(crate) struct CallLayer<S> {
+    pub(crate) inner: S,
+    pub(crate) methods: Arc<HashSet<&'static str>>,
+    pub(crate) metrics: Arc<RpcMetrics>,
+    pub(crate) max_response_body_size: usize,
+}
+
+impl<S> CallLayer<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Send
+        + Sync,
+{
+    async fn answer(&self, request: Request<'_>) -> MethodResponse {
+        let Some(&method) = self.methods.get(request.method_name()) else {
+            let name: String = request
+                .method_name()
+                .chars()
+                .take(MAX_ECHOED_METHOD)
+                .collect();
+            let err = ErrorObject::owned(
+                codes::METHOD_NOT_FOUND,
+                format!("the method {name} does not exist/is not available"),
+                None::<()>,
+            );
+            self.metrics
+                .record_call("unknown", Default::default(), Some(codes::METHOD_NOT_FOUND));
+            return MethodResponse::error(request.id, err).with_extensions(request.extensions);
+        };
+        let started = Instant::now();
+        let response = self.inner.call(request).await;
+        self.metrics
+            .record_call(method, started.elapsed(), response.as_error_code());
+        response
+    }
+}
+
+impl<S> RpcServiceT for CallLayer<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, request: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let this = self.clone();
+        async move { this.answer(request).await }
+    }
+
+    /// jsonrpsee's own batch handling calls the inner service directly, past this middleware;
+    /// batches are therefore answered here entry by entry so that each gets the same treatment
+    /// as a single call. jsonrpsee has already refused batches over the size limit.
+    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let this = self.clone();
+        async move {
+            let mut answers = BatchResponseBuilder::new_with_limit(this.max_response_body_size);
+            let mut got_notification = false;
+            for entry in batch {
+                let response = match entry {
+                    Ok(BatchEntry::Call(request)) => this.answer(request).await,
+                    Ok(BatchEntry::Notification(n)) => {
+                        got_notification = true;
+                        this.inner.notification(n).await;
+                        continue;
+                    }
+                    Err(err) => {
+                        let (err, id) = err.into_parts();
+                        this.metrics.record_error(err.code());
+                        MethodResponse::error(id, err)
+                    }
+                };
+                if let Err(too_big) = answers.append(response) {
+                    return too_big;
+                }
+            }
+            if answers.is_empty() && got_notification {
+                MethodResponse::notification()
+            } else {
+                MethodResponse::from_batch(answers.finish())
+            }
+        }
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.notification(n)
+    }
+}
+
+/// Plain HTTP routes served on the JSON-RPC port, e.g. the sequencer's `GET /diffs/{n}`.
+///
+/// Every request that is neither a WebSocket upgrade nor a `POST` (that is, `GET`, `HEAD`,
+/// `OPTIONS`, ...) goes to this service; `POST` and upgrades go to JSON-RPC. An `axum::Router`
+/// fits as it is (its error type is `Infallible`): `HttpRoutes::new(router)`.
+#[derive(Clone)]
+pub struct HttpRoutes(BoxCloneSyncService<HttpRequest, HttpResponse, Infallible>);
+
+impl std::fmt::Debug for HttpRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpRoutes(..)")
+    }
+}
+
+impl HttpRoutes {
+    /// Routes served by `service` (e.g. an `axum::Router`).
+    pub fn new<S, B>(service: S) -> Self
+    where
+        S: Service<HttpRequest, Response = http::Response<B>, Error = Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        HttpRoutes(BoxCloneSyncService::new(service.map_response(
+            |response: http::Response<B>| response.map(HttpBody::new),
+        )))
+    }
+}
+
+/// Marks a connection open while any copy lives. The HTTP service holds one for the TCP
+/// connection; a WebSocket upgrade stores another in the request's extensions, which jsonrpsee
+/// keeps for the whole WebSocket session, so the count follows the upgraded connection too.
+#[derive(Debug, Clone)]
+struct OpenConnection(#[allow(dead_code)] Arc<GaugeGuard>);
+
+/// The HTTP middleware: built once per TCP connection by jsonrpsee.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpLayer {
+    pub(crate) routes: Option<HttpRoutes>,
+    pub(crate) metrics: Arc<RpcMetrics>,
+}
+
+impl<S> Layer<S> for HttpLayer {
+    type Service = HttpService<S>;
+
+    fn layer(&self, inner: S) -> HttpService<S> {
+        HttpService {
+            inner,
+            routes: self.routes.clone(),
+            connection: OpenConnection(Arc::new(self.metrics.connection_opened())),
+        }
+    }
+}
+
+/// See [`HttpLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct HttpService<S> {
+    inner: S,
+    routes: Option<HttpRoutes>,
+    connection: OpenConnection,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S> Service<HttpRequest> for HttpService<S>
+where
+    S: Service<HttpRequest, Response = HttpResponse, Error = BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<HttpResponse, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: HttpRequest) -> Self::Future {
+        if jsonrpsee::server::ws::is_upgrade_request(&request) {
+            request.extensions_mut().insert(self.connection.clone());
+            return Box::pin(self.inner.call(request));
+        }
+        if request.method() != Method::POST {
+            if let Some(routes) = &self.routes {
+                let routes = routes.0.clone();
+                return Box::pin(async move {
+                    match routes.oneshot(request).await {
+                        Ok(response) => Ok(response),
+                        Err(never) => match never {},
+                    }
+                });
+            }
+        }
+        Box::pin(self.inner.call(request))
+    }
+}

@@ -1,0 +1,225 @@
+//! The server: configuration, start-up and the handle that keeps it running.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
+use jsonrpsee::server::{BatchRequestConfig, IdProvider, Server, ServerConfig, ServerHandle};
+use jsonrpsee::types::SubscriptionId;
+
+use crate::handler::{EthRpc, Limits};
+use crate::metrics::RpcMetrics;
+use crate::middleware::{CallLayer, HttpLayer, HttpRoutes};
+use crate::{Backend, RpcError};
+
+const MIB: u32 = 1024 * 1024;
+
+/// The server's configuration. [`RpcConfig::default`] listens on 127.0.0.1:8545.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcConfig {
+    /// Where HTTP and WebSocket are both served; port 0 picks a free port
+    /// ([`RpcHandle::local_addr`] reports it).
+    pub listen: SocketAddr,
+    /// Largest request body (HTTP) or message (WebSocket). Default 10 MiB (jsonrpsee's default):
+    /// the pool refuses a transaction over 128 KiB ("oversized data"), so this admits a batch of
+    /// dozens of the largest transactions hex-encoded while a single body stays small next to the
+    /// node's memory. Larger HTTP bodies get HTTP 413 with a JSON-RPC error body.
+    pub max_request_body_bytes: u32,
+    /// Largest response. Default 32 MiB: 10,000 logs (the result bound) are about 6 MiB of JSON,
+    /// and a full block or prestate trace of some thousands of transactions a few MiB; larger
+    /// answers get a JSON-RPC error instead of holding that much memory per request.
+    pub max_response_body_bytes: u32,
+    /// Most HTTP requests in flight plus open WebSocket connections (jsonrpsee takes one permit
+    /// per HTTP request and one per WebSocket session); beyond it HTTP answers 429. Default 500,
+    /// reth's default.
+    pub max_connections: u32,
+    /// Most calls in one batch (0 disables batches); a larger batch gets one JSON-RPC error.
+    /// Default 1000, geth's default.
+    pub max_batch_size: u32,
+    /// Most subscriptions one WebSocket connection may hold. Default 1024 (jsonrpsee and reth).
+    pub max_subscriptions_per_connection: u32,
+    /// Messages buffered per WebSocket connection before its subscriptions wait (and, once they
+    /// fall behind the node's broadcast buffer, are dropped). Default 1024 (jsonrpsee).
+    pub message_buffer_capacity: u32,
+    /// Most blocks one `eth_getLogs` may span. Default 10,000.
+    pub max_log_block_range: u64,
+    /// Most logs one `eth_getLogs` may return. Default 10,000.
+    pub max_log_results: usize,
+    /// Most blocks one `eth_feeHistory` covers (larger counts are clamped). Default 1024 (geth).
+    pub max_fee_history_blocks: u64,
+    /// Most `eth_call` / `eth_estimateGas` / `eth_getLogs` / `eth_feeHistory` /
+    /// `debug_traceBlockByNumber` executing at once; more wait their turn without a thread.
+    /// Default: one per core, at least 2.
+    pub max_concurrent_executions: usize,
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        let limits = Limits::default();
+        RpcConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8545)),
+            max_request_body_bytes: 10 * MIB,
+            max_response_body_bytes: 32 * MIB,
+            max_connections: 500,
+            max_batch_size: 1000,
+            max_subscriptions_per_connection: 1024,
+            message_buffer_capacity: 1024,
+            max_log_block_range: limits.max_log_block_range,
+            max_log_results: limits.max_log_results,
+            max_fee_history_blocks: limits.max_fee_history_blocks,
+            max_concurrent_executions: limits.max_concurrent_executions,
+        }
+    }
+}
+
+impl RpcConfig {
+    /// The method handlers' bounds from this configuration.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_log_block_range: self.max_log_block_range.max(1),
+            max_log_results: self.max_log_results,
+            max_fee_history_blocks: self.max_fee_history_blocks,
+            max_concurrent_executions: self.max_concurrent_executions.max(1),
+            ..Limits::default()
+        }
+    }
+}
+
+/// Starts servers. See [`RpcServer::start`].
+#[derive(Debug)]
+pub struct RpcServer;
+
+impl RpcServer {
+    /// Serves JSON-RPC over HTTP and WebSocket on `config.listen`, answering from `backend`.
+    /// Must be called inside a tokio runtime; the server runs on it until the returned handle is
+    /// stopped or dropped.
+    pub async fn start<B: Backend>(
+        config: RpcConfig,
+        backend: Arc<B>,
+    ) -> Result<RpcHandle, RpcError> {
+        Self::start_inner(config, backend, None).await
+    }
+
+    /// As [`RpcServer::start`], and serves `routes` on the same port for every request that is
+    /// not a `POST` or a WebSocket upgrade (e.g. the sequencer's `GET /diffs/{n}`).
+    pub async fn start_with_routes<B: Backend>(
+        config: RpcConfig,
+        backend: Arc<B>,
+        routes: HttpRoutes,
+    ) -> Result<RpcHandle, RpcError> {
+        Self::start_inner(config, backend, Some(routes)).await
+    }
+
+    async fn start_inner<B: Backend>(
+        config: RpcConfig,
+        backend: Arc<B>,
+        routes: Option<HttpRoutes>,
+    ) -> Result<RpcHandle, RpcError> {
+        let metrics = Arc::new(RpcMetrics::default());
+        let module = EthRpc::new(backend, config.limits(), metrics.clone()).into_module()?;
+        let methods: Arc<HashSet<&'static str>> = Arc::new(module.method_names().collect());
+
+        let batches = match config.max_batch_size {
+            0 => BatchRequestConfig::Disabled,
+            n => BatchRequestConfig::Limit(n),
+        };
+        let server_config = ServerConfig::builder()
+            .max_request_body_size(config.max_request_body_bytes)
+            .max_response_body_size(config.max_response_body_bytes)
+            .max_connections(config.max_connections)
+            .max_subscriptions_per_connection(config.max_subscriptions_per_connection)
+            .set_batch_request_config(batches)
+            .set_message_buffer_capacity(config.message_buffer_capacity.max(1))
+            .set_id_provider(HexIdProvider)
+            .build();
+
+        let call_metrics = metrics.clone();
+        let max_response_body_size = config.max_response_body_bytes as usize;
+        let rpc_middleware = RpcServiceBuilder::new().layer_fn(move |inner| CallLayer {
+            inner,
+            methods: methods.clone(),
+            metrics: call_metrics.clone(),
+            max_response_body_size,
+        });
+        let http_middleware = tower::ServiceBuilder::new().layer(HttpLayer {
+            routes,
+            metrics: metrics.clone(),
+        });
+
+        let server = Server::builder()
+            .set_config(server_config)
+            .set_rpc_middleware(rpc_middleware)
+            .set_http_middleware(http_middleware)
+            .build(config.listen)
+            .await
+            .map_err(|source| RpcError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let local_addr = server.local_addr().map_err(|source| RpcError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let handle = server.start(module);
+        tracing::info!(%local_addr, "JSON-RPC server listening (HTTP and WebSocket)");
+        Ok(RpcHandle {
+            local_addr,
+            handle,
+            metrics,
+        })
+    }
+}
+
+/// Subscription ids as geth makes them: "0x" and 16 random bytes in hex. jsonrpsee's default
+/// (a JSON number) parses in alloy but not in every client that expects geth's strings.
+#[derive(Debug, Clone, Copy)]
+struct HexIdProvider;
+
+impl IdProvider for HexIdProvider {
+    fn next_id(&self) -> SubscriptionId<'static> {
+        let id: u128 = rand::random();
+        SubscriptionId::Str(format!("{id:#034x}").into())
+    }
+}
+
+/// A running server. Dropping it stops the server.
+#[derive(Debug)]
+pub struct RpcHandle {
+    local_addr: SocketAddr,
+    handle: ServerHandle,
+    metrics: Arc<RpcMetrics>,
+}
+
+impl RpcHandle {
+    /// The address the server is bound to (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// `http://addr`.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// `ws://addr`.
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}", self.local_addr)
+    }
+
+    /// The server's metrics; [`RpcMetrics::register`] puts them into a registry.
+    pub fn metrics(&self) -> &RpcMetrics {
+        &self.metrics
+    }
+
+    /// Asks the server to stop: it accepts nothing more and closes connections once their calls
+    /// are answered. Stopping twice is harmless.
+    pub fn stop(&self) {
+        let _ = self.handle.stop();
+    }
+
+    /// Waits until the server has stopped (after [`RpcHandle::stop`]).
+    pub async fn stopped(self) {
+        self.handle.stopped().await
+    }
+}
