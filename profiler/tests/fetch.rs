@@ -576,3 +576,207 @@ async fn fetched_sequencer_blocks_replay_with_their_headers() {
         "{err}"
     );
 }
+
+/// A geth-shaped archive node over the shipped mainnet fixtures: blocks with full
+/// transactions, headers by number for BLOCKHASH, and `debug_traceBlockByNumber` with the
+/// prestate tracer (each fixture's prestate split over the block's transactions, with geth's
+/// `codeHash` field added). Plain HTTP/1.1, one request per connection.
+struct MockArchive {
+    url: String,
+}
+
+impl MockArchive {
+    fn start(numbers: &[u64], serve_tracer: bool) -> Self {
+        use std::collections::BTreeMap;
+        use std::io::{Read, Write};
+        let mainnet = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet");
+        assert!(
+            mainnet.is_dir(),
+            "shared data missing: expected the mainnet fixtures at {}",
+            mainnet.display()
+        );
+        let read_zstd = |path: PathBuf| -> serde_json::Value {
+            let raw = std::fs::read(&path).expect("fixture file");
+            serde_json::from_slice(&zstd::decode_all(raw.as_slice()).expect("zstd")).expect("json")
+        };
+        let mut blocks = BTreeMap::new();
+        let mut traces = BTreeMap::new();
+        let mut hashes = BTreeMap::new();
+        for &n in numbers {
+            let dir = mainnet.join(n.to_string());
+            let block = read_zstd(dir.join("block.json.zst"));
+            let prestate = read_zstd(dir.join("prestate.json.zst"));
+            let txs = block["transactions"].as_array().expect("full txs").clone();
+            // Accounts dealt round-robin over the transactions: every account and slot is
+            // listed by exactly one transaction, so the merge must bring them all back.
+            let slots = txs.len().max(1);
+            let mut per_tx = vec![serde_json::Map::new(); slots];
+            for (i, (address, account)) in prestate.as_object().expect("object").iter().enumerate()
+            {
+                let mut account = account.clone();
+                if let Some(code) = account.get("code").and_then(|c| c.as_str()) {
+                    let bytes = hex::decode(code.trim_start_matches("0x")).expect("hex");
+                    account["codeHash"] =
+                        serde_json::Value::String(alloy_primitives::keccak256(bytes).to_string());
+                }
+                per_tx[i % slots].insert(address.clone(), account);
+            }
+            let trace: Vec<serde_json::Value> = txs
+                .iter()
+                .zip(per_tx)
+                .map(|(tx, result)| serde_json::json!({"txHash": tx["hash"], "result": result}))
+                .collect();
+            if let Ok(text) = std::fs::read_to_string(dir.join("block_hashes.json")) {
+                let shipped: BTreeMap<String, String> =
+                    serde_json::from_str(&text).expect("hashes");
+                for (k, v) in shipped {
+                    hashes.insert(k.parse::<u64>().expect("number"), v);
+                }
+            }
+            hashes.insert(n, block["hash"].as_str().expect("hash").to_string());
+            blocks.insert(n, block);
+            traces.insert(n, serde_json::Value::Array(trace));
+        }
+        let answer = move |request: &serde_json::Value| -> serde_json::Value {
+            let number = |i: usize| {
+                request["params"][i]
+                    .as_str()
+                    .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+            };
+            let result = match request["method"].as_str().unwrap_or_default() {
+                "eth_chainId" => serde_json::json!("0x1"),
+                "eth_blockNumber" => serde_json::json!("0x1400000"),
+                "eth_getBlockByNumber" => match number(0) {
+                    Some(n) if request["params"][1] == true => {
+                        blocks.get(&n).cloned().unwrap_or(serde_json::Value::Null)
+                    }
+                    Some(n) => hashes
+                        .get(&n)
+                        .map(|h| serde_json::json!({"number": format!("{n:#x}"), "hash": h}))
+                        .unwrap_or(serde_json::Value::Null),
+                    None => serde_json::Value::Null,
+                },
+                "debug_traceBlockByNumber"
+                    if serve_tracer && request["params"][1]["tracer"] == "prestateTracer" =>
+                {
+                    number(0)
+                        .and_then(|n| traces.get(&n).cloned())
+                        .unwrap_or(serde_json::Value::Null)
+                }
+                other => {
+                    return serde_json::json!({"jsonrpc": "2.0", "id": request["id"],
+                        "error": {"code": -32601, "message": format!("the method {other} does not exist/is not available")}})
+                }
+            };
+            serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": result})
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let body = loop {
+                    let Ok(n) = stream.read(&mut chunk) else {
+                        break None;
+                    };
+                    if n == 0 {
+                        break None;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buffer.len() >= end + 4 + length {
+                        break Some(buffer[end + 4..end + 4 + length].to_vec());
+                    }
+                };
+                let Some(body) = body else { continue };
+                let response = match serde_json::from_slice::<serde_json::Value>(&body) {
+                    Ok(serde_json::Value::Array(batch)) => {
+                        serde_json::Value::Array(batch.iter().map(&answer).collect())
+                    }
+                    Ok(request) => answer(&request),
+                    Err(_) => serde_json::json!({"jsonrpc": "2.0", "id": null,
+                        "error": {"code": -32700, "message": "parse error"}}),
+                };
+                let body = serde_json::to_vec(&response).expect("json");
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(&body);
+            }
+        });
+        Self { url }
+    }
+}
+
+/// Shipped mainnet blocks served the way geth serves them come back as the same fixtures:
+/// the prestate merged from per-transaction results equals the shipped one, and the
+/// BLOCKHASH numbers found by replaying 11114732 are exactly the shipped ones.
+#[test]
+fn a_geth_shaped_archive_node_gives_back_the_shipped_fixtures() {
+    let numbers = [46_147u64, 4_370_000, 11_114_732, 19_426_587];
+    let mock = MockArchive::start(&numbers, true);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("fixtures");
+    let out_str = out.to_str().expect("utf-8 path");
+    for n in numbers {
+        let n = n.to_string();
+        let run = profiler(&[
+            "fetch", "--rpc", &mock.url, "--from", &n, "--to", &n, "--out", out_str,
+        ]);
+        assert!(run.status.success(), "fetch {n}:\n{}", text(&run));
+    }
+    assert_eq!(
+        gigas_profiler::fetch::load_chain(&out).expect("chain.json"),
+        Some(ChainSpec::mainnet())
+    );
+    let mainnet = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet");
+    for n in numbers {
+        let fetched = load_fixture(out.join(n.to_string())).expect("fetched fixture");
+        let shipped = load_fixture(mainnet.join(n.to_string())).expect("shipped fixture");
+        assert_eq!(fetched.block.header.hash, shipped.block.header.hash);
+        assert_eq!(fetched.block_hashes, shipped.block_hashes, "block {n}");
+        assert_eq!(fetched.prestate.len(), shipped.prestate.len(), "block {n}");
+        for (address, want) in &shipped.prestate {
+            let got = &fetched.prestate[address];
+            assert_eq!(
+                (got.balance, got.nonce, &got.code, &got.storage),
+                (want.balance, want.nonce, &want.code, &want.storage),
+                "block {n}, account {address}"
+            );
+        }
+    }
+    let check = profiler(&["--blocks", out_str, "--check-only"]);
+    assert!(check.status.success(), "check failed:\n{}", text(&check));
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        stdout.contains("checked      : 4 blocks match their header's gasUsed; 3 (Byzantium on)"),
+        "{stdout}"
+    );
+
+    // A node without the prestate tracer is named as such, with its own words.
+    let bare = MockArchive::start(&[46_147], false);
+    let no_tracer = profiler(&[
+        "fetch", "--rpc", &bare.url, "--from", "46147", "--to", "46147", "--out", out_str,
+    ]);
+    assert!(!no_tracer.status.success());
+    let err = String::from_utf8_lossy(&no_tracer.stderr);
+    assert!(
+        err.contains(&format!(
+            "the node at {} does not serve debug_traceBlockByNumber with prestateTracer",
+            bare.url
+        )) && err.contains("does not exist/is not available"),
+        "{err}"
+    );
+}
