@@ -1,0 +1,157 @@
+//! The history's typed error.
+
+use std::path::PathBuf;
+
+use alloy_primitives::B256;
+use signet_libmdbx::{MdbxError, ReadError};
+
+/// What went wrong in the history.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The directory could not be created.
+    #[error("cannot create the history directory {dir}: {source}")]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// MDBX refused an operation.
+    #[error("MDBX failed to {op}: {source}")]
+    Mdbx {
+        /// What the history was doing ("open the environment", "write Receipts", ...).
+        op: &'static str,
+        /// MDBX's error.
+        source: MdbxError,
+    },
+    /// The directory holds a history of another layout version.
+    #[error(
+        "the history in {dir} has layout version {found}; this build reads version {expected}"
+    )]
+    SchemaVersion {
+        /// The directory.
+        dir: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+    /// A table exists with other flags than the declared ones.
+    #[error("table {table} exists with flags {found:#x}, expected {expected:#x}")]
+    TableFlags {
+        /// The table.
+        table: &'static str,
+        /// Its flags on disk.
+        found: u32,
+        /// The declared flags.
+        expected: u32,
+    },
+    /// `commit_block` was given a block that does not follow the head.
+    #[error("block {got} is not the next block: expected {expected}")]
+    NotNext {
+        /// The number the next block must have (head + 1, or 0 on an empty history).
+        expected: u64,
+        /// The number given.
+        got: u64,
+    },
+    /// A block's transactions and receipts differ in count.
+    #[error("block {block} has {transactions} transactions but {receipts} receipts")]
+    ReceiptCount {
+        /// The block.
+        block: u64,
+        /// Transactions given.
+        transactions: usize,
+        /// Receipts given.
+        receipts: usize,
+    },
+    /// A block has more transactions than a `u32` index can name.
+    #[error("block {block} has {count} transactions, more than a u32 index names")]
+    TooManyTransactions {
+        /// The block.
+        block: u64,
+        /// Transactions given.
+        count: usize,
+    },
+    /// A block hash that already names a committed block.
+    #[error("block hash {hash} already names block {existing}")]
+    DuplicateBlockHash {
+        /// The hash.
+        hash: B256,
+        /// The block it names.
+        existing: u64,
+    },
+    /// A transaction hash that is already in the history.
+    #[error("transaction {hash} is already in block {block} at index {index}")]
+    DuplicateTransaction {
+        /// The hash.
+        hash: B256,
+        /// The block that holds it.
+        block: u64,
+        /// Its index there.
+        index: u32,
+    },
+    /// A state key longer than the history stores.
+    #[error("a state key of block {block} has {len} bytes; at most {max} are stored")]
+    StateKeyTooLong {
+        /// The block.
+        block: u64,
+        /// The key's length.
+        len: usize,
+        /// The longest key stored.
+        max: usize,
+    },
+    /// A state key named twice in one block's state history.
+    #[error("state key 0x{key} is named twice in block {block}'s state history")]
+    DuplicateStateKey {
+        /// The block.
+        block: u64,
+        /// The key, in hex.
+        key: String,
+    },
+    /// A stored row that does not decode.
+    #[error("corrupt row in {table} at key 0x{key}: {reason}")]
+    Corrupt {
+        /// The table.
+        table: &'static str,
+        /// The row's key, in hex.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// More logs match a query than the caller's limit.
+    #[error("more than {limit} logs match the query")]
+    TooManyLogs {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl HistoryError {
+    pub(crate) fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
+        move |source| Self::Mdbx { op, source }
+    }
+
+    pub(crate) fn read(op: &'static str) -> impl FnOnce(ReadError) -> Self {
+        move |error| match error {
+            ReadError::Mdbx(source) => Self::Mdbx { op, source },
+            // The history decodes only into byte slices, which cannot fail; kept total anyway.
+            ReadError::Decoding(e) => Self::Corrupt {
+                table: op,
+                key: String::new(),
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    pub(crate) fn corrupt(table: &'static str, key: &[u8], reason: impl ToString) -> Self {
+        Self::Corrupt {
+            table,
+            key: hex_string(key),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+pub(crate) fn hex_string(bytes: &[u8]) -> String {
+    alloy_primitives::hex::encode(bytes)
+}
