@@ -1,0 +1,744 @@
+//! The journal of accepted transactions: group-committed appends, replay at start, atomic
+//! rewrite.
+//!
+//! # Format
+//!
+//! A 16-byte file header (`GIGASTXJ`, version `u32` LE, four zero bytes), then batches. A batch
+//! is what one `fdatasync` made durable:
+//!
+//! ```text
+//! payload_len u32 LE | payload_crc32 u32 LE | header_crc32 u32 LE (of the first 8 bytes)
+//! payload: records, each  len u32 LE | raw EIP-2718 transaction
+//! ```
+//!
+//! # Reading after a crash
+//!
+//! Only the last batch can be unfinished: the writer starts a batch after the previous one's
+//! `fdatasync` returned, and never acknowledges an append before the `fdatasync` that covers
+//! it. So a damaged *last* batch (too short for its header, a zeroed tail, a length past the end
+//! of the file, a checksum mismatch in the batch that ends the file) is a torn tail: it is cut
+//! with a warning, and nothing acknowledged is lost. A damaged batch followed by more data is
+//! corruption of acknowledged data: opening fails with the file and the offset.
+//!
+//! # Rewrite
+//!
+//! [`Journal::rewrite`] runs on the writer thread, between two group commits: it asks the
+//! caller's closure for the live transactions, writes them to `<path>.tmp`, fsyncs it, renames
+//! it over the journal and fsyncs the directory. A crash at any instant leaves the old or the
+//! new file complete under the journal's name. No append is lost: the node adds a transaction to
+//! the pool before it appends it, so an append written to the old file before the rewrite ran
+//! is in the pool when the closure takes its snapshot (unless a block included it or the pool
+//! evicted it since), and an append queued after the rewrite goes to the new file. The only
+//! cost is that a transaction appended just after the snapshot can appear twice; replay must
+//! treat "already known" as success.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use alloy_primitives::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+const MAGIC: &[u8; 8] = b"GIGASTXJ";
+const VERSION: u32 = 1;
+const FILE_HEADER_LEN: usize = 16;
+const BATCH_HEADER_LEN: usize = 12;
+/// Payload bound of one batch a rewrite writes (appends make one batch per group commit).
+const REWRITE_BATCH_BYTES: usize = 16 << 20;
+/// Appends that may wait for the writer by default.
+pub const DEFAULT_QUEUE: usize = 8192;
+/// Largest record: the length prefix is a `u32`, and a batch must fit one too.
+const MAX_RECORD: usize = 1 << 30;
+
+/// A journal failure; every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// An I/O operation failed.
+    #[error("journal {}: {op}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// Acknowledged data is damaged.
+    #[error("journal {}: corrupt at offset {offset}: {reason}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the damaged batch or record.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file does not start with the journal's header.
+    #[error("journal {}: not a transaction journal (bad header)", path.display())]
+    NotAJournal {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file was written by a newer format.
+    #[error("journal {}: unsupported version {version}", path.display())]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        version: u32,
+    },
+    /// A write or sync failed earlier; after a failed fsync the file's state is unknown, so the
+    /// journal refuses further appends until the node restarts and re-reads it.
+    #[error("journal {}: refusing appends after an earlier failure: {cause}", path.display())]
+    Poisoned {
+        /// The file.
+        path: PathBuf,
+        /// The earlier failure.
+        cause: String,
+    },
+    /// A record larger than the format holds.
+    #[error("journal {}: record of {size} bytes is too large", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The record's size.
+        size: usize,
+    },
+    /// The writer thread is gone.
+    #[error("journal {}: closed", path.display())]
+    Closed {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// The journal's Prometheus metrics.
+#[derive(Debug, Clone, Default)]
+pub struct JournalMetrics {
+    /// Transactions appended durably.
+    pub appends: Counter,
+    /// `fdatasync` calls of group commits (fewer than appends under concurrency).
+    pub fsyncs: Counter,
+    /// Bytes written by appends and rewrites.
+    pub bytes_written: Counter,
+    /// Completed rewrites.
+    pub rewrites: Counter,
+    /// Current size of the journal file.
+    pub size: Gauge,
+}
+
+impl JournalMetrics {
+    /// Registers every metric as `gigas_txpool_journal_*`.
+    pub fn register(&self, registry: &mut Registry) {
+        let registry = registry.sub_registry_with_prefix("gigas_txpool_journal");
+        registry.register(
+            "appends",
+            "Transactions appended durably",
+            self.appends.clone(),
+        );
+        registry.register(
+            "fsyncs",
+            "fdatasync calls of group commits",
+            self.fsyncs.clone(),
+        );
+        registry.register(
+            "bytes_written",
+            "Bytes written to the journal",
+            self.bytes_written.clone(),
+        );
+        registry.register("rewrites", "Journal rewrites", self.rewrites.clone());
+        registry.register("size_bytes", "Journal file size", self.size.clone());
+    }
+}
+
+type Snapshot = Box<dyn FnOnce() -> Vec<Bytes> + Send>;
+
+/// An append taken off the queue: the record, its waiter, and its queue slot.
+type PendingAppend = (
+    Bytes,
+    oneshot::Sender<Result<(), JournalError>>,
+    OwnedSemaphorePermit,
+);
+
+enum Request {
+    Append {
+        raw: Bytes,
+        reply: oneshot::Sender<Result<(), JournalError>>,
+        /// Held until the record is durable: the bound of the queue and the batch in flight.
+        _slot: OwnedSemaphorePermit,
+    },
+    Rewrite {
+        live: Snapshot,
+        reply: mpsc::SyncSender<Result<(), JournalError>>,
+    },
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Request>,
+    closed: bool,
+}
+
+struct Shared {
+    path: PathBuf,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    slots: Arc<Semaphore>,
+    len_bytes: AtomicU64,
+    poisoned: AtomicBool,
+    metrics: JournalMetrics,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, request: Request) -> Result<(), JournalError> {
+        let mut queue = self.lock();
+        if queue.closed {
+            return Err(self.closed());
+        }
+        queue.items.push_back(request);
+        drop(queue);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    fn closed(&self) -> JournalError {
+        JournalError::Closed {
+            path: self.path.clone(),
+        }
+    }
+}
+
+/// The append-only file of accepted transactions, replayed at start.
+pub struct Journal {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.shared.path)
+            .field("len_bytes", &self.len_bytes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Opens (creating) the journal and returns the transactions it holds, in append order.
+    /// A torn tail is cut with a warning; damage before the tail is an error naming the file
+    /// and the offset.
+    pub fn open(path: &Path) -> Result<(Journal, Vec<Bytes>), JournalError> {
+        Self::open_with_queue(path, DEFAULT_QUEUE)
+    }
+
+    /// [`Journal::open`] with `queue` appends allowed to wait for the writer.
+    pub fn open_with_queue(
+        path: &Path,
+        queue: usize,
+    ) -> Result<(Journal, Vec<Bytes>), JournalError> {
+        let path = path.to_path_buf();
+        let io = |op: &'static str| {
+            let path = path.clone();
+            move |source| JournalError::Io { path, op, source }
+        };
+        // A rewrite that crashed before its rename left this; the journal itself is intact.
+        match std::fs::remove_file(tmp_path(&path)) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(io("remove a stale rewrite file")(err)),
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("open"))?;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data).map_err(io("read"))?;
+
+        let header = file_header();
+        let (records, valid_end) = if data.len() < FILE_HEADER_LEN {
+            // Empty, or a crash while the header of a new file was written.
+            if !header.starts_with(&data) {
+                return Err(JournalError::NotAJournal { path });
+            }
+            file.set_len(0).map_err(io("truncate"))?;
+            file.seek(SeekFrom::Start(0)).map_err(io("seek"))?;
+            file.write_all(&header).map_err(io("write the header"))?;
+            file.sync_all().map_err(io("fsync"))?;
+            sync_dir(&path).map_err(io("fsync the directory"))?;
+            (Vec::new(), FILE_HEADER_LEN)
+        } else {
+            if data[..8] != MAGIC[..] {
+                return Err(JournalError::NotAJournal { path });
+            }
+            let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+            if version != VERSION {
+                return Err(JournalError::UnsupportedVersion { path, version });
+            }
+            let parsed = parse(&data, &path)?;
+            if let Some(reason) = &parsed.torn {
+                tracing::warn!(
+                    path = %path.display(),
+                    offset = parsed.valid_end,
+                    cut_bytes = data.len() - parsed.valid_end,
+                    reason = %reason,
+                    "txpool journal: cutting a torn tail (an append that was never acknowledged)"
+                );
+                file.set_len(parsed.valid_end as u64)
+                    .map_err(io("truncate the torn tail"))?;
+                file.sync_all().map_err(io("fsync"))?;
+            }
+            (parsed.records, parsed.valid_end)
+        };
+        file.seek(SeekFrom::Start(valid_end as u64))
+            .map_err(io("seek"))?;
+
+        let metrics = JournalMetrics::default();
+        metrics
+            .size
+            .set(i64::try_from(valid_end).unwrap_or(i64::MAX));
+        let shared = Arc::new(Shared {
+            path: path.clone(),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            slots: Arc::new(Semaphore::new(queue.clamp(1, Semaphore::MAX_PERMITS))),
+            len_bytes: AtomicU64::new(valid_end as u64),
+            poisoned: AtomicBool::new(false),
+            metrics,
+        });
+        let writer = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("txpool-journal".to_string())
+                .spawn(move || {
+                    Writer {
+                        shared,
+                        file,
+                        poisoned: None,
+                    }
+                    .run()
+                })
+                .map_err(io("start the writer thread"))?
+        };
+        Ok((
+            Journal {
+                shared,
+                writer: Some(writer),
+            },
+            records,
+        ))
+    }
+
+    /// Appends one raw transaction and returns once it is durable. Appends queued while the
+    /// previous `fdatasync` ran are written and synced together (group commit). Waits for a
+    /// slot when the queue is full.
+    pub async fn append(&self, raw: Bytes) -> Result<(), JournalError> {
+        let shared = &self.shared;
+        if raw.len() > MAX_RECORD {
+            return Err(JournalError::TooLarge {
+                path: shared.path.clone(),
+                size: raw.len(),
+            });
+        }
+        if shared.poisoned.load(Ordering::Acquire) {
+            return Err(JournalError::Poisoned {
+                path: shared.path.clone(),
+                cause: "an earlier write or fsync failed".to_string(),
+            });
+        }
+        let slot = Arc::clone(&shared.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| shared.closed())?;
+        let (reply, done) = oneshot::channel();
+        shared.push(Request::Append {
+            raw,
+            reply,
+            _slot: slot,
+        })?;
+        done.await.map_err(|_| shared.closed())?
+    }
+
+    /// Replaces the journal by the transactions `live` returns, atomically (new file, fsync,
+    /// rename, directory fsync). `live` runs on the writer thread after every append queued
+    /// before this call is durable and before any queued after it is written, so an append
+    /// racing with the rewrite is never lost (see the module documentation); it should take the
+    /// pool's snapshot, e.g. `move || pool.all_encoded()`, and must not use the journal.
+    ///
+    /// Blocks until the new file is in place: call it from a plain or blocking thread.
+    pub fn rewrite(
+        &self,
+        live: impl FnOnce() -> Vec<Bytes> + Send + 'static,
+    ) -> Result<(), JournalError> {
+        let (reply, done) = mpsc::sync_channel(1);
+        self.shared.push(Request::Rewrite {
+            live: Box::new(live),
+            reply,
+        })?;
+        done.recv().map_err(|_| self.shared.closed())?
+    }
+
+    /// The journal file's size in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.shared.len_bytes.load(Ordering::Acquire)
+    }
+
+    /// The journal's path.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The journal's metrics.
+    pub fn metrics(&self) -> &JournalMetrics {
+        &self.shared.metrics
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_all();
+        if let Some(writer) = self.writer.take() {
+            // The writer finishes what was queued before it stops.
+            let _ = writer.join();
+        }
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    file: File,
+    poisoned: Option<String>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            let items: Vec<Request> = {
+                let mut queue = self.shared.lock();
+                while queue.items.is_empty() && !queue.closed {
+                    queue = self
+                        .shared
+                        .wake
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                if queue.items.is_empty() {
+                    return;
+                }
+                queue.items.drain(..).collect()
+            };
+            let mut appends = Vec::new();
+            for item in items {
+                match item {
+                    Request::Append { raw, reply, _slot } => appends.push((raw, reply, _slot)),
+                    Request::Rewrite { live, reply } => {
+                        self.commit(std::mem::take(&mut appends));
+                        let result = self.rewrite(live);
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+            self.commit(appends);
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    fn poisoned_error(&self, cause: &str) -> JournalError {
+        JournalError::Poisoned {
+            path: self.shared.path.clone(),
+            cause: cause.to_string(),
+        }
+    }
+
+    fn poison(&mut self, cause: String) {
+        tracing::error!(path = %self.path().display(), %cause, "txpool journal: refusing further appends");
+        self.shared.poisoned.store(true, Ordering::Release);
+        self.poisoned = Some(cause);
+    }
+
+    /// One batch, one `fdatasync`, then every waiter is answered.
+    fn commit(&mut self, appends: Vec<PendingAppend>) {
+        if appends.is_empty() {
+            return;
+        }
+        if let Some(cause) = self.poisoned.clone() {
+            for (_, reply, _) in appends {
+                let _ = reply.send(Err(self.poisoned_error(&cause)));
+            }
+            return;
+        }
+        let batch = encode_batch(appends.iter().map(|(raw, _, _)| raw));
+        let result = self
+            .file
+            .write_all(&batch)
+            .map_err(|err| ("write", err))
+            .and_then(|()| self.file.sync_data().map_err(|err| ("fdatasync", err)));
+        match result {
+            Ok(()) => {
+                let metrics = &self.shared.metrics;
+                metrics.fsyncs.inc();
+                metrics.appends.inc_by(appends.len() as u64);
+                metrics.bytes_written.inc_by(batch.len() as u64);
+                let len = self
+                    .shared
+                    .len_bytes
+                    .fetch_add(batch.len() as u64, Ordering::AcqRel)
+                    + batch.len() as u64;
+                metrics.size.set(i64::try_from(len).unwrap_or(i64::MAX));
+                for (_, reply, _) in appends {
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            Err((op, err)) => {
+                // After a failed write or fdatasync the file's contents are unknown (the kernel
+                // may drop the dirty pages); retrying could acknowledge lost data.
+                let cause = format!("{op}: {err}");
+                self.poison(cause.clone());
+                for (_, reply, _) in appends {
+                    let _ = reply.send(Err(JournalError::Io {
+                        path: self.shared.path.clone(),
+                        op,
+                        source: io::Error::new(err.kind(), cause.clone()),
+                    }));
+                }
+            }
+        }
+    }
+
+    fn rewrite(&mut self, live: Snapshot) -> Result<(), JournalError> {
+        if let Some(cause) = self.poisoned.clone() {
+            return Err(self.poisoned_error(&cause));
+        }
+        let path = self.shared.path.clone();
+        let io = |op: &'static str| {
+            let path = path.clone();
+            move |source| JournalError::Io { path, op, source }
+        };
+        let live = std::panic::catch_unwind(std::panic::AssertUnwindSafe(live)).map_err(|_| {
+            JournalError::Io {
+                path: path.clone(),
+                op: "take the pool snapshot",
+                source: io::Error::other("the snapshot closure panicked"),
+            }
+        })?;
+        if let Some(raw) = live.iter().find(|raw| raw.len() > MAX_RECORD) {
+            return Err(JournalError::TooLarge {
+                path,
+                size: raw.len(),
+            });
+        }
+        let tmp = tmp_path(&path);
+        let written = write_new_file(&tmp, &live);
+        let (file, len) = match written {
+            Ok(done) => done,
+            Err((op, err)) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(io(op)(err));
+            }
+        };
+        if let Err(err) = std::fs::rename(&tmp, &path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io("rename the rewritten journal")(err));
+        }
+        // From here the name refers to the new file: append to it whatever happens next.
+        self.file = file;
+        let metrics = &self.shared.metrics;
+        self.shared.len_bytes.store(len, Ordering::Release);
+        metrics.size.set(i64::try_from(len).unwrap_or(i64::MAX));
+        metrics.bytes_written.inc_by(len);
+        if let Err(err) = sync_dir(&path) {
+            // The rename may not survive a power loss; the old file would then come back
+            // without later appends. Stop acknowledging until a restart sorts it out.
+            self.poison(format!("fsync the directory after a rewrite: {err}"));
+            return Err(io("fsync the directory")(err));
+        }
+        metrics.rewrites.inc();
+        Ok(())
+    }
+}
+
+fn write_new_file(tmp: &Path, live: &[Bytes]) -> Result<(File, u64), (&'static str, io::Error)> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .map_err(|err| ("create the rewrite file", err))?;
+    let mut len = 0u64;
+    let header = file_header();
+    file.write_all(&header)
+        .map_err(|err| ("write the rewrite file", err))?;
+    len += header.len() as u64;
+    let mut start = 0;
+    while start < live.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < live.len()
+            && (end == start || bytes + live[end].len() + 4 <= REWRITE_BATCH_BYTES)
+        {
+            bytes += live[end].len() + 4;
+            end += 1;
+        }
+        let batch = encode_batch(live[start..end].iter());
+        file.write_all(&batch)
+            .map_err(|err| ("write the rewrite file", err))?;
+        len += batch.len() as u64;
+        start = end;
+    }
+    file.sync_all()
+        .map_err(|err| ("fsync the rewrite file", err))?;
+    Ok((file, len))
+}
+
+fn file_header() -> [u8; FILE_HEADER_LEN] {
+    let mut header = [0u8; FILE_HEADER_LEN];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
+fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+fn encode_batch<'a>(records: impl Iterator<Item = &'a Bytes> + Clone) -> Vec<u8> {
+    let payload_len: usize = records.clone().map(|raw| raw.len() + 4).sum();
+    let mut batch = Vec::with_capacity(BATCH_HEADER_LEN + payload_len);
+    batch.extend_from_slice(&[0u8; BATCH_HEADER_LEN]);
+    for raw in records {
+        // Lengths are bounded by MAX_RECORD, checked by every caller.
+        batch.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        batch.extend_from_slice(raw);
+    }
+    let payload_crc = crc32fast::hash(&batch[BATCH_HEADER_LEN..]);
+    batch[0..4].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    batch[4..8].copy_from_slice(&payload_crc.to_le_bytes());
+    let header_crc = crc32fast::hash(&batch[0..8]);
+    batch[8..12].copy_from_slice(&header_crc.to_le_bytes());
+    batch
+}
+
+struct Parsed {
+    records: Vec<Bytes>,
+    /// Where the intact batches end.
+    valid_end: usize,
+    /// Why the rest is a torn tail, if there is a rest.
+    torn: Option<String>,
+}
+
+fn parse(data: &[u8], path: &Path) -> Result<Parsed, JournalError> {
+    let corrupt = |offset: usize, reason: String| JournalError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        reason,
+    };
+    let mut records = Vec::new();
+    let mut offset = FILE_HEADER_LEN;
+    let torn = |records, offset, reason: &str| {
+        Ok(Parsed {
+            records,
+            valid_end: offset,
+            torn: Some(reason.to_string()),
+        })
+    };
+    while offset < data.len() {
+        let rest = &data[offset..];
+        if rest.len() < BATCH_HEADER_LEN {
+            return torn(records, offset, "the last batch header is incomplete");
+        }
+        let word =
+            |at: usize| u32::from_le_bytes([rest[at], rest[at + 1], rest[at + 2], rest[at + 3]]);
+        let (payload_len, payload_crc, header_crc) = (word(0) as usize, word(4), word(8));
+        if crc32fast::hash(&rest[..8]) != header_crc {
+            if rest.iter().all(|byte| *byte == 0) {
+                return torn(
+                    records,
+                    offset,
+                    "the file ends in zeros where a batch should be",
+                );
+            }
+            return Err(corrupt(
+                offset,
+                "batch header checksum mismatch with data after it".to_string(),
+            ));
+        }
+        let end = offset + BATCH_HEADER_LEN + payload_len;
+        if end > data.len() {
+            return torn(
+                records,
+                offset,
+                "the last batch runs past the end of the file",
+            );
+        }
+        let payload = &rest[BATCH_HEADER_LEN..BATCH_HEADER_LEN + payload_len];
+        if crc32fast::hash(payload) != payload_crc {
+            if end == data.len() {
+                return torn(records, offset, "the last batch's checksum does not match");
+            }
+            return Err(corrupt(
+                offset,
+                "batch checksum mismatch with data after it".to_string(),
+            ));
+        }
+        let mut at = 0;
+        while at < payload.len() {
+            let record_offset = offset + BATCH_HEADER_LEN + at;
+            if payload.len() - at < 4 {
+                return Err(corrupt(
+                    record_offset,
+                    "record length prefix cut short".to_string(),
+                ));
+            }
+            let len = u32::from_le_bytes([
+                payload[at],
+                payload[at + 1],
+                payload[at + 2],
+                payload[at + 3],
+            ]) as usize;
+            at += 4;
+            if len == 0 || len > payload.len() - at {
+                return Err(corrupt(
+                    record_offset,
+                    format!("record length {len} does not fit its batch"),
+                ));
+            }
+            records.push(Bytes::copy_from_slice(&payload[at..at + len]));
+            at += len;
+        }
+        offset = end;
+    }
+    Ok(Parsed {
+        records,
+        valid_end: offset,
+        torn: None,
+    })
+}
