@@ -1,1 +1,79 @@
-//! placeholder
+//! The Gigas L2 sequencer node.
+//!
+//! Owns: the chain config and genesis ([`chain`], [`genesis`]), the node ([`node`]: opening
+//! and recovering its stores, producing, committing and publishing blocks), revm's view of
+//! state over Vilmo ([`state`]), the RPC backend ([`backend`]) and the node's metrics
+//! ([`metrics`]). The engines it drives live in their own crates: execution in `gigas-evm` and
+//! `gigas-blockstm` (with `gigas-jit`), state in `gigas-vilmo`, chain history in
+//! `gigas-history`, the pool and journal in `gigas-txpool`, JSON-RPC in `gigas-rpc`.
+//!
+//! Must not: configure revm (gigas-evm does), define storage layouts (gigas-primitives owns
+//! the state keys, gigas-history its tables), or speak JSON-RPC itself.
+//!
+//! # Data flow
+//!
+//! `eth_sendRawTransaction` → sender recovery on the pool's worker threads → checks against
+//! the head state → pool → journal (group-committed `fdatasync`) → the hash is returned. Every
+//! block time the producer thread selects by effective tip under nonce order and the gas
+//! limit, executes with Block-STM (or sequentially, as the measured policy says) with the
+//! JIT, builds receipts and roots, computes the chained state checksum over the block's
+//! ChangeSet, signs the header hash, commits, and publishes.
+//!
+//! # Headers
+//!
+//! Blocks are Ethereum-shaped (Prague fields, RLP-hashed, `extraData` = "gigas", which
+//! web3.py accepts without its proof-of-authority middleware). `stateRoot` carries the
+//! chained **state checksum** ([`gigas_primitives::state_checksum`]: BLAKE3 over the parent's
+//! checksum and the block's canonical ChangeSet bytes), not a Merkle-Patricia root: it is what
+//! a full node recomputes to prove it holds the sequencer's state. The sequencer's secp256k1
+//! signature over the block hash is kept beside the header (in the history and in what
+//! followers receive), not inside it, so the hash stays a plain Ethereum header hash;
+//! `ecrecover(hash, signature)` gives the sequencer's address.
+//!
+//! # Commit order and crash recovery
+//!
+//! A block `N` is made durable in two steps, in this order:
+//!
+//! 1. **History** (MDBX, one durable write transaction): header, signature, transactions,
+//!    receipts, lookups, log index, the encoded ChangeSet, and the old value of every state
+//!    key the block writes.
+//! 2. **State** (Vilmo, one durable batch): the block's writes. Vilmo batch `k` holds block
+//!    `k - 1` (batch 1 is the genesis state).
+//!
+//! Only then is the block **published**: the in-memory head moves, subscribers hear of it,
+//! the pool drops what it included. Nothing reads the history past the published head.
+//!
+//! Why a SIGKILL at any instant recovers to one consistent head with the same checksums:
+//!
+//! - Each step is atomic on its own: an MDBX commit is all or nothing, and Vilmo cuts a torn
+//!   last batch on open (its FORMAT.md). So after a crash the history ends at some block
+//!   `H` and Vilmo at some batch `V`.
+//! - Step 2 of block `N` starts only after step 1 of block `N` returned, and step 1 of block
+//!   `N + 1` only after step 2 of block `N`. Hence `V ∈ {H, H + 1}`.
+//! - `V = H + 1`: both hold block `H`; that is the head.
+//! - `V = H`: the history holds block `H` but Vilmo stopped at `H - 1`. The history holds
+//!   block `H`'s ChangeSet; recovery checks it against the header's state checksum, derives
+//!   the writes against Vilmo's state at `H - 1` (the same state the producer derived them
+//!   against, so the same writes) and commits them. Now `V = H + 1`.
+//! - Block `H` may never have been published (the crash came before step 3); it is kept, not
+//!   rebuilt: it is durable, signed and deterministic, so nobody can have seen a different
+//!   block `H`. A block that was published is durable in both stores, so it never changes.
+//! - Any other pair (`V > H + 1`, `V < H`, a genesis that differs from the chain spec's) is
+//!   not a crash but stores that do not belong together: the node refuses to start and says
+//!   which.
+//!
+//! Transactions: the hash is returned only after the journal's `fdatasync`. At start the
+//! journal is replayed into the pool against the recovered head state; transactions that a
+//! durable block included (or made invalid) are dropped then, and the journal is rewritten
+//! to the pool's contents. So a transaction that got a hash is, after any crash, either in a
+//! durable block or back in the pool.
+
+pub mod backend;
+pub mod chain;
+pub mod genesis;
+pub mod metrics;
+pub mod node;
+pub mod state;
+
+pub use chain::ChainConfig;
+pub use node::{CommittedBlock, HeadBlock, Node, NodeConfig, NodeError, SubmitError};

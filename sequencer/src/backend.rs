@@ -1,0 +1,1000 @@
+//! The sequencer's answers to JSON-RPC: chain history and state turned into the RPC types
+//! Ethereum tools parse, calls and estimates over any retained block, fee history, the
+//! prestate tracer, and subscriptions fed by committed blocks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use alloy_consensus::transaction::Recovered;
+use alloy_consensus::{ReceiptEnvelope, Transaction as _, TxEnvelope};
+use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
+use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
+use alloy_rpc_types_eth::{
+    Block, BlockOverrides, BlockTransactions, FeeHistory, Filter, Header as RpcHeader, Log,
+    Transaction, TransactionReceipt, TransactionRequest,
+};
+use gigas_evm::revm::context::result::ExecutionResult;
+use gigas_evm::revm::context::{BlockEnv, TxEnv};
+use gigas_evm::revm::context_interface::block::BlobExcessGasAndPrice;
+use gigas_evm::revm::database::CacheDB;
+use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
+use gigas_evm::revm::state::{AccountInfo, Bytecode};
+use gigas_evm::TxError;
+use gigas_history::{LogQuery, SealedHeader};
+use gigas_rpc::{Backend, PrestateAccount, PrestateTrace, RpcError, SubscriptionHub};
+use tokio::sync::broadcast;
+
+use crate::node::{CommittedBlock, Node};
+use crate::state::StateDb;
+
+/// Gas a call may use when the request gives none and the block limit is higher.
+const CALL_GAS_CAP: u64 = 50_000_000;
+
+/// The sequencer as a [`gigas_rpc::Backend`].
+#[derive(Debug)]
+pub struct SequencerBackend {
+    node: Arc<Node>,
+    hub: SubscriptionHub,
+}
+
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    RpcError::Internal(e.to_string())
+}
+
+/// The RPC header of a sealed header.
+pub fn rpc_header(header: &alloy_consensus::Header, hash: B256) -> RpcHeader {
+    let size = alloy_rlp::Encodable::length(header);
+    RpcHeader {
+        hash,
+        inner: header.clone(),
+        total_difficulty: Some(U256::ZERO),
+        size: Some(U256::from(size)),
+    }
+}
+
+fn effective_gas_price(tx: &TxEnvelope, base_fee: Option<u64>) -> u128 {
+    tx.effective_gas_price(base_fee)
+}
+
+fn rpc_transaction(
+    tx: Recovered<TxEnvelope>,
+    header: &SealedHeader,
+    index: usize,
+) -> Transaction {
+    let price = effective_gas_price(tx.inner(), header.header.base_fee_per_gas);
+    Transaction {
+        inner: tx,
+        block_hash: Some(header.hash),
+        block_number: Some(header.header.number),
+        transaction_index: Some(index as u64),
+        effective_gas_price: Some(price),
+        block_timestamp: Some(header.header.timestamp),
+    }
+}
+
+/// The RPC receipts of a block, with logs numbered within the block.
+fn rpc_receipts(
+    header: &SealedHeader,
+    txs: &[Recovered<TxEnvelope>],
+    receipts: Vec<ReceiptEnvelope>,
+) -> Vec<TransactionReceipt> {
+    let mut log_index = 0u64;
+    let mut previous_gas = 0u64;
+    txs.iter()
+        .zip(receipts)
+        .enumerate()
+        .map(|(index, (tx, receipt))| {
+            let gas_used = receipt.cumulative_gas_used() - previous_gas;
+            previous_gas = receipt.cumulative_gas_used();
+            let hash = *tx.inner().tx_hash();
+            let inner = receipt.map_logs(|log| {
+                let rpc = Log {
+                    inner: log,
+                    block_hash: Some(header.hash),
+                    block_number: Some(header.header.number),
+                    block_timestamp: Some(header.header.timestamp),
+                    transaction_hash: Some(hash),
+                    transaction_index: Some(index as u64),
+                    log_index: Some(log_index),
+                    removed: false,
+                };
+                log_index += 1;
+                rpc
+            });
+            let contract_address = tx
+                .inner()
+                .kind()
+                .is_create()
+                .then(|| tx.signer().create(tx.inner().nonce()));
+            TransactionReceipt {
+                inner,
+                transaction_hash: hash,
+                transaction_index: Some(index as u64),
+                block_hash: Some(header.hash),
+                block_number: Some(header.header.number),
+                gas_used,
+                effective_gas_price: effective_gas_price(
+                    tx.inner(),
+                    header.header.base_fee_per_gas,
+                ),
+                blob_gas_used: None,
+                blob_gas_price: None,
+                from: tx.signer(),
+                to: tx.inner().to(),
+                contract_address,
+            }
+        })
+        .collect()
+}
+
+/// The revert reason or halt of a failed call, as an RPC error.
+fn call_failure(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
+    let used = result.tx_gas_used();
+    match result {
+        ExecutionResult::Success { output, .. } => Ok((output.into_data(), used)),
+        ExecutionResult::Revert { output, .. } => Err(RpcError::revert(output)),
+        ExecutionResult::Halt { reason, .. } => Err(RpcError::ExecutionFailed(format!(
+            "execution halted: {reason:?}"
+        ))),
+    }
+}
+
+fn tx_failure(e: TxError) -> RpcError {
+    match e {
+        TxError::Invalid(reason) => RpcError::ExecutionFailed(reason.to_string()),
+        other => internal(other),
+    }
+}
+
+impl SequencerBackend {
+    /// The backend of `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self {
+            node,
+            hub: SubscriptionHub::default(),
+        }
+    }
+
+    /// The node.
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Feeds the `newHeads` and `logs` subscriptions from committed blocks until the node
+    /// stops. Runs as a task on the RPC runtime.
+    pub async fn forward_committed(self: Arc<Self>) {
+        let mut committed = self.node.subscribe_committed();
+        loop {
+            match committed.recv().await {
+                Ok(block) => self.publish(&block),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(skipped = n, "subscriptions fell behind the chain");
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Feeds `newPendingTransactions` from the pool until the node stops.
+    pub async fn forward_pending(self: Arc<Self>) {
+        let mut pending = self.node.pool().subscribe_pending();
+        loop {
+            match pending.recv().await {
+                Ok(hash) => self.hub.publish_pending(hash),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    fn publish(&self, block: &CommittedBlock) {
+        self.hub.publish_head(rpc_header(&block.header, block.hash));
+        if !self.hub.has_log_subscribers() {
+            return;
+        }
+        let sealed = SealedHeader {
+            header: block.header.clone(),
+            hash: block.hash,
+            signature: block.signature,
+        };
+        let logs: Vec<Log> = rpc_receipts(&sealed, &block.transactions, block.receipts.clone())
+            .into_iter()
+            .flat_map(|r| r.inner.logs().to_vec())
+            .collect();
+        self.hub.publish_logs(logs);
+    }
+
+    fn sealed(&self, number: u64) -> Result<Option<SealedHeader>, RpcError> {
+        if number > self.node.head_number() {
+            return Ok(None);
+        }
+        self.node.history().sealed_header(number).map_err(internal)
+    }
+
+    /// The block by number, with hashes or full transactions.
+    pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+        let Some(header) = self.sealed(number)? else {
+            return Ok(None);
+        };
+        let txs = self
+            .node
+            .history()
+            .transactions(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        let transactions = if full {
+            BlockTransactions::Full(
+                txs.into_iter()
+                    .enumerate()
+                    .map(|(i, tx)| rpc_transaction(tx, &header, i))
+                    .collect(),
+            )
+        } else {
+            BlockTransactions::Hashes(txs.iter().map(|tx| *tx.inner().tx_hash()).collect())
+        };
+        Ok(Some(Block {
+            header: rpc_header(&header.header, header.hash),
+            uncles: Vec::new(),
+            transactions,
+            withdrawals: Some(Default::default()),
+        }))
+    }
+
+    /// The number of the block with `hash`, if it is published.
+    pub fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, RpcError> {
+        let number = self.node.history().number_by_hash(hash).map_err(internal)?;
+        Ok(number.filter(|n| *n <= self.node.head_number()))
+    }
+
+    /// The transaction count of a block.
+    pub fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
+        if self.sealed(number)?.is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .node
+            .history()
+            .transactions(number)
+            .map_err(internal)?
+            .map(|t| t.len() as u64))
+    }
+
+    /// A transaction by hash: from a published block, or pending in the pool (without block
+    /// fields, as geth answers).
+    pub fn transaction_by_hash(&self, hash: B256) -> Result<Option<Transaction>, RpcError> {
+        if let Some((location, tx)) = self.node.history().transaction(hash).map_err(internal)? {
+            if let Some(header) = self.sealed(location.block)? {
+                return Ok(Some(rpc_transaction(tx, &header, location.index as usize)));
+            }
+        }
+        Ok(self.node.pool().get(hash).map(|pooled| Transaction {
+            inner: pooled.tx.clone(),
+            block_hash: None,
+            block_number: None,
+            transaction_index: None,
+            effective_gas_price: None,
+            block_timestamp: None,
+        }))
+    }
+
+    /// The receipt of a transaction in a published block.
+    pub fn receipt(&self, hash: B256) -> Result<Option<TransactionReceipt>, RpcError> {
+        let Some(location) = self
+            .node
+            .history()
+            .transaction_location(hash)
+            .map_err(internal)?
+        else {
+            return Ok(None);
+        };
+        Ok(self
+            .block_receipts(location.block)?
+            .and_then(|mut r| {
+                let i = location.index as usize;
+                (i < r.len()).then(|| r.swap_remove(i))
+            }))
+    }
+
+    /// Every receipt of a block.
+    pub fn block_receipts(&self, number: u64) -> Result<Option<Vec<TransactionReceipt>>, RpcError> {
+        let Some(header) = self.sealed(number)? else {
+            return Ok(None);
+        };
+        let history = self.node.history();
+        let txs = history.transactions(number).map_err(internal)?.unwrap_or_default();
+        let receipts = history.receipts(number).map_err(internal)?.unwrap_or_default();
+        Ok(Some(rpc_receipts(&header, &txs, receipts)))
+    }
+
+    /// Logs of the published blocks `from..=to` matching `filter`.
+    pub fn logs(&self, from: u64, to: u64, filter: &Filter, limit: usize) -> Result<Vec<Log>, RpcError> {
+        let to = to.min(self.node.head_number());
+        if from > to {
+            return Ok(Vec::new());
+        }
+        let mut topics: [Option<Vec<B256>>; 4] = Default::default();
+        for (i, t) in filter.topics.iter().enumerate() {
+            if !t.is_empty() {
+                topics[i] = Some(t.iter().copied().collect());
+            }
+        }
+        let query = LogQuery {
+            from,
+            to,
+            addresses: filter.address.iter().copied().collect(),
+            topics,
+        };
+        let found = self
+            .node
+            .history()
+            .logs(&query, limit)
+            .map_err(|e| match e {
+                gigas_history::HistoryError::TooManyLogs { limit } => RpcError::TooManyLogs(limit),
+                other => internal(other),
+            })?;
+        let mut timestamps: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut out = Vec::with_capacity(found.len());
+        for log in found {
+            let timestamp = match timestamps.get(&log.block_number) {
+                Some(t) => *t,
+                None => {
+                    let t = self
+                        .sealed(log.block_number)?
+                        .map_or(0, |h| h.header.timestamp);
+                    timestamps.insert(log.block_number, t);
+                    t
+                }
+            };
+            out.push(Log {
+                inner: log.log,
+                block_hash: Some(log.block_hash),
+                block_number: Some(log.block_number),
+                block_timestamp: Some(timestamp),
+                transaction_hash: Some(log.tx_hash),
+                transaction_index: Some(log.tx_index as u64),
+                log_index: Some(log.log_index as u64),
+                removed: false,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads state at the end of block `at` through `f`.
+    pub fn at<T>(
+        &self,
+        at: u64,
+        f: impl FnOnce(&StateDb<'_, crate::state::At<'_>>) -> Result<T, crate::state::StateError>,
+    ) -> Result<T, RpcError> {
+        if at > self.node.head_number() {
+            return Err(RpcError::HeaderNotFound);
+        }
+        self.node.with_state_at(at, f).map_err(state_error)
+    }
+
+    /// The balance of `address` at block `at`.
+    pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
+        self.at(at, |db| Ok(db.account(&address)?.map_or(U256::ZERO, |a| a.state.balance)))
+    }
+
+    /// The nonce of `address` at block `at`.
+    pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
+        self.at(at, |db| Ok(db.account(&address)?.map_or(0, |a| a.state.nonce)))
+    }
+
+    /// The next nonce of `address` counting its pending pool transactions.
+    pub fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
+        let head = self.nonce(address, self.node.head_number())?;
+        Ok(self
+            .node
+            .pool()
+            .pending_nonce(address)
+            .map_or(head, |n| n.max(head)))
+    }
+
+    /// The code of `address` at block `at`.
+    pub fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
+        self.at(at, |db| {
+            let Some(account) = db.account(&address)? else {
+                return Ok(Bytes::new());
+            };
+            Ok(db.code_by_hash_ref(account.state.code_hash)?.original_bytes())
+        })
+    }
+
+    /// A storage slot of `address` at block `at`.
+    pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
+        let slot = U256::from_be_bytes(slot.0);
+        self.at(at, |db| Ok(B256::from(db.storage_ref(address, slot)?)))
+    }
+
+    /// The environment of a call at block `at`: the next block's when `at` is the head (as a
+    /// pending call sees it), else block `at`'s own.
+    fn call_env(
+        &self,
+        at: u64,
+        overrides: Option<&BlockOverrides>,
+    ) -> Result<BlockEnv, RpcError> {
+        let header = self
+            .sealed(at)?
+            .ok_or_else(|| RpcError::HeaderNotFound)?
+            .header;
+        let chain = &self.node.config().chain;
+        let mut env = BlockEnv {
+            number: U256::from(header.number),
+            beneficiary: header.beneficiary,
+            timestamp: U256::from(header.timestamp),
+            gas_limit: header.gas_limit,
+            basefee: header.base_fee_per_gas.unwrap_or_default(),
+            difficulty: U256::ZERO,
+            prevrandao: Some(header.mix_hash),
+            blob_excess_gas_and_price: Some(BlobExcessGasAndPrice::new(
+                0,
+                gigas_evm::spec::blob_base_fee_update_fraction(chain.fork),
+            )),
+            ..Default::default()
+        };
+        if let Some(o) = overrides {
+            if let Some(n) = o.number {
+                env.number = n;
+            }
+            if let Some(t) = o.time {
+                env.timestamp = U256::from(t);
+            }
+            if let Some(g) = o.gas_limit {
+                env.gas_limit = g;
+            }
+            if let Some(c) = o.coinbase {
+                env.beneficiary = c;
+            }
+            if let Some(r) = o.random {
+                env.prevrandao = Some(r);
+            }
+            if let Some(b) = o.base_fee {
+                env.basefee = b.saturating_to();
+            }
+        }
+        Ok(env)
+    }
+
+    fn tx_env(&self, req: &TransactionRequest, gas_limit: u64) -> TxEnv {
+        let chain_id = self.node.config().chain.chain_id;
+        let gas_price = req
+            .gas_price
+            .or(req.max_fee_per_gas)
+            .unwrap_or_default();
+        TxEnv {
+            tx_type: if req.authorization_list.is_some() {
+                4
+            } else if req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some() {
+                2
+            } else if req.access_list.is_some() {
+                1
+            } else {
+                0
+            },
+            caller: req.from.unwrap_or_default(),
+            gas_limit,
+            gas_price,
+            gas_priority_fee: req.max_priority_fee_per_gas,
+            kind: req.to.unwrap_or(TxKind::Create),
+            value: req.value.unwrap_or_default(),
+            data: req.input.input().cloned().unwrap_or_default(),
+            nonce: req.nonce.unwrap_or_default(),
+            chain_id: Some(chain_id),
+            access_list: req.access_list.clone().unwrap_or_default(),
+            authorization_list: req
+                .authorization_list
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(gigas_evm::revm::context_interface::either::Either::Left)
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Runs `req` at block `at` with `gas` and returns its result.
+    fn run_call(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        gas: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<ExecutionResult, RpcError> {
+        let env = self.call_env(at, block)?;
+        let free = req.gas_price.is_none()
+            && req.max_fee_per_gas.is_none()
+            && req.max_priority_fee_per_gas.is_none();
+        let prepared = gigas_evm::call::call_block(self.node.spec(), env, free);
+        let mut tx = self.tx_env(req, gas);
+        if free {
+            tx.gas_price = 0;
+            tx.gas_priority_fee = None;
+        }
+        self.at(at, |db| {
+            let mut cache = CacheDB::new(WrapDatabaseRef(db));
+            if let Some(overrides) = state {
+                apply_overrides(&mut cache, overrides)?;
+            }
+            Ok(gigas_evm::call::call(&mut cache, &prepared, tx))
+        })?
+        .map_err(tx_failure)
+    }
+
+    /// `eth_call`.
+    pub fn call(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<Bytes, RpcError> {
+        let cap = self.gas_cap(at)?;
+        let gas = req.gas.unwrap_or(cap).min(cap);
+        call_failure(self.run_call(req, at, gas, state, block)?).map(|(out, _)| out)
+    }
+
+    fn gas_cap(&self, at: u64) -> Result<u64, RpcError> {
+        let limit = self
+            .sealed(at)?
+            .ok_or_else(|| RpcError::HeaderNotFound)?
+            .header
+            .gas_limit;
+        Ok(limit.min(CALL_GAS_CAP.max(limit)))
+    }
+
+    /// `eth_estimateGas`: the least gas with which the call succeeds, by binary search
+    /// between the gas it used and the block's limit (as geth).
+    pub fn estimate_gas(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<u64, RpcError> {
+        let mut hi = req.gas.unwrap_or(self.gas_cap(at)?);
+        // Plain transfers to an account without code cost exactly 21,000.
+        let (_, used) = call_failure(self.run_call(req, at, hi, state, block)?)?;
+        let mut lo = used.saturating_sub(1);
+        // Most calls succeed with what they used plus the 1/64 kept back at each call.
+        let optimistic = (used + 2_300) * 64 / 63;
+        if optimistic < hi {
+            match self.run_call(req, at, optimistic, state, block)? {
+                ExecutionResult::Success { .. } => hi = optimistic,
+                _ => lo = optimistic,
+            }
+        }
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.run_call(req, at, mid, state, block) {
+                Ok(ExecutionResult::Success { .. }) => hi = mid,
+                Ok(_) => lo = mid,
+                // Too little gas for the intrinsic cost is "invalid", not a failure.
+                Err(RpcError::InvalidParams(_)) => lo = mid,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(hi)
+    }
+
+    /// `eth_maxPriorityFeePerGas`: the median tip of the last 20 blocks' transactions, at
+    /// least 1 gwei / 1000 so that wallets never offer a zero tip to a busy pool.
+    pub fn max_priority_fee(&self) -> Result<U256, RpcError> {
+        let head = self.node.head_number();
+        let mut tips = Vec::new();
+        for number in head.saturating_sub(19)..=head {
+            let Some(header) = self.sealed(number)? else { continue };
+            let base = header.header.base_fee_per_gas.unwrap_or_default();
+            for tx in self
+                .node
+                .history()
+                .transactions(number)
+                .map_err(internal)?
+                .unwrap_or_default()
+            {
+                tips.push(tx.inner().effective_tip_per_gas(base).unwrap_or_default());
+            }
+        }
+        tips.sort_unstable();
+        let median = tips.get(tips.len() / 2).copied().unwrap_or_default();
+        Ok(U256::from(median.max(1_000_000)))
+    }
+
+    /// `eth_gasPrice`: the next block's base fee plus the suggested tip.
+    pub fn gas_price(&self) -> Result<U256, RpcError> {
+        Ok(U256::from(self.node.next_base_fee()) + self.max_priority_fee()?)
+    }
+
+    /// `eth_feeHistory` over up to 1,024 blocks ending at `newest`.
+    pub fn fee_history(
+        &self,
+        count: u64,
+        newest: u64,
+        percentiles: Option<&[f64]>,
+    ) -> Result<FeeHistory, RpcError> {
+        let count = count.clamp(1, 1024);
+        if let Some(p) = percentiles {
+            if p.len() > 100
+                || p.windows(2).any(|w| w[0] > w[1])
+                || p.iter().any(|x| !(0.0..=100.0).contains(x))
+            {
+                return Err(RpcError::InvalidParams(
+                    "reward percentiles must be at most 100 values, ascending, within 0..=100"
+                        .into(),
+                ));
+            }
+        }
+        let newest = newest.min(self.node.head_number());
+        let oldest = newest.saturating_sub(count - 1);
+        let chain = &self.node.config().chain;
+        let mut base_fee_per_gas = Vec::new();
+        let mut gas_used_ratio = Vec::new();
+        let mut reward = Vec::new();
+        let mut last = None;
+        for number in oldest..=newest {
+            let Some(header) = self.sealed(number)? else { continue };
+            let h = &header.header;
+            let base = h.base_fee_per_gas.unwrap_or_default();
+            base_fee_per_gas.push(base as u128);
+            gas_used_ratio.push(h.gas_used as f64 / h.gas_limit.max(1) as f64);
+            if let Some(p) = percentiles {
+                let txs = self
+                    .node
+                    .history()
+                    .transactions(number)
+                    .map_err(internal)?
+                    .unwrap_or_default();
+                let receipts = self
+                    .node
+                    .history()
+                    .receipts(number)
+                    .map_err(internal)?
+                    .unwrap_or_default();
+                reward.push(rewards(&txs, &receipts, base, h.gas_used, p));
+            }
+            last = Some(chain.base_fee.next(h.gas_used, h.gas_limit, base));
+        }
+        if let Some(next) = last {
+            base_fee_per_gas.push(next as u128);
+        }
+        Ok(FeeHistory {
+            base_fee_per_gas,
+            gas_used_ratio,
+            base_fee_per_blob_gas: Vec::new(),
+            blob_gas_used_ratio: Vec::new(),
+            oldest_block: oldest,
+            reward: percentiles.map(|_| reward),
+        })
+    }
+
+    /// `debug_traceBlockByNumber` with the prestate tracer: for each transaction of block
+    /// `number`, the accounts and slots it read or wrote as they were before it.
+    pub fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
+        if number == 0 {
+            return Err(RpcError::InvalidParams(
+                "the genesis block has no transactions to trace".into(),
+            ));
+        }
+        let header = self
+            .sealed(number)?
+            .ok_or_else(|| RpcError::HeaderNotFound)?
+            .header;
+        let txs = self
+            .node
+            .history()
+            .transactions(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        let chain = &self.node.config().chain;
+        let block_env = BlockEnv {
+            number: U256::from(header.number),
+            beneficiary: header.beneficiary,
+            timestamp: U256::from(header.timestamp),
+            gas_limit: header.gas_limit,
+            basefee: header.base_fee_per_gas.unwrap_or_default(),
+            difficulty: U256::ZERO,
+            prevrandao: Some(header.mix_hash),
+            blob_excess_gas_and_price: Some(BlobExcessGasAndPrice::new(
+                0,
+                gigas_evm::spec::blob_base_fee_update_fraction(chain.fork),
+            )),
+            ..Default::default()
+        };
+        let prepared = gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new());
+        self.at(number - 1, |db| {
+            let mut cache = CacheDB::new(WrapDatabaseRef(db));
+            let mut out = Vec::with_capacity(txs.len());
+            for tx in &txs {
+                let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
+                let done = gigas_evm::call::simulate(&mut cache, &prepared, env)
+                    .map_err(|e| crate::state::StateError::History(format!(
+                        "re-executing {}: {e}",
+                        tx.inner().tx_hash()
+                    )))?;
+                let mut result = BTreeMap::new();
+                for (address, account) in &done.state {
+                    use gigas_evm::revm::database_interface::Database;
+                    let pre: Option<AccountInfo> = cache.basic(*address).map_err(|e| {
+                        crate::state::StateError::History(format!("tracing: {e}"))
+                    })?;
+                    let pre = pre.unwrap_or_default();
+                    let code = if pre.code_hash == alloy_primitives::KECCAK256_EMPTY {
+                        None
+                    } else {
+                        Some(
+                            cache
+                                .code_by_hash(pre.code_hash)
+                                .map(|c: Bytecode| c.original_bytes())
+                                .map_err(|e| {
+                                    crate::state::StateError::History(format!("tracing: {e}"))
+                                })?,
+                        )
+                    };
+                    let storage: BTreeMap<B256, B256> = account
+                        .storage
+                        .iter()
+                        .map(|(slot, value)| {
+                            (B256::from(*slot), B256::from(value.original_value()))
+                        })
+                        .collect();
+                    result.insert(
+                        *address,
+                        PrestateAccount {
+                            balance: pre.balance,
+                            nonce: pre.nonce,
+                            code,
+                            storage,
+                        },
+                    );
+                }
+                use gigas_evm::revm::database_interface::DatabaseCommit;
+                cache.commit(done.state);
+                out.push(PrestateTrace {
+                    tx_hash: *tx.inner().tx_hash(),
+                    result,
+                });
+            }
+            Ok(out)
+        })
+    }
+}
+
+fn state_error(e: crate::state::StateError) -> RpcError {
+    match e {
+        crate::state::StateError::Pruned { block, oldest } => {
+            RpcError::StatePruned { block, oldest }
+        }
+        other => internal(other),
+    }
+}
+
+fn rewards(
+    txs: &[Recovered<TxEnvelope>],
+    receipts: &[ReceiptEnvelope],
+    base_fee: u64,
+    gas_used: u64,
+    percentiles: &[f64],
+) -> Vec<u128> {
+    let mut previous = 0u64;
+    let mut by_tip: Vec<(u128, u64)> = txs
+        .iter()
+        .zip(receipts)
+        .map(|(tx, r)| {
+            let gas = r.cumulative_gas_used() - previous;
+            previous = r.cumulative_gas_used();
+            (tx.inner().effective_tip_per_gas(base_fee).unwrap_or_default(), gas)
+        })
+        .collect();
+    by_tip.sort_unstable();
+    percentiles
+        .iter()
+        .map(|p| {
+            if by_tip.is_empty() {
+                return 0;
+            }
+            let threshold = (gas_used as f64 * p / 100.0) as u64;
+            let mut sum = 0u64;
+            for (tip, gas) in &by_tip {
+                sum += gas;
+                if sum >= threshold {
+                    return *tip;
+                }
+            }
+            by_tip.last().map_or(0, |(t, _)| *t)
+        })
+        .collect()
+}
+
+fn apply_overrides<DB: DatabaseRef>(
+    cache: &mut CacheDB<DB>,
+    overrides: &StateOverride,
+) -> Result<(), crate::state::StateError>
+where
+    DB::Error: std::fmt::Display,
+{
+    use gigas_evm::revm::database_interface::Database;
+    for (address, o) in overrides.iter() {
+        let mut info = cache
+            .basic(*address)
+            .map_err(|e| crate::state::StateError::History(format!("override: {e}")))?
+            .unwrap_or_default();
+        if let Some(balance) = o.balance {
+            info.balance = balance;
+        }
+        if let Some(nonce) = o.nonce {
+            info.nonce = nonce;
+        }
+        if let Some(code) = &o.code {
+            let code = Bytecode::new_raw(code.clone());
+            info.code_hash = code.hash_slow();
+            info.code = Some(code);
+        }
+        cache.insert_account_info(*address, info);
+        if let Some(state) = &o.state {
+            let slots = state
+                .iter()
+                .map(|(k, v)| (U256::from_be_bytes(k.0), U256::from_be_bytes(v.0)));
+            cache
+                .replace_account_storage(*address, slots.collect())
+                .map_err(|e| crate::state::StateError::History(format!("override: {e}")))?;
+        }
+        if let Some(diff) = &o.state_diff {
+            for (k, v) in diff {
+                cache
+                    .insert_account_storage(
+                        *address,
+                        U256::from_be_bytes(k.0),
+                        U256::from_be_bytes(v.0),
+                    )
+                    .map_err(|e| crate::state::StateError::History(format!("override: {e}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Backend for SequencerBackend {
+    fn client_version(&self) -> String {
+        format!(
+            "gigas-sequencer/v{}/{}-{}/rust",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )
+    }
+
+    fn chain_id(&self) -> u64 {
+        self.node.config().chain.chain_id
+    }
+
+    fn latest(&self) -> u64 {
+        self.node.head_number()
+    }
+
+    fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError> {
+        self.number_by_hash(hash)
+    }
+
+    fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+        SequencerBackend::block(self, number, full)
+    }
+
+    fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
+        SequencerBackend::block_transaction_count(self, number)
+    }
+
+    fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
+        SequencerBackend::balance(self, address, at)
+    }
+
+    fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
+        SequencerBackend::nonce(self, address, at)
+    }
+
+    fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
+        SequencerBackend::pending_nonce(self, address)
+    }
+
+    fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
+        SequencerBackend::code(self, address, at)
+    }
+
+    fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
+        SequencerBackend::storage(self, address, slot, at)
+    }
+
+    fn call(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        overrides: EvmOverrides,
+    ) -> Result<Bytes, RpcError> {
+        SequencerBackend::call(
+            self,
+            &request,
+            at,
+            overrides.state.as_ref(),
+            overrides.block.as_deref(),
+        )
+    }
+
+    fn estimate_gas(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        overrides: EvmOverrides,
+    ) -> Result<u64, RpcError> {
+        SequencerBackend::estimate_gas(
+            self,
+            &request,
+            at,
+            overrides.state.as_ref(),
+            overrides.block.as_deref(),
+        )
+    }
+
+    fn gas_price(&self) -> Result<U256, RpcError> {
+        SequencerBackend::gas_price(self)
+    }
+
+    fn max_priority_fee(&self) -> Result<U256, RpcError> {
+        SequencerBackend::max_priority_fee(self)
+    }
+
+    fn fee_history(
+        &self,
+        count: u64,
+        newest: u64,
+        percentiles: Option<&[f64]>,
+    ) -> Result<FeeHistory, RpcError> {
+        SequencerBackend::fee_history(self, count, newest, percentiles)
+    }
+
+    async fn send_raw_transaction(&self, raw: Bytes) -> Result<B256, RpcError> {
+        self.node.submit(raw).await.map_err(|e| match e {
+            crate::node::SubmitError::Rejected(e) => RpcError::TxRejected(e.to_string()),
+            crate::node::SubmitError::Journal(e) => RpcError::Internal(format!(
+                "the transaction journal failed, so the transaction was not accepted: {e}"
+            )),
+        })
+    }
+
+    fn transaction_by_hash(&self, hash: B256) -> Result<Option<Transaction>, RpcError> {
+        SequencerBackend::transaction_by_hash(self, hash)
+    }
+
+    fn receipt(&self, hash: B256) -> Result<Option<TransactionReceipt>, RpcError> {
+        SequencerBackend::receipt(self, hash)
+    }
+
+    fn block_receipts(&self, number: u64) -> Result<Option<Vec<TransactionReceipt>>, RpcError> {
+        SequencerBackend::block_receipts(self, number)
+    }
+
+    fn logs(
+        &self,
+        from: u64,
+        to: u64,
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<Log>, RpcError> {
+        SequencerBackend::logs(self, from, to, filter, limit)
+    }
+
+    fn subscribe_heads(&self) -> broadcast::Receiver<Arc<RpcHeader>> {
+        self.hub.subscribe_heads()
+    }
+
+    fn subscribe_logs(&self) -> broadcast::Receiver<Arc<Vec<Log>>> {
+        self.hub.subscribe_logs()
+    }
+
+    fn subscribe_pending(&self) -> broadcast::Receiver<B256> {
+        self.hub.subscribe_pending()
+    }
+
+    fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
+        SequencerBackend::trace_block_prestate(self, number)
+    }
+}

@@ -1,0 +1,870 @@
+//! The node: opening and recovering the stores, producing blocks, publishing them.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use alloy_consensus::transaction::Recovered;
+use alloy_consensus::{Header, ReceiptEnvelope, TxEnvelope, EMPTY_OMMER_ROOT_HASH};
+use alloy_eips::eip7685::EMPTY_REQUESTS_HASH;
+use alloy_primitives::{keccak256, Address, Bytes, Signature, B256, U256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use alloy_trie::EMPTY_ROOT_HASH;
+use gigas_blockstm::{Metrics as BlockStmMetrics, ParallelExecutor, Policy};
+use gigas_evm::jit::{CodeCache, JitMode};
+use gigas_evm::receipts::receipts_root_and_bloom;
+use gigas_evm::revm::context::BlockEnv;
+use gigas_evm::revm::context_interface::block::BlobExcessGasAndPrice;
+use gigas_evm::{PreparedBlock, PreparedTx};
+use gigas_history::{BlockRecord, History, HistoryOptions, SealedHeader};
+use gigas_primitives::state_keys::{changeset_writes, Write};
+use gigas_primitives::{genesis_checksum, state_checksum, ChainSpec, ChangeSet};
+use gigas_txpool::{Journal, PoolConfig, Recoverer, StateView, TxPool};
+use gigas_vilmo::{Batch, Options as VilmoOptions, Vilmo};
+use prometheus_client::registry::Registry;
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use crate::chain::ChainConfig;
+use crate::metrics::{NodeMetrics, Stage};
+use crate::state::{Head, StateDb};
+
+/// What the genesis block's extra data says.
+pub const EXTRA_DATA: &[u8] = b"gigas";
+
+/// Why the node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The chain config is unusable.
+    #[error(transparent)]
+    Chain(#[from] crate::chain::ChainError),
+    /// Vilmo failed.
+    #[error("state store (Vilmo): {0}")]
+    Vilmo(#[from] gigas_vilmo::Error),
+    /// The chain history failed.
+    #[error("chain history (MDBX): {0}")]
+    History(#[from] gigas_history::HistoryError),
+    /// The journal failed.
+    #[error("transaction journal: {0}")]
+    Journal(#[from] gigas_txpool::JournalError),
+    /// Reading state failed.
+    #[error("state: {0}")]
+    State(#[from] crate::state::StateError),
+    /// A block could not be executed for a reason other than an invalid transaction.
+    #[error("executing block {block}: {source}")]
+    Execution {
+        /// The block number.
+        block: u64,
+        /// The executor's error.
+        source: gigas_evm::ExecutionError,
+    },
+    /// The data directory holds stores that do not belong together.
+    #[error("data directory {dir}: {message}")]
+    Inconsistent {
+        /// The data directory.
+        dir: PathBuf,
+        /// What does not fit, and what to do.
+        message: String,
+    },
+    /// Signing a header failed.
+    #[error("signing block {0}: {1}")]
+    Sign(u64, String),
+}
+
+/// Why a transaction was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The pool refused it; the text is the pool's.
+    #[error(transparent)]
+    Rejected(#[from] gigas_txpool::TxPoolError),
+    /// It could not be made durable.
+    #[error("transaction journal: {0}")]
+    Journal(#[from] gigas_txpool::JournalError),
+}
+
+/// How the node runs.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where Vilmo (`state/`), the chain history (`history/`) and the journal live.
+    pub datadir: PathBuf,
+    /// The chain.
+    pub chain: ChainConfig,
+    /// When compiled code runs.
+    pub jit: JitMode,
+    /// Block-STM workers per block (the producing thread is one of them).
+    pub threads: usize,
+    /// Sender-recovery threads.
+    pub recovery_threads: usize,
+    /// The most transactions the pool holds.
+    pub pool_max_txs: usize,
+    /// The most transactions of one sender the pool holds.
+    pub pool_max_per_sender: usize,
+    /// The smallest tip the pool accepts, in wei.
+    pub min_priority_fee: u128,
+    /// The most transactions in one block.
+    pub max_block_txs: usize,
+    /// Blocks whose state stays queryable (old values kept).
+    pub state_history_blocks: u64,
+}
+
+impl NodeConfig {
+    /// Defaults for `chain` in `datadir`.
+    pub fn new(datadir: PathBuf, chain: ChainConfig) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            datadir,
+            chain,
+            jit: JitMode::On,
+            threads: cores,
+            recovery_threads: cores,
+            pool_max_txs: 100_000,
+            pool_max_per_sender: 256,
+            min_priority_fee: 0,
+            max_block_txs: 20_000,
+            state_history_blocks: 10_000,
+        }
+    }
+}
+
+/// The head block, as published.
+#[derive(Debug, Clone)]
+pub struct HeadBlock {
+    /// The sealed header.
+    pub header: Header,
+    /// Its hash.
+    pub hash: B256,
+    /// The sequencer's signature over the hash.
+    pub signature: Signature,
+}
+
+impl HeadBlock {
+    fn from_sealed(sealed: SealedHeader) -> Self {
+        Self {
+            header: sealed.header,
+            hash: sealed.hash,
+            signature: sealed.signature,
+        }
+    }
+}
+
+/// A block that is durable and published, for subscribers (RPC subscriptions, the state-diff
+/// writer).
+#[derive(Debug)]
+pub struct CommittedBlock {
+    /// The sealed header.
+    pub header: Header,
+    /// Its hash.
+    pub hash: B256,
+    /// The sequencer's signature over the hash.
+    pub signature: Signature,
+    /// The transactions with their senders.
+    pub transactions: Vec<Recovered<TxEnvelope>>,
+    /// Their receipts.
+    pub receipts: Vec<ReceiptEnvelope>,
+    /// The block's ChangeSet, encoded.
+    pub changeset: Vec<u8>,
+}
+
+/// The running node's shared state. The block producer thread writes; RPC tasks read.
+pub struct Node {
+    config: NodeConfig,
+    spec: ChainSpec,
+    signer: PrivateKeySigner,
+    vilmo: RwLock<Vilmo>,
+    history: History,
+    pool: TxPool,
+    journal: Journal,
+    recoverer: Recoverer,
+    head: RwLock<HeadBlock>,
+    committed: broadcast::Sender<Arc<CommittedBlock>>,
+    jit: Arc<CodeCache>,
+    blockstm: BlockStmMetrics,
+    metrics: NodeMetrics,
+    registry: Mutex<Registry>,
+    stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("datadir", &self.config.datadir)
+            .field("head", &self.head_number())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The head state, as the pool checks transactions against it.
+struct PoolView<'a>(StateDb<'a, Head<'a>>);
+
+impl StateView for PoolView<'_> {
+    fn account(&self, address: Address) -> Result<(u64, U256), String> {
+        match self.0.account(&address) {
+            Ok(Some(a)) => Ok((a.state.nonce, a.state.balance)),
+            Ok(None) => Ok((0, U256::ZERO)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn seconds(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64()
+}
+
+impl Node {
+    /// Opens (or creates) the node's stores in `config.datadir`, recovers to one consistent
+    /// head, and replays the journal into the pool.
+    pub fn open(config: NodeConfig) -> Result<Arc<Self>, NodeError> {
+        let chain = &config.chain;
+        chain.validate()?;
+        let signer = chain.signer()?;
+        let spec = chain.spec();
+        let dir = &config.datadir;
+        std::fs::create_dir_all(dir).map_err(|e| NodeError::Inconsistent {
+            dir: dir.clone(),
+            message: format!("cannot create it: {e}"),
+        })?;
+        let mut vilmo = Vilmo::open(dir.join("state"), VilmoOptions::default())?;
+        let history = History::open(
+            &dir.join("history"),
+            HistoryOptions {
+                state_history_blocks: config.state_history_blocks,
+                ..HistoryOptions::default()
+            },
+        )?;
+        let head = recover(&config, &signer, &mut vilmo, &history)?;
+        let pool = TxPool::new(PoolConfig {
+            max_txs: config.pool_max_txs,
+            max_per_sender: config.pool_max_per_sender,
+            min_priority_fee: config.min_priority_fee,
+            recovery_threads: config.recovery_threads,
+            spec: gigas_evm::spec::spec_id(chain.fork),
+            ..PoolConfig::new(chain.chain_id, chain.block_gas_limit)
+        });
+        let recoverer = Recoverer::new(pool.config().clone(), pool.metrics().clone()).map_err(
+            |e| NodeError::Inconsistent {
+                dir: dir.clone(),
+                message: format!("cannot start the sender-recovery threads: {e}"),
+            },
+        )?;
+        let (journal, replay) = Journal::open(&dir.join("journal"))?;
+        let (committed, _) = broadcast::channel(256);
+        let jit = CodeCache::new(config.jit);
+        let node = Arc::new(Self {
+            spec,
+            signer,
+            vilmo: RwLock::new(vilmo),
+            history,
+            pool,
+            journal,
+            recoverer,
+            head: RwLock::new(head),
+            committed,
+            jit,
+            blockstm: BlockStmMetrics::default(),
+            metrics: NodeMetrics::default(),
+            registry: Mutex::new(Registry::default()),
+            stop: AtomicBool::new(false),
+            config,
+        });
+        node.replay_journal(replay)?;
+        node.register_metrics();
+        Ok(node)
+    }
+
+    fn register_metrics(&self) {
+        let mut registry = lock(&self.registry);
+        self.metrics.register(&mut registry);
+        self.blockstm.register(&mut registry);
+        self.jit.stats().register(&mut registry);
+        self.pool.metrics().register(&mut registry);
+        self.journal.metrics().register(&mut registry);
+        self.history.metrics().register(&mut registry);
+        self.vilmo_read().metrics().register(&mut registry);
+        self.metrics.head.set(self.head_number() as i64);
+    }
+
+    /// The metrics registry, for the `/metrics` endpoint and for the RPC layer to add its own.
+    pub fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        lock(&self.registry)
+    }
+
+    /// Adds the journal's transactions to the pool (those a block made invalid are dropped)
+    /// and rewrites the journal to what the pool kept.
+    fn replay_journal(self: &Arc<Self>, replay: Vec<Bytes>) -> Result<(), NodeError> {
+        let total = replay.len();
+        let mut kept = 0usize;
+        let base_fee = self.next_base_fee();
+        let recovered = gigas_txpool::decode_and_recover_all(
+            &replay,
+            self.pool.config(),
+            self.config.recovery_threads,
+        );
+        for tx in recovered {
+            // A rewrite can leave a transaction twice; "already known" and "nonce too low"
+            // (included by a durable block) are expected here.
+            let Ok(tx) = tx else { continue };
+            let vilmo = self.vilmo_read();
+            let view = PoolView(StateDb {
+                source: Head(&vilmo),
+                hashes: &self.history,
+            });
+            if self.pool.add(tx, &view, base_fee).is_ok() {
+                kept += 1;
+            }
+        }
+        let node = self.clone();
+        self.journal.rewrite(move || node.pool.all_encoded())?;
+        if total > 0 {
+            info!(journaled = total, kept, "replayed the transaction journal");
+        }
+        Ok(())
+    }
+
+    fn vilmo_read(&self) -> std::sync::RwLockReadGuard<'_, Vilmo> {
+        self.vilmo
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The node's configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The chain's fork schedule.
+    pub fn spec(&self) -> &ChainSpec {
+        &self.spec
+    }
+
+    /// The sequencer's address (the blocks' beneficiary and signer).
+    pub fn sequencer_address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// The chain history.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The transaction pool.
+    pub fn pool(&self) -> &TxPool {
+        &self.pool
+    }
+
+    /// The JIT code cache.
+    pub fn jit(&self) -> &Arc<CodeCache> {
+        &self.jit
+    }
+
+    /// The node's metrics.
+    pub fn metrics(&self) -> &NodeMetrics {
+        &self.metrics
+    }
+
+    /// The published head.
+    pub fn head(&self) -> HeadBlock {
+        self.head
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The published head's number.
+    pub fn head_number(&self) -> u64 {
+        self.head
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .header
+            .number
+    }
+
+    /// The base fee of the next block.
+    pub fn next_base_fee(&self) -> u64 {
+        let head = self.head();
+        self.config.chain.base_fee.next(
+            head.header.gas_used,
+            head.header.gas_limit,
+            head.header.base_fee_per_gas.unwrap_or_default(),
+        )
+    }
+
+    /// Every block committed from now on.
+    pub fn subscribe_committed(&self) -> broadcast::Receiver<Arc<CommittedBlock>> {
+        self.committed.subscribe()
+    }
+
+    /// Runs `f` over the head state. The state stays the head's for the call: the producer
+    /// waits to commit the next block.
+    pub fn with_head_state<T>(&self, f: impl FnOnce(&StateDb<'_, Head<'_>>, &HeadBlock) -> T) -> T {
+        let vilmo = self.vilmo_read();
+        let head = self.head();
+        let db = StateDb {
+            source: Head(&vilmo),
+            hashes: &self.history,
+        };
+        f(&db, &head)
+    }
+
+    /// Runs `f` over the state at the end of block `block` (the head's or an older one).
+    pub fn with_state_at<T>(
+        &self,
+        block: u64,
+        f: impl FnOnce(&StateDb<'_, crate::state::At<'_>>) -> T,
+    ) -> T {
+        let vilmo = self.vilmo_read();
+        let db = StateDb {
+            source: crate::state::At {
+                vilmo: &vilmo,
+                history: &self.history,
+                block,
+            },
+            hashes: &self.history,
+        };
+        f(&db)
+    }
+
+    /// Accepts a raw signed transaction: recovers its sender off the caller's thread, checks
+    /// it against the head state, adds it to the pool and makes it durable in the journal.
+    /// Returns its hash only once it is journaled.
+    pub async fn submit(&self, raw: Bytes) -> Result<B256, SubmitError> {
+        let tx = self.recoverer.recover(raw.clone()).await?;
+        let hash = tx.hash;
+        {
+            let base_fee = self.next_base_fee();
+            let vilmo = self.vilmo_read();
+            let view = PoolView(StateDb {
+                source: Head(&vilmo),
+                hashes: &self.history,
+            });
+            self.pool.add(tx, &view, base_fee)?;
+        }
+        if let Err(e) = self.journal.append(raw).await {
+            // Not durable, so not accepted: take it back out.
+            self.pool.remove_invalid(hash, "journal failed");
+            tracing::error!(error = %e, "the transaction journal failed: transactions are refused until a restart");
+            return Err(SubmitError::Journal(e));
+        }
+        Ok(hash)
+    }
+
+    /// Asks the producer to stop after the block it is producing.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Produces blocks every block time until [`Self::stop`]. Runs on its own thread.
+    pub fn run_producer(self: &Arc<Self>) -> Result<(), NodeError> {
+        let block_time = Duration::from_millis(self.config.chain.block_time_ms);
+        let mut executor = ParallelExecutor::new(self.config.threads).with_jit(Some(self.jit.clone()));
+        let policy = Policy::default();
+        let mut next = Instant::now() + block_time;
+        let mut last_published: Option<Instant> = None;
+        while !self.stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                continue;
+            }
+            // A block that took longer than the block time starts the next one at once.
+            next = (next + block_time).max(Instant::now());
+            self.produce(&mut executor, &policy)?;
+            let published = Instant::now();
+            if let Some(last) = last_published {
+                self.metrics
+                    .block_interval_seconds
+                    .observe((published - last).as_secs_f64());
+            }
+            last_published = Some(published);
+        }
+        Ok(())
+    }
+
+    /// Builds, executes, commits and publishes one block.
+    pub fn produce(
+        self: &Arc<Self>,
+        executor: &mut ParallelExecutor,
+        policy: &Policy,
+    ) -> Result<u64, NodeError> {
+        let started = Instant::now();
+        let parent = self.head();
+        let number = parent.header.number + 1;
+        let chain = &self.config.chain;
+        let base_fee = self.next_base_fee();
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        // Several blocks share a second at sub-second block times; time never runs back.
+        let timestamp = unix.max(parent.header.timestamp);
+        let prevrandao = keccak256([parent.hash.as_slice(), &number.to_be_bytes()].concat());
+        let beneficiary = self.signer.address();
+
+        let t = Instant::now();
+        let mut selected =
+            self.pool
+                .best(base_fee, chain.block_gas_limit, self.config.max_block_txs);
+        self.metrics.stage(Stage::Select, seconds(t));
+
+        let t = Instant::now();
+        let block_env = BlockEnv {
+            number: U256::from(number),
+            beneficiary,
+            timestamp: U256::from(timestamp),
+            gas_limit: chain.block_gas_limit,
+            basefee: base_fee,
+            difficulty: U256::ZERO,
+            prevrandao: Some(prevrandao),
+            blob_excess_gas_and_price: Some(BlobExcessGasAndPrice::new(
+                0,
+                gigas_evm::spec::blob_base_fee_update_fraction(chain.fork),
+            )),
+            ..Default::default()
+        };
+        let vilmo = self.vilmo_read();
+        let db = StateDb {
+            source: Head(&vilmo),
+            hashes: &self.history,
+        };
+        let outcome = loop {
+            let txs: Vec<PreparedTx> = selected
+                .iter()
+                .map(|tx| PreparedTx {
+                    hash: tx.hash,
+                    tx_type: tx.tx.tx_type(),
+                    env: gigas_evm::env::tx_env_from(tx.tx.inner(), tx.sender),
+                })
+                .collect();
+            let block = PreparedBlock::synthetic(&self.spec, block_env.clone(), txs);
+            match executor.execute_with_policy(&block, &db, policy, &self.blockstm) {
+                Ok((_, outcome)) => break outcome.outcome,
+                Err(e) if e.is_invalid_transaction() => {
+                    // The pool checked it against the head, but an earlier transaction of
+                    // this block changed its sender's account: drop it and its sender's later
+                    // transactions from this block, and retry.
+                    let Some((index, reason)) = e.transaction() else {
+                        return Err(NodeError::Execution {
+                            block: number,
+                            source: e,
+                        });
+                    };
+                    let bad = selected[index].clone();
+                    warn!(block = number, tx = %bad.hash, sender = %bad.sender, %reason, "dropping a transaction that became invalid in the block");
+                    self.metrics.transactions_dropped.inc();
+                    self.pool.remove_invalid(bad.hash, &reason.to_string());
+                    let mut i = 0;
+                    selected.retain(|tx| {
+                        i += 1;
+                        !(i > index && tx.sender == bad.sender)
+                    });
+                }
+                Err(e) => {
+                    return Err(NodeError::Execution {
+                        block: number,
+                        source: e,
+                    })
+                }
+            }
+        };
+        self.metrics.stage(Stage::Execute, seconds(t));
+
+        let t = Instant::now();
+        let transactions: Vec<Recovered<TxEnvelope>> =
+            selected.iter().map(|tx| tx.tx.clone()).collect();
+        let receipts: Vec<ReceiptEnvelope> =
+            outcome.receipts.iter().map(|r| r.envelope()).collect();
+        let (receipts_root, logs_bloom) = receipts_root_and_bloom(&outcome.receipts);
+        let envelopes: Vec<&TxEnvelope> = transactions.iter().map(|t| t.inner()).collect();
+        let transactions_root = alloy_consensus::proofs::calculate_transaction_root(&envelopes);
+        let changeset = outcome.changes.encode();
+        let checksum = state_checksum(&parent.header.state_root, &changeset);
+        let header = Header {
+            parent_hash: parent.hash,
+            ommers_hash: EMPTY_OMMER_ROOT_HASH,
+            beneficiary,
+            state_root: checksum,
+            transactions_root,
+            receipts_root,
+            logs_bloom,
+            difficulty: U256::ZERO,
+            number,
+            gas_limit: chain.block_gas_limit,
+            gas_used: outcome.gas_used(),
+            timestamp,
+            extra_data: Bytes::from_static(EXTRA_DATA),
+            mix_hash: prevrandao,
+            nonce: Default::default(),
+            base_fee_per_gas: Some(base_fee),
+            withdrawals_root: Some(EMPTY_ROOT_HASH),
+            blob_gas_used: Some(0),
+            excess_blob_gas: Some(0),
+            parent_beacon_block_root: Some(B256::ZERO),
+            requests_hash: (chain.fork >= gigas_primitives::Hardfork::Prague)
+                .then_some(EMPTY_REQUESTS_HASH),
+            block_access_list_hash: None,
+            slot_number: None,
+        };
+        let hash = header.hash_slow();
+        let signature = self
+            .signer
+            .sign_hash_sync(&hash)
+            .map_err(|e| NodeError::Sign(number, e.to_string()))?;
+        let writes = changeset_writes(&outcome.changes, &*vilmo).map_err(crate::state::StateError::from)?;
+        let state_history: Vec<(Vec<u8>, Option<Vec<u8>>)> = writes
+            .iter()
+            .map(|(key, _)| (key.clone(), vilmo.get(key).map(<[u8]>::to_vec)))
+            .collect();
+        drop(vilmo);
+        self.metrics.stage(Stage::Seal, seconds(t));
+
+        // Commit order (see the crate documentation): history first, then state. A crash
+        // between them leaves a history one block ahead, and recovery re-applies that
+        // block's ChangeSet, which the history holds, to Vilmo.
+        let t = Instant::now();
+        self.history.commit_block(&BlockRecord {
+            header: &header,
+            hash,
+            signature,
+            transactions: &transactions,
+            receipts: &receipts,
+            changeset: &changeset,
+            state_history: &state_history,
+        })?;
+        self.metrics.stage(Stage::CommitHistory, seconds(t));
+
+        let t = Instant::now();
+        self.commit_state(writes)?;
+        self.metrics.stage(Stage::CommitState, seconds(t));
+
+        let t = Instant::now();
+        let gas_used = header.gas_used;
+        let tx_count = transactions.len();
+        *self
+            .head
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = HeadBlock {
+            header: header.clone(),
+            hash,
+            signature,
+        };
+        let senders: Vec<Address> = {
+            let mut s: Vec<Address> = selected.iter().map(|t| t.sender).collect();
+            s.sort_unstable();
+            s.dedup();
+            s
+        };
+        {
+            let next_base_fee = self.next_base_fee();
+            let vilmo = self.vilmo_read();
+            let view = PoolView(StateDb {
+                source: Head(&vilmo),
+                hashes: &self.history,
+            });
+            self.pool.on_block(&view, &senders, next_base_fee);
+        }
+        let _ = self.committed.send(Arc::new(CommittedBlock {
+            header,
+            hash,
+            signature,
+            transactions,
+            receipts,
+            changeset,
+        }));
+        self.maybe_rewrite_journal();
+        self.metrics.stage(Stage::Publish, seconds(t));
+
+        self.metrics.block_seconds.observe(seconds(started));
+        self.metrics.block_gas.observe(gas_used as f64);
+        self.metrics.block_transactions.observe(tx_count as f64);
+        self.metrics.transactions_included.inc_by(tx_count as u64);
+        self.metrics.blocks.inc();
+        self.metrics.head.set(number as i64);
+        // Empty blocks come four times a second on an idle dev chain: keep them out of the
+        // default log.
+        let level_info = tx_count > 0;
+        if !level_info {
+            tracing::debug!(block = number, "empty block");
+            return Ok(number);
+        }
+        info!(
+            block = number,
+            txs = tx_count,
+            gas = gas_used,
+            ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+            "block"
+        );
+        Ok(number)
+    }
+
+    fn commit_state(&self, writes: Vec<Write>) -> Result<(), NodeError> {
+        let batch = batch_of(&writes)?;
+        self.vilmo
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .commit(batch)?;
+        Ok(())
+    }
+
+    /// Rewrites the journal to the pool's contents once included transactions make up most
+    /// of it, so that it stays within a small multiple of the pool.
+    fn maybe_rewrite_journal(self: &Arc<Self>) {
+        let pool_bytes = self.pool.stats().bytes as u64;
+        if self.journal.len_bytes() > 4 * pool_bytes + (8 << 20) {
+            let node = self.clone();
+            match self.journal.rewrite(move || node.pool.all_encoded()) {
+                Ok(()) => {
+                    self.metrics.journal_rewrites.inc();
+                }
+                Err(e) => warn!(error = %e, "rewriting the transaction journal failed; it keeps growing until a rewrite succeeds"),
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Signs a header and returns it sealed.
+fn seal(signer: &PrivateKeySigner, header: Header) -> Result<HeadBlock, NodeError> {
+    let hash = header.hash_slow();
+    let signature = signer
+        .sign_hash_sync(&hash)
+        .map_err(|e| NodeError::Sign(header.number, e.to_string()))?;
+    Ok(HeadBlock {
+        header,
+        hash,
+        signature,
+    })
+}
+
+/// The genesis block of `chain` with its state writes.
+pub fn genesis(chain: &ChainConfig, signer: &PrivateKeySigner) -> Result<(HeadBlock, Vec<Write>), NodeError> {
+    let writes = chain.genesis_writes()?;
+    let header = Header {
+        parent_hash: B256::ZERO,
+        ommers_hash: EMPTY_OMMER_ROOT_HASH,
+        beneficiary: signer.address(),
+        state_root: genesis_checksum(&writes),
+        transactions_root: EMPTY_ROOT_HASH,
+        receipts_root: EMPTY_ROOT_HASH,
+        logs_bloom: Default::default(),
+        difficulty: U256::ZERO,
+        number: 0,
+        gas_limit: chain.block_gas_limit,
+        gas_used: 0,
+        timestamp: chain.genesis_timestamp,
+        extra_data: Bytes::from_static(EXTRA_DATA),
+        mix_hash: B256::ZERO,
+        nonce: Default::default(),
+        base_fee_per_gas: Some(chain.base_fee.initial),
+        withdrawals_root: Some(EMPTY_ROOT_HASH),
+        blob_gas_used: Some(0),
+        excess_blob_gas: Some(0),
+        parent_beacon_block_root: Some(B256::ZERO),
+        requests_hash: (chain.fork >= gigas_primitives::Hardfork::Prague)
+            .then_some(EMPTY_REQUESTS_HASH),
+        block_access_list_hash: None,
+        slot_number: None,
+    };
+    Ok((seal(signer, header)?, writes))
+}
+
+fn batch_of(writes: &[Write]) -> Result<Batch, NodeError> {
+    let mut batch = Batch::with_capacity(writes.len(), 0);
+    for (key, value) in writes {
+        match value {
+            Some(value) => batch.put(key, value)?,
+            None => batch.delete(key)?,
+        }
+    }
+    Ok(batch)
+}
+
+/// Brings Vilmo and the history to the same head and returns it.
+///
+/// Vilmo's batch `k` holds block `k - 1` (batch 1 is the genesis state). The producer commits
+/// a block to the history before Vilmo, so after a crash Vilmo is at the history's head or one
+/// block behind it; anything else means the directory's stores do not belong together.
+fn recover(
+    config: &NodeConfig,
+    signer: &PrivateKeySigner,
+    vilmo: &mut Vilmo,
+    history: &History,
+) -> Result<HeadBlock, NodeError> {
+    let dir = &config.datadir;
+    let inconsistent = |message: String| NodeError::Inconsistent {
+        dir: dir.clone(),
+        message,
+    };
+    let batches = vilmo.last_commit().number;
+    let Some(head) = history.head()? else {
+        if batches != 0 {
+            return Err(inconsistent(format!(
+                "the state store holds {batches} batches but the chain history is empty; \
+                 remove the directory to start a new chain"
+            )));
+        }
+        let (genesis, writes) = genesis(&config.chain, signer)?;
+        history.commit_block(&BlockRecord {
+            header: &genesis.header,
+            hash: genesis.hash,
+            signature: genesis.signature,
+            transactions: &[],
+            receipts: &[],
+            changeset: &[],
+            state_history: &[],
+        })?;
+        vilmo.commit(batch_of(&writes)?)?;
+        info!(hash = %genesis.hash, accounts = writes.len(), "wrote the genesis block");
+        return Ok(genesis);
+    };
+    let sealed = history
+        .sealed_header(head)?
+        .ok_or_else(|| inconsistent(format!("the history's head {head} has no header")))?;
+    // The chain in this directory must be the configured one.
+    let genesis_header = history
+        .sealed_header(0)?
+        .ok_or_else(|| inconsistent("the history has no genesis header".into()))?;
+    let (expected, writes) = genesis(&config.chain, signer)?;
+    if genesis_header.hash != expected.hash {
+        return Err(inconsistent(format!(
+            "its genesis {} is not the configured chain's genesis {}; use another --datadir \
+             or the chain spec it was created with",
+            genesis_header.hash, expected.hash
+        )));
+    }
+    if batches == head + 1 {
+        return Ok(HeadBlock::from_sealed(sealed));
+    }
+    if batches != head {
+        return Err(inconsistent(format!(
+            "the state store holds {batches} batches (block {}), the chain history ends at \
+             block {head}: they do not belong together",
+            batches as i128 - 1
+        )));
+    }
+    // The last block reached the history but not Vilmo: apply its ChangeSet again.
+    let writes = if head == 0 {
+        writes
+    } else {
+        let bytes = history.changeset(head)?.ok_or_else(|| {
+            inconsistent(format!("block {head}'s ChangeSet is missing from the history"))
+        })?;
+        let parent = history
+            .sealed_header(head - 1)?
+            .ok_or_else(|| inconsistent(format!("block {}'s header is missing", head - 1)))?;
+        if state_checksum(&parent.header.state_root, &bytes) != sealed.header.state_root {
+            return Err(inconsistent(format!(
+                "block {head}'s stored ChangeSet does not match its header's state checksum"
+            )));
+        }
+        let changes = ChangeSet::decode(&bytes).map_err(|e| {
+            inconsistent(format!("block {head}'s stored ChangeSet does not decode: {e}"))
+        })?;
+        changeset_writes(&changes, &*vilmo).map_err(crate::state::StateError::from)?
+    };
+    vilmo.commit(batch_of(&writes)?)?;
+    warn!(block = head, "re-applied the last block's state, which a crash had cut off");
+    Ok(HeadBlock::from_sealed(sealed))
+}

@@ -1,0 +1,106 @@
+//! Starting and killing a real `gigas-sequencer` process for integration tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running node process; killed when dropped.
+pub struct NodeProcess {
+    child: Child,
+    /// http://127.0.0.1:PORT
+    pub url: String,
+    /// ws://127.0.0.1:PORT
+    pub ws: String,
+    /// The node's data directory.
+    pub datadir: PathBuf,
+    /// Where its log goes.
+    pub log: PathBuf,
+    /// Lines it printed on stdout before the RPC line (the dev accounts).
+    pub banner: Vec<String>,
+}
+
+impl NodeProcess {
+    /// Starts `gigas-sequencer --dev --datadir DIR --http.port 0` plus `extra`, and waits
+    /// until its JSON-RPC server listens.
+    pub fn start(datadir: &Path, extra: &[&str]) -> Self {
+        let log = datadir.with_extension("log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open node log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gigas-sequencer"))
+            .args(["--dev", "--http.port", "0", "--datadir"])
+            .arg(datadir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .expect("spawn gigas-sequencer");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    // Keep draining so the node never blocks on a full pipe.
+                    continue;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut banner = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(url) = line.strip_prefix("JSON-RPC listening on ") {
+                        let url = url.trim().to_string();
+                        let ws = url.replacen("http://", "ws://", 1);
+                        return Self {
+                            child,
+                            url,
+                            ws,
+                            datadir: datadir.to_path_buf(),
+                            log,
+                            banner,
+                        };
+                    }
+                    banner.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    panic!("gigas-sequencer did not start; its log:\n{text}");
+                }
+            }
+        }
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The node's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
