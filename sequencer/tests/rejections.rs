@@ -42,7 +42,7 @@ fn tx1559(nonce: u64, max_fee: u128, tip: u128, gas: u64) -> TxEip1559 {
 /// The JSON-RPC error `eth_sendRawTransaction` answers, as (code, message).
 async fn rejection(provider: &impl Provider, raw: &Bytes) -> (i64, String) {
     match provider.send_raw_transaction(raw).await {
-        Ok(p) => panic!("accepted {}", p.tx_hash()),
+        Ok(p) => panic!("accepted {} (raw starts {:?})", p.tx_hash(), &raw[..raw.len().min(4)]),
         Err(e) => {
             let payload = e
                 .as_error_resp()
@@ -53,6 +53,7 @@ async fn rejection(provider: &impl Provider, raw: &Bytes) -> (i64, String) {
 }
 
 async fn expect(provider: &impl Provider, raw: &Bytes, words: &[&str]) {
+    eprintln!("expecting {words:?}");
     let (code, message) = rejection(provider, raw).await;
     for w in words {
         assert!(
@@ -178,15 +179,15 @@ async fn every_rejection_says_what_is_wrong() {
     let (code, message) = rejection(&provider, &Bytes::from_static(&[0x02, 0xc1, 0xff])).await;
     assert!(code < 0 && !message.is_empty(), "{code}: {message}");
 
-    // The pool holds four: alice 0, alice 2 (replaced) + two more fill it; a fifth that pays
-    // no more than what it would evict is refused.
+    // Fill the gap (alice 1) and add carol 0: the pool holds four pending transactions, and
+    // a fifth that pays less than any of them is refused.
+    let _ = provider
+        .send_raw_transaction(&sign(&alice, tx1559(1, fee, 3 * gwei, 21_000)))
+        .await
+        .unwrap();
     let carol = dev_signer(2).unwrap();
     let _ = provider
         .send_raw_transaction(&sign(&carol, tx1559(0, fee, 3 * gwei, 21_000)))
-        .await
-        .unwrap();
-    let _ = provider
-        .send_raw_transaction(&sign(&carol, tx1559(1, fee, 3 * gwei, 21_000)))
         .await
         .unwrap();
     let dave = dev_signer(3).unwrap();
