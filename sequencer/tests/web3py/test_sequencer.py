@@ -58,7 +58,7 @@ def init_code() -> bytes:
 
 
 def ok(name: str, detail: str) -> None:
-    print(f"ok  {name:<28} {detail}", flush=True)
+    print(f"ok  {name:<38} {detail}", flush=True)
 
 
 def check(condition: bool, what: str) -> None:
@@ -88,7 +88,8 @@ def expect_rejection(w3: Web3, name: str, account, tx: dict, words: list[str]) -
     try:
         w3.eth.send_raw_transaction(signed.raw_transaction)
     except Web3RPCError as e:
-        message = str(e.message)
+        error = (e.rpc_response or {}).get("error") or {}
+        message = str(error.get("message", e.message))
         # Addresses may come checksummed or not.
         for w in words:
             check(w.lower() in message.lower(), f"{name}: expected {w!r} in the error, got {message!r}")
