@@ -56,11 +56,7 @@ fn effective_gas_price(tx: &TxEnvelope, base_fee: Option<u64>) -> u128 {
     tx.effective_gas_price(base_fee)
 }
 
-fn rpc_transaction(
-    tx: Recovered<TxEnvelope>,
-    header: &SealedHeader,
-    index: usize,
-) -> Transaction {
+fn rpc_transaction(tx: Recovered<TxEnvelope>, header: &SealedHeader, index: usize) -> Transaction {
     let price = effective_gas_price(tx.inner(), header.header.base_fee_per_gas);
     Transaction {
         inner: tx,
@@ -287,12 +283,10 @@ impl SequencerBackend {
         else {
             return Ok(None);
         };
-        Ok(self
-            .block_receipts(location.block)?
-            .and_then(|mut r| {
-                let i = location.index as usize;
-                (i < r.len()).then(|| r.swap_remove(i))
-            }))
+        Ok(self.block_receipts(location.block)?.and_then(|mut r| {
+            let i = location.index as usize;
+            (i < r.len()).then(|| r.swap_remove(i))
+        }))
     }
 
     /// Every receipt of a block.
@@ -301,13 +295,25 @@ impl SequencerBackend {
             return Ok(None);
         };
         let history = self.node.history();
-        let txs = history.transactions(number).map_err(internal)?.unwrap_or_default();
-        let receipts = history.receipts(number).map_err(internal)?.unwrap_or_default();
+        let txs = history
+            .transactions(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        let receipts = history
+            .receipts(number)
+            .map_err(internal)?
+            .unwrap_or_default();
         Ok(Some(rpc_receipts(&header, &txs, receipts)))
     }
 
     /// Logs of the published blocks `from..=to` matching `filter`.
-    pub fn logs(&self, from: u64, to: u64, filter: &Filter, limit: usize) -> Result<Vec<Log>, RpcError> {
+    pub fn logs(
+        &self,
+        from: u64,
+        to: u64,
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<Log>, RpcError> {
         let to = to.min(self.node.head_number());
         if from > to {
             return Ok(Vec::new());
@@ -373,12 +379,18 @@ impl SequencerBackend {
 
     /// The balance of `address` at block `at`.
     pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
-        self.at(at, |db| Ok(db.account(&address)?.map_or(U256::ZERO, |a| a.state.balance)))
+        self.at(at, |db| {
+            Ok(db
+                .account(&address)?
+                .map_or(U256::ZERO, |a| a.state.balance))
+        })
     }
 
     /// The nonce of `address` at block `at`.
     pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
-        self.at(at, |db| Ok(db.account(&address)?.map_or(0, |a| a.state.nonce)))
+        self.at(at, |db| {
+            Ok(db.account(&address)?.map_or(0, |a| a.state.nonce))
+        })
     }
 
     /// The next nonce of `address` counting its pending pool transactions.
@@ -397,7 +409,9 @@ impl SequencerBackend {
             let Some(account) = db.account(&address)? else {
                 return Ok(Bytes::new());
             };
-            Ok(db.code_by_hash_ref(account.state.code_hash)?.original_bytes())
+            Ok(db
+                .code_by_hash_ref(account.state.code_hash)?
+                .original_bytes())
         })
     }
 
@@ -409,11 +423,7 @@ impl SequencerBackend {
 
     /// The environment of a call at block `at`: the next block's when `at` is the head (as a
     /// pending call sees it), else block `at`'s own.
-    fn call_env(
-        &self,
-        at: u64,
-        overrides: Option<&BlockOverrides>,
-    ) -> Result<BlockEnv, RpcError> {
+    fn call_env(&self, at: u64, overrides: Option<&BlockOverrides>) -> Result<BlockEnv, RpcError> {
         let header = self
             .sealed(at)?
             .ok_or_else(|| RpcError::HeaderNotFound)?
@@ -458,10 +468,7 @@ impl SequencerBackend {
 
     fn tx_env(&self, req: &TransactionRequest, gas_limit: u64) -> TxEnv {
         let chain_id = self.node.config().chain.chain_id;
-        let gas_price = req
-            .gas_price
-            .or(req.max_fee_per_gas)
-            .unwrap_or_default();
+        let gas_price = req.gas_price.or(req.max_fee_per_gas).unwrap_or_default();
         TxEnv {
             tx_type: if req.authorization_list.is_some() {
                 4
@@ -584,7 +591,9 @@ impl SequencerBackend {
         let head = self.node.head_number();
         let mut tips = Vec::new();
         for number in head.saturating_sub(19)..=head {
-            let Some(header) = self.sealed(number)? else { continue };
+            let Some(header) = self.sealed(number)? else {
+                continue;
+            };
             let base = header.header.base_fee_per_gas.unwrap_or_default();
             for tx in self
                 .node
@@ -633,7 +642,9 @@ impl SequencerBackend {
         let mut reward = Vec::new();
         let mut last = None;
         for number in oldest..=newest {
-            let Some(header) = self.sealed(number)? else { continue };
+            let Some(header) = self.sealed(number)? else {
+                continue;
+            };
             let h = &header.header;
             let base = h.base_fee_per_gas.unwrap_or_default();
             base_fee_per_gas.push(base as u128);
@@ -707,17 +718,18 @@ impl SequencerBackend {
             let mut out = Vec::with_capacity(txs.len());
             for tx in &txs {
                 let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
-                let done = gigas_evm::call::simulate(&mut cache, &prepared, env)
-                    .map_err(|e| crate::state::StateError::History(format!(
+                let done = gigas_evm::call::simulate(&mut cache, &prepared, env).map_err(|e| {
+                    crate::state::StateError::History(format!(
                         "re-executing {}: {e}",
                         tx.inner().tx_hash()
-                    )))?;
+                    ))
+                })?;
                 let mut result = BTreeMap::new();
                 for (address, account) in &done.state {
                     use gigas_evm::revm::database_interface::Database;
-                    let pre: Option<AccountInfo> = cache.basic(*address).map_err(|e| {
-                        crate::state::StateError::History(format!("tracing: {e}"))
-                    })?;
+                    let pre: Option<AccountInfo> = cache
+                        .basic(*address)
+                        .map_err(|e| crate::state::StateError::History(format!("tracing: {e}")))?;
                     let pre = pre.unwrap_or_default();
                     let code = if pre.code_hash == alloy_primitives::KECCAK256_EMPTY {
                         None
@@ -783,7 +795,12 @@ fn rewards(
         .map(|(tx, r)| {
             let gas = r.cumulative_gas_used() - previous;
             previous = r.cumulative_gas_used();
-            (tx.inner().effective_tip_per_gas(base_fee).unwrap_or_default(), gas)
+            (
+                tx.inner()
+                    .effective_tip_per_gas(base_fee)
+                    .unwrap_or_default(),
+                gas,
+            )
         })
         .collect();
     by_tip.sort_unstable();

@@ -232,7 +232,8 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     config.max_block_txs = args.max_block_txs;
     config.state_history_blocks = args.state_history;
 
-    let node = Node::open(config).wrap_err_with(|| format!("opening the node in {}", datadir.display()))?;
+    let node = Node::open(config)
+        .wrap_err_with(|| format!("opening the node in {}", datadir.display()))?;
     let head = node.head();
     info!(
         datadir = %datadir.display(),
@@ -296,7 +297,8 @@ fn run(args: RunArgs) -> eyre::Result<()> {
                     let node = node.clone();
                     async move {
                         let mut out = String::new();
-                        let _ = prometheus_client::encoding::text::encode(&mut out, &node.registry());
+                        let _ =
+                            prometheus_client::encoding::text::encode(&mut out, &node.registry());
                         (
                             [(
                                 axum::http::header::CONTENT_TYPE,

@@ -242,12 +242,13 @@ impl Node {
             spec: gigas_evm::spec::spec_id(chain.fork),
             ..PoolConfig::new(chain.chain_id, chain.block_gas_limit)
         });
-        let recoverer = Recoverer::new(pool.config().clone(), pool.metrics().clone()).map_err(
-            |e| NodeError::Inconsistent {
-                dir: dir.clone(),
-                message: format!("cannot start the sender-recovery threads: {e}"),
-            },
-        )?;
+        let recoverer =
+            Recoverer::new(pool.config().clone(), pool.metrics().clone()).map_err(|e| {
+                NodeError::Inconsistent {
+                    dir: dir.clone(),
+                    message: format!("cannot start the sender-recovery threads: {e}"),
+                }
+            })?;
         let (journal, replay) = Journal::open(&dir.join("journal"))?;
         let (committed, _) = broadcast::channel(256);
         let jit = CodeCache::new(config.jit);
@@ -457,7 +458,8 @@ impl Node {
     /// Produces blocks every block time until [`Self::stop`]. Runs on its own thread.
     pub fn run_producer(self: &Arc<Self>) -> Result<(), NodeError> {
         let block_time = Duration::from_millis(self.config.chain.block_time_ms);
-        let mut executor = ParallelExecutor::new(self.config.threads).with_jit(Some(self.jit.clone()));
+        let mut executor =
+            ParallelExecutor::new(self.config.threads).with_jit(Some(self.jit.clone()));
         let policy = Policy::default();
         let mut next = Instant::now() + block_time;
         let mut last_published: Option<Instant> = None;
@@ -609,7 +611,8 @@ impl Node {
             .signer
             .sign_hash_sync(&hash)
             .map_err(|e| NodeError::Sign(number, e.to_string()))?;
-        let writes = changeset_writes(&outcome.changes, &*vilmo).map_err(crate::state::StateError::from)?;
+        let writes =
+            changeset_writes(&outcome.changes, &*vilmo).map_err(crate::state::StateError::from)?;
         let state_history: Vec<(Vec<u8>, Option<Vec<u8>>)> = writes
             .iter()
             .map(|(key, _)| (key.clone(), vilmo.get(key).map(<[u8]>::to_vec)))
@@ -715,7 +718,9 @@ impl Node {
                 Ok(()) => {
                     self.metrics.journal_rewrites.inc();
                 }
-                Err(e) => warn!(error = %e, "rewriting the transaction journal failed; it keeps growing until a rewrite succeeds"),
+                Err(e) => {
+                    warn!(error = %e, "rewriting the transaction journal failed; it keeps growing until a rewrite succeeds")
+                }
             }
         }
     }
@@ -739,7 +744,10 @@ fn seal(signer: &PrivateKeySigner, header: Header) -> Result<HeadBlock, NodeErro
 }
 
 /// The genesis block of `chain` with its state writes.
-pub fn genesis(chain: &ChainConfig, signer: &PrivateKeySigner) -> Result<(HeadBlock, Vec<Write>), NodeError> {
+pub fn genesis(
+    chain: &ChainConfig,
+    signer: &PrivateKeySigner,
+) -> Result<(HeadBlock, Vec<Write>), NodeError> {
     let writes = chain.genesis_writes()?;
     let header = Header {
         parent_hash: B256::ZERO,
@@ -849,7 +857,9 @@ fn recover(
         writes
     } else {
         let bytes = history.changeset(head)?.ok_or_else(|| {
-            inconsistent(format!("block {head}'s ChangeSet is missing from the history"))
+            inconsistent(format!(
+                "block {head}'s ChangeSet is missing from the history"
+            ))
         })?;
         let parent = history
             .sealed_header(head - 1)?
@@ -860,11 +870,16 @@ fn recover(
             )));
         }
         let changes = ChangeSet::decode(&bytes).map_err(|e| {
-            inconsistent(format!("block {head}'s stored ChangeSet does not decode: {e}"))
+            inconsistent(format!(
+                "block {head}'s stored ChangeSet does not decode: {e}"
+            ))
         })?;
         changeset_writes(&changes, &*vilmo).map_err(crate::state::StateError::from)?
     };
     vilmo.commit(batch_of(&writes)?)?;
-    warn!(block = head, "re-applied the last block's state, which a crash had cut off");
+    warn!(
+        block = head,
+        "re-applied the last block's state, which a crash had cut off"
+    );
     Ok(HeadBlock::from_sealed(sealed))
 }

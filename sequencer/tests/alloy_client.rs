@@ -43,7 +43,17 @@ fn runtime_code() -> Vec<u8> {
 /// Creation code that returns [`runtime_code`].
 fn init_code() -> Vec<u8> {
     let runtime = runtime_code();
-    let mut code = vec![0x60, runtime.len() as u8, 0x80, 0x60, 0x09, 0x5f, 0x39, 0x5f, 0xf3];
+    let mut code = vec![
+        0x60,
+        runtime.len() as u8,
+        0x80,
+        0x60,
+        0x09,
+        0x5f,
+        0x39,
+        0x5f,
+        0xf3,
+    ];
     code.extend(runtime);
     code
 }
@@ -56,7 +66,10 @@ fn eth(n: u64) -> U256 {
     U256::from(n) * U256::from(10u64).pow(U256::from(18))
 }
 
-fn raw<T: SignableTransaction<alloy_primitives::Signature>>(signer: &PrivateKeySigner, mut tx: T) -> Bytes
+fn raw<T: SignableTransaction<alloy_primitives::Signature>>(
+    signer: &PrivateKeySigner,
+    mut tx: T,
+) -> Bytes
 where
     TxEnvelope: From<alloy_consensus::Signed<T>>,
 {
@@ -69,7 +82,9 @@ async fn alloy_drives_a_dev_sequencer() {
     let dir = tempfile::tempdir().unwrap();
     let node = NodeProcess::start(&dir.path().join("node"), &["--block-time", "100ms"]);
     assert!(
-        node.banner.iter().any(|l| l.contains("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266")),
+        node.banner
+            .iter()
+            .any(|l| l.contains("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266")),
         "the first dev account is printed: {:?}",
         node.banner
     );
@@ -99,7 +114,11 @@ async fn alloy_drives_a_dev_sequencer() {
     // 1. An EIP-1559 transfer through the wallet filler.
     let to = address!("0x00000000000000000000000000000000000b0b01");
     let receipt = provider
-        .send_transaction(TransactionRequest::default().with_to(to).with_value(U256::from(7)))
+        .send_transaction(
+            TransactionRequest::default()
+                .with_to(to)
+                .with_value(U256::from(7)),
+        )
         .await
         .unwrap()
         .get_receipt()
@@ -176,12 +195,18 @@ async fn alloy_drives_a_dev_sequencer() {
     // Carol delegates her account to the contract deployed below (its address is known in
     // advance: alice's next CREATE); bob pays.
     let carol = signer(2);
-    let alice_nonce = provider.get_transaction_count(alice.address()).await.unwrap();
+    let alice_nonce = provider
+        .get_transaction_count(alice.address())
+        .await
+        .unwrap();
     let contract = alice.address().create(alice_nonce);
     let auth = Authorization {
         chain_id: U256::from(CHAIN_ID),
         address: contract,
-        nonce: provider.get_transaction_count(carol.address()).await.unwrap(),
+        nonce: provider
+            .get_transaction_count(carol.address())
+            .await
+            .unwrap(),
     };
     let auth_sig = carol.sign_hash_sync(&auth.signature_hash()).unwrap();
     let delegation = raw(
@@ -222,11 +247,18 @@ async fn alloy_drives_a_dev_sequencer() {
         let receipt = wait_receipt(&provider, *hash).await;
         assert!(receipt.status(), "type {ty} succeeded");
         assert_eq!(receipt.inner.tx_type() as u8, ty);
-        let tx = provider.get_transaction_by_hash(*hash).await.unwrap().unwrap();
+        let tx = provider
+            .get_transaction_by_hash(*hash)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(tx.inner.signer(), bob.address());
         assert_eq!(tx.block_number, receipt.block_number);
     }
-    assert_eq!(provider.get_balance(to).await.unwrap(), U256::from(7 + 1 + 2 + 3));
+    assert_eq!(
+        provider.get_balance(to).await.unwrap(),
+        U256::from(7 + 1 + 2 + 3)
+    );
     // Carol's account now delegates to the contract: 0xef0100 ‖ address.
     let carol_code = provider.get_code_at(carol.address()).await.unwrap();
     assert_eq!(&carol_code[..3], &[0xef, 0x01, 0x00]);
@@ -243,7 +275,10 @@ async fn alloy_drives_a_dev_sequencer() {
         .with_to(contract)
         .with_input(Bytes::copy_from_slice(word.as_slice()));
     let estimate = provider.estimate_gas(call.clone()).await.unwrap();
-    assert!(estimate > 21_000 && estimate < 100_000, "estimate {estimate}");
+    assert!(
+        estimate > 21_000 && estimate < 100_000,
+        "estimate {estimate}"
+    );
     let receipt = provider
         .send_transaction(call.clone().with_gas_limit(estimate))
         .await

@@ -104,6 +104,10 @@ async fn sigkill_under_load_loses_nothing() {
     let datadir = dir.path().join("node");
     let senders: Vec<PrivateKeySigner> = (0..4).map(|i| dev_signer(i).unwrap()).collect();
     let accepted = Arc::new(Mutex::new(Vec::<Accepted>::new()));
+    // Accepted transactions not yet seen in a served block; one found in a block leaves the
+    // set (a served block is durable, and the test checks that served blocks never change).
+    let mut unconfirmed: Vec<Accepted> = Vec::new();
+    let mut checked = 0usize;
     // Every block ever served: number -> (hash, state checksum).
     let mut served: BTreeMap<u64, (B256, B256)> = BTreeMap::new();
     let started = Instant::now();
@@ -111,7 +115,9 @@ async fn sigkill_under_load_loses_nothing() {
     for point in 0..points {
         let mut node = NodeProcess::start(&datadir, &["--block-time", "50ms"]);
         let provider = ProviderBuilder::new().connect_http(node.url.parse().unwrap());
-        check_after_restart(&provider, &served, &accepted.lock().unwrap(), point).await;
+        let new = accepted.lock().unwrap()[checked..].to_vec();
+        checked += new.len();
+        check_after_restart(&provider, &served, &mut unconfirmed, new, point).await;
 
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let tasks: Vec<_> = senders
@@ -150,9 +156,16 @@ async fn sigkill_under_load_loses_nothing() {
     let node = NodeProcess::start(&datadir, &["--block-time", "50ms"]);
     let provider = ProviderBuilder::new().connect_http(node.url.parse().unwrap());
     let accepted = accepted.lock().unwrap().clone();
-    check_after_restart(&provider, &served, &accepted, points).await;
+    check_after_restart(
+        &provider,
+        &served,
+        &mut unconfirmed,
+        accepted[checked..].to_vec(),
+        points,
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(120);
-    for tx in &accepted {
+    for tx in &unconfirmed {
         loop {
             if provider
                 .get_transaction_receipt(tx.hash)
@@ -195,7 +208,8 @@ async fn sigkill_under_load_loses_nothing() {
 async fn check_after_restart(
     provider: &impl Provider,
     served: &BTreeMap<u64, (B256, B256)>,
-    accepted: &[Accepted],
+    unconfirmed: &mut Vec<Accepted>,
+    accepted: Vec<Accepted>,
     point: usize,
 ) {
     let head = provider.get_block_number().await.unwrap();
@@ -217,7 +231,19 @@ async fn check_after_restart(
             "restart {point}: block {number} changed"
         );
     }
-    for tx in accepted {
+    // Everything accepted since the last check joins the unconfirmed set; each must be in a
+    // block or back in the pool.
+    unconfirmed.extend(accepted);
+    let mut still = Vec::new();
+    for tx in unconfirmed.drain(..) {
+        if provider
+            .get_transaction_receipt(tx.hash)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            continue;
+        }
         assert!(
             provider
                 .get_transaction_by_hash(tx.hash)
@@ -229,14 +255,17 @@ async fn check_after_restart(
             tx.sender,
             tx.nonce
         );
+        still.push(tx);
     }
+    *unconfirmed = still;
 }
 
 /// Opens the stopped node's stores and checks the checksum chain and Vilmo against a replay.
 fn verify_stores(datadir: &std::path::Path, head: u64) -> u64 {
     use gigas_primitives::state_keys::changeset_writes;
     use gigas_primitives::{genesis_checksum, state_checksum, ChangeSet};
-    let history = gigas_history::History::open(&datadir.join("history"), Default::default()).unwrap();
+    let history =
+        gigas_history::History::open(&datadir.join("history"), Default::default()).unwrap();
     let vilmo = gigas_vilmo::Vilmo::open(datadir.join("state"), Default::default()).unwrap();
     let stored_head = history.head().unwrap().unwrap();
     assert!(stored_head >= head);
@@ -253,7 +282,8 @@ fn verify_stores(datadir: &std::path::Path, head: u64) -> u64 {
         },
     )
     .unwrap();
-    let commit = |store: &mut gigas_vilmo::Vilmo, writes: Vec<gigas_primitives::state_keys::Write>| {
+    let commit = |store: &mut gigas_vilmo::Vilmo,
+                  writes: Vec<gigas_primitives::state_keys::Write>| {
         let mut batch = gigas_vilmo::Batch::new();
         for (k, v) in writes {
             match v {

@@ -42,7 +42,11 @@ fn tx1559(nonce: u64, max_fee: u128, tip: u128, gas: u64) -> TxEip1559 {
 /// The JSON-RPC error `eth_sendRawTransaction` answers, as (code, message).
 async fn rejection(provider: &impl Provider, raw: &Bytes) -> (i64, String) {
     match provider.send_raw_transaction(raw).await {
-        Ok(p) => panic!("accepted {} (raw starts {:?})", p.tx_hash(), &raw[..raw.len().min(4)]),
+        Ok(p) => panic!(
+            "accepted {} (raw starts {:?})",
+            p.tx_hash(),
+            &raw[..raw.len().min(4)]
+        ),
         Err(e) => {
             let payload = e
                 .as_error_resp()
@@ -93,10 +97,21 @@ async fn every_rejection_says_what_is_wrong() {
     // A gapped transaction (queued), then a replacement with too small a bump.
     let queued = sign(&alice, tx1559(2, fee, 2 * gwei, 21_000));
     let _ = provider.send_raw_transaction(&queued).await.unwrap();
-    let cheap_bump = sign(&alice, tx1559(2, fee + fee / 20, 2 * gwei + gwei / 20, 21_000));
-    expect(&provider, &cheap_bump, &["replacement transaction underpriced"]).await;
+    let cheap_bump = sign(
+        &alice,
+        tx1559(2, fee + fee / 20, 2 * gwei + gwei / 20, 21_000),
+    );
+    expect(
+        &provider,
+        &cheap_bump,
+        &["replacement transaction underpriced"],
+    )
+    .await;
     // A 10% bump of both fees replaces it.
-    let bump = sign(&alice, tx1559(2, fee + fee / 10, 2 * gwei + gwei / 5, 21_000));
+    let bump = sign(
+        &alice,
+        tx1559(2, fee + fee / 10, 2 * gwei + gwei / 5, 21_000),
+    );
     let _ = provider.send_raw_transaction(&bump).await.unwrap();
 
     // Below the minimum tip.
@@ -137,7 +152,8 @@ async fn every_rejection_says_what_is_wrong() {
 
     // An account without funds: the numbers say what it has and what it needs.
     let poor = PrivateKeySigner::random();
-    let (code, message) = rejection(&provider, &sign(&poor, tx1559(0, fee, 2 * gwei, 21_000))).await;
+    let (code, message) =
+        rejection(&provider, &sign(&poor, tx1559(0, fee, 2 * gwei, 21_000))).await;
     assert!(
         message.contains("insufficient funds for gas * price + value")
             && message.contains("have 0")
@@ -146,11 +162,14 @@ async fn every_rejection_says_what_is_wrong() {
     );
 
     // A signature that recovers to no key.
-    let bad: Bytes = TxEnvelope::from(
-        tx1559(0, fee, 2 * gwei, 21_000).into_signed(Signature::new(U256::ZERO, U256::from(1), false)),
-    )
-    .encoded_2718()
-    .into();
+    let bad: Bytes =
+        TxEnvelope::from(tx1559(0, fee, 2 * gwei, 21_000).into_signed(Signature::new(
+            U256::ZERO,
+            U256::from(1),
+            false,
+        )))
+        .encoded_2718()
+        .into();
     expect(&provider, &bad, &["invalid sender"]).await;
 
     // Oversized data.
@@ -173,7 +192,10 @@ async fn every_rejection_says_what_is_wrong() {
         input: Bytes::new(),
     };
     let (_, message) = rejection(&provider, &sign(&bob, blob)).await;
-    assert!(message.contains("4844") || message.contains("blob"), "{message}");
+    assert!(
+        message.contains("4844") || message.contains("blob"),
+        "{message}"
+    );
 
     // Bad RLP.
     let (code, message) = rejection(&provider, &Bytes::from_static(&[0x02, 0xc1, 0xff])).await;
@@ -191,7 +213,8 @@ async fn every_rejection_says_what_is_wrong() {
         .await
         .unwrap();
     let dave = dev_signer(3).unwrap();
-    let (code, message) = rejection(&provider, &sign(&dave, tx1559(0, fee, 2 * gwei, 21_000))).await;
+    let (code, message) =
+        rejection(&provider, &sign(&dave, tx1559(0, fee, 2 * gwei, 21_000))).await;
     assert!(
         message.contains("txpool is full") || message.contains("transaction underpriced"),
         "{code}: {message}"
@@ -236,7 +259,14 @@ fn malformed_requests_get_errors_and_the_node_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let node = NodeProcess::start(
         &dir.path().join("node"),
-        &["--block-time", "1s", "--rpc.max-batch", "10", "--rpc.max-request-size", "100000"],
+        &[
+            "--block-time",
+            "1s",
+            "--rpc.max-batch",
+            "10",
+            "--rpc.max-request-size",
+            "100000",
+        ],
     );
     let addr = node.url.trim_start_matches("http://").to_string();
     let post = |body: &[u8]| -> (u16, String) {
@@ -262,23 +292,36 @@ fn malformed_requests_get_errors_and_the_node_keeps_serving() {
     let (_, out) = post(b"{not json");
     assert!(out.contains("-32700"), "parse error: {out}");
     let (_, out) = post(br#"{"jsonrpc":"2.0","id":1,"method":"eth_fooBar","params":[]}"#);
-    assert!(out.contains("-32601") && out.contains("eth_fooBar"), "unknown method: {out}");
-    let (_, out) = post(br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xzz","latest"]}"#);
+    assert!(
+        out.contains("-32601") && out.contains("eth_fooBar"),
+        "unknown method: {out}"
+    );
+    let (_, out) =
+        post(br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xzz","latest"]}"#);
     assert!(out.contains("-32602"), "bad hex: {out}");
-    let (_, out) = post(br#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x02c1ff"]}"#);
+    let (_, out) = post(
+        br#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x02c1ff"]}"#,
+    );
     assert!(out.contains("\"error\""), "bad RLP: {out}");
     let huge = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x{}"]}}"#,
         "ab".repeat(200_000)
     );
     let (status, out) = post(huge.as_bytes());
-    assert!(status == 413 || out.contains("\"error\""), "huge body: {status} {out}");
-    let batch = format!("[{}]", vec![ok; 11].join(","));
+    assert!(
+        status == 413 || out.contains("\"error\""),
+        "huge body: {status} {out}"
+    );
+    let batch = format!("[{}]", [ok; 11].join(","));
     let (_, out) = post(batch.as_bytes());
     assert!(out.contains("\"error\""), "batch over the limit: {out}");
-    let batch = format!("[{}]", vec![ok; 10].join(","));
+    let batch = format!("[{}]", [ok; 10].join(","));
     let (_, out) = post(batch.as_bytes());
-    assert_eq!(out.matches("0x539").count(), 10, "a batch within the limit: {out}");
+    assert_eq!(
+        out.matches("0x539").count(),
+        10,
+        "a batch within the limit: {out}"
+    );
     let (status, out) = post(ok.as_bytes());
     assert_eq!(status, 200);
     assert!(out.contains("0x539"), "still serving: {out}");

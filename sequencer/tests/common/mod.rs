@@ -44,13 +44,18 @@ impl NodeProcess {
             .expect("spawn gigas-sequencer");
         let stdout = child.stdout.take().expect("stdout piped");
         let (tx, rx) = mpsc::channel();
+        let mut copy = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .expect("open node log");
         std::thread::spawn(move || {
+            use std::io::Write as _;
+            // The node logs to stdout: every line goes to the log file, and to the test until
+            // it has the RPC line (then the channel is closed and draining goes on).
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    // Keep draining so the node never blocks on a full pipe.
-                    continue;
-                }
+                let _ = writeln!(copy, "{line}");
+                let _ = tx.send(line);
             }
         });
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -75,6 +80,7 @@ impl NodeProcess {
                 }
                 Err(_) => {
                     let _ = child.kill();
+                    let _ = child.wait();
                     let text = std::fs::read_to_string(&log).unwrap_or_default();
                     panic!("gigas-sequencer did not start; its log:\n{text}");
                 }
@@ -86,6 +92,11 @@ impl NodeProcess {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether the process is still running.
