@@ -802,7 +802,13 @@ impl ParallelExecutor {
                     .map_err(|e| beneficiary_error(block, partial.committed, e))?;
             }
             partial.stats.sequential_from = Some(partial.committed);
-            finish_sequentially(block, self.jit.as_ref(), &mut partial, overlay, Some(&mut collect))?;
+            finish_sequentially(
+                block,
+                self.jit.as_ref(),
+                &mut partial,
+                overlay,
+                Some(&mut collect),
+            )?;
         }
         Ok(partial.into_outcome(block, collect))
     }
