@@ -15,7 +15,6 @@ use alloy_rpc_types_eth::{
 };
 use gigas_evm::revm::context::result::ExecutionResult;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
-use gigas_evm::revm::context_interface::block::BlobExcessGasAndPrice;
 use gigas_evm::revm::database::CacheDB;
 use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
@@ -428,21 +427,7 @@ impl SequencerBackend {
             .sealed(at)?
             .ok_or_else(|| RpcError::HeaderNotFound)?
             .header;
-        let chain = &self.node.config().chain;
-        let mut env = BlockEnv {
-            number: U256::from(header.number),
-            beneficiary: header.beneficiary,
-            timestamp: U256::from(header.timestamp),
-            gas_limit: header.gas_limit,
-            basefee: header.base_fee_per_gas.unwrap_or_default(),
-            difficulty: U256::ZERO,
-            prevrandao: Some(header.mix_hash),
-            blob_excess_gas_and_price: Some(BlobExcessGasAndPrice::new(
-                0,
-                gigas_evm::spec::blob_base_fee_update_fraction(chain.fork),
-            )),
-            ..Default::default()
-        };
+        let mut env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
         if let Some(o) = overrides {
             if let Some(n) = o.number {
                 env.number = n;
@@ -636,7 +621,6 @@ impl SequencerBackend {
         }
         let newest = newest.min(self.node.head_number());
         let oldest = newest.saturating_sub(count - 1);
-        let chain = &self.node.config().chain;
         let mut base_fee_per_gas = Vec::new();
         let mut gas_used_ratio = Vec::new();
         let mut reward = Vec::new();
@@ -664,7 +648,13 @@ impl SequencerBackend {
                     .unwrap_or_default();
                 reward.push(rewards(&txs, &receipts, base, h.gas_used, p));
             }
-            last = Some(chain.base_fee.next(h.gas_used, h.gas_limit, base));
+            last = Some(
+                self.node
+                    .config()
+                    .chain
+                    .base_fee
+                    .next(h.gas_used, h.gas_limit, base),
+            );
         }
         if let Some(next) = last {
             base_fee_per_gas.push(next as u128);
@@ -697,21 +687,7 @@ impl SequencerBackend {
             .transactions(number)
             .map_err(internal)?
             .unwrap_or_default();
-        let chain = &self.node.config().chain;
-        let block_env = BlockEnv {
-            number: U256::from(header.number),
-            beneficiary: header.beneficiary,
-            timestamp: U256::from(header.timestamp),
-            gas_limit: header.gas_limit,
-            basefee: header.base_fee_per_gas.unwrap_or_default(),
-            difficulty: U256::ZERO,
-            prevrandao: Some(header.mix_hash),
-            blob_excess_gas_and_price: Some(BlobExcessGasAndPrice::new(
-                0,
-                gigas_evm::spec::blob_base_fee_update_fraction(chain.fork),
-            )),
-            ..Default::default()
-        };
+        let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
         let prepared = gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new());
         self.at(number - 1, |db| {
             let mut cache = CacheDB::new(WrapDatabaseRef(db));

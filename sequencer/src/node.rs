@@ -15,8 +15,6 @@ use alloy_trie::EMPTY_ROOT_HASH;
 use gigas_blockstm::{Metrics as BlockStmMetrics, ParallelExecutor, Policy};
 use gigas_evm::jit::{CodeCache, JitMode};
 use gigas_evm::receipts::receipts_root_and_bloom;
-use gigas_evm::revm::context::BlockEnv;
-use gigas_evm::revm::context_interface::block::BlobExcessGasAndPrice;
 use gigas_evm::{PreparedBlock, PreparedTx};
 use gigas_history::{BlockRecord, History, HistoryOptions, SealedHeader};
 use gigas_primitives::state_keys::{changeset_writes, Write};
@@ -509,20 +507,18 @@ impl Node {
         self.metrics.stage(Stage::Select, seconds(t));
 
         let t = Instant::now();
-        let block_env = BlockEnv {
-            number: U256::from(number),
+        // The header's own fields drive execution, so that a re-execution from the header
+        // (the prestate tracer, a verifying full node) sees the same environment.
+        let mut header = Header {
+            parent_hash: parent.hash,
             beneficiary,
-            timestamp: U256::from(timestamp),
-            gas_limit: chain.block_gas_limit,
-            basefee: base_fee,
-            difficulty: U256::ZERO,
-            prevrandao: Some(prevrandao),
-            blob_excess_gas_and_price: Some(BlobExcessGasAndPrice::new(
-                0,
-                gigas_evm::spec::blob_base_fee_update_fraction(chain.fork),
-            )),
-            ..Default::default()
+            number,
+            timestamp,
+            mix_hash: prevrandao,
+            base_fee_per_gas: Some(base_fee),
+            ..header_template(chain)
         };
+        let block_env = gigas_evm::env::block_env_of(&header, chain.fork);
         let vilmo = self.vilmo_read();
         let db = StateDb {
             source: Head(&vilmo),
@@ -580,32 +576,11 @@ impl Node {
         let transactions_root = alloy_consensus::proofs::calculate_transaction_root(&envelopes);
         let changeset = outcome.changes.encode();
         let checksum = state_checksum(&parent.header.state_root, &changeset);
-        let header = Header {
-            parent_hash: parent.hash,
-            ommers_hash: EMPTY_OMMER_ROOT_HASH,
-            beneficiary,
-            state_root: checksum,
-            transactions_root,
-            receipts_root,
-            logs_bloom,
-            difficulty: U256::ZERO,
-            number,
-            gas_limit: chain.block_gas_limit,
-            gas_used: outcome.gas_used(),
-            timestamp,
-            extra_data: Bytes::from_static(EXTRA_DATA),
-            mix_hash: prevrandao,
-            nonce: Default::default(),
-            base_fee_per_gas: Some(base_fee),
-            withdrawals_root: Some(EMPTY_ROOT_HASH),
-            blob_gas_used: Some(0),
-            excess_blob_gas: Some(0),
-            parent_beacon_block_root: Some(B256::ZERO),
-            requests_hash: (chain.fork >= gigas_primitives::Hardfork::Prague)
-                .then_some(EMPTY_REQUESTS_HASH),
-            block_access_list_hash: None,
-            slot_number: None,
-        };
+        header.state_root = checksum;
+        header.transactions_root = transactions_root;
+        header.receipts_root = receipts_root;
+        header.logs_bloom = logs_bloom;
+        header.gas_used = outcome.gas_used();
         let hash = header.hash_slow();
         let signature = self
             .signer
@@ -743,28 +718,16 @@ fn seal(signer: &PrivateKeySigner, header: Header) -> Result<HeadBlock, NodeErro
     })
 }
 
-/// The genesis block of `chain` with its state writes.
-pub fn genesis(
-    chain: &ChainConfig,
-    signer: &PrivateKeySigner,
-) -> Result<(HeadBlock, Vec<Write>), NodeError> {
-    let writes = chain.genesis_writes()?;
-    let header = Header {
-        parent_hash: B256::ZERO,
+/// A header of `chain` with every field that is the same in all its blocks set (no ommers,
+/// no withdrawals or blobs, empty roots, the Gigas extra data); a block fills in the rest.
+fn header_template(chain: &ChainConfig) -> Header {
+    Header {
         ommers_hash: EMPTY_OMMER_ROOT_HASH,
-        beneficiary: signer.address(),
-        state_root: genesis_checksum(&writes),
         transactions_root: EMPTY_ROOT_HASH,
         receipts_root: EMPTY_ROOT_HASH,
-        logs_bloom: Default::default(),
         difficulty: U256::ZERO,
-        number: 0,
         gas_limit: chain.block_gas_limit,
-        gas_used: 0,
-        timestamp: chain.genesis_timestamp,
         extra_data: Bytes::from_static(EXTRA_DATA),
-        mix_hash: B256::ZERO,
-        nonce: Default::default(),
         base_fee_per_gas: Some(chain.base_fee.initial),
         withdrawals_root: Some(EMPTY_ROOT_HASH),
         blob_gas_used: Some(0),
@@ -772,8 +735,22 @@ pub fn genesis(
         parent_beacon_block_root: Some(B256::ZERO),
         requests_hash: (chain.fork >= gigas_primitives::Hardfork::Prague)
             .then_some(EMPTY_REQUESTS_HASH),
-        block_access_list_hash: None,
-        slot_number: None,
+        ..Header::default()
+    }
+}
+
+/// The genesis block of `chain` with its state writes.
+pub fn genesis(
+    chain: &ChainConfig,
+    signer: &PrivateKeySigner,
+) -> Result<(HeadBlock, Vec<Write>), NodeError> {
+    let writes = chain.genesis_writes()?;
+    let header = Header {
+        beneficiary: signer.address(),
+        state_root: genesis_checksum(&writes),
+        timestamp: chain.genesis_timestamp,
+        base_fee_per_gas: Some(chain.base_fee.initial),
+        ..header_template(chain)
     };
     Ok((seal(signer, header)?, writes))
 }

@@ -10,9 +10,13 @@ use revm::primitives::{Address, U256};
 
 use crate::spec::blob_base_fee_update_fraction;
 
-/// The block environment of a header executed under `fork`.
+/// The block environment of an RPC header executed under `fork`.
 pub fn block_env(header: &Header, fork: Hardfork) -> BlockEnv {
-    let header = &header.inner;
+    block_env_of(&header.inner, fork)
+}
+
+/// The block environment of a consensus header executed under `fork`.
+pub fn block_env_of(header: &alloy_consensus::Header, fork: Hardfork) -> BlockEnv {
     // After the Merge the mixHash field carries PREVRANDAO and DIFFICULTY reads it.
     let prevrandao = (fork >= Hardfork::Paris).then_some(header.mix_hash);
     let blob_excess_gas_and_price = if fork >= Hardfork::Cancun {
