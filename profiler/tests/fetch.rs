@@ -14,10 +14,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEip7702, TxEnvelope, TxLegacy};
-use alloy_eips::eip2718::Encodable2718;
 use alloy_eips::eip2930::{AccessList, AccessListItem};
 use alloy_eips::eip7702::Authorization;
-use alloy_network::TxSignerSync;
 use alloy_primitives::{address, Bytes, TxKind, B256, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use alloy_rpc_types_eth::{BlockId, BlockNumberOrTag, TransactionReceipt};
@@ -126,30 +124,17 @@ fn signer(i: usize) -> PrivateKeySigner {
 
 fn raw<T: SignableTransaction<alloy_primitives::Signature>>(
     signer: &PrivateKeySigner,
-    mut tx: T,
+    tx: T,
 ) -> Bytes
 where
     TxEnvelope: From<alloy_consensus::Signed<T>>,
 {
-    let sig = signer.sign_transaction_sync(&mut tx).expect("sign");
-    TxEnvelope::from(tx.into_signed(sig)).encoded_2718().into()
+    gigas_test_support::sign_raw(signer, tx)
 }
 
 /// Creation code returning `runtime`.
 fn init_code(runtime: &[u8]) -> Bytes {
-    let mut code = vec![
-        0x60,
-        runtime.len() as u8,
-        0x80,
-        0x60,
-        0x09,
-        0x5f,
-        0x39,
-        0x5f,
-        0xf3,
-    ];
-    code.extend_from_slice(runtime);
-    code.into()
+    gigas_test_support::init_code(runtime).into()
 }
 
 /// With calldata: LOG1(0xdeadbeef) of the calldata, then slot 0 += its first word (so each

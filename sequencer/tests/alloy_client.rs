@@ -7,11 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEip7702, TxEnvelope, TxLegacy};
-use alloy_eips::eip2718::Encodable2718;
+use alloy_consensus::{TxEip1559, TxEip2930, TxEip7702, TxLegacy};
 use alloy_eips::eip2930::{AccessList, AccessListItem};
 use alloy_eips::eip7702::Authorization;
-use alloy_network::{EthereumWallet, TransactionBuilder, TxSignerSync};
+use alloy_network::{EthereumWallet, TransactionBuilder};
 use alloy_primitives::{address, b256, Address, Bytes, TxKind, B256, U256};
 use alloy_provider::{Provider, ProviderBuilder, WsConnect};
 use alloy_rpc_types_eth::{BlockNumberOrTag, Filter, TransactionRequest};
@@ -42,20 +41,7 @@ fn runtime_code() -> Vec<u8> {
 
 /// Creation code that returns [`runtime_code`].
 fn init_code() -> Vec<u8> {
-    let runtime = runtime_code();
-    let mut code = vec![
-        0x60,
-        runtime.len() as u8,
-        0x80,
-        0x60,
-        0x09,
-        0x5f,
-        0x39,
-        0x5f,
-        0xf3,
-    ];
-    code.extend(runtime);
-    code
+    gigas_test_support::init_code(&runtime_code())
 }
 
 fn signer(i: u32) -> PrivateKeySigner {
@@ -66,16 +52,7 @@ fn eth(n: u64) -> U256 {
     U256::from(n) * U256::from(10u64).pow(U256::from(18))
 }
 
-fn raw<T: SignableTransaction<alloy_primitives::Signature>>(
-    signer: &PrivateKeySigner,
-    mut tx: T,
-) -> Bytes
-where
-    TxEnvelope: From<alloy_consensus::Signed<T>>,
-{
-    let sig = signer.sign_transaction_sync(&mut tx).expect("sign");
-    TxEnvelope::from(tx.into_signed(sig)).encoded_2718().into()
-}
+use gigas_test_support::sign_raw as raw;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alloy_drives_a_dev_sequencer() {

@@ -13,9 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
-use alloy_eips::eip2718::Encodable2718;
-use alloy_network::TxSignerSync;
+use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use alloy_rpc_types_eth::BlockNumberOrTag;
@@ -42,7 +40,7 @@ impl Rng {
 }
 
 fn transfer(signer: &PrivateKeySigner, nonce: u64, to: Address) -> Bytes {
-    let mut tx = TxEip1559 {
+    let tx = TxEip1559 {
         chain_id: 1337,
         nonce,
         gas_limit: 21_000,
@@ -53,8 +51,7 @@ fn transfer(signer: &PrivateKeySigner, nonce: u64, to: Address) -> Bytes {
         access_list: Default::default(),
         input: Bytes::new(),
     };
-    let sig = signer.sign_transaction_sync(&mut tx).expect("sign");
-    TxEnvelope::from(tx.into_signed(sig)).encoded_2718().into()
+    gigas_test_support::sign_raw(signer, tx)
 }
 
 /// Sends transfers from `signer` until `stop`, recording what was accepted.

@@ -10,20 +10,13 @@ use std::time::Duration;
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEip4844, TxEnvelope};
 use alloy_eips::eip2718::Encodable2718;
-use alloy_network::TxSignerSync;
 use alloy_primitives::{Address, Bytes, Signature, TxKind, B256, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use alloy_signer_local::PrivateKeySigner;
 use common::NodeProcess;
 use gigas_sequencer::chain::dev_signer;
 
-fn sign<T: SignableTransaction<Signature>>(signer: &PrivateKeySigner, mut tx: T) -> Bytes
-where
-    TxEnvelope: From<alloy_consensus::Signed<T>>,
-{
-    let sig = signer.sign_transaction_sync(&mut tx).expect("sign");
-    TxEnvelope::from(tx.into_signed(sig)).encoded_2718().into()
-}
+use gigas_test_support::sign_raw as sign;
 
 fn tx1559(nonce: u64, max_fee: u128, tip: u128, gas: u64) -> TxEip1559 {
     TxEip1559 {

@@ -7,9 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
-use alloy_eips::eip2718::Encodable2718;
-use alloy_network::TxSignerSync;
+use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use common::NodeProcess;
@@ -69,7 +67,7 @@ async fn soak() {
             next_sample += Duration::from_secs(10);
         }
         let i = (sent % signers.len() as u64) as usize;
-        let mut tx = TxEip1559 {
+        let tx = TxEip1559 {
             chain_id: 1337,
             nonce: nonces[i],
             gas_limit: 21_000,
@@ -80,8 +78,7 @@ async fn soak() {
             access_list: Default::default(),
             input: Bytes::new(),
         };
-        let sig = signers[i].sign_transaction_sync(&mut tx).unwrap();
-        let raw: Bytes = TxEnvelope::from(tx.into_signed(sig)).encoded_2718().into();
+        let raw = gigas_test_support::sign_raw(&signers[i], tx);
         if provider.send_raw_transaction(&raw).await.is_ok() {
             nonces[i] += 1;
             sent += 1;

@@ -190,3 +190,29 @@ where
         assert_eq!(held.original_byte_slice(), &code[..], "{what}: code {hash}");
     }
 }
+
+/// Signs `tx` with `signer` and returns its EIP-2718 bytes, as `eth_sendRawTransaction` takes
+/// them.
+pub fn sign_raw<T>(signer: &alloy_signer_local::PrivateKeySigner, mut tx: T) -> Bytes
+where
+    T: alloy_consensus::SignableTransaction<alloy_primitives::Signature>,
+    alloy_consensus::TxEnvelope: From<alloy_consensus::Signed<T>>,
+{
+    use alloy_eips::eip2718::Encodable2718;
+    use alloy_network::TxSignerSync;
+    let sig = signer
+        .sign_transaction_sync(&mut tx)
+        .expect("a local key signs");
+    alloy_consensus::TxEnvelope::from(tx.into_signed(sig))
+        .encoded_2718()
+        .into()
+}
+
+/// Creation code that deploys `runtime` (at most 255 bytes): CODECOPY of the bytes after this
+/// 9-byte prefix, then RETURN.
+pub fn init_code(runtime: &[u8]) -> Vec<u8> {
+    let len = u8::try_from(runtime.len()).expect("a runtime of at most 255 bytes");
+    let mut code = vec![0x60, len, 0x80, 0x60, 0x09, 0x5f, 0x39, 0x5f, 0xf3];
+    code.extend_from_slice(runtime);
+    code
+}
