@@ -745,7 +745,8 @@ impl ParallelExecutor {
     }
 
     /// Executes `block` as `policy` decides (sequentially or with this executor's workers),
-    /// counting the decision in `metrics`; see [`crate::execute_block_with_policy`].
+    /// counting the decision and, for a parallel block, aborts, re-executions and bailouts in
+    /// `metrics`. Both strategies return the same outcome and per-transaction changes.
     pub fn execute_with_policy<B>(
         &mut self,
         block: &PreparedBlock,

@@ -20,7 +20,7 @@ use gigas_evm::{ExecutionError, PreparedBlock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
-use crate::executor::{execute_block_parallel, execute_sequential, ParallelOutcome};
+use crate::executor::{execute_sequential, ParallelOutcome};
 
 /// How a block was executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,8 +135,8 @@ impl Metrics {
     }
 }
 
-/// Executes `block` over `base` as `policy` decides, counting the decision in `metrics`. Both
-/// strategies return the same outcome and per-transaction changes.
+/// [`crate::ParallelExecutor::execute_with_policy`] on a fresh executor with `threads` workers
+/// (a node keeps one executor instead, to reuse its memory from block to block).
 pub fn execute_block_with_policy<B>(
     block: &PreparedBlock,
     base: &B,
@@ -148,20 +148,7 @@ where
     B: DatabaseRef + Sync,
     B::Error: fmt::Display,
 {
-    let strategy = policy.choose(block, threads);
-    let outcome = match strategy {
-        Strategy::Sequential => {
-            metrics.sequential_blocks.inc();
-            execute_block_sequential(block, base)?
-        }
-        Strategy::Parallel(threads) => {
-            metrics.parallel_blocks.inc();
-            let outcome = execute_block_parallel(block, base, threads)?;
-            metrics.record(&outcome.stats, block.txs.len());
-            outcome
-        }
-    };
-    Ok((strategy, outcome))
+    crate::ParallelExecutor::new(threads).execute_with_policy(block, base, policy, metrics)
 }
 
 /// Executes `block` one transaction after another and returns what
