@@ -3,7 +3,7 @@
 //! prestate tracer, and subscriptions fed by committed blocks.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use alloy_consensus::transaction::Recovered;
 use alloy_consensus::{ReceiptEnvelope, Transaction as _, TxEnvelope};
@@ -26,14 +26,42 @@ use tokio::sync::broadcast;
 use crate::node::{CommittedBlock, Node};
 use crate::state::StateDb;
 
-/// Gas a call may use when the request gives none and the block limit is higher.
-const CALL_GAS_CAP: u64 = 50_000_000;
-
 /// The sequencer as a [`gigas_rpc::Backend`].
 #[derive(Debug)]
 pub struct SequencerBackend {
     node: Arc<Node>,
     hub: SubscriptionHub,
+    /// Per recent block, the lowest tips it paid (see [`Self::max_priority_fee`]).
+    tips: Mutex<BTreeMap<u64, Vec<u128>>>,
+}
+
+/// Blocks the tip suggestion looks back over.
+const TIP_BLOCKS: u64 = 20;
+/// Tips sampled per block.
+const TIP_SAMPLES: usize = 3;
+/// The smallest tip suggested, in wei.
+const MIN_SUGGESTED_TIP: u128 = 1_000_000;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The [`TIP_SAMPLES`] lowest effective tips of a block's transactions.
+fn lowest_tips(txs: &[Recovered<TxEnvelope>], base_fee: u64) -> Vec<u128> {
+    let mut tips: Vec<u128> = txs
+        .iter()
+        .map(|tx| {
+            tx.inner()
+                .effective_tip_per_gas(base_fee)
+                .unwrap_or_default()
+        })
+        .collect();
+    let n = tips.len().min(TIP_SAMPLES);
+    if n > 0 && tips.len() > n {
+        tips.select_nth_unstable(n - 1);
+    }
+    tips.truncate(n);
+    tips
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -51,12 +79,10 @@ pub fn rpc_header(header: &alloy_consensus::Header, hash: B256) -> RpcHeader {
     }
 }
 
-fn effective_gas_price(tx: &TxEnvelope, base_fee: Option<u64>) -> u128 {
-    tx.effective_gas_price(base_fee)
-}
-
 fn rpc_transaction(tx: Recovered<TxEnvelope>, header: &SealedHeader, index: usize) -> Transaction {
-    let price = effective_gas_price(tx.inner(), header.header.base_fee_per_gas);
+    let price = tx
+        .inner()
+        .effective_gas_price(header.header.base_fee_per_gas);
     Transaction {
         inner: tx,
         block_hash: Some(header.hash),
@@ -67,57 +93,72 @@ fn rpc_transaction(tx: Recovered<TxEnvelope>, header: &SealedHeader, index: usiz
     }
 }
 
+/// The RPC receipt of transaction `index` of a block, given the cumulative gas and the number
+/// of logs of the transactions before it.
+fn rpc_receipt(
+    header: &SealedHeader,
+    tx: &Recovered<TxEnvelope>,
+    receipt: ReceiptEnvelope,
+    index: usize,
+    gas_before: u64,
+    logs_before: u64,
+) -> TransactionReceipt {
+    let gas_used = receipt.cumulative_gas_used() - gas_before;
+    let hash = *tx.inner().tx_hash();
+    let mut log_index = logs_before;
+    let inner = receipt.map_logs(|log| {
+        let rpc = Log {
+            inner: log,
+            block_hash: Some(header.hash),
+            block_number: Some(header.header.number),
+            block_timestamp: Some(header.header.timestamp),
+            transaction_hash: Some(hash),
+            transaction_index: Some(index as u64),
+            log_index: Some(log_index),
+            removed: false,
+        };
+        log_index += 1;
+        rpc
+    });
+    let contract_address = tx
+        .inner()
+        .kind()
+        .is_create()
+        .then(|| tx.signer().create(tx.inner().nonce()));
+    TransactionReceipt {
+        inner,
+        transaction_hash: hash,
+        transaction_index: Some(index as u64),
+        block_hash: Some(header.hash),
+        block_number: Some(header.header.number),
+        gas_used,
+        effective_gas_price: tx
+            .inner()
+            .effective_gas_price(header.header.base_fee_per_gas),
+        blob_gas_used: None,
+        blob_gas_price: None,
+        from: tx.signer(),
+        to: tx.inner().to(),
+        contract_address,
+    }
+}
+
 /// The RPC receipts of a block, with logs numbered within the block.
 fn rpc_receipts(
     header: &SealedHeader,
     txs: &[Recovered<TxEnvelope>],
     receipts: Vec<ReceiptEnvelope>,
 ) -> Vec<TransactionReceipt> {
-    let mut log_index = 0u64;
-    let mut previous_gas = 0u64;
+    let (mut gas, mut logs) = (0u64, 0u64);
     txs.iter()
         .zip(receipts)
         .enumerate()
         .map(|(index, (tx, receipt))| {
-            let gas_used = receipt.cumulative_gas_used() - previous_gas;
-            previous_gas = receipt.cumulative_gas_used();
-            let hash = *tx.inner().tx_hash();
-            let inner = receipt.map_logs(|log| {
-                let rpc = Log {
-                    inner: log,
-                    block_hash: Some(header.hash),
-                    block_number: Some(header.header.number),
-                    block_timestamp: Some(header.header.timestamp),
-                    transaction_hash: Some(hash),
-                    transaction_index: Some(index as u64),
-                    log_index: Some(log_index),
-                    removed: false,
-                };
-                log_index += 1;
-                rpc
-            });
-            let contract_address = tx
-                .inner()
-                .kind()
-                .is_create()
-                .then(|| tx.signer().create(tx.inner().nonce()));
-            TransactionReceipt {
-                inner,
-                transaction_hash: hash,
-                transaction_index: Some(index as u64),
-                block_hash: Some(header.hash),
-                block_number: Some(header.header.number),
-                gas_used,
-                effective_gas_price: effective_gas_price(
-                    tx.inner(),
-                    header.header.base_fee_per_gas,
-                ),
-                blob_gas_used: None,
-                blob_gas_price: None,
-                from: tx.signer(),
-                to: tx.inner().to(),
-                contract_address,
-            }
+            let (next_gas, next_logs) = (receipt.cumulative_gas_used(), receipt.logs().len());
+            let rpc = rpc_receipt(header, tx, receipt, index, gas, logs);
+            gas = next_gas;
+            logs += next_logs as u64;
+            rpc
         })
         .collect()
 }
@@ -147,6 +188,7 @@ impl SequencerBackend {
         Self {
             node,
             hub: SubscriptionHub::default(),
+            tips: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -184,6 +226,16 @@ impl SequencerBackend {
 
     fn publish(&self, block: &CommittedBlock) {
         self.hub.publish_head(rpc_header(&block.header, block.hash));
+        let sample = lowest_tips(
+            &block.transactions,
+            block.header.base_fee_per_gas.unwrap_or_default(),
+        );
+        {
+            let mut samples = lock(&self.tips);
+            samples.insert(block.header.number, sample);
+            let oldest = block.header.number.saturating_sub(TIP_BLOCKS - 1);
+            samples.retain(|n, _| *n >= oldest);
+        }
         if !self.hub.has_log_subscribers() {
             return;
         }
@@ -197,6 +249,11 @@ impl SequencerBackend {
             .flat_map(|r| r.inner.logs().to_vec())
             .collect();
         self.hub.publish_logs(logs);
+    }
+
+    /// The header of published block `number`, or "header not found".
+    fn header(&self, number: u64) -> Result<alloy_consensus::Header, RpcError> {
+        Ok(self.sealed(number)?.ok_or(RpcError::HeaderNotFound)?.header)
     }
 
     fn sealed(&self, number: u64) -> Result<Option<SealedHeader>, RpcError> {
@@ -272,20 +329,41 @@ impl SequencerBackend {
         }))
     }
 
-    /// The receipt of a transaction in a published block.
+    /// The receipt of a transaction in a published block. Only its own receipt is converted:
+    /// wallets poll this while they wait, and a block may hold thousands of transactions.
     pub fn receipt(&self, hash: B256) -> Result<Option<TransactionReceipt>, RpcError> {
-        let Some(location) = self
-            .node
-            .history()
-            .transaction_location(hash)
-            .map_err(internal)?
-        else {
+        let history = self.node.history();
+        let Some((location, tx)) = history.transaction(hash).map_err(internal)? else {
             return Ok(None);
         };
-        Ok(self.block_receipts(location.block)?.and_then(|mut r| {
-            let i = location.index as usize;
-            (i < r.len()).then(|| r.swap_remove(i))
-        }))
+        let Some(header) = self.sealed(location.block)? else {
+            return Ok(None);
+        };
+        let mut receipts = history
+            .receipts(location.block)
+            .map_err(internal)?
+            .unwrap_or_default();
+        let index = location.index as usize;
+        if index >= receipts.len() {
+            return Err(internal(format!(
+                "block {} has {} receipts, transaction {hash} is at index {index}",
+                location.block,
+                receipts.len()
+            )));
+        }
+        let gas_before = index
+            .checked_sub(1)
+            .map_or(0, |i| receipts[i].cumulative_gas_used());
+        let logs_before: usize = receipts[..index].iter().map(|r| r.logs().len()).sum();
+        let receipt = receipts.swap_remove(index);
+        Ok(Some(rpc_receipt(
+            &header,
+            &tx,
+            receipt,
+            index,
+            gas_before,
+            logs_before as u64,
+        )))
     }
 
     /// Every receipt of a block.
@@ -420,13 +498,9 @@ impl SequencerBackend {
         self.at(at, |db| Ok(B256::from(db.storage_ref(address, slot)?)))
     }
 
-    /// The environment of a call at block `at`: the next block's when `at` is the head (as a
-    /// pending call sees it), else block `at`'s own.
+    /// The environment of a call at block `at`: block `at`'s own, with `overrides` applied.
     fn call_env(&self, at: u64, overrides: Option<&BlockOverrides>) -> Result<BlockEnv, RpcError> {
-        let header = self
-            .sealed(at)?
-            .ok_or_else(|| RpcError::HeaderNotFound)?
-            .header;
+        let header = self.header(at)?;
         let mut env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
         if let Some(o) = overrides {
             if let Some(n) = o.number {
@@ -527,13 +601,9 @@ impl SequencerBackend {
         call_failure(self.run_call(req, at, gas, state, block)?).map(|(out, _)| out)
     }
 
+    /// The most gas a call at block `at` may use: the block's gas limit, as for a transaction.
     fn gas_cap(&self, at: u64) -> Result<u64, RpcError> {
-        let limit = self
-            .sealed(at)?
-            .ok_or_else(|| RpcError::HeaderNotFound)?
-            .header
-            .gas_limit;
-        Ok(limit.min(CALL_GAS_CAP.max(limit)))
+        Ok(self.header(at)?.gas_limit)
     }
 
     /// `eth_estimateGas`: the least gas with which the call succeeds, by binary search
@@ -546,7 +616,7 @@ impl SequencerBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
         let mut hi = req.gas.unwrap_or(self.gas_cap(at)?);
-        // Plain transfers to an account without code cost exactly 21,000.
+        // A call that fails with all the gas it may have fails with less: answer its error.
         let (_, used) = call_failure(self.run_call(req, at, hi, state, block)?)?;
         let mut lo = used.saturating_sub(1);
         // Most calls succeed with what they used plus the 1/64 kept back at each call.
@@ -570,29 +640,40 @@ impl SequencerBackend {
         Ok(hi)
     }
 
-    /// `eth_maxPriorityFeePerGas`: the median tip of the last 20 blocks' transactions, at
-    /// least 1 gwei / 1000 so that wallets never offer a zero tip to a busy pool.
+    /// `eth_maxPriorityFeePerGas`, as geth's oracle suggests it: the median of the three
+    /// lowest tips paid in each of the last 20 blocks, at least 0.001 gwei so that wallets
+    /// never offer a zero tip to a busy pool. Each block's sample is taken once (from the
+    /// committed block, or from the history for blocks from before this process started).
     pub fn max_priority_fee(&self) -> Result<U256, RpcError> {
         let head = self.node.head_number();
-        let mut tips = Vec::new();
-        for number in head.saturating_sub(19)..=head {
+        let oldest = head.saturating_sub(TIP_BLOCKS - 1);
+        let missing: Vec<u64> = {
+            let samples = lock(&self.tips);
+            (oldest..=head)
+                .filter(|n| !samples.contains_key(n))
+                .collect()
+        };
+        for number in missing {
             let Some(header) = self.sealed(number)? else {
                 continue;
             };
-            let base = header.header.base_fee_per_gas.unwrap_or_default();
-            for tx in self
+            let txs = self
                 .node
                 .history()
                 .transactions(number)
                 .map_err(internal)?
-                .unwrap_or_default()
-            {
-                tips.push(tx.inner().effective_tip_per_gas(base).unwrap_or_default());
-            }
+                .unwrap_or_default();
+            let sample = lowest_tips(&txs, header.header.base_fee_per_gas.unwrap_or_default());
+            lock(&self.tips).insert(number, sample);
         }
+        let mut tips: Vec<u128> = {
+            let mut samples = lock(&self.tips);
+            samples.retain(|n, _| *n >= oldest);
+            samples.values().flatten().copied().collect()
+        };
         tips.sort_unstable();
         let median = tips.get(tips.len() / 2).copied().unwrap_or_default();
-        Ok(U256::from(median.max(1_000_000)))
+        Ok(U256::from(median.max(MIN_SUGGESTED_TIP)))
     }
 
     /// `eth_gasPrice`: the next block's base fee plus the suggested tip.
@@ -677,10 +758,7 @@ impl SequencerBackend {
                 "the genesis block has no transactions to trace".into(),
             ));
         }
-        let header = self
-            .sealed(number)?
-            .ok_or_else(|| RpcError::HeaderNotFound)?
-            .header;
+        let header = self.header(number)?;
         let txs = self
             .node
             .history()
@@ -975,16 +1053,8 @@ impl Backend for SequencerBackend {
         SequencerBackend::logs(self, from, to, filter, limit)
     }
 
-    fn subscribe_heads(&self) -> broadcast::Receiver<Arc<RpcHeader>> {
-        self.hub.subscribe_heads()
-    }
-
-    fn subscribe_logs(&self) -> broadcast::Receiver<Arc<Vec<Log>>> {
-        self.hub.subscribe_logs()
-    }
-
-    fn subscribe_pending(&self) -> broadcast::Receiver<B256> {
-        self.hub.subscribe_pending()
+    fn subscriptions(&self) -> &SubscriptionHub {
+        &self.hub
     }
 
     fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {

@@ -55,26 +55,18 @@ pub fn bench_address(seed: u64, index: u64) -> Address {
 /// Derives `count` addresses of `seed` on every core, calling `progress` with the number
 /// done now and then.
 pub fn derive_addresses(seed: u64, count: u64, progress: &(dyn Fn(u64) + Sync)) -> Vec<Address> {
-    const CHUNK: u64 = 16_384;
-    let chunks: Vec<u64> = (0..count.div_ceil(CHUNK)).collect();
+    const REPORT_EVERY: u64 = 16_384;
     let done = std::sync::atomic::AtomicU64::new(0);
-    let mut out: Vec<Vec<Address>> = chunks
-        .par_iter()
-        .map(|&c| {
-            let from = c * CHUNK;
-            let to = (from + CHUNK).min(count);
-            let v: Vec<Address> = (from..to).map(|i| bench_address(seed, i)).collect();
-            let total =
-                done.fetch_add(to - from, std::sync::atomic::Ordering::Relaxed) + (to - from);
-            progress(total);
-            v
+    (0..count)
+        .into_par_iter()
+        .map(|i| {
+            if i % REPORT_EVERY == REPORT_EVERY - 1 {
+                let n = done.fetch_add(REPORT_EVERY, std::sync::atomic::Ordering::Relaxed);
+                progress(n + REPORT_EVERY);
+            }
+            bench_address(seed, i)
         })
-        .collect();
-    let mut all = Vec::with_capacity(count as usize);
-    for v in out.drain(..) {
-        all.extend(v);
-    }
-    all
+        .collect()
 }
 
 /// Writes the addresses file (to a temporary name, synced, then renamed).

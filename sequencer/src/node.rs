@@ -300,17 +300,16 @@ impl Node {
             self.pool.config(),
             self.config.recovery_threads,
         );
-        for tx in recovered {
-            // A rewrite can leave a transaction twice; "already known" and "nonce too low"
-            // (included by a durable block) are expected here.
-            let Ok(tx) = tx else { continue };
+        {
             let vilmo = self.vilmo_read();
-            let view = PoolView(StateDb {
-                source: Head(&vilmo),
-                hashes: &self.history,
-            });
-            if self.pool.add(tx, &view, base_fee).is_ok() {
-                kept += 1;
+            let view = PoolView(self.head_db(&vilmo));
+            for tx in recovered {
+                // A rewrite can leave a transaction twice; "already known" and "nonce too
+                // low" (included by a durable block) are expected here.
+                let Ok(tx) = tx else { continue };
+                if self.pool.add(tx, &view, base_fee).is_ok() {
+                    kept += 1;
+                }
             }
         }
         let node = self.clone();
@@ -394,16 +393,12 @@ impl Node {
         self.committed.subscribe()
     }
 
-    /// Runs `f` over the head state. The state stays the head's for the call: the producer
-    /// waits to commit the next block.
-    pub fn with_head_state<T>(&self, f: impl FnOnce(&StateDb<'_, Head<'_>>, &HeadBlock) -> T) -> T {
-        let vilmo = self.vilmo_read();
-        let head = self.head();
-        let db = StateDb {
-            source: Head(&vilmo),
+    /// revm's view of the head state held by `vilmo` (a read guard of this node's store).
+    fn head_db<'a>(&'a self, vilmo: &'a Vilmo) -> StateDb<'a, Head<'a>> {
+        StateDb {
+            source: Head(vilmo),
             hashes: &self.history,
-        };
-        f(&db, &head)
+        }
     }
 
     /// Runs `f` over the state at the end of block `block` (the head's or an older one).
@@ -433,10 +428,7 @@ impl Node {
         {
             let base_fee = self.next_base_fee();
             let vilmo = self.vilmo_read();
-            let view = PoolView(StateDb {
-                source: Head(&vilmo),
-                hashes: &self.history,
-            });
+            let view = PoolView(self.head_db(&vilmo));
             self.pool.add(tx, &view, base_fee)?;
         }
         if let Err(e) = self.journal.append(raw).await {
@@ -520,10 +512,7 @@ impl Node {
         };
         let block_env = gigas_evm::env::block_env_of(&header, chain.fork);
         let vilmo = self.vilmo_read();
-        let db = StateDb {
-            source: Head(&vilmo),
-            hashes: &self.history,
-        };
+        let db = self.head_db(&vilmo);
         let outcome = loop {
             let txs: Vec<PreparedTx> = selected
                 .iter()
@@ -634,10 +623,7 @@ impl Node {
         {
             let next_base_fee = self.next_base_fee();
             let vilmo = self.vilmo_read();
-            let view = PoolView(StateDb {
-                source: Head(&vilmo),
-                hashes: &self.history,
-            });
+            let view = PoolView(self.head_db(&vilmo));
             self.pool.on_block(&view, &senders, next_base_fee);
         }
         let _ = self.committed.send(Arc::new(CommittedBlock {

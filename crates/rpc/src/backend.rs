@@ -120,12 +120,9 @@ pub trait Backend: Send + Sync + 'static {
     /// answers [`RpcError::TooManyLogs`] when it gets more than `limit`.
     fn logs(&self, from: u64, to: u64, filter: &Filter, limit: usize)
         -> Result<Vec<Log>, RpcError>;
-    /// Receiver of new heads, one per block, in order.
-    fn subscribe_heads(&self) -> broadcast::Receiver<Arc<Header>>;
-    /// Receiver of each new block's logs (one message per block, in chain order).
-    fn subscribe_logs(&self) -> broadcast::Receiver<Arc<Vec<Log>>>;
-    /// Receiver of hashes of transactions the pool admits.
-    fn subscribe_pending(&self) -> broadcast::Receiver<B256>;
+    /// The channels the node publishes new heads, each block's logs and admitted transaction
+    /// hashes into; subscriptions receive from them.
+    fn subscriptions(&self) -> &SubscriptionHub;
     /// `debug_traceBlockByNumber` with the `prestateTracer`: per transaction, the accounts and
     /// slots it touched, as they were before it ran.
     fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError>;
@@ -156,8 +153,8 @@ impl Default for SubscriptionBuffers {
     }
 }
 
-/// The broadcast channels a node publishes into and [`Backend::subscribe_heads`] and friends hand
-/// out: a ready-made, bounded implementation of the subscription side of a backend.
+/// The broadcast channels a node publishes into and subscriptions receive from
+/// ([`Backend::subscriptions`]): the bounded subscription side of every backend.
 #[derive(Debug, Clone)]
 pub struct SubscriptionHub {
     heads: broadcast::Sender<Arc<Header>>,

@@ -432,7 +432,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
         let params = params.unwrap_or_default();
         match (kind, params) {
             (SubscriptionKind::NewHeads, Params::None) => {
-                let rx = self.backend.subscribe_heads();
+                let rx = self.backend.subscriptions().subscribe_heads();
                 let sink = pending.accept().await?;
                 self.forward(sink, rx, "newHeads", std::iter::once).await
             }
@@ -441,7 +441,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
                     Params::Logs(filter) => *filter,
                     _ => Filter::default(),
                 };
-                let rx = self.backend.subscribe_logs();
+                let rx = self.backend.subscriptions().subscribe_logs();
                 let sink = pending.accept().await?;
                 self.forward(sink, rx, "logs", move |logs: Arc<Vec<Log>>| {
                     logs.iter()
@@ -452,7 +452,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
                 .await
             }
             (SubscriptionKind::NewPendingTransactions, Params::None | Params::Bool(false)) => {
-                let rx = self.backend.subscribe_pending();
+                let rx = self.backend.subscriptions().subscribe_pending();
                 let sink = pending.accept().await?;
                 self.forward(sink, rx, "newPendingTransactions", std::iter::once)
                     .await

@@ -30,7 +30,6 @@ use alloy_sol_types::{Revert, SolError};
 use gigas_rpc::{
     Backend, PrestateAccount, PrestateTrace, RpcError, SubscriptionBuffers, SubscriptionHub,
 };
-use tokio::sync::broadcast;
 
 pub const CHAIN_ID: u64 = 1337;
 pub const CLIENT: &str = "gigas-test/1.0";
@@ -484,16 +483,8 @@ impl Backend for TestBackend {
         Ok(out)
     }
 
-    fn subscribe_heads(&self) -> broadcast::Receiver<Arc<Header>> {
-        self.hub.subscribe_heads()
-    }
-
-    fn subscribe_logs(&self) -> broadcast::Receiver<Arc<Vec<Log>>> {
-        self.hub.subscribe_logs()
-    }
-
-    fn subscribe_pending(&self) -> broadcast::Receiver<B256> {
-        self.hub.subscribe_pending()
+    fn subscriptions(&self) -> &SubscriptionHub {
+        &self.hub
     }
 
     fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
