@@ -1,0 +1,160 @@
+//! Verification: a follower applies a diff only if it is the next block of the chain it holds,
+//! signed by the sequencer, and its decoded changes give the checksum the signed header
+//! commits to. Everything is checked before anything is returned, so a caller that applies
+//! only what [`verify_and_decode`] returns can never apply part of a block.
+
+use alloy_consensus::Header;
+use alloy_primitives::{Address, Signature, B256};
+use gigas_primitives::{state_checksum, ChangeSet};
+
+use crate::body::{decode_body, encode_body};
+use crate::error::{DiffError, DiffErrorKind};
+use crate::file::{Compression, DiffFile};
+use crate::key::{KeyIndex, StateKey};
+use crate::prior::PriorState;
+
+/// What a follower holds of the chain: its last applied block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainTip {
+    /// Its number.
+    pub number: u64,
+    /// Its hash.
+    pub hash: B256,
+    /// Its state checksum (the header's `state_root`).
+    pub state_checksum: B256,
+}
+
+impl ChainTip {
+    /// The tip at a sealed header.
+    pub fn of(header: &Header) -> Self {
+        Self {
+            number: header.number,
+            hash: header.hash_slow(),
+            state_checksum: header.state_root,
+        }
+    }
+}
+
+/// A diff that verified: the block's header and changes, ready to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedDiff {
+    /// The sealed header.
+    pub header: Header,
+    /// Its hash.
+    pub hash: B256,
+    /// The sequencer's signature over the hash.
+    pub signature: Signature,
+    /// The block's changes.
+    pub changes: ChangeSet,
+    /// Keys written for the first time: extend the key index with them, in this order, in
+    /// the same commit that applies `changes`.
+    pub new_keys: Vec<StateKey>,
+}
+
+impl VerifiedDiff {
+    /// The tip once this diff is applied.
+    pub fn tip(&self) -> ChainTip {
+        ChainTip {
+            number: self.header.number,
+            hash: self.hash,
+            state_checksum: self.header.state_root,
+        }
+    }
+}
+
+/// Decodes a diff file and verifies it as the successor of `tip`: number `tip + 1`, parent
+/// hash the tip's, signed by `sequencer`, and its changes' chained checksum equal to the
+/// header's `state_root`. Reads `index` and `prior` only; nothing is returned unless every
+/// check passed.
+pub fn verify_and_decode<I, P>(
+    tip: &ChainTip,
+    sequencer: Address,
+    bytes: &[u8],
+    index: &I,
+    prior: &P,
+) -> Result<VerifiedDiff, DiffError>
+where
+    I: KeyIndex + ?Sized,
+    P: PriorState + ?Sized,
+{
+    let file = DiffFile::decode(bytes)?;
+    let number = file.header.number;
+    let fail = |kind| Err(DiffError::new(Some(number), kind));
+    if Some(number) != tip.number.checked_add(1) {
+        return fail(DiffErrorKind::NotNext {
+            expected: tip.number.wrapping_add(1),
+        });
+    }
+    if file.header.parent_hash != tip.hash {
+        return fail(DiffErrorKind::WrongParent {
+            expected: tip.hash,
+            found: file.header.parent_hash,
+        });
+    }
+    let hash = file.header.hash_slow();
+    // EIP-2's low-s rule: one signature per header, so a diff's bytes cannot be varied
+    // through the signature.
+    let recovered = alloy_consensus::crypto::secp256k1::recover_signer(&file.signature, hash).ok();
+    if recovered != Some(sequencer) {
+        return fail(DiffErrorKind::WrongSigner {
+            expected: sequencer,
+            recovered,
+        });
+    }
+    let decoded = decode_body(&file.body, index, prior)
+        .map_err(|e| DiffError::new(Some(number), DiffErrorKind::Body(e)))?;
+    let computed = state_checksum(&tip.state_checksum, &decoded.changes.encode());
+    if computed != file.header.state_root {
+        return fail(DiffErrorKind::Checksum {
+            header: file.header.state_root,
+            computed,
+        });
+    }
+    Ok(VerifiedDiff {
+        header: file.header,
+        hash,
+        signature: file.signature,
+        changes: decoded.changes,
+        new_keys: decoded.new_keys,
+    })
+}
+
+/// A diff file ready to write, and the keys to add to the index once it is durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedDiff {
+    /// The file's bytes.
+    pub bytes: Vec<u8>,
+    /// Keys written for the first time, in index order.
+    pub new_keys: Vec<StateKey>,
+    /// Length of the packed body before compression (for metrics).
+    pub body_len: usize,
+}
+
+/// The writer's side: packs `changes` against the index and prior values and frames it with
+/// the sealed header and the sequencer's signature.
+pub fn encode_diff<I, P>(
+    header: &Header,
+    signature: &Signature,
+    changes: &ChangeSet,
+    index: &I,
+    prior: &P,
+    compression: &Compression,
+) -> Result<EncodedDiff, DiffError>
+where
+    I: KeyIndex + ?Sized,
+    P: PriorState + ?Sized,
+{
+    let packed = encode_body(changes, index, prior)
+        .map_err(|e| DiffError::new(Some(header.number), DiffErrorKind::Body(e)))?;
+    let body_len = packed.bytes.len();
+    let file = DiffFile {
+        header: header.clone(),
+        signature: *signature,
+        body: packed.bytes,
+    };
+    Ok(EncodedDiff {
+        bytes: file.encode(compression)?,
+        new_keys: packed.new_keys,
+        body_len,
+    })
+}
