@@ -320,6 +320,7 @@ fn main() -> Result<()> {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     if let Some(Command::Fetch(fetch_args)) = &args.command {

@@ -1,6 +1,6 @@
 //! A steady load of signed transfers against a dev sequencer for `GIGAS_SOAK_SECS` (600 by
-//! default) at `GIGAS_SOAK_TPS` (200 by default): resident memory sampled from /proc every 10
-//! seconds, and each block stage's median and p99 read from `/metrics` at the end. A
+//! default) at `GIGAS_SOAK_TPS` (200 by default): resident memory (total, anonymous, file-backed) sampled from /proc every
+//! 10 seconds, and each block stage's median and p99 read from `/metrics` at the end. A
 //! measurement, not a check: run it by hand (`--ignored --nocapture`).
 
 mod common;
@@ -13,11 +13,14 @@ use alloy_provider::{Provider, ProviderBuilder};
 use common::NodeProcess;
 use gigas_sequencer::chain::dev_signer;
 
-fn rss_kib(pid: u32) -> u64 {
+/// A field of /proc/PID/status in KiB. Resident memory is split because MDBX and Vilmo map
+/// their files: file-backed pages grow with the database and the kernel reclaims them under
+/// pressure, while anonymous memory is what the node itself holds.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -55,14 +58,16 @@ async fn soak() {
     let mut sent = 0u64;
     let interval = Duration::from_secs_f64(1.0 / tps as f64);
     let mut next_send = started;
-    println!("seconds,rss_mib,sent,head");
+    println!("seconds,rss_mib,anon_mib,file_mib,sent,head");
     while started.elapsed() < Duration::from_secs(secs) {
         if Instant::now() >= next_sample {
             let head = provider.get_block_number().await.unwrap_or(0);
             println!(
-                "{},{:.1},{sent},{head}",
+                "{},{:.1},{:.1},{:.1},{sent},{head}",
                 started.elapsed().as_secs(),
-                rss_kib(node.pid()) as f64 / 1024.0
+                status_kib(node.pid(), "VmRSS") as f64 / 1024.0,
+                status_kib(node.pid(), "RssAnon") as f64 / 1024.0,
+                status_kib(node.pid(), "RssFile") as f64 / 1024.0,
             );
             next_sample += Duration::from_secs(10);
         }
