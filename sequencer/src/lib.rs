@@ -70,6 +70,8 @@
 
 pub mod backend;
 pub mod chain;
+pub mod diffs;
+pub mod diffs_http;
 pub mod genesis;
 pub mod metrics;
 pub mod node;

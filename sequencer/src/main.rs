@@ -11,6 +11,7 @@ use eyre::{bail, WrapErr};
 use gigas_evm::jit::JitMode;
 use gigas_sequencer::backend::SequencerBackend;
 use gigas_sequencer::chain::{dev_accounts, ChainConfig};
+use gigas_sequencer::diffs::{DiffConfig, DiffWriter};
 use gigas_sequencer::{Node, NodeConfig};
 use tracing::{error, info};
 
@@ -130,6 +131,18 @@ struct RunArgs {
     /// Most logs one eth_getLogs returns.
     #[arg(long = "rpc.max-logs", default_value_t = 10_000)]
     rpc_max_logs: usize,
+    /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
+    /// on the JSON-RPC port; copy it to any static web server to serve followers from there.
+    /// Default: DATADIR/archive.
+    #[arg(long = "diffs.dir", value_name = "DIR")]
+    diffs_dir: Option<PathBuf>,
+    /// Keep only the newest N blocks' diff and block files (0: keep everything).
+    #[arg(long = "diffs.retain", default_value_t = 0, value_name = "N")]
+    diffs_retain: u64,
+    /// zstd level of the archive's files (1-22; higher is smaller and slower to write).
+    #[arg(long = "diffs.zstd-level", default_value_t = gigas_statediff::Compression::DEFAULT_LEVEL,
+          value_parser = clap::value_parser!(i32).range(1..=22))]
+    diffs_zstd_level: i32,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -267,9 +280,30 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         max_log_results: args.rpc_max_logs,
         ..gigas_rpc::RpcConfig::default()
     };
+    let diff_config = DiffConfig {
+        dir: args
+            .diffs_dir
+            .clone()
+            .unwrap_or_else(|| datadir.join("archive")),
+        retain: (args.diffs_retain > 0).then_some(args.diffs_retain),
+        compression: gigas_statediff::Compression {
+            level: Some(args.diffs_zstd_level),
+        },
+    };
+    let (diff_writer, diff_archive) = DiffWriter::open(node.clone(), diff_config.clone())
+        .wrap_err_with(|| format!("opening the diff archive in {}", diff_config.dir.display()))?;
+    diff_archive.metrics().register(&mut node.registry());
+    let routes = gigas_rpc::HttpRoutes::new(gigas_sequencer::diffs_http::router(
+        diff_archive.clone(),
+    ))
+    .with_websocket_paths(["/diffs/stream"]);
     let backend = Arc::new(SequencerBackend::new(node.clone()));
     let rpc = runtime
-        .block_on(gigas_rpc::RpcServer::start(rpc_config, backend.clone()))
+        .block_on(gigas_rpc::RpcServer::start_with_routes(
+            rpc_config,
+            backend.clone(),
+            routes,
+        ))
         .wrap_err_with(|| {
             format!(
                 "starting JSON-RPC on {}:{} (is the port in use? try --http.port)",
@@ -317,6 +351,20 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         });
     }
 
+    let (stop_diffs, stop_diffs_rx) = tokio::sync::watch::channel(false);
+    let diff_task = {
+        let node = node.clone();
+        runtime.spawn(async move {
+            let result = diff_writer.run(stop_diffs_rx).await;
+            if let Err(e) = &result {
+                // Followers would stall behind a silent archive: stop the node with the cause.
+                error!(error = %e, "the diff writer failed; stopping the node");
+                node.stop();
+            }
+            result
+        })
+    };
+
     let producer = {
         let node = node.clone();
         std::thread::Builder::new()
@@ -333,6 +381,15 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     let result = producer
         .join()
         .map_err(|_| eyre::eyre!("the block producer panicked"))?;
+    // The writer finishes the diffs of every committed block before the process exits.
+    let _ = stop_diffs.send(true);
+    match runtime.block_on(diff_task) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return Err(e).wrap_err("the diff writer failed (the next start rebuilds the missing diffs)")
+        }
+        Err(e) => error!(error = %e, "the diff writer panicked"),
+    }
     rpc.stop();
     runtime.shutdown_timeout(Duration::from_secs(2));
     result.wrap_err("the block producer failed")?;

@@ -19,6 +19,7 @@ use gigas_evm::{PreparedBlock, PreparedTx};
 use gigas_history::{BlockRecord, History, HistoryOptions, SealedHeader};
 use gigas_primitives::state_keys::{changeset_writes, Write};
 use gigas_primitives::{genesis_checksum, state_checksum, ChainSpec, ChangeSet};
+use gigas_statediff::PriorValues;
 use gigas_txpool::{Journal, PoolConfig, Recoverer, StateView, TxPool};
 use gigas_vilmo::{Batch, Options as VilmoOptions, Vilmo};
 use prometheus_client::registry::Registry;
@@ -69,6 +70,9 @@ pub enum NodeError {
     /// Signing a header failed.
     #[error("signing block {0}: {1}")]
     Sign(u64, String),
+    /// Reading the values a block's changes replace failed.
+    #[error("reading the prior state of block {0}: {1}")]
+    Prior(u64, String),
 }
 
 /// Why a transaction was not accepted.
@@ -163,6 +167,11 @@ pub struct CommittedBlock {
     pub receipts: Vec<ReceiptEnvelope>,
     /// The block's ChangeSet, encoded.
     pub changeset: Vec<u8>,
+    /// The block's ChangeSet.
+    pub changes: ChangeSet,
+    /// The values its changed keys held before the block, read while they were still the
+    /// head's: what the state-diff writer packs deltas against.
+    pub prior: PriorValues,
 }
 
 /// The running node's shared state. The block producer thread writes; RPC tasks read.
@@ -581,6 +590,8 @@ impl Node {
             .iter()
             .map(|(key, _)| (key.clone(), vilmo.get(key).map(<[u8]>::to_vec)))
             .collect();
+        let prior = PriorValues::capture(&outcome.changes, &self.head_db(&vilmo))
+            .map_err(|e| NodeError::Prior(number, e.to_string()))?;
         drop(vilmo);
         self.metrics.stage(Stage::Seal, seconds(t));
 
@@ -633,6 +644,8 @@ impl Node {
             transactions,
             receipts,
             changeset,
+            changes: outcome.changes,
+            prior,
         }));
         self.maybe_rewrite_journal();
         self.metrics.stage(Stage::Publish, seconds(t));

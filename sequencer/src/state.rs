@@ -170,3 +170,20 @@ impl<S: StateSource> DatabaseRef for StateDb<'_, S> {
         Ok(self.hashes.block_hash(number).unwrap_or_default())
     }
 }
+
+/// The state-diff writer reads the values a block replaced through the same view revm reads.
+impl<S: StateSource> gigas_statediff::PriorState for StateDb<'_, S> {
+    fn account(
+        &self,
+        address: &Address,
+    ) -> Result<Option<gigas_primitives::AccountState>, gigas_statediff::StoreError> {
+        Ok(StateDb::account(self, address)
+            .map_err(gigas_statediff::StoreError::new)?
+            .map(|a| a.state))
+    }
+
+    fn slot(&self, address: &Address, slot: &U256) -> Result<U256, gigas_statediff::StoreError> {
+        self.storage_ref(*address, *slot)
+            .map_err(gigas_statediff::StoreError::new)
+    }
+}

@@ -134,10 +134,15 @@ where
 /// Plain HTTP routes served on the JSON-RPC port, e.g. the sequencer's `GET /diffs/{n}`.
 ///
 /// Every request that is neither a WebSocket upgrade nor a `POST` (that is, `GET`, `HEAD`,
-/// `OPTIONS`, ...) goes to this service; `POST` and upgrades go to JSON-RPC. An `axum::Router`
-/// fits as it is (its error type is `Infallible`): `HttpRoutes::new(router)`.
+/// `OPTIONS`, ...) goes to this service; `POST` goes to JSON-RPC, and so do WebSocket upgrades
+/// except those to a path named with [`HttpRoutes::with_websocket_paths`] (e.g. the
+/// sequencer's binary `/diffs/stream`). An `axum::Router` fits as it is (its error type is
+/// `Infallible`): `HttpRoutes::new(router)`.
 #[derive(Clone)]
-pub struct HttpRoutes(BoxCloneSyncService<HttpRequest, HttpResponse, Infallible>);
+pub struct HttpRoutes {
+    service: BoxCloneSyncService<HttpRequest, HttpResponse, Infallible>,
+    websocket_paths: Arc<[String]>,
+}
 
 impl std::fmt::Debug for HttpRoutes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,9 +163,23 @@ impl HttpRoutes {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        HttpRoutes(BoxCloneSyncService::new(service.map_response(
-            |response: http::Response<B>| response.map(HttpBody::new),
-        )))
+        HttpRoutes {
+            service: BoxCloneSyncService::new(
+                service.map_response(|response: http::Response<B>| response.map(HttpBody::new)),
+            ),
+            websocket_paths: Arc::from([]),
+        }
+    }
+
+    /// WebSocket upgrades to these exact paths go to the routes instead of JSON-RPC.
+    pub fn with_websocket_paths(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.websocket_paths = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    fn takes_upgrade(&self, request: &HttpRequest) -> bool {
+        let path = request.uri().path();
+        self.websocket_paths.iter().any(|p| p == path)
     }
 }
 
@@ -213,13 +232,18 @@ where
     }
 
     fn call(&mut self, mut request: HttpRequest) -> Self::Future {
-        if jsonrpsee::server::ws::is_upgrade_request(&request) {
+        let upgrade = jsonrpsee::server::ws::is_upgrade_request(&request);
+        let to_routes = match &self.routes {
+            Some(routes) if upgrade => routes.takes_upgrade(&request),
+            Some(_) => request.method() != Method::POST,
+            None => false,
+        };
+        if upgrade {
             request.extensions_mut().insert(self.connection.clone());
-            return Box::pin(self.inner.call(request));
         }
-        if request.method() != Method::POST {
+        if to_routes {
             if let Some(routes) = &self.routes {
-                let routes = routes.0.clone();
+                let routes = routes.service.clone();
                 return Box::pin(async move {
                     match routes.oneshot(request).await {
                         Ok(response) => Ok(response),

@@ -1,0 +1,538 @@
+//! The state-diff writer and the archive it publishes.
+//!
+//! Every committed block becomes two immutable files in `DATADIR/archive` (see
+//! [`gigas_statediff::archive`]): `diffs/N`, the sealed header, the signature and the packed
+//! ChangeSet that full nodes apply, and `blocks/N`, the transactions and receipts for nodes
+//! that re-execute. The writer runs beside the producer: it follows the node's committed
+//! blocks and never holds the producer up. When it falls behind (the broadcast buffer
+//! overflowed) or starts after a stop, it rebuilds the missing diffs from the chain history,
+//! whose old values give each block's prior state; encoding is deterministic, so a rebuilt
+//! file has the bytes the lost one had.
+//!
+//! The enumeration index lives in memory and in the archive's `keys.log`, which only ever
+//! records blocks whose diff file is already durable. At start the log is replayed, and every
+//! block after its last record is encoded again. Blocks that add no key have no record, except
+//! one every [`MARK_EVERY`] blocks, so that restart never re-encodes more than that many
+//! blocks past the last new key (and never reaches beyond the history's old values).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use alloy_primitives::{Address, Bytes, U256};
+use gigas_primitives::ChangeSet;
+use gigas_statediff::archive::{Archive, ArchiveError, ArchiveHead, FileKind, KeyLog};
+use gigas_statediff::{
+    encode_diff, BlockFile, Compression, DiffError, KeyIndex, MemoryKeyIndex, PriorValues,
+    StateKey,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::sync::{broadcast, watch};
+use tracing::{info, warn};
+
+use crate::node::{CommittedBlock, Node};
+
+/// A block without new keys still gets an (empty) index-log record this often.
+pub const MARK_EVERY: u64 = 1024;
+
+/// Why the diff writer stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffWriterError {
+    /// A file of the archive could not be read or written.
+    #[error("diff archive: {0}")]
+    Archive(#[from] ArchiveError),
+    /// Encoding a block failed (a prior value could not be read, or the index is corrupt).
+    #[error("encoding a state diff: {0}")]
+    Encode(#[from] DiffError),
+    /// The chain history failed or lacks a block the writer needs.
+    #[error("chain history: {0}")]
+    History(String),
+    /// The index log does not match the archive.
+    #[error("diff archive index log: {0}")]
+    KeyLog(String),
+}
+
+/// Where and how diffs are written.
+#[derive(Debug, Clone)]
+pub struct DiffConfig {
+    /// The archive directory (`DATADIR/archive` by default).
+    pub dir: std::path::PathBuf,
+    /// Keep only the newest this many blocks' files (`None`: keep everything).
+    pub retain: Option<u64>,
+    /// zstd level of the files.
+    pub compression: Compression,
+}
+
+/// One published diff, as the WebSocket stream sends it.
+#[derive(Debug, Clone)]
+pub struct PublishedDiff {
+    /// Block number.
+    pub number: u64,
+    /// The diff file's bytes.
+    pub bytes: Bytes,
+}
+
+/// The diff writer's metrics.
+#[derive(Debug, Clone)]
+pub struct DiffMetrics {
+    /// Diffs written.
+    pub written: Counter,
+    /// Bytes of diff files written.
+    pub diff_bytes: Counter,
+    /// Bytes of packed bodies before compression.
+    pub body_bytes: Counter,
+    /// Bytes of transactions-and-receipts files written.
+    pub block_bytes: Counter,
+    /// Seconds to encode one block's diff.
+    pub encode_seconds: Histogram,
+    /// Seconds to write one block's two files durably.
+    pub write_seconds: Histogram,
+    /// Blocks rebuilt from the chain history (at start or after falling behind).
+    pub rebuilt: Counter,
+    /// Keys in the enumeration index.
+    pub index_keys: Gauge,
+    /// The newest block with a published diff.
+    pub head: Gauge,
+}
+
+impl Default for DiffMetrics {
+    fn default() -> Self {
+        Self {
+            written: Counter::default(),
+            diff_bytes: Counter::default(),
+            body_bytes: Counter::default(),
+            block_bytes: Counter::default(),
+            encode_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 30)),
+            write_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 30)),
+            rebuilt: Counter::default(),
+            index_keys: Gauge::default(),
+            head: Gauge::default(),
+        }
+    }
+}
+
+impl DiffMetrics {
+    /// Registers under `gigas_diffs_`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("gigas_diffs");
+        r.register("written", "State diffs written", self.written.clone());
+        r.register(
+            "diff_bytes",
+            "Bytes of diff files written",
+            self.diff_bytes.clone(),
+        );
+        r.register(
+            "body_bytes",
+            "Bytes of packed diff bodies before zstd",
+            self.body_bytes.clone(),
+        );
+        r.register(
+            "block_bytes",
+            "Bytes of transactions-and-receipts files written",
+            self.block_bytes.clone(),
+        );
+        r.register(
+            "encode_seconds",
+            "Seconds to encode one block's diff",
+            self.encode_seconds.clone(),
+        );
+        r.register(
+            "write_seconds",
+            "Seconds to write one block's files durably",
+            self.write_seconds.clone(),
+        );
+        r.register(
+            "rebuilt",
+            "Diffs rebuilt from the chain history",
+            self.rebuilt.clone(),
+        );
+        r.register(
+            "index_keys",
+            "Keys in the enumeration index",
+            self.index_keys.clone(),
+        );
+        r.register(
+            "head",
+            "Newest block with a published diff",
+            self.head.clone(),
+        );
+    }
+}
+
+/// What the HTTP and WebSocket side reads: the archive, its head and the live stream.
+#[derive(Debug)]
+pub struct DiffArchive {
+    archive: Archive,
+    head: RwLock<Option<ArchiveHead>>,
+    /// Blocks below this have been removed by retention.
+    oldest: AtomicU64,
+    published: broadcast::Sender<PublishedDiff>,
+    metrics: DiffMetrics,
+}
+
+impl DiffArchive {
+    /// The archive's files.
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    /// The newest published block, if any.
+    pub fn head(&self) -> Option<ArchiveHead> {
+        *self
+            .head
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The oldest block whose files are kept.
+    pub fn oldest(&self) -> u64 {
+        self.oldest.load(Ordering::Acquire)
+    }
+
+    /// Every diff published from now on. A receiver that falls behind by the channel's
+    /// capacity gets `Lagged` and reads the files it missed from the archive.
+    pub fn subscribe(&self) -> broadcast::Receiver<PublishedDiff> {
+        self.published.subscribe()
+    }
+
+    /// The writer's metrics.
+    pub fn metrics(&self) -> &DiffMetrics {
+        &self.metrics
+    }
+}
+
+/// Writes each committed block's files. Create with [`DiffWriter::open`], run with
+/// [`DiffWriter::run`].
+#[derive(Debug)]
+pub struct DiffWriter {
+    node: Arc<Node>,
+    shared: Arc<DiffArchive>,
+    index: MemoryKeyIndex,
+    log: KeyLog,
+    config: DiffConfig,
+    /// The next block to write.
+    next: u64,
+    last_record: u64,
+}
+
+fn encode_keys(keys: &[StateKey]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(keys.len() * 53);
+    for key in keys {
+        match key {
+            StateKey::Account(address) => {
+                out.push(0);
+                out.extend_from_slice(address.as_slice());
+            }
+            StateKey::Slot(address, slot) => {
+                out.push(1);
+                out.extend_from_slice(address.as_slice());
+                out.extend_from_slice(&slot.to_be_bytes::<32>());
+            }
+        }
+    }
+    out
+}
+
+fn decode_keys(mut bytes: &[u8]) -> Option<Vec<StateKey>> {
+    let mut keys = Vec::new();
+    while let Some((&tag, rest)) = bytes.split_first() {
+        let address = Address::from_slice(rest.get(..20)?);
+        match tag {
+            0 => {
+                keys.push(StateKey::Account(address));
+                bytes = &rest[20..];
+            }
+            1 => {
+                let slot = U256::from_be_slice(rest.get(20..52)?);
+                keys.push(StateKey::Slot(address, slot));
+                bytes = &rest[52..];
+            }
+            _ => return None,
+        }
+    }
+    Some(keys)
+}
+
+impl DiffWriter {
+    /// Opens the archive, replays the index log, and returns the writer and the handle the
+    /// HTTP side serves from. Nothing is written yet: [`DiffWriter::run`] first rebuilds what
+    /// the archive lacks.
+    pub fn open(
+        node: Arc<Node>,
+        config: DiffConfig,
+    ) -> Result<(Self, Arc<DiffArchive>), DiffWriterError> {
+        let archive = Archive::open(&config.dir)?;
+        let newest = archive.range(FileKind::Diff)?;
+        let mut index = MemoryKeyIndex::new();
+        let mut bad_log = None;
+        let log = KeyLog::open(
+            &config.dir.join("keys.log"),
+            newest.map_or(0, |r| r.1),
+            |block, payload| {
+                match decode_keys(payload) {
+                    Some(keys) => {
+                        if let Err(e) = index.extend(&keys) {
+                            bad_log = Some(format!("block {block}: {e}"));
+                        }
+                    }
+                    None => bad_log = Some(format!("block {block}: a key record is malformed")),
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(reason) = bad_log {
+            return Err(DiffWriterError::KeyLog(format!(
+                "{reason}; move {} aside to rebuild the archive",
+                config.dir.display()
+            )));
+        }
+        // Blocks after the last record are encoded again (same bytes, see the module doc).
+        let next = log.last_block().map_or(0, |b| b + 1);
+        let metrics = DiffMetrics::default();
+        metrics
+            .index_keys
+            .set(index.len().unwrap_or_default() as i64);
+        let oldest = newest.map_or(0, |r| r.0);
+        let (published, _) = broadcast::channel(256);
+        let shared = Arc::new(DiffArchive {
+            archive,
+            head: RwLock::new(None),
+            oldest: AtomicU64::new(oldest),
+            published,
+            metrics,
+        });
+        if let Some(prev) = next.checked_sub(1) {
+            if let Some(sealed) = node
+                .history()
+                .sealed_header(prev)
+                .map_err(|e| DiffWriterError::History(e.to_string()))?
+            {
+                shared.set_head(ArchiveHead {
+                    number: prev,
+                    hash: sealed.hash,
+                    state_checksum: sealed.header.state_root,
+                });
+            }
+        }
+        let handle = shared.clone();
+        Ok((
+            Self {
+                node,
+                shared,
+                index,
+                log,
+                config,
+                next,
+                last_record: next.saturating_sub(1),
+            },
+            handle,
+        ))
+    }
+
+    /// Writes every block the archive lacks, then each committed block as it comes, until
+    /// `stop` turns true; then writes up to the node's head and returns. Blocking work runs
+    /// in place on the runtime's worker (multi-threaded runtime required).
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<(), DiffWriterError> {
+        // Subscribe before catching up, so no block falls between the two.
+        let mut committed = self.node.subscribe_committed();
+        let head = self.node.head_number();
+        tokio::task::block_in_place(|| self.rebuild_through(head))?;
+        loop {
+            tokio::select! {
+                received = committed.recv() => match received {
+                    Ok(block) => tokio::task::block_in_place(|| self.on_committed(&block))?,
+                    // The next block received (or the stop) rebuilds what was missed.
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        warn!(missed = n, "the diff writer fell behind; rebuilding from history");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        break;
+                    }
+                }
+            }
+        }
+        let head = self.node.head_number();
+        tokio::task::block_in_place(|| {
+            self.rebuild_through(head)?;
+            self.log.sync()?;
+            Ok::<(), DiffWriterError>(())
+        })?;
+        info!(head = self.next.saturating_sub(1), "diff writer stopped");
+        Ok(())
+    }
+
+    fn on_committed(&mut self, block: &CommittedBlock) -> Result<(), DiffWriterError> {
+        let number = block.header.number;
+        if number < self.next {
+            return Ok(());
+        }
+        if number > self.next {
+            self.rebuild_through(number - 1)?;
+        }
+        let file = BlockFile {
+            number,
+            hash: block.hash,
+            transactions: block.transactions.iter().map(|t| t.inner().clone()).collect(),
+            receipts: block.receipts.clone(),
+        };
+        self.write_block(
+            &block.header,
+            &block.signature,
+            &block.changes,
+            &block.prior,
+            &file,
+        )
+    }
+
+    /// Encodes blocks `self.next..=through` from the chain history.
+    fn rebuild_through(&mut self, through: u64) -> Result<(), DiffWriterError> {
+        if self.next > through {
+            return Ok(());
+        }
+        let (from, count) = (self.next, through + 1 - self.next);
+        if count > 1 {
+            info!(from, through, "writing state diffs from the chain history");
+        }
+        let history = |e: gigas_history::HistoryError| DiffWriterError::History(e.to_string());
+        while self.next <= through {
+            let number = self.next;
+            let node = self.node.clone();
+            let history_db = node.history();
+            let missing = || DiffWriterError::History(format!("block {number} is missing"));
+            let sealed = history_db
+                .sealed_header(number)
+                .map_err(history)?
+                .ok_or_else(missing)?;
+            let changes = match history_db.changeset(number).map_err(history)? {
+                Some(bytes) if !bytes.is_empty() => ChangeSet::decode(&bytes)
+                    .map_err(|e| DiffWriterError::History(format!("block {number}: {e}")))?,
+                // Genesis has no ChangeSet: a follower builds its state from the chain spec.
+                _ => ChangeSet::default(),
+            };
+            let prior = match number.checked_sub(1) {
+                Some(parent) => self
+                    .node
+                    .with_state_at(parent, |db| PriorValues::capture(&changes, db))
+                    .map_err(|e| {
+                        DiffWriterError::History(format!(
+                            "the state before block {number}: {e} (a diff archive can only be \
+                             rebuilt within the kept state history; see --state-history)"
+                        ))
+                    })?,
+                None => PriorValues::default(),
+            };
+            let file = BlockFile {
+                number,
+                hash: sealed.hash,
+                transactions: history_db
+                    .transactions(number)
+                    .map_err(history)?
+                    .ok_or_else(missing)?
+                    .into_iter()
+                    .map(|t| t.into_inner())
+                    .collect(),
+                receipts: history_db
+                    .receipts(number)
+                    .map_err(history)?
+                    .ok_or_else(missing)?,
+            };
+            self.write_block(&sealed.header, &sealed.signature, &changes, &prior, &file)?;
+            self.shared.metrics.rebuilt.inc();
+        }
+        if count > 1 {
+            info!(from, through, "state diffs written from the chain history");
+        }
+        Ok(())
+    }
+
+    fn write_block(
+        &mut self,
+        header: &alloy_consensus::Header,
+        signature: &alloy_primitives::Signature,
+        changes: &ChangeSet,
+        prior: &PriorValues,
+        file: &BlockFile,
+    ) -> Result<(), DiffWriterError> {
+        let number = header.number;
+        debug_assert_eq!(number, self.next);
+        let t = Instant::now();
+        let diff = encode_diff(
+            header,
+            signature,
+            changes,
+            &self.index,
+            prior,
+            &self.config.compression,
+        )?;
+        let block_bytes = file.encode(&self.config.compression)?;
+        let metrics = &self.shared.metrics;
+        metrics.encode_seconds.observe(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let archive = &self.shared.archive;
+        archive.write(FileKind::Block, number, &block_bytes)?;
+        archive.write(FileKind::Diff, number, &diff.bytes)?;
+        // Only now that the diff is durable may its keys enter the log (see the module doc).
+        if !diff.new_keys.is_empty() || number >= self.last_record + MARK_EVERY {
+            self.log.append(number, &encode_keys(&diff.new_keys))?;
+            self.last_record = number;
+        }
+        self.index
+            .extend(&diff.new_keys)
+            .map_err(|e| DiffWriterError::KeyLog(e.to_string()))?;
+        metrics.write_seconds.observe(t.elapsed().as_secs_f64());
+
+        metrics.written.inc();
+        metrics.diff_bytes.inc_by(diff.bytes.len() as u64);
+        metrics.body_bytes.inc_by(diff.body_len as u64);
+        metrics.block_bytes.inc_by(block_bytes.len() as u64);
+        metrics
+            .index_keys
+            .set(self.index.len().unwrap_or_default() as i64);
+        metrics.head.set(number as i64);
+        self.shared.set_head(ArchiveHead {
+            number,
+            hash: header.hash_slow(),
+            state_checksum: header.state_root,
+        });
+        if let Some(head) = self.shared.head() {
+            archive.write_head(&head)?;
+        }
+        let _ = self.shared.published.send(PublishedDiff {
+            number,
+            bytes: Bytes::from(diff.bytes),
+        });
+        self.next = number + 1;
+        self.apply_retention()?;
+        Ok(())
+    }
+
+    fn apply_retention(&mut self) -> Result<(), DiffWriterError> {
+        let Some(retain) = self.config.retain else {
+            return Ok(());
+        };
+        let keep_from = self.next.saturating_sub(retain.max(1));
+        let oldest = self.shared.oldest();
+        if keep_from > oldest {
+            // Raise the watermark first, so that a reader never looks for a file being removed.
+            self.shared.oldest.store(keep_from, Ordering::Release);
+            self.shared.archive.remove_range(oldest, keep_from)?;
+        }
+        Ok(())
+    }
+}
+
+impl DiffArchive {
+    fn set_head(&self, head: ArchiveHead) {
+        *self
+            .head
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(head);
+    }
+}

@@ -1,0 +1,387 @@
+//! The diff archive over HTTP and WebSocket, on the JSON-RPC port.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /diffs/{n}` | the diff file of block `n`; immutable |
+//! | `GET /blocks/{n}` | block `n`'s transactions and receipts; immutable |
+//! | `GET /diffs?from=A&to=B` | diffs `A..=B` in one body, each as its length (u32 LE) then its bytes; immutable when `B` is produced, else clipped to the head and not cached |
+//! | `GET /diffs/head` | JSON `{number, hash, stateChecksum}`; never cached |
+//! | `GET /diffs/stream?from=N` (WebSocket) | one binary message per diff, from `N` (default: the next one) on, in order |
+//!
+//! Immutable answers carry `Cache-Control: public, max-age=31536000, immutable` and a strong
+//! `ETag` (a hash of the bytes), and answer `If-None-Match` with 304. A block not produced yet
+//! is 404, one removed by retention 410, both with a JSON error body, so that any HTTP cache
+//! in between can serve the files without knowing anything of Gigas.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use gigas_statediff::archive::FileKind;
+use tokio::sync::{broadcast, Semaphore};
+
+use crate::diffs::DiffArchive;
+
+/// The most diffs one range request returns.
+pub const MAX_RANGE_BLOCKS: u64 = 1024;
+/// The most bytes one range request returns (the range is cut short before it).
+pub const MAX_RANGE_BYTES: usize = 64 << 20;
+/// The most open `/diffs/stream` connections.
+pub const MAX_STREAMS: usize = 256;
+
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+#[derive(Debug, Clone)]
+struct AppState {
+    diffs: Arc<DiffArchive>,
+    streams: Arc<Semaphore>,
+}
+
+/// The routes, to hand to `gigas_rpc::HttpRoutes::new(..).with_websocket_paths(["/diffs/stream"])`.
+pub fn router(diffs: Arc<DiffArchive>) -> Router {
+    Router::new()
+        .route("/diffs", get(range))
+        .route("/diffs/head", get(head))
+        .route("/diffs/stream", get(stream))
+        .route("/diffs/{n}", get(diff_file))
+        .route("/blocks/{n}", get(block_file))
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such route; see /diffs/head") })
+        .with_state(AppState {
+            diffs,
+            streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+        })
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message }).to_string();
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// 404 or 410 for a block the archive cannot serve, else `None`.
+fn unavailable(diffs: &DiffArchive, number: u64) -> Option<Response> {
+    let Some(head) = diffs.head() else {
+        return Some(json_error(
+            StatusCode::NOT_FOUND,
+            "no diff published yet; the sequencer is still writing its archive",
+        ));
+    };
+    if number > head.number {
+        return Some(json_error(
+            StatusCode::NOT_FOUND,
+            &format!("block {number} is not produced yet; the head is {}", head.number),
+        ));
+    }
+    if number < diffs.oldest() {
+        return Some(json_error(
+            StatusCode::GONE,
+            &format!(
+                "block {number} was removed by retention; this archive keeps blocks from {} on",
+                diffs.oldest()
+            ),
+        ));
+    }
+    None
+}
+
+fn etag(bytes: &[u8]) -> String {
+    let hash = blake3::hash(bytes);
+    format!("\"{}\"", hex::encode(&hash.as_bytes()[..16]))
+}
+
+fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|candidate| candidate == tag || candidate == "*")
+}
+
+/// An immutable answer: the bytes with their ETag, or 304 when the client holds them.
+fn immutable(bytes: Vec<u8>, headers: &HeaderMap) -> Response {
+    let tag = etag(&bytes);
+    let tag_value = HeaderValue::from_str(&tag).unwrap_or(HeaderValue::from_static("\"\""));
+    if matches_etag(headers, &tag) {
+        return (
+            StatusCode::NOT_MODIFIED,
+            [
+                (header::ETAG, tag_value),
+                (header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE)),
+            ],
+        )
+            .into_response();
+    }
+    (
+        StatusCode::OK,
+        [
+            (header::ETAG, tag_value),
+            (header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE)),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+        ],
+        bytes,
+    )
+        .into_response()
+}
+
+fn parse_number(raw: &str) -> Result<u64, Response> {
+    raw.parse().map_err(|_| {
+        json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("'{raw}' is not a block number (decimal, e.g. /diffs/17)"),
+        )
+    })
+}
+
+async fn read_file(
+    diffs: &Arc<DiffArchive>,
+    kind: FileKind,
+    number: u64,
+) -> Result<Option<Vec<u8>>, Response> {
+    let diffs = diffs.clone();
+    tokio::task::spawn_blocking(move || diffs.archive().read(kind, number))
+        .await
+        .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "reading the diff archive");
+            json_error(StatusCode::INTERNAL_SERVER_ERROR, "reading the archive failed")
+        })
+}
+
+async fn file(
+    kind: FileKind,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let number = match parse_number(&raw) {
+        Ok(n) => n,
+        Err(response) => return response,
+    };
+    if let Some(response) = unavailable(&state.diffs, number) {
+        return response;
+    }
+    match read_file(&state.diffs, kind, number).await {
+        Ok(Some(bytes)) => immutable(bytes, &headers),
+        // Retention raced the request.
+        Ok(None) => json_error(
+            StatusCode::GONE,
+            &format!("block {number} was removed by retention"),
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn diff_file(state: State<AppState>, raw: Path<String>, headers: HeaderMap) -> Response {
+    file(FileKind::Diff, state, raw, headers).await
+}
+
+async fn block_file(state: State<AppState>, raw: Path<String>, headers: HeaderMap) -> Response {
+    file(FileKind::Block, state, raw, headers).await
+}
+
+async fn head(State(state): State<AppState>) -> Response {
+    match state.diffs.head() {
+        Some(head) => (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            head.to_json(),
+        )
+            .into_response(),
+        None => json_error(StatusCode::NOT_FOUND, "no diff published yet"),
+    }
+}
+
+/// `from` and `to` of a query string (other parameters are ignored).
+fn query_numbers(uri: &Uri) -> Result<(Option<u64>, Option<u64>), Response> {
+    let (mut from, mut to) = (None, None);
+    for pair in uri.query().unwrap_or_default().split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "from" => from = Some(parse_number(value)?),
+            "to" => to = Some(parse_number(value)?),
+            _ => {}
+        }
+    }
+    Ok((from, to))
+}
+
+async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
+    let (from, to) = match query_numbers(&uri) {
+        Ok((Some(from), Some(to))) if from <= to => (from, to),
+        Ok(_) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "give a range as /diffs?from=A&to=B with A <= B",
+            )
+        }
+        Err(response) => return response,
+    };
+    if to - from >= MAX_RANGE_BLOCKS {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("at most {MAX_RANGE_BLOCKS} blocks per request"),
+        );
+    }
+    if let Some(response) = unavailable(&state.diffs, from) {
+        return response;
+    }
+    let head = state.diffs.head().map_or(0, |h| h.number);
+    let last = to.min(head);
+    let diffs = state.diffs.clone();
+    let body = tokio::task::spawn_blocking(move || {
+        let mut body = Vec::new();
+        let mut last_included = None;
+        for n in from..=last {
+            let Some(bytes) = diffs.archive().read(FileKind::Diff, n)? else {
+                break;
+            };
+            if !body.is_empty() && body.len() + 4 + bytes.len() > MAX_RANGE_BYTES {
+                break;
+            }
+            body.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            body.extend_from_slice(&bytes);
+            last_included = Some(n);
+        }
+        Ok::<_, gigas_statediff::archive::ArchiveError>((body, last_included))
+    })
+    .await;
+    let (body, last_included) = match body {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "reading the diff archive");
+            return json_error(StatusCode::INTERNAL_SERVER_ERROR, "reading the archive failed");
+        }
+        Err(e) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let Some(last_included) = last_included else {
+        return json_error(
+            StatusCode::GONE,
+            &format!("block {from} was removed by retention"),
+        );
+    };
+    // The whole range asked for: as immutable as its files. Cut short (by the head or the
+    // size bound): the answer to this URL will change, so it is not cached.
+    if last_included == to {
+        let mut response = immutable(body, &headers);
+        if let Ok(v) = HeaderValue::from_str(&format!("{from}-{last_included}")) {
+            response.headers_mut().insert("x-gigas-range", v);
+        }
+        return response;
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::CACHE_CONTROL, "no-store")
+        .header("x-gigas-range", format!("{from}-{last_included}"))
+        .body(Body::from(body))
+        .unwrap_or_else(|_| json_error(StatusCode::INTERNAL_SERVER_ERROR, "building a response"))
+}
+
+async fn stream(
+    State(state): State<AppState>,
+    uri: Uri,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(_) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "/diffs/stream is a WebSocket: connect with a WebSocket client",
+            )
+        }
+    };
+    let from = match query_numbers(&uri) {
+        Ok((from, _)) => from,
+        Err(response) => return response,
+    };
+    if let Some(from) = from {
+        if from < state.diffs.oldest() {
+            return json_error(
+                StatusCode::GONE,
+                &format!("block {from} was removed by retention"),
+            );
+        }
+    }
+    let Ok(permit) = state.streams.clone().try_acquire_owned() else {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("at most {MAX_STREAMS} diff streams are open; try again later"),
+        );
+    };
+    upgrade.on_upgrade(move |socket| async move {
+        let _permit = permit;
+        if let Err(e) = send_stream(socket, state.diffs, from).await {
+            tracing::debug!(error = %e, "diff stream closed");
+        }
+    })
+}
+
+/// Sends diffs from `from` (or the next one) on, in order, reading from the archive whatever
+/// the live channel did not carry (a late start, or a lag).
+async fn send_stream(
+    mut socket: WebSocket,
+    diffs: Arc<DiffArchive>,
+    from: Option<u64>,
+) -> Result<(), axum::Error> {
+    let mut live = diffs.subscribe();
+    let mut next = from.unwrap_or_else(|| diffs.head().map_or(0, |h| h.number + 1));
+    loop {
+        // Catch up from the files up to the head.
+        while diffs.head().is_some_and(|h| h.number >= next) {
+            match read_file(&diffs, FileKind::Diff, next).await {
+                Ok(Some(bytes)) => {
+                    socket.send(Message::Binary(bytes.into())).await?;
+                    next += 1;
+                }
+                // Removed by retention while the follower was behind: it must start again.
+                Ok(None) | Err(_) => {
+                    let _ = socket
+                        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+                            code: 1011,
+                            reason: format!("block {next} is no longer in the archive").into(),
+                        })))
+                        .await;
+                    return Ok(());
+                }
+            }
+        }
+        tokio::select! {
+            received = live.recv() => match received {
+                Ok(diff) if diff.number == next => {
+                    socket.send(Message::Binary(diff.bytes.0)).await?;
+                    next += 1;
+                }
+                // Older: already sent. Newer: the loop reads the gap from the files.
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+            incoming = socket.recv() => match incoming {
+                // The follower closed, or the connection dropped.
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Ok(()),
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
