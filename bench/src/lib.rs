@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod blockstm;
+pub mod diffs;
 pub mod jit;
 pub mod storage;
 pub mod zipf;

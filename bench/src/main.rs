@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, jit, storage};
+use gigas_bench::{blockstm, diffs, jit, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -33,6 +33,10 @@ enum Command {
     /// Compiled code against the interpreter on compute programs (snailtracer, analysis, an
     /// arithmetic loop, a KECCAK loop), frame for frame; compile time apart.
     Jit(jit::JitArgs),
+    /// State diffs: bytes on the wire per transaction (Zipf transfers over 1M and 10M
+    /// accounts, ERC-20 transfers, the mainnet blocks) and encode/decode speed; `--quick` for
+    /// a run of a few minutes.
+    Diffs(diffs::DiffsArgs),
 }
 
 fn main() -> Result<()> {
@@ -53,6 +57,9 @@ fn main() -> Result<()> {
         }
         Command::Jit(args) => {
             jit::run(&args)?;
+        }
+        Command::Diffs(args) => {
+            diffs::run(&args)?;
         }
     }
     Ok(())

@@ -6,8 +6,8 @@
 //! value carries the operation the encoder would choose. So a decoded body re-encodes to the
 //! same bytes, and any other byte string is an error naming its offset.
 
-use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
-use gigas_primitives::{AccountChange, AccountState, ChangeSet, ChangeSetBuilder};
+use alloy_primitives::{keccak256, Address, B256, U256};
+use gigas_primitives::{AccountChange, AccountState, ChangeSet, CHANGESET_MAGIC};
 
 use crate::error::{BodyError, BodyErrorKind, Section};
 use crate::key::{KeyIndex, StateKey};
@@ -58,6 +58,8 @@ pub struct PackedBody {
 pub struct DecodedBody {
     /// The block's changes.
     pub changes: ChangeSet,
+    /// Their canonical encoding ([`ChangeSet::encode`]), which the state checksum covers.
+    pub canonical: Vec<u8>,
     /// The keys it writes for the first time, in index order.
     pub new_keys: Vec<StateKey>,
 }
@@ -177,16 +179,20 @@ where
     let mut out = Vec::with_capacity(16 + accounts.len() * 16 + storage.len() * 16 + code_bytes);
     let mut new_keys = Vec::new();
 
+    // Prior values are read in the ChangeSet's order (a store reads them sequentially; a
+    // PriorValues finds each at its hint), then records are written in index order.
     let mut repeated: Vec<(u64, u32)> = Vec::with_capacity(accounts.len());
     let mut first: Vec<u32> = Vec::new();
+    let mut befores: Vec<Option<AccountState>> = Vec::with_capacity(accounts.len());
     for (i, (address, _)) in accounts.iter().enumerate() {
         match index
             .index_of(&StateKey::Account(*address))
-            .map_err(|e| index_error(out.len(), e))?
+            .map_err(|e| index_error(0, e))?
         {
             Some(ix) => repeated.push((ix, i as u32)),
             None => first.push(i as u32),
         }
+        befores.push(prior.account(address).map_err(|e| prior_error(0, e))?);
     }
     repeated.sort_unstable_by_key(|r| r.0);
     write_varint(&mut out, repeated.len() as u64);
@@ -194,33 +200,20 @@ where
     for &(ix, i) in &repeated {
         write_varint(&mut out, ix - next);
         next = ix + 1;
-        let (address, change) = &accounts[i as usize];
-        let before = prior
-            .account(address)
-            .map_err(|e| prior_error(out.len(), e))?;
-        write_account(&mut out, change, before);
+        write_account(&mut out, &accounts[i as usize].1, befores[i as usize]);
     }
     write_varint(&mut out, first.len() as u64);
     for &i in &first {
         let (address, change) = &accounts[i as usize];
         out.extend_from_slice(address.as_slice());
-        let before = prior
-            .account(address)
-            .map_err(|e| prior_error(out.len(), e))?;
-        write_account(&mut out, change, before);
+        write_account(&mut out, change, befores[i as usize]);
         new_keys.push(StateKey::Account(*address));
     }
 
     let wiped = wiped_addresses(changes);
-    let slot_prior = |address: &Address, slot: &U256, at: usize| -> Result<U256, BodyError> {
-        if wiped.binary_search(address).is_ok() {
-            Ok(U256::ZERO)
-        } else {
-            prior.slot(address, slot).map_err(|e| prior_error(at, e))
-        }
-    };
     repeated.clear();
     first.clear();
+    let mut slot_befores: Vec<U256> = Vec::with_capacity(storage.len());
     for (i, (address, slot, _)) in storage.iter().enumerate() {
         match index
             .index_of(&StateKey::Slot(*address, *slot))
@@ -229,6 +222,13 @@ where
             Some(ix) => repeated.push((ix, i as u32)),
             None => first.push(i as u32),
         }
+        slot_befores.push(if wiped.binary_search(address).is_ok() {
+            U256::ZERO
+        } else {
+            prior
+                .slot(address, slot)
+                .map_err(|e| prior_error(out.len(), e))?
+        });
     }
     repeated.sort_unstable_by_key(|r| r.0);
     write_varint(&mut out, repeated.len() as u64);
@@ -236,9 +236,7 @@ where
     for &(ix, i) in &repeated {
         write_varint(&mut out, ix - next);
         next = ix + 1;
-        let (address, slot, value) = &storage[i as usize];
-        let before = slot_prior(address, slot, out.len())?;
-        write_value(&mut out, &before, value);
+        write_value(&mut out, &slot_befores[i as usize], &storage[i as usize].2);
     }
     // First writes of slots, grouped by address (the ChangeSet's order keeps them together).
     let groups = first
@@ -259,8 +257,7 @@ where
         for &i in &first[n..n + len] {
             let (_, slot, value) = &storage[i as usize];
             out.extend_from_slice(&slot.to_be_bytes::<32>());
-            let before = slot_prior(&address, slot, out.len())?;
-            write_value(&mut out, &before, value);
+            write_value(&mut out, &slot_befores[i as usize], value);
             new_keys.push(StateKey::Slot(address, *slot));
         }
         n += len;
@@ -361,91 +358,50 @@ impl<'a> Reader<'a> {
         Ok(Address::from_slice(self.take(20)?))
     }
 
+    /// A value record's structure: its offset (the metadata byte) once the operand is
+    /// known to be there. The value itself needs the prior value ([`resolve_value`]).
     #[inline]
-    fn value(&mut self, prior: &U256) -> Result<U256, BodyError> {
+    fn value(&mut self) -> Result<usize, BodyError> {
         let at = self.at;
         let meta = self.u8()?;
         let (op, len) = (meta >> 6, (meta & 0x3f) as usize);
         if op > OP_REPLACE || len > 32 {
             return Err(self.error(at, BodyErrorKind::ValueMeta(meta)));
         }
-        let operand = U256::from_be_slice(self.take(len)?);
-        let new = match op {
-            OP_ADD => prior.wrapping_add(operand),
-            OP_SUB => prior.wrapping_sub(operand),
-            _ => operand,
-        };
-        let (canonical, _) = pack_value(prior, &new);
-        if canonical != op || byte_len(&operand) != len {
-            return Err(self.error(at, BodyErrorKind::NonCanonical("value")));
-        }
-        Ok(new)
+        self.take(len)?;
+        Ok(at)
     }
 
-    fn account(&mut self, prior: Option<AccountState>) -> Result<AccountChange, BodyError> {
+    /// An account record's structure (see [`RawAccount`]).
+    fn account(&mut self) -> Result<RawAccount, BodyError> {
         let at = self.at;
         let flags = self.u8()?;
-        if flags & ACCOUNT_RESERVED != 0 {
+        if flags & ACCOUNT_RESERVED != 0 || (flags & DESTROYED != 0 && flags != DESTROYED | WIPED) {
             return Err(self.error(at, BodyErrorKind::Flags(flags)));
         }
+        let mut raw = RawAccount {
+            at,
+            flags,
+            balance_at: 0,
+            nonce: 0,
+            nonce_at: 0,
+            code_at: 0,
+        };
         if flags & DESTROYED != 0 {
-            if flags != DESTROYED | WIPED {
-                return Err(self.error(at, BodyErrorKind::Flags(flags)));
-            }
-            return Ok(AccountChange {
-                state: None,
-                storage_wiped: true,
-            });
+            return Ok(raw);
         }
-        let prior = prior.unwrap_or(EMPTY_ACCOUNT);
-        let balance = if flags & BALANCE != 0 {
-            let value_at = self.at;
-            let balance = self.value(&prior.balance)?;
-            if balance == prior.balance {
-                return Err(self.error(value_at, BodyErrorKind::NonCanonical("unchanged balance")));
-            }
-            balance
-        } else {
-            prior.balance
-        };
-        let op = (flags & NONCE_MASK) >> NONCE_SHIFT;
-        let nonce_at = self.at;
-        let nonce = match op {
-            NONCE_SAME => prior.nonce,
-            NONCE_PLUS_ONE => prior
-                .nonce
-                .checked_add(1)
-                .ok_or_else(|| self.error(at, BodyErrorKind::NonceOverflow))?,
-            NONCE_ADD => {
-                let delta = self.varint()?;
-                prior
-                    .nonce
-                    .checked_add(delta)
-                    .ok_or_else(|| self.error(nonce_at, BodyErrorKind::NonceOverflow))?
-            }
-            _ => self.varint()?,
-        };
-        if nonce_op(prior.nonce, nonce).0 != op {
-            return Err(self.error(nonce_at, BodyErrorKind::NonCanonical("nonce")));
+        if flags & BALANCE != 0 {
+            raw.balance_at = self.value()?;
         }
-        let code_hash = if flags & CODE != 0 {
-            let code_at = self.at;
-            let hash = B256::from_slice(self.take(32)?);
-            if hash == prior.code_hash {
-                return Err(self.error(code_at, BodyErrorKind::NonCanonical("unchanged code hash")));
-            }
-            hash
-        } else {
-            prior.code_hash
-        };
-        Ok(AccountChange {
-            state: Some(AccountState {
-                nonce,
-                balance,
-                code_hash,
-            }),
-            storage_wiped: flags & WIPED != 0,
-        })
+        if (flags & NONCE_MASK) >> NONCE_SHIFT >= NONCE_ADD {
+            raw.nonce_at = self.at;
+            raw.nonce = self.varint()?;
+        }
+        if flags & CODE != 0 {
+            raw.code_at = self.at;
+            self.take(32)?;
+        }
+        Ok(raw)
     }
 
     /// The next index of a gap-encoded, strictly increasing sequence.
@@ -472,10 +428,113 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// An account record parsed for its structure; offsets point into the body.
+#[derive(Debug, Clone, Copy)]
+struct RawAccount {
+    /// Offset of the flags byte.
+    at: usize,
+    flags: u8,
+    /// Offset of the balance's value record (when `BALANCE`).
+    balance_at: usize,
+    /// The nonce operand (for `NONCE_ADD` and `NONCE_SET`) and its offset.
+    nonce: u64,
+    nonce_at: usize,
+    /// Offset of the code hash (when `CODE`).
+    code_at: usize,
+}
+
+/// The value a record at `at` gives against `prior`, refused unless it is what the encoder
+/// writes for that value.
+#[inline]
+fn resolve_value(bytes: &[u8], at: usize, prior: &U256) -> Result<U256, BodyError> {
+    let meta = bytes[at];
+    let (op, len) = (meta >> 6, (meta & 0x3f) as usize);
+    let operand = U256::from_be_slice(&bytes[at + 1..at + 1 + len]);
+    let new = match op {
+        OP_ADD => prior.wrapping_add(operand),
+        OP_SUB => prior.wrapping_sub(operand),
+        _ => operand,
+    };
+    let (canonical, _) = pack_value(prior, &new);
+    if canonical != op || byte_len(&operand) != len {
+        return Err(BodyError {
+            at,
+            kind: BodyErrorKind::NonCanonical("value"),
+        });
+    }
+    Ok(new)
+}
+
+/// The account change a record gives against the account's prior state.
+fn resolve_account(
+    bytes: &[u8],
+    raw: &RawAccount,
+    prior: Option<AccountState>,
+) -> Result<AccountChange, BodyError> {
+    let fail = |at, kind| Err(BodyError { at, kind });
+    if raw.flags & DESTROYED != 0 {
+        return Ok(AccountChange {
+            state: None,
+            storage_wiped: true,
+        });
+    }
+    let prior = prior.unwrap_or(EMPTY_ACCOUNT);
+    let balance = if raw.flags & BALANCE != 0 {
+        let balance = resolve_value(bytes, raw.balance_at, &prior.balance)?;
+        if balance == prior.balance {
+            return fail(
+                raw.balance_at,
+                BodyErrorKind::NonCanonical("unchanged balance"),
+            );
+        }
+        balance
+    } else {
+        prior.balance
+    };
+    let op = (raw.flags & NONCE_MASK) >> NONCE_SHIFT;
+    let nonce = match op {
+        NONCE_SAME => Some(prior.nonce),
+        NONCE_PLUS_ONE => prior.nonce.checked_add(1),
+        NONCE_ADD => prior.nonce.checked_add(raw.nonce),
+        _ => Some(raw.nonce),
+    };
+    let Some(nonce) = nonce else {
+        return fail(raw.at, BodyErrorKind::NonceOverflow);
+    };
+    if nonce_op(prior.nonce, nonce).0 != op {
+        return fail(raw.at, BodyErrorKind::NonCanonical("nonce"));
+    }
+    let code_hash = if raw.flags & CODE != 0 {
+        let hash = B256::from_slice(&bytes[raw.code_at..raw.code_at + 32]);
+        if hash == prior.code_hash {
+            return fail(
+                raw.code_at,
+                BodyErrorKind::NonCanonical("unchanged code hash"),
+            );
+        }
+        hash
+    } else {
+        prior.code_hash
+    };
+    Ok(AccountChange {
+        state: Some(AccountState {
+            nonce,
+            balance,
+            code_hash,
+        }),
+        storage_wiped: raw.flags & WIPED != 0,
+    })
+}
+
 /// Decodes a packed body against the key index and the prior values. Total: any byte string
 /// either decodes to the ChangeSet whose encoding it is, or is an error naming its offset;
 /// nothing is allocated beyond what the bytes can hold. Reads only; the caller extends the
 /// index with [`DecodedBody::new_keys`] once the diff is verified.
+///
+/// It works in passes: the structure first (every count, index and length, no lookups), then
+/// the keys of the repeated writes, then the prior values, then the values. Each pass's
+/// lookups are independent of each other, so a store's cache misses overlap instead of
+/// queueing behind the parsing of the record before.
 pub fn decode_body<I, P>(bytes: &[u8], index: &I, prior: &P) -> Result<DecodedBody, BodyError>
 where
     I: KeyIndex + ?Sized,
@@ -483,107 +542,36 @@ where
 {
     let mut r = Reader { bytes, at: 0 };
     let table_len = index.len().map_err(|e| index_error(0, e))?;
-    let mut builder = ChangeSetBuilder::new();
-    let mut new_keys = Vec::new();
-    let mut wiped: Vec<Address> = Vec::new();
 
-    let section = Section::RepeatedAccounts;
-    let count = r.count(section, MIN_REPEATED)?;
+    // Pass 1: the structure.
+    let count = r.count(Section::RepeatedAccounts, MIN_REPEATED)?;
+    let mut repeated_accounts: Vec<(usize, u64, RawAccount)> = Vec::with_capacity(count);
     let mut next = 0u64;
     for _ in 0..count {
-        let (at, ix) = r.next_index(section, &mut next, table_len)?;
-        let address = match index.key_at(ix).map_err(|e| index_error(at, e))? {
-            Some(StateKey::Account(a)) => a,
-            Some(StateKey::Slot(..)) => {
-                return Err(r.error(
-                    at,
-                    BodyErrorKind::WrongKind {
-                        section,
-                        index: ix,
-                        found: "slot",
-                    },
-                ))
-            }
-            None => {
-                return Err(r.error(
-                    at,
-                    BodyErrorKind::UnknownIndex {
-                        section,
-                        index: ix,
-                        len: table_len,
-                    },
-                ))
-            }
-        };
-        let before = prior.account(&address).map_err(|e| prior_error(at, e))?;
-        let change = r.account(before)?;
-        add_account(&mut builder, &mut wiped, address, change);
+        let (at, ix) = r.next_index(Section::RepeatedAccounts, &mut next, table_len)?;
+        repeated_accounts.push((at, ix, r.account()?));
     }
-
     let section = Section::FirstAccounts;
     let count = r.count(section, MIN_FIRST_ACCOUNT)?;
-    new_keys.reserve(count);
-    let mut last: Option<Address> = None;
+    let mut first_accounts: Vec<(usize, Address, RawAccount)> = Vec::with_capacity(count);
     for _ in 0..count {
         let at = r.at;
         let address = r.address()?;
-        if last.is_some_and(|l| l >= address) {
+        if first_accounts.last().is_some_and(|(_, l, _)| *l >= address) {
             return Err(r.error(at, BodyErrorKind::Unordered { section }));
         }
-        last = Some(address);
-        let key = StateKey::Account(address);
-        if let Some(ix) = index.index_of(&key).map_err(|e| index_error(at, e))? {
-            return Err(r.error(at, BodyErrorKind::AlreadyIndexed { section, index: ix }));
-        }
-        let before = prior.account(&address).map_err(|e| prior_error(at, e))?;
-        let change = r.account(before)?;
-        add_account(&mut builder, &mut wiped, address, change);
-        new_keys.push(key);
+        first_accounts.push((at, address, r.account()?));
     }
-    wiped.sort_unstable();
-    let slot_prior = |address: &Address, slot: &U256, at: usize| -> Result<U256, BodyError> {
-        if wiped.binary_search(address).is_ok() {
-            Ok(U256::ZERO)
-        } else {
-            prior.slot(address, slot).map_err(|e| prior_error(at, e))
-        }
-    };
-
-    let section = Section::RepeatedSlots;
-    let count = r.count(section, MIN_REPEATED)?;
+    let count = r.count(Section::RepeatedSlots, MIN_REPEATED)?;
+    let mut repeated_slots: Vec<(usize, u64, usize)> = Vec::with_capacity(count);
     let mut next = 0u64;
     for _ in 0..count {
-        let (at, ix) = r.next_index(section, &mut next, table_len)?;
-        let (address, slot) = match index.key_at(ix).map_err(|e| index_error(at, e))? {
-            Some(StateKey::Slot(a, s)) => (a, s),
-            Some(StateKey::Account(_)) => {
-                return Err(r.error(
-                    at,
-                    BodyErrorKind::WrongKind {
-                        section,
-                        index: ix,
-                        found: "account",
-                    },
-                ))
-            }
-            None => {
-                return Err(r.error(
-                    at,
-                    BodyErrorKind::UnknownIndex {
-                        section,
-                        index: ix,
-                        len: table_len,
-                    },
-                ))
-            }
-        };
-        let before = slot_prior(&address, &slot, at)?;
-        let value = r.value(&before)?;
-        builder.slot(address, slot, value);
+        let (at, ix) = r.next_index(Section::RepeatedSlots, &mut next, table_len)?;
+        repeated_slots.push((at, ix, r.value()?));
     }
-
     let section = Section::FirstSlots;
     let groups = r.count(section, MIN_SLOT_GROUP)?;
+    let mut first_slots: Vec<(usize, Address, U256, usize)> = Vec::new();
     let mut last: Option<Address> = None;
     for _ in 0..groups {
         let at = r.at;
@@ -597,7 +585,7 @@ where
         if count == 0 {
             return Err(r.error(count_at, BodyErrorKind::NonCanonical("empty slot group")));
         }
-        new_keys.reserve(count);
+        first_slots.reserve(count);
         let mut last_slot: Option<U256> = None;
         for _ in 0..count {
             let at = r.at;
@@ -606,19 +594,12 @@ where
                 return Err(r.error(at, BodyErrorKind::Unordered { section }));
             }
             last_slot = Some(slot);
-            let key = StateKey::Slot(address, slot);
-            if let Some(ix) = index.index_of(&key).map_err(|e| index_error(at, e))? {
-                return Err(r.error(at, BodyErrorKind::AlreadyIndexed { section, index: ix }));
-            }
-            let before = slot_prior(&address, &slot, at)?;
-            let value = r.value(&before)?;
-            builder.slot(address, slot, value);
-            new_keys.push(key);
+            first_slots.push((at, address, slot, r.value()?));
         }
     }
-
     let section = Section::Bytecodes;
     let count = r.count(section, MIN_CODE)?;
+    let mut codes: Vec<&[u8]> = Vec::with_capacity(count);
     let mut last: Option<B256> = None;
     for _ in 0..count {
         let at = r.at;
@@ -633,30 +614,176 @@ where
             return Err(r.error(at, BodyErrorKind::Unordered { section }));
         }
         last = Some(hash);
-        builder.bytecode(Bytes::copy_from_slice(code));
+        codes.push(code);
     }
-
     if r.remaining() != 0 {
         return Err(r.error(r.at, BodyErrorKind::Trailing(r.remaining())));
     }
+
+    // Pass 2: keys. Repeated writes name theirs by index; first writes must have none.
+    let mut accounts: Vec<(Address, AccountChange)> =
+        Vec::with_capacity(repeated_accounts.len() + first_accounts.len());
+    let mut account_keys: Vec<Address> = Vec::with_capacity(accounts.capacity());
+    for &(at, ix, _) in &repeated_accounts {
+        match index.key_at(ix).map_err(|e| index_error(at, e))? {
+            Some(StateKey::Account(a)) => account_keys.push(a),
+            other => {
+                return Err(wrong_key(
+                    at,
+                    Section::RepeatedAccounts,
+                    ix,
+                    table_len,
+                    other,
+                ))
+            }
+        }
+    }
+    let mut new_keys = Vec::with_capacity(first_accounts.len() + first_slots.len());
+    for &(at, address, _) in &first_accounts {
+        let key = StateKey::Account(address);
+        if let Some(ix) = index.index_of(&key).map_err(|e| index_error(at, e))? {
+            return Err(already(at, Section::FirstAccounts, ix));
+        }
+        account_keys.push(address);
+        new_keys.push(key);
+    }
+    let mut slot_keys: Vec<(Address, U256)> =
+        Vec::with_capacity(repeated_slots.len() + first_slots.len());
+    for &(at, ix, _) in &repeated_slots {
+        match index.key_at(ix).map_err(|e| index_error(at, e))? {
+            Some(StateKey::Slot(a, s)) => slot_keys.push((a, s)),
+            other => return Err(wrong_key(at, Section::RepeatedSlots, ix, table_len, other)),
+        }
+    }
+    for &(at, address, slot, _) in &first_slots {
+        let key = StateKey::Slot(address, slot);
+        if let Some(ix) = index.index_of(&key).map_err(|e| index_error(at, e))? {
+            return Err(already(at, Section::FirstSlots, ix));
+        }
+        slot_keys.push((address, slot));
+        new_keys.push(key);
+    }
+
+    // Pass 3: prior values, then pass 4: the values.
+    let raws = repeated_accounts
+        .iter()
+        .map(|(_, _, raw)| raw)
+        .chain(first_accounts.iter().map(|(_, _, raw)| raw));
+    let mut priors: Vec<Option<AccountState>> = Vec::with_capacity(account_keys.len());
+    for (address, raw) in account_keys.iter().zip(raws.clone()) {
+        priors.push(prior.account(address).map_err(|e| prior_error(raw.at, e))?);
+    }
+    let mut wiped: Vec<Address> = Vec::new();
+    for ((address, raw), before) in account_keys.iter().zip(raws).zip(priors) {
+        let change = resolve_account(bytes, raw, before)?;
+        if change.storage_wiped {
+            wiped.push(*address);
+        }
+        accounts.push((*address, change));
+    }
+    wiped.sort_unstable();
+    let value_ats = repeated_slots
+        .iter()
+        .map(|&(_, _, v)| v)
+        .chain(first_slots.iter().map(|&(_, _, _, v)| v));
+    let mut slot_priors: Vec<U256> = Vec::with_capacity(slot_keys.len());
+    for ((address, slot), at) in slot_keys.iter().zip(value_ats.clone()) {
+        slot_priors.push(if wiped.binary_search(address).is_ok() {
+            U256::ZERO
+        } else {
+            prior.slot(address, slot).map_err(|e| prior_error(at, e))?
+        });
+    }
+    let mut slots: Vec<(Address, U256, U256)> = Vec::with_capacity(slot_keys.len());
+    for (((address, slot), at), before) in slot_keys.iter().zip(value_ats).zip(&slot_priors) {
+        slots.push((*address, *slot, resolve_value(bytes, at, before)?));
+    }
+
+    // The canonical ChangeSet bytes are written straight from the sorted records: the state
+    // checksum covers them anyway, and ChangeSet::decode builds the ChangeSet from them with
+    // plain pushes (a ChangeSetBuilder's sorted maps cost several times more) while checking
+    // their order once more. The layout is gigas-primitives' version 1 (changeset.rs); a
+    // change there shows up as a decode error in every round-trip test.
+    let mut order: Vec<(Address, u32)> = accounts
+        .iter()
+        .enumerate()
+        .map(|(i, (a, _))| (*a, i as u32))
+        .collect();
+    order.sort_unstable();
+    slots.sort_unstable_by_key(|(a, s, _)| (*a, *s));
+    let code_len: usize = codes.iter().map(|c| 36 + c.len()).sum();
+    let mut canonical = Vec::with_capacity(16 + accounts.len() * 93 + slots.len() * 84 + code_len);
+    canonical.extend_from_slice(&CHANGESET_MAGIC);
+    canonical.extend_from_slice(&(accounts.len() as u32).to_le_bytes());
+    for (address, i) in order {
+        let change = &accounts[i as usize].1;
+        canonical.extend_from_slice(address.as_slice());
+        let flags = u8::from(change.state.is_none()) | u8::from(change.storage_wiped) << 1;
+        canonical.push(flags);
+        if let Some(state) = &change.state {
+            canonical.extend_from_slice(&state.nonce.to_le_bytes());
+            canonical.extend_from_slice(&state.balance.to_be_bytes::<32>());
+            canonical.extend_from_slice(state.code_hash.as_slice());
+        }
+    }
+    canonical.extend_from_slice(&(slots.len() as u32).to_le_bytes());
+    for (address, slot, value) in &slots {
+        canonical.extend_from_slice(address.as_slice());
+        canonical.extend_from_slice(&slot.to_be_bytes::<32>());
+        canonical.extend_from_slice(&value.to_be_bytes::<32>());
+    }
+    canonical.extend_from_slice(&(codes.len() as u32).to_le_bytes());
+    for code in &codes {
+        canonical.extend_from_slice(keccak256(code).as_slice());
+        canonical.extend_from_slice(&(code.len() as u32).to_le_bytes());
+        canonical.extend_from_slice(code);
+    }
+    // Only an index that names one key under two indices can make these bytes
+    // non-canonical (the same account twice).
+    let changes = ChangeSet::decode(&canonical).map_err(|e| {
+        index_error(
+            0,
+            crate::error::StoreError::msg(format!("the index names a key twice in this body: {e}")),
+        )
+    })?;
     Ok(DecodedBody {
-        changes: builder.build(),
+        changes,
         new_keys,
+        canonical,
     })
 }
 
-fn add_account(
-    builder: &mut ChangeSetBuilder,
-    wiped: &mut Vec<Address>,
-    address: Address,
-    change: AccountChange,
-) {
-    if change.storage_wiped {
-        wiped.push(address);
-    }
-    match change.state {
-        Some(state) => builder.account(address, state, change.storage_wiped),
-        None => builder.destroyed(address),
+fn wrong_key(
+    at: usize,
+    section: Section,
+    index: u64,
+    len: u64,
+    found: Option<StateKey>,
+) -> BodyError {
+    let kind = match found {
+        Some(StateKey::Account(_)) => BodyErrorKind::WrongKind {
+            section,
+            index,
+            found: "account",
+        },
+        Some(StateKey::Slot(..)) => BodyErrorKind::WrongKind {
+            section,
+            index,
+            found: "slot",
+        },
+        None => BodyErrorKind::UnknownIndex {
+            section,
+            index,
+            len,
+        },
+    };
+    BodyError { at, kind }
+}
+
+fn already(at: usize, section: Section, index: u64) -> BodyError {
+    BodyError {
+        at,
+        kind: BodyErrorKind::AlreadyIndexed { section, index },
     }
 }
 
@@ -676,16 +803,11 @@ mod tests {
         let mut out = Vec::new();
         write_value(&mut out, &v(1000), &v(1001));
         assert_eq!(out, [OP_ADD << 6 | 1, 1]);
-        let mut r = Reader { bytes: &out, at: 0 };
-        assert_eq!(r.value(&v(1000)), Ok(v(1001)));
+        assert_eq!(resolve_value(&out, 0, &v(1000)), Ok(v(1001)));
         // The same value written as a replacement is refused.
         let replaced = [OP_REPLACE << 6 | 2, 0x03, 0xe9];
-        let mut r = Reader {
-            bytes: &replaced,
-            at: 0,
-        };
         assert!(matches!(
-            r.value(&v(1000)),
+            resolve_value(&replaced, 0, &v(1000)),
             Err(BodyError {
                 kind: BodyErrorKind::NonCanonical(_),
                 ..

@@ -8,7 +8,7 @@
 //! decoded and verified (follower), so a refused diff leaves no trace.
 
 use alloy_primitives::{Address, U256};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 
 use crate::error::StoreError;
 
@@ -44,19 +44,19 @@ const SLOT_BIT: u32 = 1 << 31;
 /// The enumeration index table in memory.
 ///
 /// Each key is stored once, packed (20 bytes for an account, 52 for a slot), in one of two
-/// vectors; a `u32` per index locates it, and a hash table of `u32` indices finds a key's index
-/// by hashing the key and comparing against the packed bytes. That is about 29 bytes per
-/// account key and 61 per slot key (plus the table's growth slack): 10 million account keys
-/// take about 300 MB, where a `HashMap<StateKey, u64>` beside a `Vec<StateKey>` would take
-/// about 1.4 GB. Holds up to 2^31 keys of each kind.
+/// vectors; a `u32` per index locates it, and a hash table of (index, locator) pairs finds a
+/// key's index by hashing the key and comparing against the packed bytes, one memory access
+/// away. That is about 33 bytes per account key and 65 per slot key, plus the table's growth
+/// slack: 10 million account keys take about 350 MB, where a `HashMap<StateKey, u64>` beside
+/// a `Vec<StateKey>` would take about 1.4 GB. Holds up to 2^31 keys of each kind.
 #[derive(Clone)]
 pub struct MemoryKeyIndex {
     accounts: Vec<[u8; 20]>,
     slots: Vec<[u8; 52]>,
     /// Per index: bit 31 set for a slot, the low bits its position in `accounts` or `slots`.
     locators: Vec<u32>,
-    /// Indices, hashed by their key.
-    table: hashbrown::HashTable<u32>,
+    /// Per key: its index in the high 32 bits, its locator in the low 32.
+    table: hashbrown::HashTable<u64>,
     /// Keys come from the chain, which anyone can write to: a per-process random seed keeps
     /// crafted keys from colliding on purpose.
     hasher: foldhash::quality::RandomState,
@@ -77,16 +77,36 @@ impl Default for MemoryKeyIndex {
     }
 }
 
-enum Packed<'a> {
-    Account(&'a [u8; 20]),
-    Slot(&'a [u8; 52]),
-}
-
 fn pack_slot(address: &Address, slot: &U256) -> [u8; 52] {
     let mut out = [0u8; 52];
     out[..20].copy_from_slice(address.as_slice());
     out[20..].copy_from_slice(&slot.to_be_bytes::<32>());
     out
+}
+
+fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Hashes a packed key as whole words (the slice path of a hasher is several times slower on
+/// these short keys).
+fn hash_packed(hasher: &foldhash::quality::RandomState, bytes: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        h.write_u64(word(bytes, at));
+        at += 8;
+    }
+    let mut tail = [0u8; 4];
+    tail.copy_from_slice(&bytes[at..]);
+    h.write_u32(u32::from_le_bytes(tail));
+    h.finish()
+}
+
+const fn entry(index: u32, locator: u32) -> u64 {
+    (index as u64) << 32 | locator as u64
 }
 
 impl MemoryKeyIndex {
@@ -111,50 +131,36 @@ impl MemoryKeyIndex {
         self.accounts.capacity() * 20
             + self.slots.capacity() * 52
             + self.locators.capacity() * 4
-            // hashbrown: one control byte and one u32 per bucket; buckets ~ capacity * 8 / 7.
-            + self.table.capacity() * 8 / 7 * 5
+            // hashbrown: one control byte and one u64 per bucket; buckets ~ capacity * 8 / 7.
+            + self.table.capacity() * 8 / 7 * 9
     }
 
-    fn packed(&self, index: u32) -> Packed<'_> {
-        let locator = self.locators[index as usize];
+    fn bytes_at(&self, locator: u32) -> &[u8] {
         let position = (locator & !SLOT_BIT) as usize;
         if locator & SLOT_BIT == 0 {
-            Packed::Account(&self.accounts[position])
+            &self.accounts[position]
         } else {
-            Packed::Slot(&self.slots[position])
-        }
-    }
-
-    fn hash_packed(hasher: &foldhash::quality::RandomState, packed: &Packed<'_>) -> u64 {
-        match packed {
-            Packed::Account(bytes) => hasher.hash_one(&bytes[..]),
-            Packed::Slot(bytes) => hasher.hash_one(&bytes[..]),
+            &self.slots[position]
         }
     }
 
     fn find(&self, key: &StateKey) -> Option<u32> {
-        match key {
-            StateKey::Account(address) => {
-                let bytes: &[u8; 20] = &address.0 .0;
-                let hash = self.hasher.hash_one(&bytes[..]);
-                self.table
-                    .find(
-                        hash,
-                        |&i| matches!(self.packed(i), Packed::Account(b) if b == bytes),
-                    )
-                    .copied()
-            }
+        let packed;
+        let bytes: &[u8] = match key {
+            StateKey::Account(address) => address.as_slice(),
             StateKey::Slot(address, slot) => {
-                let bytes = pack_slot(address, slot);
-                let hash = self.hasher.hash_one(&bytes[..]);
-                self.table
-                    .find(
-                        hash,
-                        |&i| matches!(self.packed(i), Packed::Slot(b) if *b == bytes),
-                    )
-                    .copied()
+                packed = pack_slot(address, slot);
+                &packed
             }
-        }
+        };
+        let is_slot = matches!(key, StateKey::Slot(..));
+        let hash = hash_packed(&self.hasher, bytes);
+        self.table
+            .find(hash, |&e| {
+                let locator = e as u32;
+                (locator & SLOT_BIT != 0) == is_slot && self.bytes_at(locator) == bytes
+            })
+            .map(|&e| (e >> 32) as u32)
     }
 
     /// Gives `new_keys` the next indices, in order. Call it with a diff's new keys only after
@@ -162,12 +168,7 @@ impl MemoryKeyIndex {
     /// nothing, a key that already has an index (or appears twice) and a table that would
     /// outgrow 2^31 keys of a kind.
     pub fn extend(&mut self, new_keys: &[StateKey]) -> Result<(), StoreError> {
-        let start = (
-            self.accounts.len(),
-            self.slots.len(),
-            self.locators.len(),
-            self.table.len(),
-        );
+        let start = self.locators.len();
         let slots = new_keys
             .iter()
             .filter(|k| matches!(k, StateKey::Slot(..)))
@@ -184,6 +185,24 @@ impl MemoryKeyIndex {
         self.accounts.reserve(accounts);
         self.slots.reserve(slots);
         self.locators.reserve(new_keys.len());
+        {
+            let Self {
+                table,
+                hasher,
+                accounts,
+                slots,
+                ..
+            } = self;
+            table.reserve(new_keys.len(), |&e| {
+                let locator = e as u32;
+                let position = (locator & !SLOT_BIT) as usize;
+                if locator & SLOT_BIT == 0 {
+                    hash_packed(hasher, &accounts[position])
+                } else {
+                    hash_packed(hasher, &slots[position])
+                }
+            });
+        }
         for (n, key) in new_keys.iter().enumerate() {
             if let Some(existing) = self.find(key) {
                 self.truncate(start);
@@ -193,51 +212,54 @@ impl MemoryKeyIndex {
                 )));
             }
             let index = self.locators.len() as u32;
-            match key {
+            let locator = match key {
                 StateKey::Account(address) => {
-                    self.locators.push(self.accounts.len() as u32);
                     self.accounts.push(address.0 .0);
+                    (self.accounts.len() - 1) as u32
                 }
                 StateKey::Slot(address, slot) => {
-                    self.locators.push(self.slots.len() as u32 | SLOT_BIT);
                     self.slots.push(pack_slot(address, slot));
+                    (self.slots.len() - 1) as u32 | SLOT_BIT
                 }
-            }
-            let hash = Self::hash_packed(&self.hasher, &self.packed(index));
+            };
+            self.locators.push(locator);
+            let hash = hash_packed(&self.hasher, self.bytes_at(locator));
             let Self {
                 table,
                 hasher,
                 accounts,
                 slots,
-                locators,
+                ..
             } = self;
-            table.insert_unique(hash, index, |&i| {
-                let locator = locators[i as usize];
+            table.insert_unique(hash, entry(index, locator), |&e| {
+                let locator = e as u32;
                 let position = (locator & !SLOT_BIT) as usize;
                 if locator & SLOT_BIT == 0 {
-                    hasher.hash_one(&accounts[position][..])
+                    hash_packed(hasher, &accounts[position])
                 } else {
-                    hasher.hash_one(&slots[position][..])
+                    hash_packed(hasher, &slots[position])
                 }
             });
         }
         Ok(())
     }
 
-    /// Undoes a partial [`Self::extend`]: removes every index from the table that the
-    /// vectors' lengths in `start` do not cover.
-    fn truncate(&mut self, start: (usize, usize, usize, usize)) {
-        let (accounts, slots, locators, _) = start;
-        for index in (locators..self.locators.len()).rev() {
-            let index = index as u32;
-            let hash = Self::hash_packed(&self.hasher, &self.packed(index));
-            if let Ok(entry) = self.table.find_entry(hash, |&i| i == index) {
-                entry.remove();
+    /// Undoes a partial [`Self::extend`]: removes the keys from index `start` on.
+    fn truncate(&mut self, start: usize) {
+        for index in (start..self.locators.len()).rev() {
+            let locator = self.locators[index];
+            let hash = hash_packed(&self.hasher, self.bytes_at(locator));
+            let wanted = entry(index as u32, locator);
+            if let Ok(found) = self.table.find_entry(hash, |&e| e == wanted) {
+                found.remove();
+            }
+            if locator & SLOT_BIT == 0 {
+                self.accounts.pop();
+            } else {
+                self.slots.pop();
             }
         }
-        self.accounts.truncate(accounts);
-        self.slots.truncate(slots);
-        self.locators.truncate(locators);
+        self.locators.truncate(start);
     }
 }
 
@@ -250,12 +272,13 @@ impl KeyIndex for MemoryKeyIndex {
         if index >= self.locators.len() as u64 {
             return Ok(None);
         }
-        Ok(Some(match self.packed(index as u32) {
-            Packed::Account(bytes) => StateKey::Account(Address::from(*bytes)),
-            Packed::Slot(bytes) => StateKey::Slot(
-                Address::from_slice(&bytes[..20]),
-                U256::from_be_slice(&bytes[20..]),
-            ),
+        let locator = self.locators[index as usize];
+        let bytes = self.bytes_at(locator);
+        let address = Address::from_slice(&bytes[..20]);
+        Ok(Some(if locator & SLOT_BIT == 0 {
+            StateKey::Account(address)
+        } else {
+            StateKey::Slot(address, U256::from_be_slice(&bytes[20..]))
         }))
     }
 

@@ -33,3 +33,6 @@ pub use file::{
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};
 pub use verify::{encode_diff, verify_and_decode, ChainTip, EncodedDiff, VerifiedDiff};
+/// The zstd crate the files are compressed with, re-exported so that benchmarks compare
+/// levels and dictionaries with the same build.
+pub use zstd;

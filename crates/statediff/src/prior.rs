@@ -10,8 +10,10 @@
 //! as (nonce 0, balance 0, no code), and the slots of an account whose storage the block wiped
 //! count as zero (the codec applies that rule itself and never asks the store for them).
 
+use alloy_primitives::map::{AddressMap, B256Map, U256Map};
 use alloy_primitives::{Address, Bytes, B256, KECCAK256_EMPTY, U256};
 use gigas_primitives::{AccountState, ChangeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::StoreError;
 
@@ -44,11 +46,29 @@ impl<T: PriorState + ?Sized> PriorState for &T {
 /// The prior values of one block's changed keys, in sorted vectors (binary search). Asking
 /// for a key it does not hold is an error, never a silent zero: a writer that forgot a key
 /// would otherwise publish a diff that no follower can decode.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct PriorValues {
     accounts: Vec<(Address, Option<AccountState>)>,
     slots: Vec<(Address, U256, U256)>,
+    /// Where the last lookups ended: the encoder asks in the ChangeSet's order, which is this
+    /// order, so the next key is usually the next entry and no search is needed.
+    next_account: AtomicUsize,
+    next_slot: AtomicUsize,
 }
+
+impl Clone for PriorValues {
+    fn clone(&self) -> Self {
+        Self::sorted(self.accounts.clone(), self.slots.clone())
+    }
+}
+
+impl PartialEq for PriorValues {
+    fn eq(&self, other: &Self) -> bool {
+        self.accounts == other.accounts && self.slots == other.slots
+    }
+}
+
+impl Eq for PriorValues {}
 
 impl PriorValues {
     /// From the accounts' states (`None`: did not exist) and the slots' values before the
@@ -62,7 +82,19 @@ impl PriorValues {
         accounts.dedup_by(|later, first| later.0 == first.0);
         slots.sort_by_key(|s| (s.0, s.1));
         slots.dedup_by(|later, first| (later.0, later.1) == (first.0, first.1));
-        Self { accounts, slots }
+        Self::sorted(accounts, slots)
+    }
+
+    fn sorted(
+        accounts: Vec<(Address, Option<AccountState>)>,
+        slots: Vec<(Address, U256, U256)>,
+    ) -> Self {
+        Self {
+            accounts,
+            slots,
+            next_account: AtomicUsize::new(0),
+            next_slot: AtomicUsize::new(0),
+        }
     }
 
     /// Reads from `state` the prior value of every key `changes` writes (slots of accounts
@@ -80,7 +112,7 @@ impl PriorValues {
             }
         }
         // Both lists come out of the ChangeSet's order: already sorted and unique.
-        Ok(Self { accounts, slots })
+        Ok(Self::sorted(accounts, slots))
     }
 
     /// Accounts held.
@@ -96,17 +128,29 @@ impl PriorValues {
 
 impl PriorState for PriorValues {
     fn account(&self, address: &Address) -> Result<Option<AccountState>, StoreError> {
-        self.accounts
-            .binary_search_by(|(a, _)| a.cmp(address))
-            .map(|i| self.accounts[i].1)
-            .map_err(|_| StoreError::msg(format!("no prior value for account {address}")))
+        let hint = self.next_account.load(Ordering::Relaxed);
+        let found = match self.accounts.get(hint) {
+            Some((a, _)) if a == address => Ok(hint),
+            _ => self.accounts.binary_search_by(|(a, _)| a.cmp(address)),
+        };
+        let i =
+            found.map_err(|_| StoreError::msg(format!("no prior value for account {address}")))?;
+        self.next_account.store(i + 1, Ordering::Relaxed);
+        Ok(self.accounts[i].1)
     }
 
     fn slot(&self, address: &Address, slot: &U256) -> Result<U256, StoreError> {
-        self.slots
-            .binary_search_by(|(a, s, _)| (a, s).cmp(&(address, slot)))
-            .map(|i| self.slots[i].2)
-            .map_err(|_| StoreError::msg(format!("no prior value for slot {slot} of {address}")))
+        let hint = self.next_slot.load(Ordering::Relaxed);
+        let found = match self.slots.get(hint) {
+            Some((a, s, _)) if a == address && s == slot => Ok(hint),
+            _ => self
+                .slots
+                .binary_search_by(|(a, s, _)| (a, s).cmp(&(address, slot))),
+        };
+        let i = found
+            .map_err(|_| StoreError::msg(format!("no prior value for slot {slot} of {address}")))?;
+        self.next_slot.store(i + 1, Ordering::Relaxed);
+        Ok(self.slots[i].2)
     }
 }
 
@@ -120,15 +164,14 @@ pub(crate) fn wiped_addresses(changes: &ChangeSet) -> Vec<Address> {
         .collect()
 }
 
-type Map<K, V> = hashbrown::HashMap<K, V>;
-
 /// A whole state in memory: accounts, storage and code, changed block by block with
 /// [`MemoryState::apply`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemoryState {
-    accounts: Map<Address, AccountState>,
-    storage: Map<Address, Map<U256, U256>>,
-    codes: Map<B256, Bytes>,
+    // alloy's maps hash fixed-size keys as whole words, seeded per process.
+    accounts: AddressMap<AccountState>,
+    storage: AddressMap<U256Map<U256>>,
+    codes: B256Map<Bytes>,
 }
 
 impl MemoryState {

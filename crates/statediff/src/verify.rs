@@ -103,7 +103,7 @@ where
     }
     let decoded = decode_body(&file.body, index, prior)
         .map_err(|e| DiffError::new(Some(number), DiffErrorKind::Body(e)))?;
-    let computed = state_checksum(&tip.state_checksum, &decoded.changes.encode());
+    let computed = state_checksum(&tip.state_checksum, &decoded.canonical);
     if computed != file.header.state_root {
         return fail(DiffErrorKind::Checksum {
             header: file.header.state_root,

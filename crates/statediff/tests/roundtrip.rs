@@ -27,6 +27,7 @@ fn stream(seed: u64, blocks: usize, universe: u64) -> (usize, usize) {
         // The body alone: identity, and the decoder's side re-encodes to the same bytes.
         let decoded = decode_body(&published.body, &index, &state).expect("a valid body decodes");
         assert_eq!(decoded.changes, changes);
+        assert_eq!(decoded.canonical, changes.encode());
         let again = encode_body(&decoded.changes, &index, &state).expect("encodes");
         assert_eq!(again.bytes, published.body);
         assert_eq!(again.new_keys, decoded.new_keys);
