@@ -356,6 +356,29 @@ impl ChainConfig {
         Ok(signer)
     }
 
+    /// A digest of everything the genesis block derives from: this spec (without the path of
+    /// its addresses file), the addresses file's own checksum and the sequencer's address.
+    /// A node keeps it beside its stores, so that a restart checks it is on the same chain
+    /// without rebuilding a genesis of millions of accounts.
+    pub fn genesis_fingerprint(&self) -> Result<B256, ChainError> {
+        let mut spec = self.clone();
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(b"gigas genesis fingerprint v1");
+        if let Some(bench) = &mut spec.bench_accounts {
+            let digest = crate::genesis::addresses_checksum(bench)
+                .map_err(|e| ChainError::Invalid(e.to_string()))?;
+            hasher.update(&digest);
+            bench.file = PathBuf::new();
+        }
+        // The key file's path is not the chain: the key is, through its address.
+        spec.sequencer_key = None;
+        spec.sequencer_key_file = None;
+        hasher.update(self.signer()?.address().as_slice());
+        let json = serde_json::to_vec(&spec).map_err(|e| ChainError::Invalid(e.to_string()))?;
+        hasher.update(&json);
+        Ok(B256::from(*hasher.finalize().as_bytes()))
+    }
+
     /// The genesis state's writes in the state key layout (accounts, slots, codes), the
     /// benchmark accounts included.
     pub fn genesis_writes(&self) -> Result<Vec<Write>, ChainError> {

@@ -23,8 +23,7 @@ use alloy_primitives::{Address, Bytes, U256};
 use gigas_primitives::ChangeSet;
 use gigas_statediff::archive::{Archive, ArchiveError, ArchiveHead, FileKind, KeyLog};
 use gigas_statediff::{
-    encode_diff, BlockFile, Compression, DiffError, KeyIndex, MemoryKeyIndex, PriorValues,
-    StateKey,
+    encode_diff, BlockFile, Compression, DiffError, KeyIndex, MemoryKeyIndex, PriorValues, StateKey,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -378,7 +377,11 @@ impl DiffWriter {
         let file = BlockFile {
             number,
             hash: block.hash,
-            transactions: block.transactions.iter().map(|t| t.inner().clone()).collect(),
+            transactions: block
+                .transactions
+                .iter()
+                .map(|t| t.inner().clone())
+                .collect(),
             receipts: block.receipts.clone(),
         };
         self.write_block(

@@ -57,6 +57,28 @@ pub fn router(diffs: Arc<DiffArchive>) -> Router {
         })
 }
 
+/// An error answer before it is rendered (small, unlike a `Response`).
+#[derive(Debug)]
+struct HttpError {
+    status: StatusCode,
+    message: String,
+}
+
+impl HttpError {
+    fn bad_request(message: String) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message,
+        }
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        json_error(self.status, &self.message)
+    }
+}
+
 fn json_error(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({ "error": message }).to_string();
     (
@@ -81,7 +103,10 @@ fn unavailable(diffs: &DiffArchive, number: u64) -> Option<Response> {
     if number > head.number {
         return Some(json_error(
             StatusCode::NOT_FOUND,
-            &format!("block {number} is not produced yet; the head is {}", head.number),
+            &format!(
+                "block {number} is not produced yet; the head is {}",
+                head.number
+            ),
         ));
     }
     if number < diffs.oldest() {
@@ -140,12 +165,11 @@ fn immutable(bytes: Vec<u8>, headers: &HeaderMap) -> Response {
         .into_response()
 }
 
-fn parse_number(raw: &str) -> Result<u64, Response> {
+fn parse_number(raw: &str) -> Result<u64, HttpError> {
     raw.parse().map_err(|_| {
-        json_error(
-            StatusCode::BAD_REQUEST,
-            &format!("'{raw}' is not a block number (decimal, e.g. /diffs/17)"),
-        )
+        HttpError::bad_request(format!(
+            "'{raw}' is not a block number (decimal, e.g. /diffs/17)"
+        ))
     })
 }
 
@@ -160,7 +184,10 @@ async fn read_file(
         .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?
         .map_err(|e| {
             tracing::error!(error = %e, "reading the diff archive");
-            json_error(StatusCode::INTERNAL_SERVER_ERROR, "reading the archive failed")
+            json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reading the archive failed",
+            )
         })
 }
 
@@ -172,7 +199,7 @@ async fn file(
 ) -> Response {
     let number = match parse_number(&raw) {
         Ok(n) => n,
-        Err(response) => return response,
+        Err(e) => return e.into_response(),
     };
     if let Some(response) = unavailable(&state.diffs, number) {
         return response;
@@ -212,7 +239,7 @@ async fn head(State(state): State<AppState>) -> Response {
 }
 
 /// `from` and `to` of a query string (other parameters are ignored).
-fn query_numbers(uri: &Uri) -> Result<(Option<u64>, Option<u64>), Response> {
+fn query_numbers(uri: &Uri) -> Result<(Option<u64>, Option<u64>), HttpError> {
     let (mut from, mut to) = (None, None);
     for pair in uri.query().unwrap_or_default().split('&') {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -234,7 +261,7 @@ async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
                 "give a range as /diffs?from=A&to=B with A <= B",
             )
         }
-        Err(response) => return response,
+        Err(e) => return e.into_response(),
     };
     if to - from >= MAX_RANGE_BLOCKS {
         return json_error(
@@ -269,7 +296,10 @@ async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
         Ok(Ok(result)) => result,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "reading the diff archive");
-            return json_error(StatusCode::INTERNAL_SERVER_ERROR, "reading the archive failed");
+            return json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reading the archive failed",
+            );
         }
         Err(e) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
@@ -313,7 +343,7 @@ async fn stream(
     };
     let from = match query_numbers(&uri) {
         Ok((from, _)) => from,
-        Err(response) => return response,
+        Err(e) => return e.into_response(),
     };
     if let Some(from) = from {
         if from < state.diffs.oldest() {

@@ -93,6 +93,37 @@ pub fn write_addresses(path: &Path, seed: u64, addresses: &[Address]) -> Result<
     Ok(())
 }
 
+/// The addresses file's own checksum (its last 32 bytes), after checking its header and
+/// length against the chain spec: what a restart compares instead of reading every address.
+pub fn addresses_checksum(bench: &BenchAccounts) -> Result<[u8; 32], GenesisError> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let path = bench.file.display().to_string();
+    let io = |source| GenesisError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut file = std::fs::File::open(&bench.file).map_err(io)?;
+    let mut header = [0u8; HEADER_LEN];
+    file.read_exact(&mut header).map_err(io)?;
+    let expected_len = (HEADER_LEN + 32) as u64 + bench.count * 20;
+    let len = file.metadata().map_err(io)?.len();
+    let seed = u64::from_le_bytes(header[12..20].try_into().unwrap_or_default());
+    let count = u64::from_le_bytes(header[20..28].try_into().unwrap_or_default());
+    if &header[..8] != MAGIC || seed != bench.seed || count != bench.count || len != expected_len {
+        return Err(GenesisError::Invalid {
+            path,
+            message: format!(
+                "does not hold the chain spec's {} accounts of seed {}",
+                bench.count, bench.seed
+            ),
+        });
+    }
+    let mut digest = [0u8; 32];
+    file.seek(SeekFrom::End(-32)).map_err(io)?;
+    file.read_exact(&mut digest).map_err(io)?;
+    Ok(digest)
+}
+
 /// Reads and checks the addresses file a chain spec names.
 pub fn read_addresses(bench: &BenchAccounts) -> Result<Vec<Address>, GenesisError> {
     let path = bench.file.display().to_string();

@@ -293,10 +293,9 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     let (diff_writer, diff_archive) = DiffWriter::open(node.clone(), diff_config.clone())
         .wrap_err_with(|| format!("opening the diff archive in {}", diff_config.dir.display()))?;
     diff_archive.metrics().register(&mut node.registry());
-    let routes = gigas_rpc::HttpRoutes::new(gigas_sequencer::diffs_http::router(
-        diff_archive.clone(),
-    ))
-    .with_websocket_paths(["/diffs/stream"]);
+    let routes =
+        gigas_rpc::HttpRoutes::new(gigas_sequencer::diffs_http::router(diff_archive.clone()))
+            .with_websocket_paths(["/diffs/stream"]);
     let backend = Arc::new(SequencerBackend::new(node.clone()));
     let rpc = runtime
         .block_on(gigas_rpc::RpcServer::start_with_routes(
@@ -386,7 +385,8 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     match runtime.block_on(diff_task) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            return Err(e).wrap_err("the diff writer failed (the next start rebuilds the missing diffs)")
+            return Err(e)
+                .wrap_err("the diff writer failed (the next start rebuilds the missing diffs)")
         }
         Err(e) => error!(error = %e, "the diff writer panicked"),
     }

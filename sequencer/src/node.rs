@@ -754,6 +754,34 @@ pub fn genesis(
     Ok((seal(signer, header)?, writes))
 }
 
+const FINGERPRINT_FILE: &str = "genesis.fingerprint";
+
+/// `genesis.fingerprint`: the chain spec's genesis fingerprint and the genesis hash, hex, one
+/// per line.
+fn read_fingerprint(dir: &std::path::Path) -> Option<(B256, B256)> {
+    let text = std::fs::read_to_string(dir.join(FINGERPRINT_FILE)).ok()?;
+    let mut lines = text.lines();
+    let fingerprint = lines.next()?.trim().parse().ok()?;
+    let hash = lines.next()?.trim().parse().ok()?;
+    Some((fingerprint, hash))
+}
+
+fn write_fingerprint(
+    dir: &std::path::Path,
+    chain: &ChainConfig,
+    genesis_hash: B256,
+) -> Result<(), NodeError> {
+    let fingerprint = chain.genesis_fingerprint()?;
+    let path = dir.join(FINGERPRINT_FILE);
+    let tmp = dir.join(format!("{FINGERPRINT_FILE}.tmp"));
+    std::fs::write(&tmp, format!("{fingerprint}\n{genesis_hash}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| NodeError::Inconsistent {
+            dir: dir.to_path_buf(),
+            message: format!("cannot write {}: {e}", path.display()),
+        })
+}
+
 fn batch_of(writes: &[Write]) -> Result<Batch, NodeError> {
     let mut batch = Batch::with_capacity(writes.len(), 0);
     for (key, value) in writes {
@@ -800,6 +828,7 @@ fn recover(
             state_history: &[],
         })?;
         vilmo.commit(batch_of(&writes)?)?;
+        write_fingerprint(dir, &config.chain, genesis.hash)?;
         info!(hash = %genesis.hash, accounts = writes.len(), "wrote the genesis block");
         return Ok(genesis);
     };
@@ -810,13 +839,26 @@ fn recover(
     let genesis_header = history
         .sealed_header(0)?
         .ok_or_else(|| inconsistent("the history has no genesis header".into()))?;
-    let (expected, writes) = genesis(&config.chain, signer)?;
-    if genesis_header.hash != expected.hash {
-        return Err(inconsistent(format!(
-            "its genesis {} is not the configured chain's genesis {}; use another --datadir \
-             or the chain spec it was created with",
-            genesis_header.hash, expected.hash
-        )));
+    // The fingerprint spares rebuilding a genesis of millions of accounts to compare it;
+    // without one (or when it differs) the genesis is rebuilt and compared by hash.
+    let fingerprint_matches = match read_fingerprint(dir) {
+        Some((fingerprint, hash)) if hash == genesis_header.hash => {
+            config.chain.genesis_fingerprint().ok() == Some(fingerprint)
+        }
+        _ => false,
+    };
+    let mut genesis_writes = None;
+    if !fingerprint_matches {
+        let (expected, writes) = genesis(&config.chain, signer)?;
+        if genesis_header.hash != expected.hash {
+            return Err(inconsistent(format!(
+                "its genesis {} is not the configured chain's genesis {}; use another --datadir \
+                 or the chain spec it was created with",
+                genesis_header.hash, expected.hash
+            )));
+        }
+        write_fingerprint(dir, &config.chain, expected.hash)?;
+        genesis_writes = Some(writes);
     }
     if batches == head + 1 {
         return Ok(HeadBlock::from_sealed(sealed));
@@ -830,7 +872,10 @@ fn recover(
     }
     // The last block reached the history but not Vilmo: apply its ChangeSet again.
     let writes = if head == 0 {
-        writes
+        match genesis_writes {
+            Some(writes) => writes,
+            None => genesis(&config.chain, signer)?.1,
+        }
     } else {
         let bytes = history.changeset(head)?.ok_or_else(|| {
             inconsistent(format!(

@@ -191,11 +191,36 @@ async fn sigkill_under_load_loses_nothing() {
         assert!(nonces.last().is_none_or(|n| *n < head_nonce));
     }
     let head = provider.get_block_number().await.unwrap();
+    // The diff writer, restarted as often as the node, catches up with the chain.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let archived = reqwest::get(format!("{}/diffs/head", node.url))
+            .await
+            .ok()
+            .map(|r| r.json::<serde_json::Value>());
+        let archived = match archived {
+            Some(json) => json.await.ok().and_then(|j| j["number"].as_u64()),
+            None => None,
+        };
+        if archived.is_some_and(|n| n >= head) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the diff archive did not reach block {head}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drop(provider);
     drop(node);
     let checked = verify_stores(&datadir, head);
+    let archived = verify_archive(&datadir);
+    assert!(
+        archived >= head,
+        "diffs verified through {archived}, head {head}"
+    );
     println!(
-        "{points} kills in {:.0}s: {} transactions accepted, all included; {} blocks served and unchanged; head {head}; checksum chain and Vilmo replay checked over {checked} blocks",
+        "{points} kills in {:.0}s: {} transactions accepted, all included; {} blocks served and unchanged; head {head}; checksum chain and Vilmo replay checked over {checked} blocks; the diff archive verified by a follower through block {archived}",
         started.elapsed().as_secs_f64(),
         accepted.len(),
         served.len()
@@ -255,6 +280,23 @@ async fn check_after_restart(
         still.push(tx);
     }
     *unconfirmed = still;
+}
+
+/// Follows the archive's diff files on disk from genesis, as a full node would, checking each
+/// block hash against the history; returns the last block verified.
+fn verify_archive(datadir: &std::path::Path) -> u64 {
+    let archive = gigas_statediff::archive::Archive::open(&datadir.join("archive")).unwrap();
+    let kind = gigas_statediff::archive::FileKind::Diff;
+    let history =
+        gigas_history::History::open(&datadir.join("history"), Default::default()).unwrap();
+    let mut follower = common::Follower::from_genesis(&archive.read(kind, 0).unwrap().unwrap());
+    let mut number = 1;
+    while let Some(bytes) = archive.read(kind, number).unwrap() {
+        let hash = follower.apply(&bytes);
+        assert_eq!(hash, history.sealed_header(number).unwrap().unwrap().hash);
+        number += 1;
+    }
+    number - 1
 }
 
 /// Opens the stopped node's stores and checks the checksum chain and Vilmo against a replay.

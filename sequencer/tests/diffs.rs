@@ -12,13 +12,11 @@ use alloy_primitives::{Address, TxKind, B256, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use common::NodeProcess;
+use common::{Follower, NodeProcess};
 use futures::StreamExt;
-use gigas_primitives::{genesis_checksum, AccountState};
-use gigas_sequencer::chain::{dev_signer, ChainConfig};
+use gigas_sequencer::chain::dev_signer;
 use gigas_statediff::{
-    verify_and_decode, BlockFile, ChainTip, DiffErrorKind, DiffFile, MemoryKeyIndex, MemoryState,
-    PriorState,
+    verify_and_decode, BlockFile, ChainTip, DiffErrorKind, DiffFile, PriorState,
 };
 use gigas_test_support::sign_raw;
 use rand::{Rng, SeedableRng};
@@ -27,63 +25,6 @@ const CHAIN_ID: u64 = 1337;
 
 /// Runtime code: SSTORE(calldata[0..32], calldata[32..64]).
 const STORE: [u8; 8] = [0x60, 0x20, 0x35, 0x60, 0x00, 0x35, 0x55, 0x00];
-
-/// A follower that knows only the chain spec and what the archive publishes.
-struct Follower {
-    sequencer: Address,
-    state: MemoryState,
-    index: MemoryKeyIndex,
-    tip: ChainTip,
-}
-
-impl Follower {
-    /// Builds the genesis state from the dev chain spec and checks diff 0 (the genesis
-    /// header) against it.
-    fn from_genesis(diff0: &[u8]) -> Self {
-        let chain = ChainConfig::dev(250).unwrap();
-        let sequencer = chain.signer().unwrap().address();
-        let mut state = MemoryState::new();
-        for (address, account) in &chain.alloc {
-            state.insert_account(
-                *address,
-                AccountState {
-                    nonce: account.nonce,
-                    balance: account.balance,
-                    code_hash: alloy_primitives::keccak256(&account.code),
-                },
-            );
-        }
-        let genesis = DiffFile::decode(diff0).expect("diff 0 decodes");
-        assert_eq!(genesis.header.number, 0);
-        assert_eq!(
-            genesis.header.state_root,
-            genesis_checksum(&chain.genesis_writes().unwrap()),
-            "the genesis header commits to the chain spec's state"
-        );
-        let hash = genesis.header.hash_slow();
-        assert_eq!(
-            alloy_consensus::crypto::secp256k1::recover_signer(&genesis.signature, hash).unwrap(),
-            sequencer
-        );
-        Self {
-            sequencer,
-            state,
-            index: MemoryKeyIndex::new(),
-            tip: ChainTip::of(&genesis.header),
-        }
-    }
-
-    /// Verifies and applies the next diff; returns its block hash.
-    fn apply(&mut self, bytes: &[u8]) -> B256 {
-        let verified =
-            verify_and_decode(&self.tip, self.sequencer, bytes, &self.index, &self.state)
-                .unwrap_or_else(|e| panic!("diff after block {} rejected: {e}", self.tip.number));
-        self.index.extend(&verified.new_keys).unwrap();
-        self.state.apply(&verified.changes);
-        self.tip = verified.tip();
-        verified.hash
-    }
-}
 
 /// Splits a `/diffs?from=A&to=B` body into its files.
 fn split_range(mut body: &[u8]) -> Vec<Vec<u8>> {
@@ -104,7 +45,10 @@ async fn archive_head(http: &reqwest::Client, url: &str) -> Option<u64> {
 
 async fn wait_for_archive(http: &reqwest::Client, url: &str, number: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while archive_head(http, url).await.is_none_or(|head| head < number) {
+    while archive_head(http, url)
+        .await
+        .is_none_or(|head| head < number)
+    {
         assert!(
             Instant::now() < deadline,
             "the archive did not reach block {number}"
@@ -533,4 +477,57 @@ async fn a_stream_subscriber_gets_every_block_in_order_across_a_restart() {
     // Alice's transfers are in the followed state.
     let held = follower.state.account(&alice.address()).unwrap().unwrap();
     assert_eq!(held.nonce, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_bounds_the_archive() {
+    const RETAIN: u64 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(
+        &dir.path().join("node"),
+        &[
+            "--block-time",
+            "20ms",
+            "--diffs.retain",
+            &RETAIN.to_string(),
+        ],
+    );
+    let http = reqwest::Client::new();
+    wait_for_archive(&http, &node.url, 3 * RETAIN).await;
+    let head = archive_head(&http, &node.url).await.unwrap();
+
+    let gone = http
+        .get(format!("{}/diffs/1", node.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 410);
+    let error: serde_json::Value = gone.json().await.unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("retention"),
+        "{error}"
+    );
+    let kept = http
+        .get(format!("{}/diffs/{head}", node.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.status(), 200);
+    // On disk: at most the retained blocks (plus the ones written since the head was read).
+    for kind in ["diffs", "blocks"] {
+        let files = std::fs::read_dir(dir.path().join("node/archive").join(kind))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .collect::<Vec<_>>();
+        let lowest = files.iter().min().copied().unwrap();
+        assert!(
+            lowest + RETAIN >= head,
+            "{kind}: block {lowest} kept at head {head}"
+        );
+        assert!(
+            files.len() as u64 <= RETAIN + 50,
+            "{kind}: {} files",
+            files.len()
+        );
+    }
 }

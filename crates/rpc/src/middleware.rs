@@ -172,7 +172,10 @@ impl HttpRoutes {
     }
 
     /// WebSocket upgrades to these exact paths go to the routes instead of JSON-RPC.
-    pub fn with_websocket_paths(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub fn with_websocket_paths(
+        mut self,
+        paths: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
         self.websocket_paths = paths.into_iter().map(Into::into).collect();
         self
     }

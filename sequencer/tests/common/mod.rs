@@ -8,6 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use alloy_primitives::{Address, B256};
+use gigas_primitives::{genesis_checksum, AccountState};
+use gigas_sequencer::chain::ChainConfig;
+use gigas_statediff::{verify_and_decode, ChainTip, DiffFile, MemoryKeyIndex, MemoryState};
+
 /// A running node process; killed when dropped.
 pub struct NodeProcess {
     child: Child,
@@ -113,5 +118,62 @@ impl NodeProcess {
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A follower that knows only the chain spec and what the archive publishes.
+pub struct Follower {
+    pub sequencer: Address,
+    pub state: MemoryState,
+    pub index: MemoryKeyIndex,
+    pub tip: ChainTip,
+}
+
+impl Follower {
+    /// Builds the genesis state from the dev chain spec and checks diff 0 (the genesis
+    /// header) against it.
+    pub fn from_genesis(diff0: &[u8]) -> Self {
+        let chain = ChainConfig::dev(250).unwrap();
+        let sequencer = chain.signer().unwrap().address();
+        let mut state = MemoryState::new();
+        for (address, account) in &chain.alloc {
+            state.insert_account(
+                *address,
+                AccountState {
+                    nonce: account.nonce,
+                    balance: account.balance,
+                    code_hash: alloy_primitives::keccak256(&account.code),
+                },
+            );
+        }
+        let genesis = DiffFile::decode(diff0).expect("diff 0 decodes");
+        assert_eq!(genesis.header.number, 0);
+        assert_eq!(
+            genesis.header.state_root,
+            genesis_checksum(&chain.genesis_writes().unwrap()),
+            "the genesis header commits to the chain spec's state"
+        );
+        let hash = genesis.header.hash_slow();
+        assert_eq!(
+            alloy_consensus::crypto::secp256k1::recover_signer(&genesis.signature, hash).unwrap(),
+            sequencer
+        );
+        Self {
+            sequencer,
+            state,
+            index: MemoryKeyIndex::new(),
+            tip: ChainTip::of(&genesis.header),
+        }
+    }
+
+    /// Verifies and applies the next diff; returns its block hash.
+    pub fn apply(&mut self, bytes: &[u8]) -> B256 {
+        let verified =
+            verify_and_decode(&self.tip, self.sequencer, bytes, &self.index, &self.state)
+                .unwrap_or_else(|e| panic!("diff after block {} rejected: {e}", self.tip.number));
+        self.index.extend(&verified.new_keys).unwrap();
+        self.state.apply(&verified.changes);
+        self.tip = verified.tip();
+        verified.hash
     }
 }
