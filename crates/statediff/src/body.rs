@@ -532,8 +532,8 @@ fn resolve_account(
 /// index with [`DecodedBody::new_keys`] once the diff is verified.
 ///
 /// It works in passes: the structure first (every count, index and length, no lookups), then
-/// the keys of the repeated writes, then the prior values, then the values. Each pass's
-/// lookups are independent of each other, so a store's cache misses overlap instead of
+/// the keys of the repeated writes, then the prior values and values in key order. Each
+/// pass's lookups are independent of each other, so a store's cache misses overlap instead of
 /// queueing behind the parsing of the record before.
 pub fn decode_body<I, P>(bytes: &[u8], index: &I, prior: &P) -> Result<DecodedBody, BodyError>
 where
@@ -621,12 +621,11 @@ where
     }
 
     // Pass 2: keys. Repeated writes name theirs by index; first writes must have none.
-    let mut accounts: Vec<(Address, AccountChange)> =
+    let mut account_keys: Vec<(Address, u32)> =
         Vec::with_capacity(repeated_accounts.len() + first_accounts.len());
-    let mut account_keys: Vec<Address> = Vec::with_capacity(accounts.capacity());
-    for &(at, ix, _) in &repeated_accounts {
+    for (n, &(at, ix, _)) in repeated_accounts.iter().enumerate() {
         match index.key_at(ix).map_err(|e| index_error(at, e))? {
-            Some(StateKey::Account(a)) => account_keys.push(a),
+            Some(StateKey::Account(a)) => account_keys.push((a, n as u32)),
             other => {
                 return Err(wrong_key(
                     at,
@@ -639,95 +638,95 @@ where
         }
     }
     let mut new_keys = Vec::with_capacity(first_accounts.len() + first_slots.len());
-    for &(at, address, _) in &first_accounts {
+    for (n, &(at, address, _)) in first_accounts.iter().enumerate() {
         let key = StateKey::Account(address);
         if let Some(ix) = index.index_of(&key).map_err(|e| index_error(at, e))? {
             return Err(already(at, Section::FirstAccounts, ix));
         }
-        account_keys.push(address);
+        account_keys.push((address, (repeated_accounts.len() + n) as u32));
         new_keys.push(key);
     }
-    let mut slot_keys: Vec<(Address, U256)> =
+    let mut slot_keys: Vec<(Address, U256, u32)> =
         Vec::with_capacity(repeated_slots.len() + first_slots.len());
-    for &(at, ix, _) in &repeated_slots {
+    for (n, &(at, ix, _)) in repeated_slots.iter().enumerate() {
         match index.key_at(ix).map_err(|e| index_error(at, e))? {
-            Some(StateKey::Slot(a, s)) => slot_keys.push((a, s)),
+            Some(StateKey::Slot(a, s)) => slot_keys.push((a, s, n as u32)),
             other => return Err(wrong_key(at, Section::RepeatedSlots, ix, table_len, other)),
         }
     }
-    for &(at, address, slot, _) in &first_slots {
+    for (n, &(at, address, slot, _)) in first_slots.iter().enumerate() {
         let key = StateKey::Slot(address, slot);
         if let Some(ix) = index.index_of(&key).map_err(|e| index_error(at, e))? {
             return Err(already(at, Section::FirstSlots, ix));
         }
-        slot_keys.push((address, slot));
+        slot_keys.push((address, slot, (repeated_slots.len() + n) as u32));
         new_keys.push(key);
     }
 
-    // Pass 3: prior values, then pass 4: the values.
-    let raws = repeated_accounts
-        .iter()
-        .map(|(_, _, raw)| raw)
-        .chain(first_accounts.iter().map(|(_, _, raw)| raw));
-    let mut priors: Vec<Option<AccountState>> = Vec::with_capacity(account_keys.len());
-    for (address, raw) in account_keys.iter().zip(raws.clone()) {
-        priors.push(prior.account(address).map_err(|e| prior_error(raw.at, e))?);
+    // Passes 3 and 4: prior values and values, in key order. That is the order of the
+    // canonical ChangeSet written below, and the order in which a B-tree store (the full
+    // node's MDBX) reads fastest.
+    account_keys.sort_unstable();
+    slot_keys.sort_unstable_by_key(|k| (k.0, k.1));
+    let raw_account = |n: u32| {
+        let n = n as usize;
+        match repeated_accounts.get(n) {
+            Some((_, _, raw)) => raw,
+            None => &first_accounts[n - repeated_accounts.len()].2,
+        }
+    };
+    let value_at = |n: u32| {
+        let n = n as usize;
+        match repeated_slots.get(n) {
+            Some(&(_, _, at)) => at,
+            None => first_slots[n - repeated_slots.len()].3,
+        }
+    };
+    let code_len: usize = codes.iter().map(|c| 36 + c.len()).sum();
+    let mut canonical =
+        Vec::with_capacity(16 + account_keys.len() * 93 + slot_keys.len() * 84 + code_len);
+    canonical.extend_from_slice(&CHANGESET_MAGIC);
+    canonical.extend_from_slice(&(account_keys.len() as u32).to_le_bytes());
+    // The lookups run in a loop of their own: with nothing else in the loop, the processor
+    // keeps several of a store's cache misses in flight at once.
+    let mut befores: Vec<Option<AccountState>> = Vec::with_capacity(account_keys.len());
+    for &(address, n) in &account_keys {
+        befores.push(
+            prior
+                .account(&address)
+                .map_err(|e| prior_error(raw_account(n).at, e))?,
+        );
     }
     let mut wiped: Vec<Address> = Vec::new();
-    for ((address, raw), before) in account_keys.iter().zip(raws).zip(priors) {
+    for (&(address, n), before) in account_keys.iter().zip(befores) {
+        let raw = raw_account(n);
         let change = resolve_account(bytes, raw, before)?;
         if change.storage_wiped {
-            wiped.push(*address);
+            wiped.push(address);
         }
-        accounts.push((*address, change));
-    }
-    wiped.sort_unstable();
-    let value_ats = repeated_slots
-        .iter()
-        .map(|&(_, _, v)| v)
-        .chain(first_slots.iter().map(|&(_, _, _, v)| v));
-    let mut slot_priors: Vec<U256> = Vec::with_capacity(slot_keys.len());
-    for ((address, slot), at) in slot_keys.iter().zip(value_ats.clone()) {
-        slot_priors.push(if wiped.binary_search(address).is_ok() {
-            U256::ZERO
-        } else {
-            prior.slot(address, slot).map_err(|e| prior_error(at, e))?
-        });
-    }
-    let mut slots: Vec<(Address, U256, U256)> = Vec::with_capacity(slot_keys.len());
-    for (((address, slot), at), before) in slot_keys.iter().zip(value_ats).zip(&slot_priors) {
-        slots.push((*address, *slot, resolve_value(bytes, at, before)?));
-    }
-
-    // The canonical ChangeSet bytes are written straight from the sorted records: the state
-    // checksum covers them anyway, and ChangeSet::decode builds the ChangeSet from them with
-    // plain pushes (a ChangeSetBuilder's sorted maps cost several times more) while checking
-    // their order once more. The layout is gigas-primitives' version 1 (changeset.rs); a
-    // change there shows up as a decode error in every round-trip test.
-    let mut order: Vec<(Address, u32)> = accounts
-        .iter()
-        .enumerate()
-        .map(|(i, (a, _))| (*a, i as u32))
-        .collect();
-    order.sort_unstable();
-    slots.sort_unstable_by_key(|(a, s, _)| (*a, *s));
-    let code_len: usize = codes.iter().map(|c| 36 + c.len()).sum();
-    let mut canonical = Vec::with_capacity(16 + accounts.len() * 93 + slots.len() * 84 + code_len);
-    canonical.extend_from_slice(&CHANGESET_MAGIC);
-    canonical.extend_from_slice(&(accounts.len() as u32).to_le_bytes());
-    for (address, i) in order {
-        let change = &accounts[i as usize].1;
+        // gigas-primitives' ChangeSet encoding, version 1 (changeset.rs).
         canonical.extend_from_slice(address.as_slice());
-        let flags = u8::from(change.state.is_none()) | u8::from(change.storage_wiped) << 1;
-        canonical.push(flags);
+        canonical.push(u8::from(change.state.is_none()) | u8::from(change.storage_wiped) << 1);
         if let Some(state) = &change.state {
             canonical.extend_from_slice(&state.nonce.to_le_bytes());
             canonical.extend_from_slice(&state.balance.to_be_bytes::<32>());
             canonical.extend_from_slice(state.code_hash.as_slice());
         }
     }
-    canonical.extend_from_slice(&(slots.len() as u32).to_le_bytes());
-    for (address, slot, value) in &slots {
+    canonical.extend_from_slice(&(slot_keys.len() as u32).to_le_bytes());
+    let mut slot_befores: Vec<U256> = Vec::with_capacity(slot_keys.len());
+    for &(address, slot, n) in &slot_keys {
+        // `wiped` is sorted: it was filled in address order.
+        slot_befores.push(if wiped.binary_search(&address).is_ok() {
+            U256::ZERO
+        } else {
+            prior
+                .slot(&address, &slot)
+                .map_err(|e| prior_error(value_at(n), e))?
+        });
+    }
+    for (&(address, slot, n), before) in slot_keys.iter().zip(&slot_befores) {
+        let value = resolve_value(bytes, value_at(n), before)?;
         canonical.extend_from_slice(address.as_slice());
         canonical.extend_from_slice(&slot.to_be_bytes::<32>());
         canonical.extend_from_slice(&value.to_be_bytes::<32>());
@@ -738,8 +737,11 @@ where
         canonical.extend_from_slice(&(code.len() as u32).to_le_bytes());
         canonical.extend_from_slice(code);
     }
-    // Only an index that names one key under two indices can make these bytes
-    // non-canonical (the same account twice).
+    // ChangeSet::decode builds the ChangeSet from these bytes with plain pushes (a
+    // ChangeSetBuilder's sorted maps cost several times more) and checks their order once
+    // more: only an index that names one key under two indices can fail it here. The
+    // layout is gigas-primitives' version 1; a change there shows up as a decode error in
+    // every round-trip test.
     let changes = ChangeSet::decode(&canonical).map_err(|e| {
         index_error(
             0,

@@ -41,12 +41,31 @@ fn where_the_time_goes() {
     }
     let keys: Vec<StateKey> = accounts.iter().map(|a| StateKey::Account(*a)).collect();
     index.extend(&keys).unwrap();
+    // With SLOTS set, blocks change ERC-20-like balance slots of one token instead.
+    let token = random_address(&mut rng);
+    let slots: Vec<U256> = (0..1_000_000u64)
+        .map(|i| U256::from_be_bytes(alloy_primitives::keccak256(i.to_be_bytes()).0))
+        .collect();
+    let with_slots = std::env::var_os("SLOTS").is_some();
+    if with_slots {
+        for slot in &slots {
+            state.insert_slot(token, *slot, U256::from(rng.next() >> 4));
+        }
+        let keys: Vec<StateKey> = slots.iter().map(|s| StateKey::Slot(token, *s)).collect();
+        index.extend(&keys).unwrap();
+    }
     let (mut t_capture, mut t_encode, mut t_zstd, mut t_unzstd, mut t_decode, mut t_check) =
         (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     let mut changes_total = 0;
     for _ in 0..20 {
         let mut b = ChangeSetBuilder::new();
         for _ in 0..20_000 {
+            if with_slots {
+                let slot = slots[rng.below(slots.len() as u64) as usize];
+                let v = state.slot_value(&token, &slot);
+                b.slot(token, slot, v.wrapping_sub(U256::from(rng.next() >> 8)));
+                continue;
+            }
             let a = accounts[rng.below(accounts.len() as u64) as usize];
             let s = state.account_state(&a).unwrap();
             b.account(
@@ -60,7 +79,7 @@ fn where_the_time_goes() {
             );
         }
         let changes = b.build();
-        changes_total += changes.accounts().len();
+        changes_total += changes.accounts().len() + changes.storage().len();
         let t = Instant::now();
         let prior = PriorValues::capture(&changes, &state).unwrap();
         t_capture += t.elapsed().as_secs_f64();
@@ -99,7 +118,7 @@ fn where_the_time_goes() {
     }
     let per = |s: f64| s / changes_total as f64 * 1e9;
     println!(
-        "{changes_total} account changes; ns per change: capture {:.0}, encode {:.0}, zstd {:.0}; \
+        "{changes_total} changes; ns per change: capture {:.0}, encode {:.0}, zstd {:.0}; \
          unzstd {:.0}, decode {:.0}, checksum {:.0}",
         per(t_capture),
         per(t_encode),
