@@ -304,9 +304,6 @@ pub enum DiffErrorKind {
     /// Compression failed on the writer's side (zstd's words).
     #[error("compression: {0}")]
     Compress(String),
-    /// A store failed on the writer's side.
-    #[error("{0}")]
-    Store(StoreError),
 }
 
 fn signer_words(recovered: &Option<Address>) -> String {
@@ -344,7 +341,6 @@ impl std::error::Error for DiffError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
             DiffErrorKind::Body(e) => Some(e),
-            DiffErrorKind::Store(e) => Some(e),
             _ => None,
         }
     }
