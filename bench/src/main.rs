@@ -47,6 +47,7 @@ fn main() -> Result<()> {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Storage(args) => {
