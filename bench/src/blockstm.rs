@@ -641,19 +641,7 @@ pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
         build_profile,
         workloads: results,
     };
-    std::fs::create_dir_all(&args.out)
-        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
-    std::fs::write(
-        args.out.join("blockstm.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
-    let md = markdown(&report);
-    std::fs::write(args.out.join("blockstm.md"), &md)?;
-    println!("{md}");
-    println!(
-        "report written to {}/ (blockstm.md, blockstm.json)",
-        args.out.display()
-    );
+    crate::write_report(&args.out, "blockstm", &report, &markdown(&report))?;
     Ok(report)
 }
 

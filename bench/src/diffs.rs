@@ -1017,19 +1017,7 @@ pub fn run(args: &DiffsArgs) -> Result<DiffsReport> {
         workloads: measured.into_iter().map(|m| m.result).collect(),
         dictionaries,
     };
-    std::fs::create_dir_all(&args.out)
-        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
-    std::fs::write(
-        args.out.join("diffs.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
-    let md = markdown(&report);
-    std::fs::write(args.out.join("diffs.md"), &md)?;
-    println!("{md}");
-    println!(
-        "report written to {}/ (diffs.md, diffs.json)",
-        args.out.display()
-    );
+    crate::write_report(&args.out, "diffs", &report, &markdown(&report))?;
     Ok(report)
 }
 

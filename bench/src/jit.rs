@@ -436,19 +436,7 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
         burntpix,
         mainnet,
     };
-    std::fs::create_dir_all(&args.out)
-        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
-    std::fs::write(
-        args.out.join("jit.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
-    let md = markdown(&report);
-    std::fs::write(args.out.join("jit.md"), &md)?;
-    println!("{md}");
-    println!(
-        "report written to {}/ (jit.md, jit.json)",
-        args.out.display()
-    );
+    crate::write_report(&args.out, "jit", &report, &markdown(&report))?;
     Ok(report)
 }
 

@@ -25,6 +25,26 @@ pub fn shared_data(rest: &str) -> std::path::PathBuf {
         .join(rest)
 }
 
+/// Writes `NAME.json` (the report) and `NAME.md` (its Markdown) under `out`, prints the
+/// Markdown and where both went: every benchmark ends this way.
+pub fn write_report<T: serde::Serialize>(
+    out: &std::path::Path,
+    name: &str,
+    report: &T,
+    markdown: &str,
+) -> eyre::Result<()> {
+    use eyre::WrapErr;
+    std::fs::create_dir_all(out).wrap_err_with(|| format!("cannot create {}", out.display()))?;
+    let json = out.join(format!("{name}.json"));
+    std::fs::write(&json, serde_json::to_string_pretty(report)?)
+        .wrap_err_with(|| format!("cannot write {}", json.display()))?;
+    let md = out.join(format!("{name}.md"));
+    std::fs::write(&md, markdown).wrap_err_with(|| format!("cannot write {}", md.display()))?;
+    println!("{markdown}");
+    println!("report written to {}/ ({name}.md, {name}.json)", out.display());
+    Ok(())
+}
+
 /// The median of `values` (0 for none).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
