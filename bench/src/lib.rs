@@ -10,6 +10,7 @@
 pub mod blockstm;
 pub mod diffs;
 pub mod jit;
+pub mod load;
 pub mod storage;
 pub mod zipf;
 
@@ -41,7 +42,10 @@ pub fn write_report<T: serde::Serialize>(
     let md = out.join(format!("{name}.md"));
     std::fs::write(&md, markdown).wrap_err_with(|| format!("cannot write {}", md.display()))?;
     println!("{markdown}");
-    println!("report written to {}/ ({name}.md, {name}.json)", out.display());
+    println!(
+        "report written to {}/ ({name}.md, {name}.json)",
+        out.display()
+    );
     Ok(())
 }
 

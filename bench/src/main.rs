@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, diffs, jit, storage};
+use gigas_bench::{blockstm, diffs, jit, load, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -37,6 +37,14 @@ enum Command {
     /// accounts, ERC-20 transfers, the mainnet blocks) and encode/decode speed; `--quick` for
     /// a run of a few minutes.
     Diffs(diffs::DiffsArgs),
+    /// Signed transactions at one rate into a sequencer (started here on the benchmark
+    /// genesis, or --sequencer URL): submitted, accepted, refused and included per second,
+    /// inclusion latency, the node's stage split and CPU.
+    Load(load::LoadArgs),
+    /// The Ripple ramp: rising rates, 20 s each, until the block interval passes twice the
+    /// block time, > 1% of a step's txs miss 5 s, or a tx is refused for anything but a full
+    /// pool; the maximum sustained rate is the last step that passed.
+    Ramp(load::RampArgs),
 }
 
 fn main() -> Result<()> {
@@ -61,6 +69,12 @@ fn main() -> Result<()> {
         }
         Command::Diffs(args) => {
             diffs::run(&args)?;
+        }
+        Command::Load(args) => {
+            load::run_load(&args)?;
+        }
+        Command::Ramp(args) => {
+            load::run_ramp(&args)?;
         }
     }
     Ok(())

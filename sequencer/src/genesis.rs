@@ -8,15 +8,26 @@
 //!
 //! File layout: magic `GIGASACC`, version u32 LE (1), seed u64 LE, count u64 LE, then
 //! `count` 20-byte addresses in index order, then BLAKE3 of everything before it (32 bytes).
+//!
+//! An ERC-20 token can join the benchmark genesis ([`BenchGenesis::token`]): WETH9's real
+//! runtime code from the mainnet fixtures' pre-state, with a balance for every benchmark
+//! account written into its `balanceOf` mapping. Those slots go through the chain spec's
+//! `alloc`, so a spec with a token over N accounts holds N storage entries in its JSON (about
+//! 140 bytes each).
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{address, keccak256, Address, Bytes, U256};
 use alloy_signer_local::PrivateKeySigner;
 use rayon::prelude::*;
 
-use crate::chain::{bench_key, BenchAccounts, ChainConfig};
+use crate::chain::{bench_key, BenchAccounts, ChainConfig, GenesisAccount};
+
+/// WETH9 on Ethereum mainnet: the token of the ERC-20 benchmark, at its mainnet address.
+pub const WETH9: Address = address!("c02aaa39b223fe8d0a0e5c4f27ead9083c756cc2");
+/// The storage slot of WETH9's `balanceOf` mapping.
+pub const WETH9_BALANCE_SLOT: u64 = 3;
 
 const MAGIC: &[u8; 8] = b"GIGASACC";
 const VERSION: u32 = 1;
@@ -41,6 +52,98 @@ pub enum GenesisError {
         /// What is wrong, and what to do.
         message: String,
     },
+    /// The mainnet fixtures could not give a token's code.
+    #[error("mainnet fixtures in {dir}: {message}")]
+    Fixtures {
+        /// The fixtures directory.
+        dir: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The storage slot of `key`'s entry in a Solidity `mapping(address => ...)` declared at
+/// `slot`: keccak256(pad32(key) ‖ pad32(slot)).
+pub fn mapping_slot(key: &Address, slot: u64) -> U256 {
+    let mut preimage = [0u8; 64];
+    preimage[12..32].copy_from_slice(key.as_slice());
+    preimage[56..].copy_from_slice(&slot.to_be_bytes());
+    U256::from_be_bytes(keccak256(preimage).0)
+}
+
+/// An ERC-20 token deployed in the benchmark genesis with a balance for every benchmark
+/// account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchToken {
+    /// Where the token lives.
+    pub address: Address,
+    /// Its runtime code.
+    pub code: Bytes,
+    /// The slot of its `balanceOf` mapping.
+    pub balance_slot: u64,
+    /// Each benchmark account's token balance.
+    pub balance: U256,
+}
+
+impl BenchToken {
+    /// WETH9 with its mainnet runtime code, found in the pre-state of the fixtures in `dir`
+    /// (`shared/data/mainnet`).
+    pub fn weth9(fixtures: &Path, balance: U256) -> Result<Self, GenesisError> {
+        Ok(Self {
+            address: WETH9,
+            code: weth9_code(fixtures)?,
+            balance_slot: WETH9_BALANCE_SLOT,
+            balance,
+        })
+    }
+}
+
+/// WETH9's runtime code from the first fixture below `dir` whose pre-state holds it.
+pub fn weth9_code(dir: &Path) -> Result<Bytes, GenesisError> {
+    let error = |message: String| GenesisError::Fixtures {
+        dir: dir.display().to_string(),
+        message,
+    };
+    let dirs = gigas_evm::fixture::fixture_dirs(dir).map_err(|e| error(e.to_string()))?;
+    for fixture_dir in dirs {
+        let fixture = gigas_evm::load_fixture(&fixture_dir).map_err(|e| error(e.to_string()))?;
+        if let Some(code) = fixture.prestate.get(&WETH9).and_then(|a| a.code.clone()) {
+            if !code.is_empty() {
+                return Ok(code);
+            }
+        }
+    }
+    Err(error(format!(
+        "no pre-state holds the code of WETH9 ({WETH9})"
+    )))
+}
+
+/// The shipped mainnet fixtures: `../shared/data/mainnet` from the working directory (the
+/// README's commands run from the checkout), else beside the checkout this binary was
+/// built from.
+pub fn default_fixtures_dir() -> PathBuf {
+    let relative = PathBuf::from("../shared/data/mainnet");
+    if relative.is_dir() {
+        return relative;
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet")
+}
+
+/// What a benchmark chain holds beyond the dev chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchGenesis {
+    /// How many benchmark accounts.
+    pub count: u64,
+    /// The seed their keys derive from.
+    pub seed: u64,
+    /// Each account's balance, in wei.
+    pub balance: U256,
+    /// The block time written into the chain spec, in milliseconds.
+    pub block_time_ms: u64,
+    /// Gas limit of every block (None: the dev chain's).
+    pub gas_limit: Option<u64>,
+    /// An ERC-20 token with a balance for every benchmark account.
+    pub token: Option<BenchToken>,
 }
 
 /// The address of benchmark account `index` of `seed`.
@@ -180,21 +283,73 @@ pub fn build_bench_chain(
     block_time_ms: u64,
     progress: &(dyn Fn(u64) + Sync),
 ) -> eyre::Result<std::path::PathBuf> {
+    build_bench_chain_with(
+        dir,
+        &BenchGenesis {
+            count,
+            seed,
+            balance,
+            block_time_ms,
+            gas_limit: None,
+            token: None,
+        },
+        progress,
+    )
+}
+
+/// Builds the benchmark chain `genesis` describes in `dir` (see [`build_bench_chain`]); a
+/// token's balances go into its storage in the spec's `alloc`.
+pub fn build_bench_chain_with(
+    dir: &Path,
+    genesis: &BenchGenesis,
+    progress: &(dyn Fn(u64) + Sync),
+) -> eyre::Result<std::path::PathBuf> {
     use eyre::WrapErr;
+    let (count, seed) = (genesis.count, genesis.seed);
     std::fs::create_dir_all(dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
     let file_name = format!("accounts-{count}-{seed}.bin");
     let addresses = derive_addresses(seed, count, progress);
     write_addresses(&dir.join(&file_name), seed, &addresses)?;
-    let mut config = ChainConfig::dev(block_time_ms)?;
+    let mut config = ChainConfig::dev(genesis.block_time_ms)?;
+    if let Some(gas_limit) = genesis.gas_limit {
+        config.block_gas_limit = gas_limit;
+    }
+    if let Some(token) = &genesis.token {
+        let storage = addresses
+            .iter()
+            .map(|holder| (mapping_slot(holder, token.balance_slot), token.balance))
+            .collect();
+        // WETH9's totalSupply is its ether balance: back every holder's tokens with ether.
+        let supply = token.balance.saturating_mul(U256::from(count));
+        config.alloc.insert(
+            token.address,
+            GenesisAccount {
+                balance: supply,
+                nonce: 1,
+                code: token.code.clone(),
+                storage,
+            },
+        );
+    }
+    config.validate()?;
     config.bench_accounts = Some(BenchAccounts {
         count,
         seed,
-        balance,
+        balance: genesis.balance,
         file: file_name.into(),
     });
     let spec = dir.join("chain.json");
-    let json = serde_json::to_string_pretty(&config)?;
-    std::fs::write(&spec, json).wrap_err_with(|| format!("writing {}", spec.display()))?;
+    let tmp = dir.join("chain.json.tmp");
+    let file =
+        std::fs::File::create(&tmp).wrap_err_with(|| format!("writing {}", tmp.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, &config)
+        .wrap_err_with(|| format!("writing {}", tmp.display()))?;
+    out.flush()
+        .wrap_err_with(|| format!("writing {}", tmp.display()))?;
+    drop(out);
+    // Written whole or not at all: a cache of benchmark chains keys on this file existing.
+    std::fs::rename(&tmp, &spec).wrap_err_with(|| format!("writing {}", spec.display()))?;
     Ok(spec)
 }
 
@@ -229,5 +384,38 @@ mod tests {
         };
         let err = read_addresses(&wrong).unwrap_err().to_string();
         assert!(err.contains("the chain spec says 99"), "{err}");
+    }
+
+    #[test]
+    fn a_token_holds_a_balance_for_every_account() {
+        let fixtures = default_fixtures_dir();
+        assert!(
+            fixtures.is_dir(),
+            "shared data missing at {}",
+            fixtures.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let token = BenchToken::weth9(&fixtures, U256::from(77u64)).unwrap();
+        // The mainnet contract's first bytes: the Solidity 0.4 free-memory-pointer prologue.
+        assert!(token.code.len() > 1_000 && token.code.starts_with(&[0x60, 0x60, 0x60, 0x40]));
+        let genesis = BenchGenesis {
+            count: 50,
+            seed: 3,
+            balance: U256::from(5u64),
+            block_time_ms: 250,
+            gas_limit: Some(1_000_000_000),
+            token: Some(token.clone()),
+        };
+        let spec = build_bench_chain_with(dir.path(), &genesis, &|_| {}).unwrap();
+        let config = ChainConfig::load(&spec).unwrap();
+        assert_eq!(config.block_gas_limit, 1_000_000_000);
+        let weth = &config.alloc[&WETH9];
+        assert_eq!(weth.code, token.code);
+        assert_eq!(weth.storage.len(), 50);
+        assert_eq!(weth.balance, U256::from(77u64 * 50));
+        let holder = bench_address(3, 17);
+        assert_eq!(weth.storage[&mapping_slot(&holder, 3)], U256::from(77u64));
+        // Dev accounts, benchmark accounts, WETH9 with its 50 slots and its code.
+        assert_eq!(config.genesis_writes().unwrap().len(), 10 + 50 + 1 + 50 + 1);
     }
 }

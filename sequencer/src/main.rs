@@ -54,6 +54,17 @@ struct GenesisArgs {
     /// Block time written into the chain spec (e.g. 250ms, 1s).
     #[arg(long, default_value = "250ms", value_parser = parse_duration)]
     block_time: Duration,
+    /// Gas limit of every block (default: the dev chain's 60,000,000).
+    #[arg(long)]
+    gas_limit: Option<u64>,
+    /// Also deploy WETH9 (its mainnet runtime code, from the fixtures' pre-state) at its
+    /// mainnet address, with --balance-eth WETH for every benchmark account: the ERC-20
+    /// workload of `gigas-bench load`.
+    #[arg(long)]
+    erc20: bool,
+    /// Mainnet fixtures to take WETH9's code from (default: ../shared/data/mainnet).
+    #[arg(long, value_name = "DIR", requires = "erc20")]
+    fixtures: Option<PathBuf>,
     /// Output directory (chain.json and the addresses file).
     #[arg(long)]
     out: PathBuf,
@@ -190,12 +201,27 @@ fn genesis(args: GenesisArgs) -> eyre::Result<()> {
     );
     let started = std::time::Instant::now();
     let balance = U256::from(args.balance_eth) * U256::from(10u64).pow(U256::from(18));
-    let spec = gigas_sequencer::genesis::build_bench_chain(
+    let token = if args.erc20 {
+        let fixtures = args
+            .fixtures
+            .clone()
+            .unwrap_or_else(gigas_sequencer::genesis::default_fixtures_dir);
+        Some(gigas_sequencer::genesis::BenchToken::weth9(
+            &fixtures, balance,
+        )?)
+    } else {
+        None
+    };
+    let spec = gigas_sequencer::genesis::build_bench_chain_with(
         &args.out,
-        args.accounts,
-        args.seed,
-        balance,
-        args.block_time.as_millis() as u64,
+        &gigas_sequencer::genesis::BenchGenesis {
+            count: args.accounts,
+            seed: args.seed,
+            balance,
+            block_time_ms: args.block_time.as_millis() as u64,
+            gas_limit: args.gas_limit,
+            token,
+        },
         &|done| bar.set_position(done),
     )?;
     bar.finish_and_clear();

@@ -1,0 +1,1522 @@
+//! `gigas-bench load` and `gigas-bench ramp`: signed transactions at a target rate into a
+//! sequencer, inclusion latency from a `newHeads` subscription, and the Ripple ramp that finds
+//! the highest rate the node sustains.
+//!
+//! Method (shared/BENCHMARKING.md, "The node's headline: the ramp"):
+//!
+//! - Workloads with a fixed seed over the benchmark genesis's N accounts: ETH transfers with
+//!   senders and receivers drawn Zipf-Mandelbrot (s = 1.0001, v = 2.7), WETH9 `transfer`
+//!   calls among the same accounts (the token's real mainnet code, deployed in the genesis),
+//!   or a mix. Each sender's nonces are counted here, so no transaction is refused for its
+//!   nonce.
+//! - A step's transactions are drawn and signed (on every core, libsecp256k1) before the step
+//!   starts, while the node is idle; the measured window is sending only.
+//! - Sending: JSON-RPC batches of `eth_sendRawTransaction` over HTTP, batch `k` due at
+//!   `k * batch / rate` seconds, at most `--in-flight` batches waiting for an answer. A
+//!   transaction refused because the pool is full or busy is sent again (its latency still
+//!   counts from the first send), so that its sender's later nonces stay valid.
+//! - Inclusion: a `newHeads` WebSocket subscription; each head is timestamped as it arrives,
+//!   then its block's transaction hashes are fetched once and matched to send times. Latency =
+//!   head seen - first send. No receipt is polled per transaction.
+//! - The ramp holds each rate for a step (20 s), then raises it by `--step` or `--factor`. A
+//!   step fails when the block interval (its `--interval-quantile`, p90 by default) exceeds
+//!   twice the block time, or more than 1% of its transactions are not included within 5 s
+//!   of their send, or any transaction is refused for a reason other than a full pool. The
+//!   maximum sustained rate is the last step that passed. Between steps the generator waits
+//!   for the previous step's transactions to be included and signs the next step: each step
+//!   starts on a drained pool.
+//! - Around each window: the node's `/metrics` (stage split of block time, diff bytes) and
+//!   both processes' CPU time from /proc, per thread for the node.
+//!
+//! Must not: measure anything the node does not do for real (every transaction is signed,
+//! recovered, pooled, journaled, executed and committed by the node under test).
+
+mod chart;
+mod metrics;
+mod node;
+mod rpc;
+mod send;
+mod sign;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use alloy_primitives::B256;
+use eyre::{bail, eyre, Result, WrapErr};
+use gigas_primitives::machine::Machine;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+pub use metrics::StageSplit;
+pub use node::{ensure_genesis, genesis_cache_root, sequencer_bin, GenesisSpec, SequencerProcess};
+
+use metrics::Scrape;
+use rpc::Rpc;
+use send::{lock, Outcome, Pace, Tracker};
+use sign::{Generator, SignedTx};
+
+/// A workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// ETH transfers, senders and receivers Zipf-Mandelbrot over the accounts.
+    Transfers,
+    /// WETH9 `transfer(to, amount)` calls, senders and receivers Zipf-Mandelbrot.
+    Erc20,
+    /// Both, `--erc20-share` of them ERC-20.
+    Mix,
+}
+
+/// Parses `250ms`, `20s`, `2m` or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration such as 250ms, 20s or 2m"))?;
+    let seconds = match unit {
+        "ms" => value / 1e3,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("'{s}': use ms, s or m")),
+    };
+    if !(0.001..=86_400.0).contains(&seconds) {
+        return Err(format!("'{s}' must be between 1ms and 24h"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// What both commands share: the workload, the node, how to send, the pass criteria.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// The workload.
+    #[arg(long, value_enum, default_value = "transfers")]
+    pub workload: Workload,
+    /// Share of ERC-20 transfers in the `mix` workload.
+    #[arg(long, default_value_t = 0.5)]
+    pub erc20_share: f64,
+    /// Benchmark accounts in the genesis (senders and receivers are drawn among them).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub accounts: u64,
+    /// Seed of the accounts' keys (the genesis's seed).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seed of the draws (senders, receivers, values).
+    #[arg(long, default_value_t = 42)]
+    pub workload_seed: u64,
+    /// The node's block time (passed to a node this run starts; with --sequencer, the block
+    /// time of that node, for the interval criterion).
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    pub block_time: Duration,
+    /// Block gas limit of the benchmark genesis (1 Ggas: 47,000 transfers; the dev chain's
+    /// 60M would cap 250 ms blocks at 11,400 transfers per second).
+    #[arg(long, default_value_t = 1_000_000_000)]
+    pub gas_limit: u64,
+    /// Drive this running node (http://HOST:PORT) instead of starting one. Its chain must be
+    /// the benchmark genesis of --accounts and --seed (see --genesis-dir).
+    #[arg(long, value_name = "URL")]
+    pub sequencer: Option<String>,
+    /// The node's WebSocket URL (default: --sequencer with ws://).
+    #[arg(long, value_name = "URL", requires = "sequencer")]
+    pub ws: Option<String>,
+    /// With --sequencer: its /metrics URL, for the stage split and diff bytes.
+    #[arg(long, value_name = "URL", requires = "sequencer")]
+    pub metrics_url: Option<String>,
+    /// With --sequencer: its process id, for its CPU time.
+    #[arg(long, value_name = "PID", requires = "sequencer")]
+    pub sequencer_pid: Option<u32>,
+    /// The gigas-sequencer binary (default: the one beside gigas-bench).
+    #[arg(long, value_name = "PATH")]
+    pub sequencer_bin: Option<PathBuf>,
+    /// Directory of the benchmark chain (default: target/bench-genesis/<accounts>-<seed>-gas<limit>[-erc20],
+    /// built there once with `gigas-sequencer genesis`).
+    #[arg(long, value_name = "DIR")]
+    pub genesis_dir: Option<PathBuf>,
+    /// Where the started node's data directory goes (a fresh one per run; default: the
+    /// system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub datadir_root: Option<PathBuf>,
+    /// Keep the started node's data directory (e.g. for `gigas-profiler fetch`).
+    #[arg(long)]
+    pub keep_datadir: bool,
+    /// An extra argument for the started node (repeat it: --node-arg=--threads --node-arg=2).
+    #[arg(long = "node-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub node_args: Vec<String>,
+    /// Transactions per JSON-RPC batch at most (smaller at low rates: a batch every 10 ms).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Batches waiting for an answer at most.
+    #[arg(long, default_value_t = 64)]
+    pub in_flight: usize,
+    /// A step fails if more than --max-missed of its transactions are not included within
+    /// this long of their send.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub latency_limit: Duration,
+    /// Share of a step's transactions that may miss --latency-limit.
+    #[arg(long, default_value_t = 0.01)]
+    pub max_missed: f64,
+    /// A step fails if its block interval exceeds this many block times...
+    #[arg(long, default_value_t = 2.0)]
+    pub interval_factor: f64,
+    /// ...at this quantile of the step's intervals (1.0: the longest one).
+    #[arg(long, default_value_t = 0.9)]
+    pub interval_quantile: f64,
+    /// Included transactions whose receipts are checked at the end (each must succeed).
+    #[arg(long, default_value_t = 64)]
+    pub check_receipts: usize,
+    /// Mainnet fixtures holding WETH9's code (default: ../shared/data/mainnet).
+    #[arg(long, value_name = "DIR")]
+    pub fixtures: Option<PathBuf>,
+    /// Where the report goes (default: reports/load or reports/ramp).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// No progress bar (logs and tests).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `gigas-bench load`: one rate for a duration.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Transactions per second.
+    #[arg(long, default_value_t = 1_000.0)]
+    pub rate: f64,
+    /// How long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub duration: Duration,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+}
+
+/// `gigas-bench ramp`: rising rates until a step fails.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RampArgs {
+    /// The first step's rate (transactions per second).
+    #[arg(long, default_value_t = 1_000.0)]
+    pub start: f64,
+    /// Each step adds this rate (default: --start, unless --factor is given).
+    #[arg(long, conflicts_with = "factor")]
+    pub step: Option<f64>,
+    /// Each step multiplies the rate by this.
+    #[arg(long)]
+    pub factor: Option<f64>,
+    /// Seconds per step.
+    #[arg(long, default_value_t = 20.0)]
+    pub step_secs: f64,
+    /// Steps at most.
+    #[arg(long, default_value_t = 40)]
+    pub max_steps: usize,
+    /// No step above this rate.
+    #[arg(long, default_value_t = 200_000.0)]
+    pub max_rate: f64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+}
+
+impl RampArgs {
+    /// The rate of step `k` (0-based).
+    pub fn rate(&self, k: usize) -> f64 {
+        match (self.factor, self.step) {
+            (Some(f), _) => self.start * f.powi(k as i32),
+            (None, step) => self.start + step.unwrap_or(self.start) * k as f64,
+        }
+    }
+}
+
+/// Latency or interval percentiles, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `values` (all NaN for none).
+    pub fn of(mut values: Vec<f64>) -> Self {
+        if values.is_empty() {
+            return Self {
+                p50: f64::NAN,
+                p90: f64::NAN,
+                p99: f64::NAN,
+                max: f64::NAN,
+            };
+        }
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            let rank = (q * values.len() as f64).ceil() as usize;
+            values[rank.clamp(1, values.len()) - 1]
+        };
+        Self {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: values[values.len() - 1],
+        }
+    }
+
+    fn quantile(values: &[f64], q: f64) -> f64 {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        let rank = (q * v.len() as f64).ceil() as usize;
+        v[rank.clamp(1, v.len()) - 1]
+    }
+}
+
+/// Refusals of one reason in a step.
+#[derive(Debug, Clone, Serialize)]
+pub struct RefusalCount {
+    /// The leading words of the node's message.
+    pub reason: String,
+    /// Answers with it (a retried transaction counts each time).
+    pub count: u64,
+    /// The pool was full or busy, or the node unreachable: retried, not a failure by itself.
+    pub backpressure: bool,
+    /// One full message.
+    pub example: String,
+}
+
+/// CPU of one group of the node's threads.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadCpu {
+    /// Thread name (trailing numbers folded to N).
+    pub name: String,
+    /// Cores used on average over the window.
+    pub cores: f64,
+}
+
+/// One step (the whole run for `load`).
+#[derive(Debug, Clone, Serialize)]
+pub struct StepResult {
+    /// 1-based.
+    pub step: usize,
+    /// Target transactions per second.
+    pub target_tps: f64,
+    /// Seconds of sending (the measured window).
+    pub seconds: f64,
+    /// Seconds drawing and signing the step's transactions before it.
+    pub sign_seconds: f64,
+    /// Transactions sent.
+    pub sent: u64,
+    /// Accepted (hash returned).
+    pub accepted: u64,
+    /// Refused for a reason other than backpressure.
+    pub rejected: u64,
+    /// Still refused as full when retries ran out.
+    pub gave_up: u64,
+    /// Refusals by reason.
+    pub refusals: Vec<RefusalCount>,
+    /// Of the step's transactions, seen in a block.
+    pub included: u64,
+    /// Not seen in a block within the latency limit of their send.
+    pub missed: u64,
+    /// Sent per second over the window.
+    pub submitted_tps: f64,
+    /// Transactions per second of the blocks seen during the window (all of their
+    /// transactions over the head time they span).
+    pub included_tps: f64,
+    /// Inclusion latency of the step's transactions.
+    pub latency_ms: Percentiles,
+    /// Blocks seen during the window.
+    pub blocks: u64,
+    /// Time between consecutive heads during the window.
+    pub block_interval_ms: Percentiles,
+    /// Mean transactions per block during the window.
+    pub txs_per_block: f64,
+    /// The node's block production time (selection to publication) from its metrics.
+    pub block_ms: Option<Percentiles>,
+    /// Cores the node used on average (None: no process id).
+    pub node_cpu_cores: Option<f64>,
+    /// Cores this load generator used on average.
+    pub generator_cpu_cores: f64,
+    /// Node CPU microseconds per included transaction.
+    pub node_cpu_us_per_tx: Option<f64>,
+    /// Load generator CPU microseconds per sent transaction.
+    pub generator_cpu_us_per_tx: f64,
+    /// The node's CPU by thread, busiest first.
+    pub node_threads: Vec<ThreadCpu>,
+    /// The node's block time by stage over the window.
+    pub stages: Vec<StageSplit>,
+    /// Diff file bytes per included transaction.
+    pub diff_bytes_per_tx: Option<f64>,
+    /// Whether the step met every criterion.
+    pub passed: bool,
+    /// The criteria it failed.
+    pub failures: Vec<String>,
+}
+
+/// One second of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SecondPoint {
+    /// Seconds since the run began.
+    pub t: u64,
+    /// The target rate then (0 between steps).
+    pub target_tps: f64,
+    /// Sent.
+    pub submitted: u64,
+    /// Accepted.
+    pub accepted: u64,
+    /// Refusals.
+    pub rejected: u64,
+    /// Included (by head arrival).
+    pub included: u64,
+    /// Blocks seen.
+    pub blocks: u64,
+    /// Latency of the transactions included in this second.
+    pub latency_ms: Option<Percentiles>,
+}
+
+/// Receipts checked at the end.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReceiptCheck {
+    /// Asked for.
+    pub checked: usize,
+    /// Status 1.
+    pub succeeded: usize,
+    /// No receipt.
+    pub missing: usize,
+}
+
+/// The run's configuration, as printed first.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    /// `load` or `ramp`.
+    pub command: String,
+    /// The rates.
+    pub plan: String,
+    /// Workload.
+    pub workload: Workload,
+    /// ERC-20 share of `mix`.
+    pub erc20_share: f64,
+    /// Benchmark accounts.
+    pub accounts: u64,
+    /// Key seed.
+    pub seed: u64,
+    /// Draw seed.
+    pub workload_seed: u64,
+    /// Block time (ms).
+    pub block_time_ms: u64,
+    /// Block gas limit.
+    pub gas_limit: u64,
+    /// Largest batch.
+    pub batch: usize,
+    /// Batches in flight at most.
+    pub in_flight: usize,
+    /// Fee cap and tip (wei).
+    pub fees: (u128, u128),
+    /// The node: its URL, or the binary and arguments this run started.
+    pub sequencer: String,
+    /// The benchmark chain's directory.
+    pub genesis: String,
+    /// Pass criteria.
+    pub criteria: String,
+}
+
+/// What `load` and `ramp` write.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// Configuration.
+    pub config: RunConfig,
+    /// Machine.
+    pub machine: Machine,
+    /// Build profile of this generator.
+    pub build_profile: &'static str,
+    /// Seconds the started node took to listen (genesis state written first).
+    pub node_start_seconds: Option<f64>,
+    /// Steps.
+    pub steps: Vec<StepResult>,
+    /// The target rate of the last step that passed.
+    pub max_sustained_tps: Option<f64>,
+    /// Why the run ended.
+    pub stop_reason: String,
+    /// Receipts checked.
+    pub receipts: ReceiptCheck,
+    /// Transactions included that this run did not send.
+    pub foreign_txs: u64,
+    /// Transactions sent over the whole run.
+    pub sent_total: u64,
+    /// Of them, seen in a block by the end of the run (after the last drain).
+    pub included_total: u64,
+    /// Per second.
+    pub timeline: Vec<SecondPoint>,
+}
+
+impl LoadReport {
+    /// The last step that passed.
+    pub fn sustained_step(&self) -> Option<&StepResult> {
+        self.steps.iter().rev().find(|s| s.passed)
+    }
+}
+
+/// Runs `gigas-bench load`.
+pub fn run_load(args: &LoadArgs) -> Result<LoadReport> {
+    if args.rate.is_nan() || args.rate <= 0.0 {
+        bail!("--rate must be positive");
+    }
+    let plan = format!(
+        "{} tx/s for {:.0} s",
+        args.rate,
+        args.duration.as_secs_f64()
+    );
+    let (rate, secs) = (args.rate, args.duration.as_secs_f64());
+    run(&args.common, "load", plan, &mut |k, _| {
+        (k == 0).then_some((rate, secs))
+    })
+}
+
+/// Runs `gigas-bench ramp`.
+pub fn run_ramp(args: &RampArgs) -> Result<LoadReport> {
+    if args.start.is_nan() || args.start <= 0.0 || args.factor.is_some_and(|f| f <= 1.0) {
+        bail!("--start must be positive and --factor above 1");
+    }
+    let plan = match (args.factor, args.step) {
+        (Some(f), _) => format!(
+            "from {} tx/s, x{f} per step of {} s, at most {} steps or {} tx/s",
+            args.start, args.step_secs, args.max_steps, args.max_rate
+        ),
+        (None, s) => format!(
+            "from {} tx/s, +{} per step of {} s, at most {} steps or {} tx/s",
+            args.start,
+            s.unwrap_or(args.start),
+            args.step_secs,
+            args.max_steps,
+            args.max_rate
+        ),
+    };
+    run(&args.common, "ramp", plan, &mut |k, last| {
+        if k >= args.max_steps || last.is_some_and(|s| !s.passed) {
+            return None;
+        }
+        let rate = args.rate(k);
+        (rate <= args.max_rate).then_some((rate, args.step_secs))
+    })
+}
+
+/// The plan: the rate and seconds of step `k` given the previous step's result, or None to stop.
+type Plan<'a> = dyn FnMut(usize, Option<&StepResult>) -> Option<(f64, f64)> + 'a;
+
+fn run(
+    common: &CommonArgs,
+    command: &str,
+    plan: String,
+    next: &mut Plan<'_>,
+) -> Result<LoadReport> {
+    let out = common
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reports").join(command));
+    std::fs::create_dir_all(&out).wrap_err_with(|| format!("creating {}", out.display()))?;
+    let machine = Machine::current();
+    let build_profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let erc20 = common.workload != Workload::Transfers;
+    let spec = GenesisSpec {
+        accounts: common.accounts,
+        seed: common.seed,
+        gas_limit: common.gas_limit,
+        erc20,
+    };
+    let bin = match (&common.sequencer, &common.sequencer_bin) {
+        (None, explicit) => Some(sequencer_bin(explicit.as_deref())?),
+        (Some(_), Some(explicit)) => Some(explicit.clone()),
+        (Some(_), None) => sequencer_bin(None).ok(),
+    };
+    let genesis_dir = common.genesis_dir.clone().unwrap_or_else(|| {
+        genesis_cache_root(bin.as_deref().unwrap_or(Path::new("target/release/x")))
+            .join(spec.dir_name())
+    });
+    let criteria = format!(
+        "a step fails if its p{:.0} block interval > {}x the block time, or > {:.1}% of its txs are not included within {:.1} s of their send, or any tx is refused for a reason other than a full pool",
+        common.interval_quantile * 100.0,
+        common.interval_factor,
+        common.max_missed * 100.0,
+        common.latency_limit.as_secs_f64()
+    );
+    let mut node_args = vec![format!("--block-time {}ms", common.block_time.as_millis())];
+    node_args.extend(common.node_args.iter().cloned());
+    let config = RunConfig {
+        command: command.to_string(),
+        plan,
+        workload: common.workload,
+        erc20_share: common.erc20_share,
+        accounts: common.accounts,
+        seed: common.seed,
+        workload_seed: common.workload_seed,
+        block_time_ms: common.block_time.as_millis() as u64,
+        gas_limit: common.gas_limit,
+        batch: common.batch,
+        in_flight: common.in_flight,
+        fees: (sign::MAX_FEE_PER_GAS, sign::PRIORITY_FEE),
+        sequencer: match &common.sequencer {
+            Some(url) => format!("running node at {url}"),
+            None => format!(
+                "started here: {} {} (metrics on, fresh datadir)",
+                bin.as_deref()
+                    .map_or("?".into(), |b| b.display().to_string()),
+                node_args.join(" ")
+            ),
+        },
+        genesis: genesis_dir.display().to_string(),
+        criteria,
+    };
+    print_config(&config, &machine, build_profile);
+
+    let fixtures = common
+        .fixtures
+        .clone()
+        .unwrap_or_else(|| crate::shared_data("mainnet"));
+    let (chain, chain_file) = ensure_genesis(bin.as_deref(), &genesis_dir, &spec, &fixtures)?;
+    let bench = chain
+        .bench_accounts
+        .clone()
+        .ok_or_else(|| eyre!("{} has no benchmark accounts", chain_file.display()))?;
+    let addresses = gigas_sequencer::genesis::read_addresses(&bench)?;
+    let token = erc20.then_some(gigas_sequencer::genesis::WETH9);
+    let generator = Generator::new(
+        common.workload,
+        common.erc20_share,
+        token,
+        common.seed,
+        common.workload_seed,
+        chain.chain_id,
+        addresses,
+    )?;
+
+    let mut node = match &common.sequencer {
+        Some(_) => None,
+        None => {
+            let bin = bin
+                .as_deref()
+                .ok_or_else(|| eyre!("no gigas-sequencer binary"))?;
+            println!("starting {} on {} ...", bin.display(), chain_file.display());
+            let node = SequencerProcess::start(
+                bin,
+                &chain_file,
+                common.block_time,
+                &common.node_args,
+                common.datadir_root.as_deref(),
+                &out.join("node.log"),
+            )?;
+            println!(
+                "node listening at {} after {:.1} s (log {})",
+                node.url,
+                node.start_seconds,
+                node.log.display()
+            );
+            Some(node)
+        }
+    };
+    let url = node
+        .as_ref()
+        .map(|n| n.url.clone())
+        .or_else(|| common.sequencer.clone())
+        .ok_or_else(|| eyre!("no node"))?;
+    let ws = node
+        .as_ref()
+        .map(|n| n.ws.clone())
+        .or_else(|| common.ws.clone())
+        .unwrap_or_else(|| url.replacen("http://", "ws://", 1));
+    let metrics_url = node
+        .as_ref()
+        .map(|n| n.metrics.clone())
+        .or_else(|| common.metrics_url.clone());
+    let node_pid = node
+        .as_ref()
+        .map(SequencerProcess::pid)
+        .or(common.sequencer_pid);
+    let node_start_seconds = node.as_ref().map(|n| n.start_seconds);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("gigas-load")
+        .build()
+        .wrap_err("starting the async runtime")?;
+    let result = runtime.block_on(async {
+        let mut session = Session::open(
+            common,
+            generator,
+            &url,
+            ws,
+            metrics_url,
+            node_pid,
+            chain.chain_id,
+        )
+        .await?;
+        let mut steps: Vec<StepResult> = Vec::new();
+        let stop_reason = loop {
+            let k = steps.len();
+            let Some((rate, secs)) = next(k, steps.last()) else {
+                break match steps.last() {
+                    Some(s) if !s.passed => format!(
+                        "step {} (target {:.0} tx/s) failed: {}",
+                        s.step,
+                        s.target_tps,
+                        s.failures.join("; ")
+                    ),
+                    Some(_) => "the plan ended".to_string(),
+                    None => "no step".to_string(),
+                };
+            };
+            if k > 0 {
+                session.drain(Duration::from_secs(60)).await?;
+            }
+            let step = session.step(k + 1, rate, secs).await?;
+            print_step(&step);
+            steps.push(step);
+        };
+        session.drain(Duration::from_secs(30)).await?;
+        let receipts = session.check_receipts().await;
+        let report = session.finish(steps, stop_reason, receipts).await?;
+        Ok::<_, eyre::Report>(report)
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let (steps, stop_reason, receipts, timeline, foreign) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(node) = node.take() {
+                let _ = node.stop();
+            }
+            return Err(e);
+        }
+    };
+    if let Some(mut n) = node.take() {
+        if common.keep_datadir {
+            if let Some(dir) = n.keep_datadir() {
+                println!("node data directory kept: {}", dir.display());
+            }
+        }
+        n.stop()?;
+    }
+    let max_sustained_tps = steps.iter().rev().find(|s| s.passed).map(|s| s.target_tps);
+    let sent_total = timeline.iter().map(|p| p.submitted).sum();
+    let included_total = timeline.iter().map(|p| p.included).sum();
+    let report = LoadReport {
+        config,
+        machine,
+        build_profile,
+        node_start_seconds,
+        steps,
+        max_sustained_tps,
+        stop_reason,
+        receipts,
+        foreign_txs: foreign,
+        sent_total,
+        included_total,
+        timeline,
+    };
+    write_report(&report, &out)?;
+    Ok(report)
+}
+
+type Finished = (Vec<StepResult>, String, ReceiptCheck, Vec<SecondPoint>, u64);
+
+/// One run's live state.
+struct Session {
+    common: CommonArgs,
+    origin: Instant,
+    rpc: Rpc,
+    tracker: Arc<Mutex<Tracker>>,
+    generator: Generator,
+    metrics_url: Option<String>,
+    node_pid: Option<u32>,
+    /// With a running node, its accounts' nonces are asked for; a started node's are 0.
+    fetch_nonces: bool,
+    next_id: u64,
+    stop: watch::Sender<bool>,
+    watcher: tokio::task::JoinHandle<Result<()>>,
+    /// Answers still outstanding from the last step.
+    stragglers: JoinSet<()>,
+    /// Step windows: (start, end, rate), for the timeline.
+    windows: Vec<(f64, f64, f64)>,
+    /// Included transactions sampled for the receipt check.
+    sample: Vec<B256>,
+}
+
+impl Session {
+    async fn open(
+        common: &CommonArgs,
+        generator: Generator,
+        url: &str,
+        ws: String,
+        metrics_url: Option<String>,
+        node_pid: Option<u32>,
+        chain_id: u64,
+    ) -> Result<Self> {
+        let rpc = Rpc::new(url, common.in_flight + 8)?;
+        let node_chain = rpc
+            .chain_id()
+            .await
+            .wrap_err("asking the node its chain id")?;
+        if node_chain != chain_id {
+            bail!("the node runs chain {node_chain}, the benchmark genesis is chain {chain_id}");
+        }
+        let head = rpc.block_number().await?;
+        let origin = Instant::now();
+        let tracker = Arc::new(Mutex::new(Tracker::new(origin)));
+        let (stop, stopped) = watch::channel(false);
+        let watcher = tokio::spawn(send::watch_heads(
+            ws,
+            rpc.clone(),
+            Arc::clone(&tracker),
+            origin,
+            head,
+            stopped,
+        ));
+        Ok(Self {
+            common: common.clone(),
+            origin,
+            rpc,
+            tracker,
+            generator,
+            metrics_url,
+            node_pid,
+            fetch_nonces: common.sequencer.is_some(),
+            next_id: 0,
+            stop,
+            watcher,
+            stragglers: JoinSet::new(),
+            windows: Vec::new(),
+            sample: Vec::new(),
+        })
+    }
+
+    fn now(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64()
+    }
+
+    async fn scrape(&self) -> Option<Scrape> {
+        let url = self.metrics_url.as_ref()?;
+        match self.rpc.get_text(url).await {
+            Ok(text) => Some(Scrape::parse(&text)),
+            Err(e) => {
+                eprintln!("metrics: {e}");
+                None
+            }
+        }
+    }
+
+    fn check_watcher(&mut self) -> Result<()> {
+        if self.watcher.is_finished() {
+            bail!("the head subscription stopped early (see above); inclusion can no longer be measured");
+        }
+        Ok(())
+    }
+
+    /// Draws, signs and sends one step; returns its evaluation.
+    async fn step(&mut self, number: usize, rate: f64, secs: f64) -> Result<StepResult> {
+        self.check_watcher()?;
+        let count = ((rate * secs).round() as usize).max(1);
+        let signing = std::time::Instant::now();
+        let mut drafts = self.generator.draw(count);
+        if self.fetch_nonces {
+            let senders = self.generator.new_senders(&drafts);
+            let addresses: Vec<_> = senders.iter().map(|&i| self.generator.address(i)).collect();
+            let nonces = self.rpc.pending_nonces(&addresses).await?;
+            self.generator.set_nonces(senders.into_iter().zip(nonces));
+        }
+        self.generator.assign_nonces(&mut drafts);
+        // Signing blocks this thread only: the runtime's workers keep following heads.
+        let signed = self.generator.sign(&drafts)?;
+        let sign_seconds = signing.elapsed().as_secs_f64();
+        let erc20_count = signed.iter().filter(|t| t.erc20).count();
+        let txs: Arc<Vec<SignedTx>> = Arc::new(signed);
+        let base = self.next_id;
+        self.next_id += count as u64;
+        lock(&self.tracker).begin_step(base, txs.iter().map(|t| t.hash));
+        if !self.common.quiet {
+            println!(
+                "step {number}: {count} txs ({erc20_count} ERC-20) drawn and signed in {sign_seconds:.1} s; sending {rate:.0} tx/s for {secs:.0} s"
+            );
+        }
+
+        // The measured window: sending only.
+        let m0 = self.scrape().await;
+        let cpu0 = Cpu::sample(self.node_pid);
+        let t0 = self.now();
+        let bar = self.progress_bar(count as u64, number, rate);
+        let ticker = tokio::spawn(progress(
+            Arc::clone(&self.tracker),
+            bar.clone(),
+            self.origin,
+        ));
+        let batch = self
+            .common
+            .batch
+            .min(((rate * 0.01).ceil() as usize).max(1));
+        let pace = Pace {
+            rate,
+            batch,
+            in_flight: self.common.in_flight,
+            retry_for: self.common.latency_limit + Duration::from_secs(5),
+        };
+        let tasks = send::send_step(&self.rpc, &self.tracker, &txs, base, pace).await?;
+        let t1 = self.now();
+        let cpu1 = Cpu::sample(self.node_pid);
+        let m1 = self.scrape().await;
+        self.stragglers = tasks;
+        self.windows.push((t0, t1, rate));
+
+        // Every transaction gets its chance to be included within the latency limit.
+        let limit = self.common.latency_limit.as_secs_f64();
+        loop {
+            let outstanding = lock(&self.tracker).step_outstanding();
+            let answered = self.stragglers.is_empty();
+            if (outstanding == 0 && answered) || self.now() > t1 + limit + 0.5 {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                Some(done) = self.stragglers.join_next() => {
+                    done.wrap_err("a sending task panicked")?;
+                }
+            }
+        }
+        ticker.abort();
+        bar.finish_and_clear();
+        let delta = match (m1, m0) {
+            (Some(m1), Some(m0)) => Some(m1.since(&m0)),
+            _ => None,
+        };
+        let result = self.evaluate(
+            number,
+            rate,
+            sign_seconds,
+            (t0, t1),
+            &cpu0,
+            &cpu1,
+            delta.as_ref(),
+        );
+        self.sample_included(&txs);
+        Ok(result)
+    }
+
+    fn progress_bar(&self, len: u64, number: usize, rate: f64) -> ProgressBar {
+        if self.common.quiet {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::new(len);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} sent {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("step {number} @ {rate:.0}/s"));
+        bar
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate(
+        &self,
+        number: usize,
+        rate: f64,
+        sign_seconds: f64,
+        (t0, t1): (f64, f64),
+        cpu0: &Cpu,
+        cpu1: &Cpu,
+        delta: Option<&Scrape>,
+    ) -> StepResult {
+        let t = lock(&self.tracker);
+        let limit = self.common.latency_limit.as_secs_f64();
+        let window = (t1 - t0).max(1e-9);
+        let mut sent = 0u64;
+        let (mut accepted, mut rejected, mut gave_up, mut included, mut missed) = (0, 0, 0, 0, 0);
+        let mut latencies = Vec::new();
+        for tx in &t.txs {
+            if tx.sent.is_nan() {
+                continue;
+            }
+            sent += 1;
+            match tx.outcome {
+                Outcome::Accepted => accepted += 1,
+                Outcome::Rejected => rejected += 1,
+                Outcome::GaveUp => gave_up += 1,
+                Outcome::Waiting => {}
+            }
+            if tx.included.is_nan() {
+                missed += 1;
+            } else {
+                included += 1;
+                let latency = tx.included - tx.sent;
+                latencies.push(latency * 1e3);
+                if latency > limit {
+                    missed += 1;
+                }
+            }
+        }
+        let heads: Vec<_> = t
+            .heads
+            .iter()
+            .filter(|h| h.seen >= t0 && h.seen <= t1)
+            .copied()
+            .collect();
+        let intervals: Vec<f64> = heads
+            .windows(2)
+            .map(|w| (w[1].seen - w[0].seen) * 1e3)
+            .collect();
+        let included_tps = match (heads.first(), heads.last()) {
+            (Some(first), Some(last)) if last.seen > first.seen => {
+                heads[1..].iter().map(|h| h.txs as f64).sum::<f64>() / (last.seen - first.seen)
+            }
+            _ => 0.0,
+        };
+        let txs_per_block = if heads.is_empty() {
+            0.0
+        } else {
+            heads.iter().map(|h| h.txs as f64).sum::<f64>() / heads.len() as f64
+        };
+        let refusals: Vec<RefusalCount> = t
+            .refusals
+            .iter()
+            .map(|(reason, r)| RefusalCount {
+                reason: reason.clone(),
+                count: r.count,
+                backpressure: r.backpressure,
+                example: r.example.clone(),
+            })
+            .collect();
+        drop(t);
+
+        let mut failures = Vec::new();
+        for r in refusals.iter().filter(|r| !r.backpressure) {
+            failures.push(format!("{} refused: \"{}\"", r.count, r.example));
+        }
+        if sent > 0 && missed as f64 > self.common.max_missed * sent as f64 {
+            failures.push(format!(
+                "{:.2}% of its txs not included within {limit:.1} s",
+                100.0 * missed as f64 / sent as f64
+            ));
+        }
+        let block_time_ms = self.common.block_time.as_secs_f64() * 1e3;
+        let interval_q = Percentiles::quantile(&intervals, self.common.interval_quantile);
+        if heads.len() < 2 {
+            failures.push("fewer than two blocks during the step".to_string());
+        } else if interval_q > self.common.interval_factor * block_time_ms {
+            failures.push(format!(
+                "p{:.0} block interval {interval_q:.0} ms > {}x {block_time_ms:.0} ms",
+                self.common.interval_quantile * 100.0,
+                self.common.interval_factor
+            ));
+        }
+
+        let node_cpu = match (cpu0.node, cpu1.node) {
+            (Some(a), Some(b)) => Some(b - a),
+            _ => None,
+        };
+        let generator_cpu = cpu1.own - cpu0.own;
+        let mut node_threads: Vec<ThreadCpu> = cpu1
+            .threads
+            .iter()
+            .map(|(name, s)| ThreadCpu {
+                name: name.clone(),
+                cores: (s - cpu0.threads.get(name).copied().unwrap_or(0.0)) / window,
+            })
+            .filter(|t| t.cores > 0.0005)
+            .collect();
+        node_threads.sort_by(|a, b| b.cores.total_cmp(&a.cores));
+        let (stages, block_ms, diff_bytes_per_tx) = match delta {
+            Some(d) if !d.is_empty() => {
+                let block = d.histogram("gigas_sequencer_block_seconds", "");
+                let included_metric = d.value("gigas_sequencer_transactions_included");
+                let diff = d.value("gigas_diffs_diff_bytes");
+                (
+                    metrics::stage_split(d),
+                    (block.count > 0.0).then(|| Percentiles {
+                        p50: block.quantile(0.5) * 1e3,
+                        p90: block.quantile(0.9) * 1e3,
+                        p99: block.quantile(0.99) * 1e3,
+                        max: f64::NAN,
+                    }),
+                    match (diff, included_metric) {
+                        (Some(bytes), Some(n)) if n > 0.0 => Some(bytes / n),
+                        _ => None,
+                    },
+                )
+            }
+            _ => (Vec::new(), None, None),
+        };
+        StepResult {
+            step: number,
+            target_tps: rate,
+            seconds: window,
+            sign_seconds,
+            sent,
+            accepted,
+            rejected,
+            gave_up,
+            refusals,
+            included,
+            missed,
+            submitted_tps: sent as f64 / window,
+            included_tps,
+            latency_ms: Percentiles::of(latencies),
+            blocks: heads.len() as u64,
+            block_interval_ms: Percentiles::of(intervals),
+            txs_per_block,
+            block_ms,
+            node_cpu_cores: node_cpu.map(|c| c / window),
+            generator_cpu_cores: generator_cpu / window,
+            node_cpu_us_per_tx: node_cpu
+                .filter(|_| included > 0)
+                .map(|c| c / included as f64 * 1e6),
+            generator_cpu_us_per_tx: generator_cpu / sent.max(1) as f64 * 1e6,
+            node_threads,
+            stages,
+            diff_bytes_per_tx,
+            passed: failures.is_empty(),
+            failures,
+        }
+    }
+
+    /// Up to --check-receipts included transactions, spread over the run.
+    fn sample_included(&mut self, txs: &[SignedTx]) {
+        let t = lock(&self.tracker);
+        let included: Vec<usize> = t
+            .txs
+            .iter()
+            .enumerate()
+            .filter(|(_, tx)| !tx.included.is_nan())
+            .map(|(i, _)| i)
+            .collect();
+        let want = self.common.check_receipts;
+        if included.is_empty() || want == 0 {
+            return;
+        }
+        let stride = (included.len() / want).max(1);
+        self.sample.extend(
+            included
+                .iter()
+                .step_by(stride)
+                .take(want)
+                .filter_map(|&i| txs.get(i).map(|t| t.hash)),
+        );
+    }
+
+    /// Waits until the last step's transactions are answered and included (at most `limit`).
+    async fn drain(&mut self, limit: Duration) -> Result<()> {
+        let until = Instant::now() + limit;
+        loop {
+            while let Some(done) = self.stragglers.try_join_next() {
+                done.wrap_err("a sending task panicked")?;
+            }
+            let outstanding = lock(&self.tracker).step_outstanding();
+            if outstanding == 0 && self.stragglers.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                eprintln!(
+                    "{outstanding} transactions of the last step still not included after {:.0} s",
+                    limit.as_secs_f64()
+                );
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn check_receipts(&mut self) -> ReceiptCheck {
+        let want = self.common.check_receipts;
+        if self.sample.len() > want {
+            let stride = self.sample.len() / want;
+            self.sample = self
+                .sample
+                .iter()
+                .step_by(stride)
+                .take(want)
+                .copied()
+                .collect();
+        }
+        match self.rpc.receipt_statuses(&self.sample).await {
+            Ok(statuses) => ReceiptCheck {
+                checked: statuses.len(),
+                succeeded: statuses.iter().filter(|s| **s == Some(true)).count(),
+                missing: statuses.iter().filter(|s| s.is_none()).count(),
+            },
+            Err(e) => {
+                eprintln!("receipt check: {e}");
+                ReceiptCheck::default()
+            }
+        }
+    }
+
+    async fn finish(
+        mut self,
+        steps: Vec<StepResult>,
+        stop_reason: String,
+        receipts: ReceiptCheck,
+    ) -> Result<Finished> {
+        let _ = self.stop.send(true);
+        self.stragglers.abort_all();
+        match tokio::time::timeout(Duration::from_secs(5), &mut self.watcher).await {
+            Ok(Ok(Err(e))) => eprintln!("head subscription: {e:#}"),
+            Ok(Err(e)) => eprintln!("head subscription task: {e}"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => self.watcher.abort(),
+        }
+        let t = lock(&self.tracker);
+        let timeline = t
+            .seconds
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mid = i as f64 + 0.5;
+                let target = self
+                    .windows
+                    .iter()
+                    .find(|(a, b, _)| mid >= *a && mid < *b)
+                    .map_or(0.0, |w| w.2);
+                SecondPoint {
+                    t: i as u64,
+                    target_tps: target,
+                    submitted: s.submitted,
+                    accepted: s.accepted,
+                    rejected: s.rejected,
+                    included: s.included,
+                    blocks: s.blocks,
+                    latency_ms: (!s.latencies_ms.is_empty()).then(|| {
+                        Percentiles::of(s.latencies_ms.iter().map(|&l| f64::from(l)).collect())
+                    }),
+                }
+            })
+            .collect();
+        Ok((steps, stop_reason, receipts, timeline, t.foreign))
+    }
+}
+
+/// CPU seconds of both processes (and the node's threads) at one instant.
+#[derive(Debug, Clone, Default)]
+struct Cpu {
+    node: Option<f64>,
+    own: f64,
+    threads: BTreeMap<String, f64>,
+}
+
+impl Cpu {
+    fn sample(node: Option<u32>) -> Self {
+        Self {
+            node: node.and_then(|pid| metrics::process_cpu(Some(pid))),
+            own: metrics::process_cpu(None).unwrap_or(0.0),
+            threads: node.map(metrics::thread_cpu).unwrap_or_default(),
+        }
+    }
+}
+
+/// Updates the bar every half second with the last full second's rates.
+async fn progress(tracker: Arc<Mutex<Tracker>>, bar: ProgressBar, origin: Instant) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let message = {
+            let t = lock(&tracker);
+            let sent = t.txs.iter().filter(|x| !x.sent.is_nan()).count() as u64;
+            bar.set_position(sent);
+            let now = origin.elapsed().as_secs_f64() as usize;
+            let last = now.checked_sub(1).and_then(|i| t.seconds.get(i));
+            match last {
+                Some(s) => {
+                    let p = Percentiles::of(s.latencies_ms.iter().map(|&l| f64::from(l)).collect());
+                    format!(
+                        "| {}/s sent, {}/s included, {} refused, p50 {:.0} ms, p99 {:.0} ms, head {}",
+                        s.submitted,
+                        s.included,
+                        s.rejected,
+                        p.p50,
+                        p.p99,
+                        t.head_number().unwrap_or(0)
+                    )
+                }
+                None => String::new(),
+            }
+        };
+        bar.set_message(message);
+    }
+}
+
+fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str) {
+    println!("gigas-bench {} configuration", c.command);
+    println!(
+        "  workload   : {:?}{}; senders and receivers Zipf-Mandelbrot (s = {}, v = {}) over {} accounts of seed {}; draws seeded {}",
+        c.workload,
+        if c.workload == Workload::Mix {
+            format!(" ({:.0}% ERC-20)", c.erc20_share * 100.0)
+        } else {
+            String::new()
+        },
+        crate::zipf::DEVNET_S,
+        crate::zipf::DEVNET_V,
+        c.accounts,
+        c.seed,
+        c.workload_seed
+    );
+    println!("  rates      : {}", c.plan);
+    println!(
+        "  chain      : block time {} ms, gas limit {}; EIP-1559 txs, fee cap {} gwei, tip {} gwei",
+        c.block_time_ms,
+        c.gas_limit,
+        c.fees.0 / 1_000_000_000,
+        c.fees.1 / 1_000_000_000
+    );
+    println!(
+        "  sending    : JSON-RPC batches over HTTP of at most {} txs, at most {} in flight; inclusion from newHeads over WebSocket",
+        c.batch, c.in_flight
+    );
+    println!("  node       : {}", c.sequencer);
+    println!("  genesis    : {}", c.genesis);
+    println!("  criteria   : {}", c.criteria);
+    println!(
+        "  build      : {build_profile}; machine: {}; the load generator runs on the same machine",
+        machine.describe()
+    );
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "-".to_string(),
+    }
+}
+
+fn print_step(s: &StepResult) {
+    println!(
+        "step {}: target {:.0}/s, sent {:.0}/s, included {:.0}/s; latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; block interval p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms; node {} cores, generator {:.2} cores; {}",
+        s.step,
+        s.target_tps,
+        s.submitted_tps,
+        s.included_tps,
+        s.latency_ms.p50,
+        s.latency_ms.p99,
+        s.latency_ms.max,
+        s.block_interval_ms.p50,
+        s.block_interval_ms.p90,
+        s.block_interval_ms.max,
+        fmt_opt(s.node_cpu_cores, 2),
+        s.generator_cpu_cores,
+        if s.passed {
+            "PASSED".to_string()
+        } else {
+            format!("FAILED: {}", s.failures.join("; "))
+        }
+    );
+}
+
+fn write_report(r: &LoadReport, out: &Path) -> Result<()> {
+    let name = &r.config.command;
+    std::fs::write(
+        out.join(format!("{name}.json")),
+        serde_json::to_string_pretty(r)?,
+    )?;
+    let mut charts = vec![
+        (
+            format!("{name}-tps.svg"),
+            chart::tps(r, &out.join(format!("{name}-tps.svg"))),
+        ),
+        (
+            format!("{name}-latency.svg"),
+            chart::latency(r, &out.join(format!("{name}-latency.svg"))),
+        ),
+    ];
+    if r.steps.len() > 1 {
+        charts.push((
+            format!("{name}-steps.svg"),
+            chart::steps(r, &out.join(format!("{name}-steps.svg"))),
+        ));
+    }
+    let mut drawn = Vec::new();
+    for (file, result) in charts {
+        match result {
+            Ok(()) => drawn.push(file),
+            Err(e) => eprintln!("chart {file}: {e}"),
+        }
+    }
+    let md = markdown(r, &drawn);
+    std::fs::write(out.join(format!("{name}.md")), &md)?;
+    println!("\n{md}");
+    println!(
+        "report written to {}/ ({name}.md, {name}.json, {})",
+        out.display(),
+        drawn.join(", ")
+    );
+    Ok(())
+}
+
+/// The report as Markdown: headline, steps, where the node's time went at the edge.
+pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
+    let c = &r.config;
+    let mut md = format!(
+        "# gigas-bench {}: {:?} over {} accounts\n\n",
+        c.command, c.workload, c.accounts
+    );
+    let _ = writeln!(md, "- rates: {}", c.plan);
+    let _ = writeln!(
+        md,
+        "- chain: block time {} ms, gas limit {}; node: {}",
+        c.block_time_ms, c.gas_limit, c.sequencer
+    );
+    let _ = writeln!(
+        md,
+        "- sending: HTTP JSON-RPC batches of at most {}, at most {} in flight; latency = newHeads arrival - first send",
+        c.batch, c.in_flight
+    );
+    let _ = writeln!(md, "- criteria: {}", c.criteria);
+    let _ = writeln!(
+        md,
+        "- machine: {}; build: {}; load generator on the same machine{}",
+        r.machine.describe(),
+        r.build_profile,
+        r.node_start_seconds.map_or(String::new(), |s| format!(
+            "; node start (genesis written) {s:.1} s"
+        ))
+    );
+    match r.sustained_step() {
+        Some(s) if c.command == "ramp" => {
+            let _ = writeln!(
+                md,
+                "\n**Maximum sustained: {:.0} tx/s** (included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms; block interval p50 {:.0} ms). Stopped: {}.",
+                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99, s.block_interval_ms.p50, r.stop_reason
+            );
+        }
+        Some(s) => {
+            let _ = writeln!(
+                md,
+                "\n**{:.0} tx/s held**: included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms.",
+                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99
+            );
+        }
+        None => {
+            let _ = writeln!(md, "\n**No step passed.** {}", r.stop_reason);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nReceipts checked: {} of {} succeeded ({} missing).",
+        r.receipts.succeeded, r.receipts.checked, r.receipts.missing
+    );
+    let _ = writeln!(
+        md,
+        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---|"
+    );
+    for s in &r.steps {
+        let refused: u64 = s.refusals.iter().map(|x| x.count).sum();
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            s.step,
+            s.target_tps,
+            s.submitted_tps,
+            s.included_tps,
+            s.latency_ms.p50,
+            s.latency_ms.p90,
+            s.latency_ms.p99,
+            s.latency_ms.max,
+            s.block_interval_ms.p50,
+            s.block_interval_ms.p90,
+            s.block_interval_ms.max,
+            s.txs_per_block,
+            s.block_ms
+                .map_or("-".to_string(), |b| format!("{:.0} / {:.0}", b.p50, b.p99)),
+            fmt_opt(s.node_cpu_cores, 2),
+            fmt_opt(s.node_cpu_us_per_tx, 0),
+            s.generator_cpu_cores,
+            fmt_opt(s.diff_bytes_per_tx, 1),
+            refused,
+            if s.passed {
+                "passed".to_string()
+            } else {
+                format!("**failed**: {}", s.failures.join("; "))
+            }
+        );
+    }
+    // The edge: the last step that passed and the one that failed after it.
+    let mut edge: Vec<&StepResult> = Vec::new();
+    if let Some(s) = r.sustained_step() {
+        edge.push(s);
+    }
+    if let Some(s) = r.steps.last().filter(|s| !s.passed) {
+        edge.push(s);
+    }
+    for s in edge {
+        let _ = writeln!(
+            md,
+            "\n## Where the node's time went at {:.0} tx/s (step {}, {})\n",
+            s.target_tps,
+            s.step,
+            if s.passed { "passed" } else { "failed" }
+        );
+        if s.stages.is_empty() {
+            let _ = writeln!(md, "No metrics from the node.");
+        } else {
+            let _ = writeln!(
+                md,
+                "| stage | blocks | mean ms | p50 ms | p99 ms | share of block time |\n|---|---:|---:|---:|---:|---:|"
+            );
+            for st in &s.stages {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
+                    st.stage,
+                    st.blocks,
+                    st.mean_ms,
+                    st.p50_ms,
+                    st.p99_ms,
+                    st.share * 100.0
+                );
+            }
+        }
+        if !s.node_threads.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nNode CPU by thread ({} cores in all; load generator {:.2} cores):\n\n| thread | cores |\n|---|---:|",
+                fmt_opt(s.node_cpu_cores, 2),
+                s.generator_cpu_cores
+            );
+            for t in &s.node_threads {
+                let _ = writeln!(md, "| {} | {:.3} |", t.name, t.cores);
+            }
+        }
+        if !s.refusals.is_empty() {
+            let _ = writeln!(md, "\nRefusals:\n");
+            for x in &s.refusals {
+                let _ = writeln!(
+                    md,
+                    "- {} x {}{}: \"{}\"",
+                    x.count,
+                    x.reason,
+                    if x.backpressure {
+                        " (backpressure, retried)"
+                    } else {
+                        ""
+                    },
+                    x.example
+                );
+            }
+        }
+    }
+    if !charts.is_empty() {
+        let _ = writeln!(md, "\n## Charts\n");
+        for c in charts {
+            let _ = writeln!(md, "![{c}]({c})");
+        }
+    }
+    md
+}

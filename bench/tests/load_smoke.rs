@@ -1,0 +1,234 @@
+//! A small run of the load generator against real `gigas-sequencer` processes: a benchmark
+//! genesis of 1,000 accounts with WETH9 built into a temporary directory, a few hundred signed
+//! transfers and ERC-20 transfers, and checks that every transaction sent is accepted,
+//! included and counted. No rate is asserted. (The real runs are `gigas-bench load` and
+//! `gigas-bench ramp`.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use gigas_bench::load::{
+    ensure_genesis, run_load, run_ramp, GenesisSpec, LoadArgs, LoadReport, RampArgs,
+    SequencerProcess,
+};
+
+#[derive(Debug, Parser)]
+struct LoadCli {
+    #[command(flatten)]
+    args: LoadArgs,
+}
+
+#[derive(Debug, Parser)]
+struct RampCli {
+    #[command(flatten)]
+    args: RampArgs,
+}
+
+/// The `gigas-sequencer` binary of this build. A test can only name its own package's
+/// binaries (`CARGO_BIN_EXE_*`), so the sequencer's is built into the same target directory
+/// and profile (a no-op when it is fresh, as under `cargo test --workspace`).
+fn sequencer_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<this test>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps")
+        .to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(other) => other.to_string(),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "gigas-sequencer", "--bin", "gigas-sequencer"])
+        .args(["--profile", &profile])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building gigas-sequencer failed");
+    let bin = profile_dir.join(format!("gigas-sequencer{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "no {}", bin.display());
+    bin
+}
+
+fn shared_args(dir: &Path, bin: &Path, out: &str) -> Vec<String> {
+    [
+        "--accounts",
+        "1000",
+        "--seed",
+        "5",
+        "--workload-seed",
+        "9",
+        "--batch",
+        "20",
+        "--in-flight",
+        "8",
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "--sequencer-bin".into(),
+        bin.display().to_string(),
+        "--genesis-dir".into(),
+        dir.join("genesis").display().to_string(),
+        "--datadir-root".into(),
+        dir.join("nodes").display().to_string(),
+        "--out".into(),
+        dir.join(out).display().to_string(),
+    ])
+    .collect()
+}
+
+/// Every transaction the run sent was answered with its hash and seen in a block, and the
+/// per-second counts add up to the same totals.
+fn assert_all_included(report: &LoadReport, expected: u64) {
+    assert_eq!(report.sent_total, expected, "sent");
+    assert_eq!(report.included_total, expected, "included");
+    let sent: u64 = report.steps.iter().map(|s| s.sent).sum();
+    let accepted: u64 = report.steps.iter().map(|s| s.accepted).sum();
+    let included: u64 = report.steps.iter().map(|s| s.included).sum();
+    assert_eq!((sent, accepted), (expected, expected), "answers");
+    assert!(
+        included <= expected,
+        "{included} included of {expected} sent"
+    );
+    for s in &report.steps {
+        assert_eq!(
+            s.rejected + s.gave_up,
+            0,
+            "step {}: {:?}",
+            s.step,
+            s.refusals
+        );
+        assert!(
+            s.refusals.iter().all(|r| r.backpressure),
+            "step {}: {:?}",
+            s.step,
+            s.refusals
+        );
+        assert!(
+            s.blocks > 0 && s.latency_ms.p50.is_finite(),
+            "step {}",
+            s.step
+        );
+    }
+    let timeline: u64 = report.timeline.iter().map(|p| p.accepted).sum();
+    assert!(timeline <= expected);
+    assert_eq!(report.foreign_txs, 0);
+    // The sampled receipts: every ERC-20 transfer and every ether transfer succeeded.
+    assert!(report.receipts.checked > 0);
+    assert_eq!(
+        report.receipts.succeeded, report.receipts.checked,
+        "{:?}",
+        report.receipts
+    );
+}
+
+#[test]
+fn a_small_load_and_ramp_are_included_and_counted() {
+    let bin = sequencer_binary();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // 1. `load`, starting its own node: 300 transactions, half of them WETH9 transfers.
+    let mut argv = vec!["load".to_string()];
+    argv.extend(["--workload", "mix", "--rate", "100", "--duration", "3s"].map(String::from));
+    argv.extend(shared_args(dir.path(), &bin, "load"));
+    let cli = LoadCli::try_parse_from(&argv).expect("load arguments");
+    let report = run_load(&cli.args).expect("load run");
+    assert_eq!(report.steps.len(), 1);
+    assert_all_included(&report, 300);
+    let step = &report.steps[0];
+    assert!(step.node_cpu_cores.is_some_and(|c| c > 0.0));
+    assert!(
+        step.stages.iter().any(|s| s.stage == "execute"),
+        "the stage split comes from the node's metrics: {:?}",
+        step.stages
+    );
+    assert!(step.diff_bytes_per_tx.is_some_and(|b| b > 0.0));
+    assert!(!step.node_threads.is_empty());
+    for file in [
+        "load.json",
+        "load.md",
+        "load-tps.svg",
+        "load-latency.svg",
+        "node.log",
+    ] {
+        assert!(dir.path().join("load").join(file).is_file(), "{file}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("load/load.md")).expect("markdown");
+    assert!(md.contains("| step | target/s"), "{md}");
+
+    // 2. A node started apart and driven by URL: a ramp of two short steps, then a load whose
+    // senders' nonces are past 0 (the generator asks the node for them).
+    let (_, chain) = ensure_genesis(
+        Some(&bin),
+        &dir.path().join("genesis"),
+        &GenesisSpec {
+            accounts: 1000,
+            seed: 5,
+            gas_limit: 1_000_000_000,
+            erc20: true,
+        },
+        &gigas_bench::shared_data("mainnet"),
+    )
+    .expect("the cached genesis");
+    let node = SequencerProcess::start(
+        &bin,
+        &chain,
+        std::time::Duration::from_millis(250),
+        &[],
+        Some(&dir.path().join("nodes")),
+        &dir.path().join("url-node.log"),
+    )
+    .expect("start a node");
+    let pid = node.pid().to_string();
+    let by_url = |out: &str| -> Vec<String> {
+        let mut v: Vec<String> = shared_args(dir.path(), &bin, out);
+        v.extend(
+            [
+                "--sequencer",
+                node.url.as_str(),
+                "--metrics-url",
+                node.metrics.as_str(),
+                "--sequencer-pid",
+                pid.as_str(),
+            ]
+            .map(String::from),
+        );
+        v
+    };
+    let mut argv = vec!["ramp".to_string()];
+    argv.extend(
+        [
+            "--workload",
+            "erc20",
+            "--start",
+            "60",
+            "--factor",
+            "2",
+            "--step-secs",
+            "2",
+            "--max-steps",
+            "2",
+        ]
+        .map(String::from),
+    );
+    argv.extend(by_url("ramp"));
+    let cli = RampCli::try_parse_from(&argv).expect("ramp arguments");
+    let ramp = run_ramp(&cli.args).expect("ramp run");
+    assert!(!ramp.steps.is_empty());
+    let expected: u64 = [120u64, 240].iter().take(ramp.steps.len()).sum();
+    assert_all_included(&ramp, expected);
+    assert!(dir.path().join("ramp/ramp.json").is_file());
+
+    let mut argv = vec!["load".to_string()];
+    argv.extend(["--workload", "erc20", "--rate", "80", "--duration", "2s"].map(String::from));
+    argv.extend(by_url("again"));
+    let again = run_load(&LoadCli::try_parse_from(&argv).expect("arguments").args)
+        .expect("a second run on the same node");
+    assert_all_included(&again, 160);
+    node.stop().expect("the node stops cleanly");
+}
