@@ -13,15 +13,17 @@
 //!   starts, while the node is idle; the measured window is sending only.
 //! - Sending: JSON-RPC batches of `eth_sendRawTransaction` over HTTP, batch `k` due at
 //!   `k * batch / rate` seconds, at most `--in-flight` batches waiting for an answer. A
-//!   transaction refused because the pool is full or busy is sent again (its latency still
-//!   counts from the first send), so that its sender's later nonces stay valid.
+//!   transaction refused because the pool is full or busy, or its sender's pool window is
+//!   full ("nonce too high" for gap-free nonces), is sent again with exponential backoff (its
+//!   latency still counts from the first send), so that its sender's later nonces stay valid.
 //! - Inclusion: a `newHeads` WebSocket subscription; each head is timestamped as it arrives,
 //!   then its block's transaction hashes are fetched once and matched to send times. Latency =
 //!   head seen - first send. No receipt is polled per transaction.
 //! - The ramp holds each rate for a step (20 s), then raises it by `--step` or `--factor`. A
 //!   step fails when the block interval (its `--interval-quantile`, p90 by default) exceeds
 //!   twice the block time, or more than 1% of its transactions are not included within 5 s
-//!   of their send, or any transaction is refused for a reason other than a full pool. The
+//!   of their send, or any transaction is refused for a reason other than a full pool (or a
+//!   full per-sender window of it). The
 //!   maximum sustained rate is the last step that passed. Between steps the generator waits
 //!   for the previous step's transactions to be included and signs the next step: each step
 //!   starts on a drained pool.
@@ -548,7 +550,7 @@ fn run(
             .join(spec.dir_name())
     });
     let criteria = format!(
-        "a step fails if its p{:.0} block interval > {}x the block time, or > {:.1}% of its txs are not included within {:.1} s of their send, or any tx is refused for a reason other than a full pool",
+        "a step fails if its p{:.0} block interval > {}x the block time, or > {:.1}% of its txs are not included within {:.1} s of their send, or any tx is refused for a reason other than a full pool (or sender window)",
         common.interval_quantile * 100.0,
         common.interval_factor,
         common.max_missed * 100.0,
@@ -1322,10 +1324,6 @@ fn print_step(s: &StepResult) {
 
 fn write_report(r: &LoadReport, out: &Path) -> Result<()> {
     let name = &r.config.command;
-    std::fs::write(
-        out.join(format!("{name}.json")),
-        serde_json::to_string_pretty(r)?,
-    )?;
     let mut charts = vec![
         (
             format!("{name}-tps.svg"),
@@ -1349,14 +1347,8 @@ fn write_report(r: &LoadReport, out: &Path) -> Result<()> {
             Err(e) => eprintln!("chart {file}: {e}"),
         }
     }
-    let md = markdown(r, &drawn);
-    std::fs::write(out.join(format!("{name}.md")), &md)?;
-    println!("\n{md}");
-    println!(
-        "report written to {}/ ({name}.md, {name}.json, {})",
-        out.display(),
-        drawn.join(", ")
-    );
+    crate::write_report(out, name, r, &markdown(r, &drawn))?;
+    println!("charts: {}", drawn.join(", "));
     Ok(())
 }
 
