@@ -1,0 +1,297 @@
+//! [`StateDb`]: the environment, its table handles, and the doors to reading and writing.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use gigas_statediff::ChainTip;
+use signet_libmdbx::sys::PageSize;
+use signet_libmdbx::{
+    Database, DatabaseFlags, Environment, EnvironmentFlags, Geometry, Mode, SyncMode, WriteFlags,
+};
+
+use crate::codec;
+use crate::error::StateDbError;
+use crate::metrics::StateDbMetrics;
+use crate::read::{self, Dbs};
+use crate::tables::{Table, META_SCHEMA_VERSION, SCHEMA_VERSION};
+use crate::types::{Durability, StateDbOptions, TableStats, WriterOptions};
+use crate::view::StateView;
+use crate::writer::StateWriter;
+
+/// Named-table slots: the declared tables plus room for later ones (MDBX searches the open
+/// slots linearly, so a few spare ones cost nothing).
+const MAX_DBS: usize = 32;
+/// reth's value: how far MDBX's page reclaiming may grow the list of pages it scans for reuse
+/// in one transaction before it grows the file instead.
+const RP_AUGMENT_LIMIT: u64 = 256 * 1024;
+
+/// The full node's state in MDBX. `Send + Sync`: read views may be taken on any thread while
+/// one [`StateWriter`] applies blocks (each view is an MVCC snapshot of the last commit).
+pub struct StateDb {
+    env: Environment,
+    dbs: Dbs,
+    options: StateDbOptions,
+    metrics: StateDbMetrics,
+    dir: PathBuf,
+    writer_open: AtomicBool,
+}
+
+impl fmt::Debug for StateDb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateDb")
+            .field("dir", &self.dir)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Held while a writer or a genesis owns the write side.
+pub(crate) struct WriteLock<'db>(&'db AtomicBool);
+
+impl Drop for WriteLock<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl StateDb {
+    /// Opens the state database in `dir` (created if missing), creating the tables that are
+    /// missing. A new database holds no chain: apply a genesis
+    /// ([`StateDb::apply_genesis`]) before a writer.
+    pub fn open(dir: &Path, options: StateDbOptions) -> Result<Self, StateDbError> {
+        std::fs::create_dir_all(dir).map_err(|source| StateDbError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let sync_mode = match options.durability {
+            Durability::Durable => SyncMode::Durable,
+            Durability::NoMetaSync => SyncMode::NoMetaSync,
+            Durability::SafeNoSync => SyncMode::SafeNoSync,
+        };
+        let mut builder = Environment::builder();
+        builder
+            .set_max_dbs(MAX_DBS)
+            .set_max_readers(options.max_readers)
+            .set_rp_augment_limit(RP_AUGMENT_LIMIT)
+            .set_geometry(Geometry {
+                size: Some(0..options.max_size_bytes),
+                growth_step: Some(isize::try_from(options.growth_step_bytes).unwrap_or(isize::MAX)),
+                // Never shrink: a shrink remaps the file, and state only grows.
+                shrink_threshold: Some(0),
+                page_size: options.page_size.map(PageSize::Set),
+            })
+            .set_flags(EnvironmentFlags {
+                mode: Mode::ReadWrite { sync_mode },
+                no_rdahead: !options.readahead,
+                coalesce: true,
+                ..Default::default()
+            });
+        if options.write_map {
+            builder.write_map();
+        }
+        let env = builder
+            .open(dir)
+            .map_err(StateDbError::mdbx("open the environment"))?;
+
+        let txn = env
+            .begin_rw_unsync()
+            .map_err(StateDbError::mdbx("begin the table-creating transaction"))?;
+        let mut dbs: Vec<Database> = Vec::with_capacity(Table::COUNT);
+        for &table in Table::ALL {
+            let db = txn
+                .create_db(Some(table.name()), table.flags())
+                .map_err(StateDbError::mdbx("create a table"))?;
+            let relevant =
+                DatabaseFlags::DUP_SORT | DatabaseFlags::DUP_FIXED | DatabaseFlags::INTEGER_KEY;
+            if db.flags() & relevant != table.flags() {
+                return Err(StateDbError::TableFlags {
+                    table: table.name(),
+                    found: db.flags().bits(),
+                    expected: table.flags().bits(),
+                });
+            }
+            dbs.push(db);
+        }
+        let dbs = Dbs(dbs
+            .try_into()
+            .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?);
+        match read::get(&dbs, &txn, Table::Meta, META_SCHEMA_VERSION)? {
+            None => txn
+                .put(
+                    dbs.get(Table::Meta),
+                    META_SCHEMA_VERSION,
+                    SCHEMA_VERSION.to_be_bytes(),
+                    WriteFlags::empty(),
+                )
+                .map_err(StateDbError::mdbx("write the layout version"))?,
+            Some(bytes) => {
+                let found = <[u8; 4]>::try_from(bytes.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| {
+                        StateDbError::corrupt(Table::Meta.name(), META_SCHEMA_VERSION, "not a u32")
+                    })?;
+                if found != SCHEMA_VERSION {
+                    return Err(StateDbError::SchemaVersion {
+                        dir: dir.to_path_buf(),
+                        found,
+                        expected: SCHEMA_VERSION,
+                    });
+                }
+            }
+        }
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit the table-creating transaction"))?;
+
+        let db = Self {
+            env,
+            dbs,
+            options,
+            metrics: StateDbMetrics::default(),
+            dir: dir.to_path_buf(),
+            writer_open: AtomicBool::new(false),
+        };
+        db.refresh_size_metrics();
+        if let Ok(view) = db.view() {
+            if let Ok(Some((block, _))) = view.last_root() {
+                db.metrics
+                    .last_root_block
+                    .set(i64::try_from(block).unwrap_or(i64::MAX));
+            }
+        }
+        Ok(db)
+    }
+
+    /// The directory the database lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &StateDbOptions {
+        &self.options
+    }
+
+    /// Its metrics (register them with [`StateDbMetrics::register`]).
+    pub fn metrics(&self) -> &StateDbMetrics {
+        &self.metrics
+    }
+
+    pub(crate) fn dbs(&self) -> &Dbs {
+        &self.dbs
+    }
+
+    pub(crate) fn env(&self) -> &Environment {
+        &self.env
+    }
+
+    /// A read view of the last commit: a consistent snapshot for as long as it lives (it
+    /// holds an MDBX reader slot, and the pages it sees cannot be reused meanwhile, so keep
+    /// views short).
+    pub fn view(&self) -> Result<StateView<'_>, StateDbError> {
+        let txn = self
+            .env
+            .begin_ro_unsync()
+            .map_err(StateDbError::mdbx("begin a read transaction"))?;
+        Ok(StateView::new(self, txn))
+    }
+
+    /// The writer. One at a time per database ([`StateDbError::WriterBusy`] otherwise); it
+    /// keeps MDBX's write transaction open and must stay on the thread that created it.
+    pub fn writer(&self, options: WriterOptions) -> Result<StateWriter<'_>, StateDbError> {
+        StateWriter::new(self, self.lock_writer()?, options)
+    }
+
+    pub(crate) fn lock_writer(&self) -> Result<WriteLock<'_>, StateDbError> {
+        self.writer_open
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| StateDbError::WriterBusy)?;
+        Ok(WriteLock(&self.writer_open))
+    }
+
+    /// The last committed block (`None` before a genesis).
+    pub fn head(&self) -> Result<Option<ChainTip>, StateDbError> {
+        self.view()?.tip()
+    }
+
+    /// Rows and pages of every table.
+    pub fn table_stats(&self) -> Result<Vec<TableStats>, StateDbError> {
+        let txn = self
+            .env
+            .begin_ro_unsync()
+            .map_err(StateDbError::mdbx("begin a read transaction"))?;
+        Table::ALL
+            .iter()
+            .map(|&table| {
+                let stat = txn
+                    .db_stat(&self.dbs.get(table))
+                    .map_err(StateDbError::mdbx("read table statistics"))?;
+                let (branch, leaf, overflow) = (
+                    stat.branch_pages() as u64,
+                    stat.leaf_pages() as u64,
+                    stat.overflow_pages() as u64,
+                );
+                Ok(TableStats {
+                    table,
+                    entries: stat.entries() as u64,
+                    branch_pages: branch,
+                    leaf_pages: leaf,
+                    overflow_pages: overflow,
+                    bytes: (branch + leaf + overflow) * u64::from(stat.page_size()),
+                })
+            })
+            .collect()
+    }
+
+    /// Updates the size and page gauges (done after every commit; best effort).
+    pub fn refresh_size_metrics(&self) {
+        if let (Ok(info), Ok(stat)) = (self.env.info(), self.env.stat()) {
+            let page = u64::from(stat.page_size());
+            let gauge = |g: &prometheus_client::metrics::gauge::Gauge, v: u64| {
+                g.set(i64::try_from(v).unwrap_or(i64::MAX));
+            };
+            gauge(
+                &self.metrics.used_bytes,
+                (info.last_pgno() as u64 + 1) * page,
+            );
+            gauge(&self.metrics.map_bytes, info.map_size() as u64);
+        }
+        if let Ok(stats) = self.table_stats() {
+            let sum = |f: fn(&TableStats) -> u64| stats.iter().map(f).sum::<u64>();
+            let gauge = |g: &prometheus_client::metrics::gauge::Gauge, v: u64| {
+                g.set(i64::try_from(v).unwrap_or(i64::MAX));
+            };
+            gauge(&self.metrics.branch_pages, sum(|s| s.branch_pages));
+            gauge(&self.metrics.leaf_pages, sum(|s| s.leaf_pages));
+            gauge(&self.metrics.overflow_pages, sum(|s| s.overflow_pages));
+        }
+    }
+}
+
+/// `Meta` encodings shared by the writer and the genesis.
+pub(crate) fn write_meta_tip(
+    dbs: &Dbs,
+    txn: &signet_libmdbx::tx::aliases::RwTxUnsync,
+    tip: &ChainTip,
+    index_len: u64,
+    last_root: Option<(u64, alloy_primitives::B256)>,
+    trie_valid: bool,
+) -> Result<(), StateDbError> {
+    use crate::tables::{META_HEAD, META_INDEX_LEN, META_LAST_ROOT, META_TRIE};
+    let meta = dbs.get(Table::Meta);
+    let put = |key: &[u8], value: &[u8]| {
+        txn.put(meta, key, value, WriteFlags::empty())
+            .map_err(StateDbError::mdbx("write Meta"))
+    };
+    put(META_HEAD, &codec::encode_tip(tip))?;
+    put(META_INDEX_LEN, &index_len.to_be_bytes())?;
+    put(META_TRIE, &[u8::from(trie_valid)])?;
+    match last_root {
+        Some((block, root)) => put(META_LAST_ROOT, &codec::encode_root(block, &root))?,
+        None => {
+            txn.del(meta, META_LAST_ROOT, None)
+                .map_err(StateDbError::mdbx("write Meta"))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The state database's typed error.
+
+use std::path::PathBuf;
+
+use alloy_primitives::B256;
+use gigas_evm::revm::database_interface::DBErrorMarker;
+use gigas_statediff::StateKey;
+use signet_libmdbx::{MdbxError, ReadError};
+
+/// What went wrong in the state database.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDbError {
+    /// The directory could not be created.
+    #[error("cannot create the state directory {dir}: {source}")]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// MDBX refused an operation.
+    #[error("MDBX failed to {op}: {source}")]
+    Mdbx {
+        /// What the database was doing ("open the environment", "write HashedAccounts", ...).
+        op: &'static str,
+        /// MDBX's error.
+        source: MdbxError,
+    },
+    /// The directory holds a state database of another layout version.
+    #[error("the state in {dir} has layout version {found}; this build reads version {expected}")]
+    SchemaVersion {
+        /// The directory.
+        dir: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+    /// A table exists with other flags than the declared ones.
+    #[error("table {table} exists with flags {found:#x}, expected {expected:#x}")]
+    TableFlags {
+        /// The table.
+        table: &'static str,
+        /// Its flags on disk.
+        found: u32,
+        /// The declared flags.
+        expected: u32,
+    },
+    /// A stored row that does not decode.
+    #[error("corrupt row in {table} at key 0x{key}: {reason}")]
+    Corrupt {
+        /// The table.
+        table: &'static str,
+        /// The row's key, in hex.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database holds no genesis yet: apply one first.
+    #[error("the state database holds no genesis yet")]
+    NotInitialized,
+    /// A genesis was given to a database that already has a head.
+    #[error("the state database already holds a chain (head block {head})")]
+    AlreadyInitialized {
+        /// Its head.
+        head: u64,
+    },
+    /// A block that does not follow the writer's tip.
+    #[error("block {got} is not the next block: expected {expected}")]
+    NotNext {
+        /// The number the next block must have.
+        expected: u64,
+        /// The number given.
+        got: u64,
+    },
+    /// A block whose parent hash is not the tip's hash.
+    #[error("block {block} names parent {found}, but the tip's hash is {expected}")]
+    WrongParent {
+        /// The block.
+        block: u64,
+        /// The tip's hash.
+        expected: B256,
+        /// The parent hash the header names.
+        found: B256,
+    },
+    /// A block's new index key that already has an index.
+    #[error("block {block} gives {key:?} a new index, but it already has index {index}")]
+    KeyAlreadyIndexed {
+        /// The block.
+        block: u64,
+        /// The key.
+        key: StateKey,
+        /// Its existing index.
+        index: u64,
+    },
+    /// Another writer (or a genesis) holds the database's write side.
+    #[error("another writer is open on this state database")]
+    WriterBusy,
+    /// The writer has no open write transaction (beginning one failed earlier).
+    #[error("the writer has no open write transaction: {reason}")]
+    NoTransaction {
+        /// Why.
+        reason: String,
+    },
+    /// A proof or root was asked of a trie that is not maintained (the writer ran with
+    /// `root_every: 0` since the last root); the next computed root rebuilds it.
+    #[error("the state trie is not maintained since block {last_root}; compute a root first")]
+    TrieStale {
+        /// The block of the last computed root (0 for none).
+        last_root: u64,
+    },
+    /// The genesis input failed.
+    #[error("genesis input: {0}")]
+    Genesis(Box<dyn std::error::Error + Send + Sync>),
+    /// A code hash without its code.
+    #[error("code {0} is missing from Bytecodes")]
+    MissingCode(B256),
+}
+
+impl DBErrorMarker for StateDbError {}
+
+impl StateDbError {
+    pub(crate) fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
+        move |source| Self::Mdbx { op, source }
+    }
+
+    pub(crate) fn read(op: &'static str) -> impl FnOnce(ReadError) -> Self {
+        move |error| match error {
+            ReadError::Mdbx(source) => Self::Mdbx { op, source },
+            // Rows decode into byte slices, which cannot fail; kept total anyway.
+            ReadError::Decoding(e) => Self::Corrupt {
+                table: op,
+                key: String::new(),
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    pub(crate) fn corrupt(table: &'static str, key: &[u8], reason: impl ToString) -> Self {
+        Self::Corrupt {
+            table,
+            key: alloy_primitives::hex::encode(key),
+            reason: reason.to_string(),
+        }
+    }
+}

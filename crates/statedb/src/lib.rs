@@ -1,0 +1,162 @@
+//! gigas-statedb: the full node's state in MDBX (`signet-libmdbx`, reth's bindings), with
+//! reth's table layout, a writer that applies verified blocks in groups, the Ethereum state
+//! root kept incrementally with `alloy-trie`, and `eth_getProof` proofs.
+//!
+//! **Owns:** the current state (plain and hashed accounts and storage, code), the state
+//! trie's branch nodes, the state-diff enumeration index ([`gigas_statediff::KeyIndex`]), the
+//! applied head (number, hash, chained state checksum) and the headers of applied blocks with
+//! the MPT root computed for them. Reads: [`StateView`] (a snapshot of the last commit) and
+//! [`StateWriter`] (the open group), both implementing the diff decoder's
+//! [`gigas_statediff::PriorState`] and [`gigas_statediff::KeyIndex`] and revm's
+//! `DatabaseRef`.
+//!
+//! **Must not:** verify anything (signatures and the checksum chain are checked by
+//! `gigas_statediff::verify_and_decode` before a block reaches [`StateWriter::apply`]),
+//! execute, fetch, or keep old state (no per-block change sets: the full node answers at its
+//! head only). It trusts what it is given to apply and refuses only what does not follow its
+//! tip.
+//!
+//! # Tables
+//!
+//! Declared once, in [`tables`] ([`Table::ALL`]), after reth's
+//! (`crates/storage/db-api/src/tables/mod.rs`). Integers in keys are big-endian (byte order is
+//! numeric order), `‖` is concatenation.
+//!
+//! | table | key | value | dup |
+//! |---|---|---|---|
+//! | `PlainAccountState` | address (20) | compact account | |
+//! | `PlainStorageState` | address (20) | slot (32) ‖ trimmed value | DUPSORT |
+//! | `Bytecodes` | code hash (32) | code | |
+//! | `HashedAccounts` | keccak(address) (32) | compact account | |
+//! | `HashedStorages` | keccak(address) (32) | keccak(slot) (32) ‖ trimmed value | DUPSORT |
+//! | `AccountsTrie` | nibble path (33) | branch node | |
+//! | `StoragesTrie` | keccak(address) (32) | nibble path (33) ‖ branch node | DUPSORT |
+//! | `TrieChangedAccounts` | keccak(address) (32) | flags (1) | |
+//! | `TrieChangedStorages` | keccak(address) (32) | keccak(slot) (32) | DUPSORT, DUPFIXED |
+//! | `IndexedKeys` | index: u64 | address (20) or address ‖ slot (52) | |
+//! | `KeyIndices` | address (20) or address ‖ slot (52) | index: u64 | |
+//! | `Headers` | block: u64 | hash ‖ flags ‖ [signature (65)] ‖ [MPT root (32)] ‖ header RLP | |
+//! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len` | |
+//!
+//! - **Compact account:** nonce length (1) ‖ nonce ‖ balance length (1) ‖ balance ‖ code
+//!   hash (32, only for an account with code), integers without leading zeros: 14 bytes for
+//!   a typical account instead of 72, which is page cache on a small machine. **Trimmed
+//!   value:** a slot's value without leading zeros; zero values are never stored.
+//! - **Nibble path:** the packed nibbles padded to 32 bytes, then the nibble count. Byte order
+//!   of these keys is the trie's pre-order (a path before its extensions, siblings by
+//!   nibble), so a cursor seek finds the first stored node at or under a path.
+//! - **Branch node:** reth's `BranchNodeCompact`: state, tree and hash masks (2 bytes each),
+//!   the hashes the hash mask names, and the root hash on the node at the empty path.
+//! - Storage is DUPSORT so that a wipe (an account destroyed, perhaps re-created, in a block)
+//!   deletes all of an account's slots, hashed slots and storage-trie nodes in one call each,
+//!   without knowing which slots it had.
+//!
+//! # Writing: groups
+//!
+//! [`StateWriter::apply`] writes one verified block into the writer's open MDBX write
+//! transaction; [`StateWriter::commit`] commits every block applied since the last commit at
+//! once, `Meta` naming the last. The caller bounds a group by count and by time
+//! ([`WriterOptions`], [`StateWriter::should_commit`]). A crash loses the open group and
+//! nothing else: the head in `Meta` is the last commit's, and the follower replays from it.
+//! MDBX lets a write transaction read its own writes, so the writer is itself the prior state
+//! and key index the next block decodes against, the open group included.
+//!
+//! Plain tables are written as each block is applied (the next block's decoding reads them).
+//! Hashed tables are only read by the root, so by default ([`HashedWrites::SortedPerGroup`])
+//! their writes are collected over the group, deduplicated (a hot account changed by many
+//! blocks is written once) and written in key order before a root or the commit.
+//!
+//! # State root
+//!
+//! Incremental, as reth's: the keys changed since the last root (prefix sets) name the paths
+//! to recompute; a walk over the stored branch nodes feeds alloy-trie's `HashBuilder` the
+//! stored hash of every unchanged subtrie and the leaves of changed ones, and stores the
+//! branch nodes it returns (see `trie::walk`). Changed storage tries first, then the account
+//! trie. `root_every: K` computes a root after every block whose number is a multiple of K
+//! (the changed keys of blocks in between are kept in `TrieChanged*` across commits); K = 0
+//! turns the trie off: nothing is tracked, `Meta` marks the trie stale, and the next root
+//! rebuilds it from the hashed tables (a walk with no stored nodes, which is how a genesis
+//! computes its root too). Proofs ([`StateView::proof`]) are the same walk with the targets
+//! added to the changed keys and alloy-trie's proof retainer on.
+//!
+//! # Environment settings
+//!
+//! [`StateDbOptions`], after reth's (`crates/storage/db/src/implementation/mdbx/mod.rs`); the
+//! measured choices are reported by the `settings` tests (`tests/settings.rs`, `#[ignore]`):
+//!
+//! - **No readahead** (`MDBX_NORDAHEAD`, [`StateDbOptions::readahead`] off): state reads are
+//!   point lookups at random keys (keccak order, or addresses), and readahead pulls in pages
+//!   nobody asked for, which under a memory limit evicts the ones that matter. reth turns it
+//!   off; here a 5.5 GB MDBX state under a 2 GiB cgroup ran uniform updates over 400 times
+//!   slower with it on (node-facts.md).
+//! - **Write map on** ([`StateDbOptions::write_map`]): a group of many blocks dirties many
+//!   pages; with the write map they are modified in the file mapping instead of copied into
+//!   heap buffers (and spilled when those fill), as reth does for its large sync
+//!   transactions. The dirty pages are page cache, which counts against a cgroup's limit:
+//!   measured again under the limit by the next issue.
+//! - **Durable sync** ([`Durability::Durable`]): a group is reported applied only once it
+//!   survives a power loss; `SafeNoSync` is there for measurements (a process kill loses
+//!   nothing either way).
+//! - **Page size** ([`StateDbOptions::page_size`]): the OS page size (4 KiB) by default, as
+//!   reth (which clamps it to 4..64 KiB): point reads touch one leaf page per level, and a
+//!   smaller page is less to fault in per random read.
+//! - **Growth step** 1 GiB ([`StateDbOptions::growth_step_bytes`]): a grow remaps the file, so
+//!   steps are large (reth: 4 GB), and the file is sparse so a step costs disk only as pages
+//!   are written. **Upper bound** 1 TiB of address space (reth: 8 TB, which several nodes in
+//!   one test process would exhaust). No shrinking.
+//! - **Coalesce** and **`rp_augment_limit` 256 Ki pages**: reth's, so that freed pages are
+//!   reused compactly. **`max_readers`** 4,096 by default: each live [`StateView`] holds one.
+//!
+//! # Threads
+//!
+//! [`StateDb`] is `Send + Sync`; share it through an `Arc`. One [`StateWriter`] at a time,
+//! on one thread (it is not `Send`: MDBX binds a write transaction to its thread). Views are
+//! `Send`, one per request.
+
+mod codec;
+mod db;
+mod error;
+mod genesis;
+mod metrics;
+mod read;
+pub mod tables;
+mod trie;
+mod types;
+mod view;
+mod writer;
+
+pub use db::StateDb;
+pub use error::StateDbError;
+pub use metrics::StateDbMetrics;
+pub use tables::{Dup, Table};
+pub use types::{
+    AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
+    HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, TableStats, WriterOptions,
+};
+pub use view::StateView;
+pub use writer::StateWriter;
+
+#[cfg(test)]
+mod tests {
+    use super::Table;
+
+    #[test]
+    fn the_crate_documentation_lists_every_table() {
+        let doc = include_str!("lib.rs");
+        for table in Table::ALL {
+            assert!(
+                doc.contains(&format!("//! | `{}` |", table.name())),
+                "the table list misses {}",
+                table.name()
+            );
+        }
+    }
+
+    #[test]
+    fn the_database_is_send_and_sync_and_views_are_send() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<super::StateDb>();
+        send::<super::StateView<'static>>();
+    }
+}

@@ -1,0 +1,156 @@
+//! Point reads, the same for a read view and for the writer's open transaction (MDBX lets a
+//! write transaction read its own writes).
+
+use std::borrow::Cow;
+
+use alloy_primitives::{Address, Bytes, B256, U256};
+use gigas_primitives::AccountState;
+use gigas_statediff::{ChainTip, StateKey};
+use signet_libmdbx::tx::Tx;
+use signet_libmdbx::{Database, TransactionKind};
+
+use crate::codec::{self, block_key};
+use crate::error::StateDbError;
+use crate::tables::{Table, META_HEAD, META_INDEX_LEN, META_LAST_ROOT, META_TRIE};
+use crate::types::StoredHeader;
+
+/// The table handles of one environment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dbs(pub(crate) [Database; Table::COUNT]);
+
+impl Dbs {
+    pub(crate) fn get(&self, table: Table) -> Database {
+        self.0[table.slot()]
+    }
+}
+
+pub(crate) fn get<'tx, K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &'tx Tx<K>,
+    table: Table,
+    key: &[u8],
+) -> Result<Option<Cow<'tx, [u8]>>, StateDbError> {
+    txn.get(dbs.get(table).dbi(), key)
+        .map_err(StateDbError::read(table.name()))
+}
+
+pub(crate) fn account<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    address: &Address,
+) -> Result<Option<AccountState>, StateDbError> {
+    get(dbs, txn, Table::PlainAccountState, address.as_slice())?
+        .map(|v| codec::decode_account(Table::PlainAccountState, address.as_slice(), &v))
+        .transpose()
+}
+
+pub(crate) fn slot<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    address: &Address,
+    slot: &U256,
+) -> Result<U256, StateDbError> {
+    let table = Table::PlainStorageState;
+    let mut cursor = txn
+        .cursor(dbs.get(table))
+        .map_err(StateDbError::mdbx("open a PlainStorageState cursor"))?;
+    let slot = B256::from(slot.to_be_bytes::<32>());
+    let found: Option<Cow<'_, [u8]>> = cursor
+        .get_both_range(address.as_slice(), slot.as_slice())
+        .map_err(StateDbError::read(table.name()))?;
+    match found {
+        Some(row) if row.starts_with(slot.as_slice()) => {
+            Ok(codec::decode_slot(table, address.as_slice(), &row)?.1)
+        }
+        _ => Ok(U256::ZERO),
+    }
+}
+
+pub(crate) fn code<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    hash: &B256,
+) -> Result<Option<Bytes>, StateDbError> {
+    Ok(get(dbs, txn, Table::Bytecodes, hash.as_slice())?.map(|c| Bytes::copy_from_slice(&c)))
+}
+
+pub(crate) fn header<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    number: u64,
+) -> Result<Option<StoredHeader>, StateDbError> {
+    let key = block_key(number);
+    get(dbs, txn, Table::Headers, &key)?
+        .map(|row| codec::decode_header_row(&key, &row))
+        .transpose()
+}
+
+/// The hash of block `number` if the database holds its header (BLOCKHASH).
+pub(crate) fn block_hash<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    number: u64,
+) -> Result<Option<B256>, StateDbError> {
+    let key = block_key(number);
+    match get(dbs, txn, Table::Headers, &key)? {
+        Some(row) if row.len() >= 32 => Ok(Some(B256::from_slice(&row[..32]))),
+        Some(_) => Err(StateDbError::corrupt(
+            Table::Headers.name(),
+            &key,
+            "row shorter than a hash",
+        )),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn index_of<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    key: &StateKey,
+) -> Result<Option<u64>, StateDbError> {
+    let bytes = codec::encode_state_key(key);
+    get(dbs, txn, Table::KeyIndices, &bytes)?
+        .map(|v| codec::decode_u64(Table::KeyIndices, &bytes, &v))
+        .transpose()
+}
+
+pub(crate) fn key_at<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    index: u64,
+) -> Result<Option<StateKey>, StateDbError> {
+    let key = index.to_be_bytes();
+    get(dbs, txn, Table::IndexedKeys, &key)?
+        .map(|v| codec::decode_state_key(&key, &v))
+        .transpose()
+}
+
+/// What `Meta` says about the committed state (or the writer's open group, through its
+/// transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MetaState {
+    pub(crate) head: Option<ChainTip>,
+    pub(crate) last_root: Option<(u64, B256)>,
+    pub(crate) trie_valid: bool,
+    pub(crate) index_len: u64,
+}
+
+pub(crate) fn meta<K: TransactionKind>(dbs: &Dbs, txn: &Tx<K>) -> Result<MetaState, StateDbError> {
+    let head = get(dbs, txn, Table::Meta, META_HEAD)?
+        .map(|v| codec::decode_tip(META_HEAD, &v))
+        .transpose()?;
+    let last_root = get(dbs, txn, Table::Meta, META_LAST_ROOT)?
+        .map(|v| codec::decode_root(META_LAST_ROOT, &v))
+        .transpose()?;
+    let trie_valid = get(dbs, txn, Table::Meta, META_TRIE)?.is_some_and(|v| v.as_ref() == [1]);
+    let index_len = get(dbs, txn, Table::Meta, META_INDEX_LEN)?
+        .map(|v| codec::decode_u64(Table::Meta, META_INDEX_LEN, &v))
+        .transpose()?
+        .unwrap_or(0);
+    Ok(MetaState {
+        head,
+        last_root,
+        trie_valid,
+        index_len,
+    })
+}

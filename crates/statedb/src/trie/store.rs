@@ -1,0 +1,653 @@
+//! The tries over MDBX: the account trie over `HashedAccounts` and `AccountsTrie`, each
+//! account's storage trie over its `HashedStorages` and `StoragesTrie` duplicates, and the
+//! changed-key tables that carry the prefix sets across commits.
+
+use std::borrow::Cow;
+
+use alloy_primitives::map::{B256Map, B256Set};
+use alloy_primitives::{Bytes, B256, U256};
+use alloy_rlp::Encodable;
+use alloy_trie::{Nibbles, TrieAccount, EMPTY_ROOT_HASH};
+use gigas_primitives::AccountState;
+use signet_libmdbx::tx::aliases::RwTxUnsync;
+use signet_libmdbx::tx::Tx;
+use signet_libmdbx::{Cursor, MdbxError, TransactionKind, WriteFlags};
+
+use crate::codec::{self, PATH_LEN};
+use crate::error::StateDbError;
+use crate::read::Dbs;
+use crate::tables::Table;
+use crate::trie::prefix::PrefixSet;
+use crate::trie::walk::{self, TrieRun, TrieSource};
+
+type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
+
+fn cursor<'tx, K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &'tx Tx<K>,
+    table: Table,
+) -> Result<Cursor<'tx, K>, StateDbError> {
+    txn.cursor(dbs.get(table))
+        .map_err(StateDbError::mdbx("open a cursor"))
+}
+
+fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError> {
+    if key.len() != 32 {
+        return Err(StateDbError::corrupt(
+            table.name(),
+            key,
+            "key is not 32 bytes",
+        ));
+    }
+    Ok(B256::from_slice(key))
+}
+
+/// The account trie: stored nodes (unless ignored) and the hashed accounts, each leaf
+/// completed with its storage root from `R`.
+pub(crate) struct AccountSource<'tx, K: TransactionKind, R> {
+    nodes: Option<Cursor<'tx, K>>,
+    leaves: Cursor<'tx, K>,
+    roots: R,
+}
+
+impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
+    pub(crate) fn new(
+        dbs: &Dbs,
+        txn: &'tx Tx<K>,
+        use_nodes: bool,
+        roots: R,
+    ) -> Result<Self, StateDbError> {
+        Ok(Self {
+            nodes: use_nodes
+                .then(|| cursor(dbs, txn, Table::AccountsTrie))
+                .transpose()?,
+            leaves: cursor(dbs, txn, Table::HashedAccounts)?,
+            roots,
+        })
+    }
+
+    fn leaf(row: Row<'_>) -> Result<Option<(B256, AccountState)>, StateDbError> {
+        row.map(|(k, v)| {
+            Ok((
+                hashed_key(Table::HashedAccounts, &k)?,
+                codec::decode_account(Table::HashedAccounts, &k, &v)?,
+            ))
+        })
+        .transpose()
+    }
+}
+
+impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R> {
+    type Leaf = AccountState;
+
+    fn seek_node(
+        &mut self,
+        path: &Nibbles,
+    ) -> Result<Option<(Nibbles, alloy_trie::BranchNodeCompact)>, StateDbError> {
+        let Some(nodes) = self.nodes.as_mut() else {
+            return Ok(None);
+        };
+        let table = Table::AccountsTrie;
+        let row: Row<'_> = nodes
+            .set_range(&codec::encode_path(path))
+            .map_err(StateDbError::read(table.name()))?;
+        row.map(|(k, v)| {
+            Ok((
+                codec::decode_path(table, &k, &k)?,
+                codec::decode_node(table, &k, &v)?,
+            ))
+        })
+        .transpose()
+    }
+
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, AccountState)>, StateDbError> {
+        let row: Row<'_> = self
+            .leaves
+            .set_range(key.as_slice())
+            .map_err(StateDbError::read("HashedAccounts"))?;
+        Self::leaf(row)
+    }
+
+    fn next_leaf(&mut self) -> Result<Option<(B256, AccountState)>, StateDbError> {
+        let row: Row<'_> = self
+            .leaves
+            .next()
+            .map_err(StateDbError::read("HashedAccounts"))?;
+        Self::leaf(row)
+    }
+
+    fn leaf_value(
+        &mut self,
+        key: &B256,
+        leaf: &AccountState,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateDbError> {
+        let storage_root = self.roots.storage_root(key)?;
+        TrieAccount::new(leaf.nonce, leaf.balance, storage_root, leaf.code_hash).encode(out);
+        Ok(())
+    }
+}
+
+/// One account's storage trie.
+pub(crate) struct StorageSource<'tx, K: TransactionKind> {
+    address: B256,
+    nodes: Option<Cursor<'tx, K>>,
+    leaves: Cursor<'tx, K>,
+}
+
+impl<'tx, K: TransactionKind> StorageSource<'tx, K> {
+    pub(crate) fn new(
+        dbs: &Dbs,
+        txn: &'tx Tx<K>,
+        address: B256,
+        use_nodes: bool,
+    ) -> Result<Self, StateDbError> {
+        Ok(Self {
+            address,
+            nodes: use_nodes
+                .then(|| cursor(dbs, txn, Table::StoragesTrie))
+                .transpose()?,
+            leaves: cursor(dbs, txn, Table::HashedStorages)?,
+        })
+    }
+
+    fn leaf(&self, row: Option<Cow<'_, [u8]>>) -> Result<Option<(B256, U256)>, StateDbError> {
+        row.map(|v| codec::decode_slot(Table::HashedStorages, self.address.as_slice(), &v))
+            .transpose()
+    }
+}
+
+impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
+    type Leaf = U256;
+
+    fn seek_node(
+        &mut self,
+        path: &Nibbles,
+    ) -> Result<Option<(Nibbles, alloy_trie::BranchNodeCompact)>, StateDbError> {
+        let Some(nodes) = self.nodes.as_mut() else {
+            return Ok(None);
+        };
+        let table = Table::StoragesTrie;
+        let row: Option<Cow<'_, [u8]>> = nodes
+            .get_both_range(self.address.as_slice(), &codec::encode_path(path))
+            .map_err(StateDbError::read(table.name()))?;
+        let key = self.address.as_slice();
+        row.map(|v| {
+            Ok((
+                codec::decode_path(table, key, &v)?,
+                codec::decode_node(table, key, &v[PATH_LEN..])?,
+            ))
+        })
+        .transpose()
+    }
+
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
+        let row: Option<Cow<'_, [u8]>> = self
+            .leaves
+            .get_both_range(self.address.as_slice(), key.as_slice())
+            .map_err(StateDbError::read("HashedStorages"))?;
+        self.leaf(row)
+    }
+
+    fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, StateDbError> {
+        let row: Option<((), Cow<'_, [u8]>)> = self
+            .leaves
+            .next_dup()
+            .map_err(StateDbError::read("HashedStorages"))?;
+        self.leaf(row.map(|(_, v)| v))
+    }
+
+    fn leaf_value(
+        &mut self,
+        _key: &B256,
+        leaf: &U256,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateDbError> {
+        leaf.encode(out);
+        Ok(())
+    }
+}
+
+/// Storage roots for the account trie's leaves.
+pub(crate) trait StorageRoots {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError>;
+}
+
+/// What happens to the storage tries computed for the account walk's leaves.
+pub(crate) trait StorageSink {
+    fn wants_updates(&self) -> bool;
+    fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), StateDbError>;
+}
+
+/// Keeps nothing: the stored tries already describe these accounts.
+pub(crate) struct Discard;
+
+impl StorageSink for Discard {
+    fn wants_updates(&self) -> bool {
+        false
+    }
+
+    fn store(&mut self, _: &B256, _: &TrieRun) -> Result<(), StateDbError> {
+        Ok(())
+    }
+}
+
+/// Writes each storage trie's nodes (a rebuild).
+pub(crate) struct WriteTo<'tx> {
+    dbs: Dbs,
+    txn: &'tx RwTxUnsync,
+}
+
+impl StorageSink for WriteTo<'_> {
+    fn wants_updates(&self) -> bool {
+        true
+    }
+
+    fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), StateDbError> {
+        write_storage_trie(&self.dbs, self.txn, address, run)
+    }
+}
+
+/// Storage roots computed in this run (`known`), else the stored root node's hash, else
+/// computed from the account's slots (an account without slots: the empty root).
+pub(crate) struct StoredRoots<'a, 'tx, K: TransactionKind, W> {
+    dbs: Dbs,
+    txn: &'tx Tx<K>,
+    known: &'a B256Map<B256>,
+    /// `HashedStorages`, to find whether an account has slots.
+    probe: Cursor<'tx, K>,
+    /// `(low, next)`: `next` is the first account with slots at or after `low`.
+    probe_at: Option<(B256, Option<B256>)>,
+    use_nodes: bool,
+    sink: W,
+    computed: u64,
+    leaves: u64,
+}
+
+impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
+    pub(crate) fn new(
+        dbs: &Dbs,
+        txn: &'tx Tx<K>,
+        known: &'a B256Map<B256>,
+        use_nodes: bool,
+        sink: W,
+    ) -> Result<Self, StateDbError> {
+        Ok(Self {
+            dbs: *dbs,
+            txn,
+            known,
+            probe: cursor(dbs, txn, Table::HashedStorages)?,
+            probe_at: None,
+            use_nodes,
+            sink,
+            computed: 0,
+            leaves: 0,
+        })
+    }
+
+    fn has_slots(&mut self, address: &B256) -> Result<bool, StateDbError> {
+        // Leaves come in key order, so the last probe usually answers without a seek: an
+        // account without storage costs nothing.
+        if let Some((low, next)) = self.probe_at {
+            if low <= *address && next.is_none_or(|n| n >= *address) {
+                return Ok(next == Some(*address));
+            }
+        }
+        let row: Option<(Cow<'_, [u8]>, ())> = self
+            .probe
+            .set_range(address.as_slice())
+            .map_err(StateDbError::read("HashedStorages"))?;
+        let next = row
+            .map(|(k, ())| hashed_key(Table::HashedStorages, &k))
+            .transpose()?;
+        self.probe_at = Some((*address, next));
+        Ok(next == Some(*address))
+    }
+}
+
+impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K, W> {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
+        if let Some(root) = self.known.get(address) {
+            return Ok(*root);
+        }
+        if !self.has_slots(address)? {
+            return Ok(EMPTY_ROOT_HASH);
+        }
+        let run = {
+            let mut source = StorageSource::new(&self.dbs, self.txn, *address, self.use_nodes)?;
+            walk::run(
+                &mut source,
+                &PrefixSet::default(),
+                Vec::new(),
+                self.sink.wants_updates(),
+            )?
+        };
+        self.computed += 1;
+        self.leaves += run.leaves;
+        self.sink.store(address, &run)?;
+        Ok(run.root)
+    }
+}
+
+/// Replaces the account trie nodes a walk entered with its updates.
+pub(crate) fn write_account_trie(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    run: &TrieRun,
+) -> Result<(), StateDbError> {
+    let db = dbs.get(Table::AccountsTrie);
+    for path in &run.removed {
+        if run.updates.binary_search_by(|u| u.0.cmp(path)).is_err() {
+            txn.del(db, codec::encode_path(path), None)
+                .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
+        }
+    }
+    let mut buf = Vec::with_capacity(600);
+    for (path, node) in &run.updates {
+        buf.clear();
+        codec::encode_node(node, &mut buf);
+        txn.put(db, codec::encode_path(path), &buf, WriteFlags::empty())
+            .map_err(StateDbError::mdbx("write AccountsTrie"))?;
+    }
+    Ok(())
+}
+
+/// Replaces the storage trie nodes of `address` a walk entered with its updates.
+pub(crate) fn write_storage_trie(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    address: &B256,
+    run: &TrieRun,
+) -> Result<(), StateDbError> {
+    if run.removed.is_empty() && run.updates.is_empty() {
+        return Ok(());
+    }
+    let mut c = cursor(dbs, txn, Table::StoragesTrie)?;
+    // A duplicate is found by its path prefix; the node bytes after it may differ.
+    for path in run.removed.iter().chain(run.updates.iter().map(|u| &u.0)) {
+        let key = codec::encode_path(path);
+        let found: Option<Cow<'_, [u8]>> = c
+            .get_both_range(address.as_slice(), &key)
+            .map_err(StateDbError::read("StoragesTrie"))?;
+        if found.is_some_and(|v| v.starts_with(&key)) {
+            c.del()
+                .map_err(StateDbError::mdbx("delete from StoragesTrie"))?;
+        }
+    }
+    let mut buf = Vec::with_capacity(600);
+    for (path, node) in &run.updates {
+        buf.clear();
+        buf.extend_from_slice(&codec::encode_path(path));
+        codec::encode_node(node, &mut buf);
+        c.put(address.as_slice(), &buf, WriteFlags::empty())
+            .map_err(StateDbError::mdbx("write StoragesTrie"))?;
+    }
+    Ok(())
+}
+
+/// Hashed keys changed since the last root.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChangedKeys {
+    /// Accounts whose leaf changed (their state, or their storage root).
+    pub(crate) accounts: B256Set,
+    /// Accounts whose storage changed, with the slots (a wiped account may list none: its
+    /// stored trie is gone, so all of it is recomputed).
+    pub(crate) storage: B256Map<Vec<B256>>,
+}
+
+impl ChangedKeys {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.accounts.is_empty() && self.storage.is_empty()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.accounts.clear();
+        self.storage.clear();
+    }
+
+    pub(crate) fn account(&mut self, address: B256) {
+        self.accounts.insert(address);
+    }
+
+    pub(crate) fn storage_of(&mut self, address: B256) -> &mut Vec<B256> {
+        self.accounts.insert(address);
+        self.storage.entry(address).or_default()
+    }
+
+    pub(crate) fn merge(&mut self, other: ChangedKeys) {
+        self.accounts.extend(other.accounts);
+        for (address, slots) in other.storage {
+            self.storage_of(address).extend(slots);
+        }
+    }
+}
+
+const STORAGE_CHANGED: u8 = 1;
+
+/// The changed keys the committed state carries (a root was not computed at its head).
+pub(crate) fn load_changed<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+) -> Result<ChangedKeys, StateDbError> {
+    let mut out = ChangedKeys::default();
+    let table = Table::TrieChangedAccounts;
+    let mut c = cursor(dbs, txn, table)?;
+    let mut row: Row<'_> = c.first().map_err(StateDbError::read(table.name()))?;
+    while let Some((k, flags)) = row {
+        let address = hashed_key(table, &k)?;
+        if flags.first().is_some_and(|f| f & STORAGE_CHANGED != 0) {
+            out.storage_of(address);
+        } else {
+            out.account(address);
+        }
+        row = c.next().map_err(StateDbError::read(table.name()))?;
+    }
+    let table = Table::TrieChangedStorages;
+    let mut c = cursor(dbs, txn, table)?;
+    let mut row: Row<'_> = c.first().map_err(StateDbError::read(table.name()))?;
+    while let Some((k, slot)) = row {
+        let address = hashed_key(table, &k)?;
+        let slot = hashed_key(table, &slot)?;
+        out.storage_of(address).push(slot);
+        row = c.next().map_err(StateDbError::read(table.name()))?;
+    }
+    Ok(out)
+}
+
+/// Adds `changed` to the changed-key tables, for a root after the commit.
+pub(crate) fn persist_changed(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    changed: &ChangedKeys,
+) -> Result<(), StateDbError> {
+    let accounts_db = dbs.get(Table::TrieChangedAccounts);
+    let mut accounts: Vec<&B256> = changed.accounts.iter().collect();
+    accounts.sort_unstable();
+    for address in accounts {
+        let storage = changed.storage.contains_key(address);
+        // A storage flag already there must survive a later plain change.
+        let (flags, write) = if storage {
+            (STORAGE_CHANGED, WriteFlags::empty())
+        } else {
+            (0, WriteFlags::NO_OVERWRITE)
+        };
+        match txn.put(accounts_db, address, [flags], write) {
+            Ok(()) | Err(MdbxError::KeyExist) => {}
+            Err(e) => return Err(StateDbError::mdbx("write TrieChangedAccounts")(e)),
+        }
+    }
+    let slots_db = dbs.get(Table::TrieChangedStorages);
+    let mut storage: Vec<(&B256, &Vec<B256>)> = changed.storage.iter().collect();
+    storage.sort_unstable_by_key(|(a, _)| **a);
+    for (address, slots) in storage {
+        for slot in slots {
+            match txn.put(slots_db, address, slot, WriteFlags::NO_DUP_DATA) {
+                Ok(()) | Err(MdbxError::KeyExist) => {}
+                Err(e) => return Err(StateDbError::mdbx("write TrieChangedStorages")(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn clear(dbs: &Dbs, txn: &RwTxUnsync, tables: &[Table]) -> Result<(), StateDbError> {
+    for table in tables {
+        txn.clear_db(dbs.get(*table))
+            .map_err(StateDbError::mdbx("clear a trie table"))?;
+    }
+    Ok(())
+}
+
+/// What a root computation did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RootOutcome {
+    pub(crate) root: B256,
+    pub(crate) changed_accounts: u64,
+    pub(crate) storage_tries: u64,
+    pub(crate) leaves: u64,
+    pub(crate) skipped: u64,
+}
+
+/// The incremental root: recomputes the storage tries and account leaves `changed` names,
+/// stores the new nodes, and empties the changed-key tables (whose contents `changed` must
+/// already hold).
+pub(crate) fn update_root(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    changed: ChangedKeys,
+) -> Result<RootOutcome, StateDbError> {
+    let mut out = RootOutcome::default();
+    let mut storage: Vec<(B256, Vec<B256>)> = changed.storage.into_iter().collect();
+    storage.sort_unstable_by_key(|(a, _)| *a);
+    let mut known = B256Map::default();
+    let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
+    for (address, slots) in storage {
+        let run = {
+            let mut source = StorageSource::new(dbs, txn, address, true)?;
+            walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), true)?
+        };
+        write_storage_trie(dbs, txn, &address, &run)?;
+        out.storage_tries += 1;
+        out.leaves += run.leaves;
+        out.skipped += run.skipped;
+        known.insert(address, run.root);
+        accounts.push(address);
+    }
+    let set = PrefixSet::new(accounts);
+    let (run, computed, leaves) = {
+        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
+        let mut source = AccountSource::new(dbs, txn, true, roots)?;
+        let run = walk::run(&mut source, &set, Vec::new(), true)?;
+        (run, source.roots.computed, source.roots.leaves)
+    };
+    write_account_trie(dbs, txn, &run)?;
+    clear(
+        dbs,
+        txn,
+        &[Table::TrieChangedAccounts, Table::TrieChangedStorages],
+    )?;
+    out.root = run.root;
+    out.changed_accounts = set.len() as u64;
+    out.storage_tries += computed;
+    out.leaves += run.leaves + leaves;
+    out.skipped += run.skipped;
+    Ok(out)
+}
+
+/// Rebuilds both tries from the hashed tables: clears every trie table, computes all of it
+/// and stores every node.
+pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, StateDbError> {
+    clear(
+        dbs,
+        txn,
+        &[
+            Table::AccountsTrie,
+            Table::StoragesTrie,
+            Table::TrieChangedAccounts,
+            Table::TrieChangedStorages,
+        ],
+    )?;
+    let known = B256Map::default();
+    let (run, computed, leaves) = {
+        let roots = StoredRoots::new(dbs, txn, &known, false, WriteTo { dbs: *dbs, txn })?;
+        let mut source = AccountSource::new(dbs, txn, false, roots)?;
+        let run = walk::run(&mut source, &PrefixSet::all(), Vec::new(), true)?;
+        (run, source.roots.computed, source.roots.leaves)
+    };
+    write_account_trie(dbs, txn, &run)?;
+    Ok(RootOutcome {
+        root: run.root,
+        changed_accounts: run.leaves,
+        storage_tries: computed,
+        leaves: run.leaves + leaves,
+        skipped: 0,
+    })
+}
+
+/// The root from the hashed tables alone, ignoring every stored node (a check on the
+/// incremental root).
+pub(crate) fn root_from_scratch<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+) -> Result<B256, StateDbError> {
+    let known = B256Map::default();
+    let roots = StoredRoots::new(dbs, txn, &known, false, Discard)?;
+    let mut source = AccountSource::new(dbs, txn, false, roots)?;
+    Ok(walk::run(&mut source, &PrefixSet::all(), Vec::new(), false)?.root)
+}
+
+/// Proof nodes of one account and some of its slots, against the state the transaction sees
+/// (`changed`: what the committed state changed since its last root).
+pub(crate) struct Proven {
+    pub(crate) state_root: B256,
+    pub(crate) storage_root: B256,
+    pub(crate) account_proof: Vec<Bytes>,
+    pub(crate) storage_proofs: Vec<Vec<Bytes>>,
+}
+
+pub(crate) fn prove<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    mut changed: ChangedKeys,
+    address: B256,
+    slots: &[B256],
+) -> Result<Proven, StateDbError> {
+    let targets: Vec<Nibbles> = slots.iter().map(Nibbles::unpack).collect();
+    let mut keys = changed.storage.remove(&address).unwrap_or_default();
+    keys.extend_from_slice(slots);
+    let storage = {
+        let mut source = StorageSource::new(dbs, txn, address, true)?;
+        walk::run(&mut source, &PrefixSet::new(keys), targets.clone(), false)?
+    };
+    let mut known = B256Map::default();
+    known.insert(address, storage.root);
+    let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
+    accounts.push(address);
+    for (other, slots) in changed.storage {
+        let run = {
+            let mut source = StorageSource::new(dbs, txn, other, true)?;
+            walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), false)?
+        };
+        known.insert(other, run.root);
+        accounts.push(other);
+    }
+    let target = Nibbles::unpack(address);
+    let account = {
+        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
+        let mut source = AccountSource::new(dbs, txn, true, roots)?;
+        walk::run(&mut source, &PrefixSet::new(accounts), vec![target], false)?
+    };
+    let nodes = |proof: &alloy_trie::proof::ProofNodes, target: &Nibbles| {
+        proof
+            .matching_nodes_sorted(target)
+            .into_iter()
+            .map(|(_, node)| node)
+            .collect::<Vec<Bytes>>()
+    };
+    Ok(Proven {
+        state_root: account.root,
+        storage_root: storage.root,
+        account_proof: nodes(&account.proof, &target),
+        storage_proofs: targets.iter().map(|t| nodes(&storage.proof, t)).collect(),
+    })
+}

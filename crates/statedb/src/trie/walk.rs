@@ -1,0 +1,431 @@
+//! The incremental root: recompute only the changed paths, taking every unchanged subtrie's
+//! hash from the stored branch nodes.
+//!
+//! A stored branch node (reth's layout: `BranchNodeCompact`) says, per child nibble, whether
+//! the child exists (state mask), whether stored nodes lie below it (tree mask), and the
+//! child's hash when the child is itself a branch (hash mask). A walk over the stored nodes in
+//! path order decides each child of each node it enters:
+//!
+//! - unchanged (no changed key starts with its path) with a known hash: the child is fed to
+//!   the hash builder as that hash, and none of its leaves are read;
+//! - stored nodes below it and something to recompute: the walk enters the first stored node
+//!   under it (the child itself, or the branch an extension leads to);
+//! - otherwise its leaves are read from the hashed table (a leaf child, a small branch, or a
+//!   subtrie that changed and has nothing stored).
+//!
+//! A child that does not exist and is unchanged has no leaves, so nothing is read for it: leaf
+//! seeks happen only where something changed or a child is a plain leaf, not between every
+//! two skipped siblings. Keys outside every stored node (above an extension at the top, or in
+//! a trie with nothing stored yet) are read too, which makes a walk over an empty node table
+//! a full computation, and a rebuild is just that.
+//!
+//! Every node the walk entered is replaced: the hash builder re-emits those that still
+//! qualify for storage, and the caller deletes the others ([`TrieRun::removed`]).
+
+use std::collections::VecDeque;
+
+use alloy_primitives::B256;
+use alloy_trie::proof::{ProofNodes, ProofRetainer};
+use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles};
+
+use crate::codec::{key_after, lower_key};
+use crate::error::StateDbError;
+use crate::trie::prefix::PrefixSet;
+
+/// Where one trie's stored nodes and leaves come from.
+pub(crate) trait TrieSource {
+    /// A leaf as the hashed table holds it.
+    type Leaf;
+
+    /// The first stored node at or after `path` in path order.
+    fn seek_node(
+        &mut self,
+        path: &Nibbles,
+    ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError>;
+
+    /// The first leaf with a key at or after `key`.
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, Self::Leaf)>, StateDbError>;
+
+    /// The leaf after the last one returned.
+    fn next_leaf(&mut self) -> Result<Option<(B256, Self::Leaf)>, StateDbError>;
+
+    /// The leaf's value in the trie (RLP), into `out` (empty on entry).
+    fn leaf_value(
+        &mut self,
+        key: &B256,
+        leaf: &Self::Leaf,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateDbError>;
+}
+
+/// What a walk computed.
+#[derive(Debug, Default)]
+pub(crate) struct TrieRun {
+    /// The trie's root.
+    pub(crate) root: B256,
+    /// Branch nodes to store, sorted by path.
+    pub(crate) updates: Vec<(Nibbles, BranchNodeCompact)>,
+    /// Stored nodes the walk entered: each is either in `updates` again or must go.
+    pub(crate) removed: Vec<Nibbles>,
+    /// Nodes along the proof targets' paths.
+    pub(crate) proof: ProofNodes,
+    /// Leaves hashed.
+    pub(crate) leaves: u64,
+    /// Subtries taken from their stored hash.
+    pub(crate) skipped: u64,
+}
+
+/// Computes the root of the trie `source` holds, recomputing what `changed` names (which
+/// must include the proof targets). With `updates`, also the branch nodes to store.
+pub(crate) fn run<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+    targets: Vec<Nibbles>,
+    updates: bool,
+) -> Result<TrieRun, StateDbError> {
+    if changed.is_empty() && targets.is_empty() {
+        // Nothing changed: the stored root node carries the root.
+        if let Some((path, node)) = source.seek_node(&Nibbles::new())? {
+            if let (true, Some(root)) = (path.is_empty(), node.root_hash) {
+                return Ok(TrieRun {
+                    root,
+                    ..TrieRun::default()
+                });
+            }
+        }
+    }
+    let mut hb = HashBuilder::default().with_updates(updates);
+    if !targets.is_empty() {
+        hb = hb.with_proof_retainer(ProofRetainer::new(targets));
+    }
+    let mut walker = Walker {
+        changed,
+        stack: Vec::new(),
+        queue: VecDeque::new(),
+        started: false,
+        removed: Vec::new(),
+    };
+    let mut feed = LeafFeed {
+        peek: None,
+        low: None,
+        count: 0,
+    };
+    let mut buf = Vec::with_capacity(128);
+    let mut skipped = 0;
+    while let Some(step) = walker.next(source)? {
+        match step {
+            Step::Skip { path, hash, stored } => {
+                hb.add_branch(path, hash, stored);
+                skipped += 1;
+            }
+            Step::Leaves(range) => feed.feed(source, &mut hb, range, &mut buf)?,
+        }
+    }
+    let root = hb.root();
+    let proof = hb.take_proof_nodes();
+    let (_, nodes) = hb.split();
+    let mut nodes: Vec<_> = nodes.into_iter().collect();
+    nodes.sort_unstable_by_key(|a| a.0);
+    Ok(TrieRun {
+        root,
+        updates: nodes,
+        removed: walker.removed,
+        proof,
+        leaves: feed.count,
+        skipped,
+    })
+}
+
+/// A range of leaf keys: `from` inclusive (`None`: past the last key), `to` exclusive
+/// (`None`: to the end).
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    from: Option<B256>,
+    to: Option<B256>,
+}
+
+enum Step {
+    Skip {
+        path: Nibbles,
+        hash: B256,
+        stored: bool,
+    },
+    Leaves(Range),
+}
+
+struct Frame {
+    path: Nibbles,
+    node: BranchNodeCompact,
+    /// The next child nibble to decide (16: done).
+    next: u8,
+    /// Leaves to read once the node is done: the rest of the child range an extension led
+    /// into this node from.
+    tail: Option<Range>,
+}
+
+struct Walker<'p> {
+    changed: &'p PrefixSet,
+    stack: Vec<Frame>,
+    queue: VecDeque<Step>,
+    started: bool,
+    removed: Vec<Nibbles>,
+}
+
+impl Walker<'_> {
+    fn push_leaves(&mut self, from: Option<B256>, to: Option<B256>) {
+        let empty = match (from, to) {
+            (None, _) => true,
+            (Some(from), Some(to)) => from >= to,
+            (Some(_), None) => false,
+        };
+        if !empty {
+            self.queue.push_back(Step::Leaves(Range { from, to }));
+        }
+    }
+
+    /// Enters the stored node at `path`, the first under the child range `within` (the
+    /// whole key space for the top node): the keys of the range before and after the
+    /// node's own subtrie can only be new ones, and are read.
+    fn enter(&mut self, within: &Nibbles, path: Nibbles, node: BranchNodeCompact) {
+        let tail = if &path == within {
+            None
+        } else {
+            self.push_leaves(Some(lower_key(within)), Some(lower_key(&path)));
+            Some(Range {
+                from: key_after(&path),
+                to: key_after(within),
+            })
+        };
+        self.removed.push(path);
+        self.stack.push(Frame {
+            path,
+            node,
+            next: 0,
+            tail,
+        });
+    }
+
+    fn next<S: TrieSource>(&mut self, source: &mut S) -> Result<Option<Step>, StateDbError> {
+        loop {
+            if let Some(step) = self.queue.pop_front() {
+                return Ok(Some(step));
+            }
+            if !self.started {
+                self.started = true;
+                let top = Nibbles::new();
+                match source.seek_node(&top)? {
+                    Some((path, node)) => self.enter(&top, path, node),
+                    None => self.push_leaves(Some(B256::ZERO), None),
+                }
+                continue;
+            }
+            let Some(frame) = self.stack.last_mut() else {
+                return Ok(None);
+            };
+            if frame.next >= 16 {
+                if let Some(Frame {
+                    tail: Some(tail), ..
+                }) = self.stack.pop()
+                {
+                    self.push_leaves(tail.from, tail.to);
+                }
+                continue;
+            }
+            let i = frame.next;
+            frame.next += 1;
+            let mut child = frame.path;
+            child.push(i);
+            let node = &frame.node;
+            let present = node.state_mask.is_bit_set(i);
+            let below = node.tree_mask.is_bit_set(i);
+            let hashed = node.hash_mask.is_bit_set(i);
+            let hash = (present && hashed).then(|| node.hash_for_nibble(i));
+            let changed = self.changed.contains_prefix(&child);
+            if !present && !changed {
+                continue;
+            }
+            if let (Some(hash), false) = (hash, changed) {
+                return Ok(Some(Step::Skip {
+                    path: child,
+                    hash,
+                    stored: below,
+                }));
+            }
+            if present && below {
+                if let Some((path, node)) = source
+                    .seek_node(&child)?
+                    .filter(|(path, _)| path.starts_with(&child))
+                {
+                    self.enter(&child, path, node);
+                    continue;
+                }
+                // The mask names a stored node that is not there: recompute from leaves.
+            }
+            self.push_leaves(Some(lower_key(&child)), key_after(&child));
+        }
+    }
+}
+
+/// Reads leaves range by range, seeking only when the cursor is not already at the range's
+/// first leaf.
+struct LeafFeed<L> {
+    /// The first leaf at or after `low`.
+    peek: Option<(B256, L)>,
+    /// `(key, exclusive)`: what `peek` was found from (`None`: nothing read yet).
+    low: Option<(B256, bool)>,
+    count: u64,
+}
+
+impl<L> LeafFeed<L> {
+    fn feed<S: TrieSource<Leaf = L>>(
+        &mut self,
+        source: &mut S,
+        hb: &mut HashBuilder,
+        range: Range,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StateDbError> {
+        let Some(from) = range.from else {
+            return Ok(());
+        };
+        let positioned = match self.low {
+            Some((low, exclusive)) => {
+                (low < from || (low == from && !exclusive))
+                    && self.peek.as_ref().is_none_or(|(key, _)| *key >= from)
+            }
+            None => false,
+        };
+        if !positioned {
+            self.peek = source.seek_leaf(&from)?;
+            self.low = Some((from, false));
+        }
+        while let Some((key, leaf)) = self.peek.take() {
+            if range.to.is_some_and(|to| key >= to) {
+                self.peek = Some((key, leaf));
+                break;
+            }
+            buf.clear();
+            source.leaf_value(&key, &leaf, buf)?;
+            hb.add_leaf(Nibbles::unpack(key), buf);
+            self.count += 1;
+            self.peek = source.next_leaf()?;
+            self.low = Some((key, true));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The walk against alloy-trie's own root over an in-memory trie, through rounds of
+    //! random changes with the stored nodes carried from round to round.
+
+    use std::collections::BTreeMap;
+
+    use alloy_primitives::{keccak256, U256};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Memory {
+        nodes: BTreeMap<Vec<u8>, (Nibbles, BranchNodeCompact)>,
+        leaves: BTreeMap<B256, U256>,
+        at: Option<B256>,
+    }
+
+    impl TrieSource for Memory {
+        type Leaf = U256;
+
+        fn seek_node(
+            &mut self,
+            path: &Nibbles,
+        ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
+            let key = crate::codec::encode_path(path).to_vec();
+            Ok(self.nodes.range(key..).next().map(|(_, v)| v.clone()))
+        }
+
+        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
+            let found = self.leaves.range(*key..).next().map(|(k, v)| (*k, *v));
+            self.at = found.map(|f| f.0);
+            Ok(found)
+        }
+
+        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, StateDbError> {
+            let Some(at) = self.at else { return Ok(None) };
+            let found = self
+                .leaves
+                .range((std::ops::Bound::Excluded(at), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(k, v)| (*k, *v));
+            self.at = found.map(|f| f.0);
+            Ok(found)
+        }
+
+        fn leaf_value(
+            &mut self,
+            _: &B256,
+            leaf: &U256,
+            out: &mut Vec<u8>,
+        ) -> Result<(), StateDbError> {
+            alloy_rlp::Encodable::encode(leaf, out);
+            Ok(())
+        }
+    }
+
+    fn reference(leaves: &BTreeMap<B256, U256>) -> B256 {
+        let mut hb = HashBuilder::default();
+        for (k, v) in leaves {
+            hb.add_leaf(Nibbles::unpack(k), &alloy_rlp::encode(v));
+        }
+        hb.root()
+    }
+
+    #[test]
+    fn incremental_roots_match_from_scratch_roots() {
+        let mut trie = Memory::default();
+        let mut seed = 7u64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..60 {
+            let mut changed = Vec::new();
+            let count = if round == 0 { 3000 } else { 1 + rand() % 200 };
+            for _ in 0..count {
+                // Few distinct keys in later rounds, so that deletions hit stored paths.
+                let key = keccak256((rand() % 4000).to_be_bytes());
+                changed.push(key);
+                if rand() % 3 == 0 {
+                    trie.leaves.remove(&key);
+                } else {
+                    trie.leaves.insert(key, U256::from(rand()));
+                }
+            }
+            let set = PrefixSet::new(changed);
+            let out = run(&mut trie, &set, Vec::new(), true).unwrap();
+            assert_eq!(out.root, reference(&trie.leaves), "round {round}");
+            for path in &out.removed {
+                trie.nodes
+                    .remove(crate::codec::encode_path(path).as_slice());
+            }
+            for (path, node) in out.updates {
+                trie.nodes
+                    .insert(crate::codec::encode_path(&path).to_vec(), (path, node));
+            }
+            if round > 0 && count < 50 {
+                assert!(out.skipped > 0, "round {round} skipped nothing");
+                assert!(out.leaves < trie.leaves.len() as u64 / 2);
+            }
+            // Unchanged: the stored root answers.
+            let again = run(&mut trie, &PrefixSet::default(), Vec::new(), true).unwrap();
+            assert_eq!(again.root, out.root);
+        }
+        // Delete everything: the empty root, nothing left stored.
+        let keys: Vec<B256> = trie.leaves.keys().copied().collect();
+        trie.leaves.clear();
+        let out = run(&mut trie, &PrefixSet::new(keys), Vec::new(), true).unwrap();
+        assert_eq!(out.root, alloy_trie::EMPTY_ROOT_HASH);
+        assert!(out.updates.is_empty());
+    }
+}

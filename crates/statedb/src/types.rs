@@ -1,0 +1,282 @@
+//! What goes in and comes out of the state database.
+
+use std::time::Duration;
+
+use alloy_consensus::Header;
+use alloy_primitives::{Address, Bytes, Signature, B256, U256};
+use gigas_primitives::ChangeSet;
+use gigas_statediff::{StateKey, VerifiedDiff};
+
+use crate::tables::Table;
+
+/// How often MDBX syncs a commit to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Data pages, then the meta page that makes them current, are synced before a commit
+    /// returns: a committed group survives a power loss. The default, and what "applied"
+    /// means to the full node.
+    #[default]
+    Durable,
+    /// The meta page is not synced: a power loss (never a process kill) may undo the last
+    /// commits, never corrupt the file.
+    NoMetaSync,
+    /// Nothing is synced at commit; MDBX keeps the last synced ("steady") commit usable, so a
+    /// power loss falls back to it and a process kill loses nothing (the page cache keeps
+    /// the data). For measurements and for nodes that can re-fetch what they lose.
+    SafeNoSync,
+}
+
+/// How [`crate::StateDb`] opens its MDBX environment. Each setting is explained in the crate
+/// documentation with its measurement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDbOptions {
+    /// The largest the data file may grow, in bytes. MDBX reserves this much address space
+    /// (not memory, not disk) at open.
+    pub max_size_bytes: usize,
+    /// How much the data file grows at a time, in bytes.
+    pub growth_step_bytes: usize,
+    /// MDBX page size in bytes (a power of two, 256 to 65536); `None` takes the OS page size.
+    pub page_size: Option<usize>,
+    /// Open with `MDBX_WRITEMAP`: write transactions change pages in the file mapping itself
+    /// instead of in heap copies.
+    pub write_map: bool,
+    /// Let the kernel read ahead around each page fault (off: `MDBX_NORDAHEAD`).
+    pub readahead: bool,
+    /// Sync mode of commits.
+    pub durability: Durability,
+    /// Reader slots: concurrent read views across threads.
+    pub max_readers: u64,
+}
+
+impl Default for StateDbOptions {
+    fn default() -> Self {
+        Self {
+            max_size_bytes: 1 << 40,
+            growth_step_bytes: 1 << 30,
+            page_size: None,
+            write_map: true,
+            readahead: false,
+            durability: Durability::Durable,
+            max_readers: 4096,
+        }
+    }
+}
+
+/// In which order a group's writes to the hashed tables reach MDBX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashedWrites {
+    /// Collected over the whole group, deduplicated (a key changed by several blocks is
+    /// written once) and written in key order before a root or the commit.
+    #[default]
+    SortedPerGroup,
+    /// Written as each block is applied, in the ChangeSet's order (by address, which is
+    /// random in keccak order). Kept to measure what sorting buys.
+    ChangeSetOrder,
+}
+
+/// How a [`crate::StateWriter`] groups blocks and keeps the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Compute the MPT root after every block whose number is a multiple of this; 0 turns
+    /// the trie off (the next root then rebuilds it from the hashed tables).
+    pub root_every: u64,
+    /// [`crate::StateWriter::should_commit`] once the open group holds this many blocks.
+    pub max_group_blocks: u64,
+    /// [`crate::StateWriter::should_commit`] once the open group's first block was applied
+    /// this long ago.
+    pub max_group_age: Duration,
+    /// Order of the hashed tables' writes.
+    pub hashed_writes: HashedWrites,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            root_every: 1,
+            max_group_blocks: 1,
+            max_group_age: Duration::from_millis(500),
+            hashed_writes: HashedWrites::SortedPerGroup,
+        }
+    }
+}
+
+/// A header as the database keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredHeader {
+    /// The header (its `state_root` is the sequencer's chained state checksum).
+    pub header: Header,
+    /// Its hash.
+    pub hash: B256,
+    /// The sequencer's signature over the hash (`None` for a genesis given without one).
+    pub signature: Option<Signature>,
+    /// The Ethereum state root (MPT) this database computed after the block, when it computed
+    /// one at that block.
+    pub state_root: Option<B256>,
+}
+
+/// One verified block, as [`crate::StateWriter::apply`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockToApply<'a> {
+    /// The header; it must follow the writer's tip.
+    pub header: &'a Header,
+    /// Its hash.
+    pub hash: B256,
+    /// The sequencer's signature.
+    pub signature: Option<Signature>,
+    /// The block's changes.
+    pub changes: &'a ChangeSet,
+    /// The keys the block's diff names for the first time, in index order.
+    pub new_keys: &'a [StateKey],
+}
+
+impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
+    fn from(diff: &'a VerifiedDiff) -> Self {
+        Self {
+            header: &diff.header,
+            hash: diff.hash,
+            signature: Some(diff.signature),
+            changes: &diff.changes,
+            new_keys: &diff.new_keys,
+        }
+    }
+}
+
+/// The genesis block as the chain file gives it.
+#[derive(Debug, Clone, Copy)]
+pub struct GenesisBlock<'a> {
+    /// The genesis header (number 0 by convention; its `state_root` is the genesis checksum).
+    pub header: &'a Header,
+    /// Its hash.
+    pub hash: B256,
+    /// The sequencer's signature over it, if the chain file has one.
+    pub signature: Option<Signature>,
+}
+
+/// One item of a genesis stream. Each address has at most one `Account` entry, and a slot
+/// belongs to an address that has one; entries may come in any order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GenesisEntry {
+    /// An account.
+    Account {
+        /// Its address.
+        address: Address,
+        /// Its nonce.
+        nonce: u64,
+        /// Its balance.
+        balance: U256,
+        /// Its code (`None` or empty: none).
+        code: Option<Bytes>,
+    },
+    /// A storage slot (zero values are skipped).
+    Slot {
+        /// The account.
+        address: Address,
+        /// The slot.
+        slot: U256,
+        /// Its value.
+        value: U256,
+    },
+}
+
+/// What a genesis wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenesisOutcome {
+    /// The Ethereum state root of the genesis state.
+    pub state_root: B256,
+    /// Accounts written.
+    pub accounts: u64,
+    /// Non-zero slots written.
+    pub slots: u64,
+    /// Write transactions committed (one per chunk, and the final one).
+    pub transactions: u64,
+}
+
+/// What a group commit made durable.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommitInfo {
+    /// Blocks in the group.
+    pub blocks: u64,
+    /// The last block of the group (now the durable head).
+    pub head: u64,
+    /// Account and slot changes in the group.
+    pub changes: u64,
+    /// Seconds from the group's first write to the start of the commit.
+    pub write_seconds: f64,
+    /// Seconds the commit took (flushing hashed writes excluded).
+    pub commit_seconds: f64,
+}
+
+/// A computed root and what it cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RootInfo {
+    /// The block after which it was computed.
+    pub block: u64,
+    /// The Ethereum state root.
+    pub root: B256,
+    /// Whether the trie was rebuilt from the hashed tables (it was stale).
+    pub rebuilt: bool,
+    /// Accounts whose leaves were recomputed.
+    pub changed_accounts: u64,
+    /// Storage tries recomputed.
+    pub storage_tries: u64,
+    /// Leaves hashed.
+    pub leaves: u64,
+    /// Subtries taken from their stored hash.
+    pub skipped: u64,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+/// A storage slot's proof, EIP-1186 shaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageProof {
+    /// The slot.
+    pub slot: U256,
+    /// Its value (zero when unset).
+    pub value: U256,
+    /// The storage trie nodes from the account's storage root to the slot (or to where its
+    /// path leaves the trie), RLP-encoded.
+    pub proof: Vec<Bytes>,
+}
+
+/// An account's proof with its storage proofs, EIP-1186 shaped (`eth_getProof`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountProof {
+    /// The state root the proof is against.
+    pub state_root: B256,
+    /// The block of that state.
+    pub block: u64,
+    /// The account.
+    pub address: Address,
+    /// Its nonce (0 when absent).
+    pub nonce: u64,
+    /// Its balance (0 when absent).
+    pub balance: U256,
+    /// Its code hash (the empty code's hash when absent).
+    pub code_hash: B256,
+    /// Its storage root (the empty trie's root when absent).
+    pub storage_root: B256,
+    /// Whether the account exists.
+    pub exists: bool,
+    /// The account trie nodes from the state root to the account, RLP-encoded.
+    pub account_proof: Vec<Bytes>,
+    /// One per asked slot, in the order asked.
+    pub storage_proofs: Vec<StorageProof>,
+}
+
+/// Entries and size of one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableStats {
+    /// The table.
+    pub table: Table,
+    /// Rows (for DUPSORT tables: values).
+    pub entries: u64,
+    /// Branch pages.
+    pub branch_pages: u64,
+    /// Leaf pages.
+    pub leaf_pages: u64,
+    /// Overflow pages.
+    pub overflow_pages: u64,
+    /// Bytes of all its pages.
+    pub bytes: u64,
+}

@@ -1,0 +1,743 @@
+//! [`StateWriter`]: verified blocks into one MDBX write transaction per group, a commit per
+//! group, the root every `root_every` blocks.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use alloy_primitives::map::B256Map;
+use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
+use gigas_primitives::{AccountState, ChangeSet};
+use gigas_statediff::{ChainTip, StateKey};
+use signet_libmdbx::tx::aliases::RwTxUnsync;
+use signet_libmdbx::tx::Tx;
+use signet_libmdbx::{Cursor, MdbxError, Rw, WriteFlags};
+use tracing::{debug, warn};
+
+use crate::codec;
+use crate::db::{write_meta_tip, StateDb, WriteLock};
+use crate::error::StateDbError;
+use crate::read::{self, Dbs};
+use crate::tables::Table;
+use crate::trie::store::{self, ChangedKeys};
+use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
+use crate::view::impl_state_reads;
+
+/// What the database says at the last commit, or what it will say at the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    tip: ChainTip,
+    index_len: u64,
+    last_root: Option<(u64, B256)>,
+    /// The trie tables (with the changed-key tables and the writer's own changed keys)
+    /// describe the hashed tables.
+    trie_valid: bool,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    blocks: u64,
+    changes: u64,
+    opened: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct PendingStorage {
+    wiped: bool,
+    slots: B256Map<U256>,
+}
+
+/// Hashed-table writes of the open group, written sorted and once per key.
+#[derive(Debug, Default)]
+struct HashedBuffer {
+    accounts: B256Map<Option<AccountState>>,
+    storage: B256Map<PendingStorage>,
+}
+
+/// Applies verified blocks into the state, several per MDBX write transaction.
+///
+/// The writer keeps one write transaction open. [`StateWriter::apply`] writes a block into
+/// it; [`StateWriter::commit`] makes every block applied since the last commit durable at
+/// once, with `Meta` naming the last of them. Until then the group is invisible to
+/// [`StateDb::view`] readers and is lost, whole, if the process dies or the writer is
+/// dropped: the database's head stays the last commit's, and the caller replays from there.
+///
+/// The writer is also the state the *next* block must be decoded against: it implements the
+/// diff decoder's [`gigas_statediff::PriorState`] and [`gigas_statediff::KeyIndex`] and
+/// revm's `DatabaseRef` by reading through its open transaction, so the open group's writes
+/// are seen. A follower decodes block n+1 with `verify_and_decode(&writer.tip(), .., &writer,
+/// &writer)` and applies it with `writer.apply(..)`.
+///
+/// Errors from `apply` after its checks, from `compute_root` and from `commit` discard the
+/// open group (the tip goes back to [`StateWriter::committed_tip`]); a block refused by
+/// its checks ([`StateDbError::NotNext`], [`StateDbError::WrongParent`]) changes nothing.
+///
+/// Not `Send`: MDBX ties a write transaction to the thread that began it, so create and use
+/// the writer on one thread (the follower's apply thread).
+pub struct StateWriter<'db> {
+    db: &'db StateDb,
+    _lock: WriteLock<'db>,
+    options: WriterOptions,
+    txn: Option<RwTxUnsync>,
+    committed: Snapshot,
+    current: Snapshot,
+    /// Something was written since the last commit.
+    dirty: bool,
+    group: Group,
+    hashed: HashedBuffer,
+    /// Keys changed since the last root that the changed-key tables do not hold yet.
+    changed: ChangedKeys,
+    buf: Vec<u8>,
+}
+
+impl fmt::Debug for StateWriter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateWriter")
+            .field("options", &self.options)
+            .field("tip", &self.current.tip)
+            .field("committed", &self.committed.tip)
+            .field("group_blocks", &self.group.blocks)
+            .finish_non_exhaustive()
+    }
+}
+
+fn cursor<'tx>(
+    dbs: &Dbs,
+    txn: &'tx RwTxUnsync,
+    table: Table,
+) -> Result<Cursor<'tx, Rw>, StateDbError> {
+    txn.cursor(dbs.get(table))
+        .map_err(StateDbError::mdbx("open a cursor"))
+}
+
+/// Writes one storage entry (`key` is the slot or its hash) under `owner`: replaces the
+/// duplicate for the same key, or deletes it for a zero value.
+fn put_slot(
+    c: &mut Cursor<'_, Rw>,
+    table: Table,
+    owner: &[u8],
+    key: &B256,
+    value: &U256,
+    known_absent: bool,
+    buf: &mut Vec<u8>,
+) -> Result<(), StateDbError> {
+    if !known_absent {
+        let found: Option<Cow<'_, [u8]>> = c
+            .get_both_range(owner, key.as_slice())
+            .map_err(StateDbError::read(table.name()))?;
+        if found.is_some_and(|v| v.starts_with(key.as_slice())) {
+            c.del()
+                .map_err(StateDbError::mdbx("delete a storage entry"))?;
+        }
+    }
+    if !value.is_zero() {
+        codec::encode_slot(key, value, buf);
+        c.put(owner, buf, WriteFlags::empty())
+            .map_err(StateDbError::mdbx("write a storage entry"))?;
+    }
+    Ok(())
+}
+
+fn delete_dups(c: &mut Cursor<'_, Rw>, key: &[u8]) -> Result<(), StateDbError> {
+    c.del_all_dups_of(key)
+        .map_err(StateDbError::mdbx("delete an account's storage"))
+}
+
+impl<'db> StateWriter<'db> {
+    pub(crate) fn new(
+        db: &'db StateDb,
+        lock: WriteLock<'db>,
+        options: WriterOptions,
+    ) -> Result<Self, StateDbError> {
+        let txn = db
+            .env()
+            .begin_rw_unsync()
+            .map_err(StateDbError::mdbx("begin a write transaction"))?;
+        let meta = read::meta(db.dbs(), &txn)?;
+        let tip = meta.head.ok_or(StateDbError::NotInitialized)?;
+        let snapshot = Snapshot {
+            tip,
+            index_len: meta.index_len,
+            last_root: meta.last_root,
+            trie_valid: meta.trie_valid,
+        };
+        Ok(Self {
+            db,
+            _lock: lock,
+            options,
+            txn: Some(txn),
+            committed: snapshot,
+            current: snapshot,
+            dirty: false,
+            group: Group::default(),
+            hashed: HashedBuffer::default(),
+            changed: ChangedKeys::default(),
+            buf: Vec::with_capacity(256),
+        })
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &WriterOptions {
+        &self.options
+    }
+
+    /// The last applied block, the open group included: what the next block must follow.
+    pub fn tip(&self) -> ChainTip {
+        self.current.tip
+    }
+
+    /// The last committed block: the database's durable head.
+    pub fn committed_tip(&self) -> ChainTip {
+        self.committed.tip
+    }
+
+    /// The block and root of the last computed root (the open group included).
+    pub fn last_root(&self) -> Option<(u64, B256)> {
+        self.current.last_root
+    }
+
+    /// Blocks in the open group.
+    pub fn group_blocks(&self) -> u64 {
+        self.group.blocks
+    }
+
+    /// How long ago the open group's first block was applied.
+    pub fn group_age(&self) -> Option<Duration> {
+        self.group.opened.map(|t| t.elapsed())
+    }
+
+    /// Whether the open group reached the count or the time bound of the options. The
+    /// caller also checks this on a timer while no block comes, so that a lone block does
+    /// not wait for a second one to become durable.
+    pub fn should_commit(&self) -> bool {
+        self.group.blocks >= self.options.max_group_blocks.max(1)
+            || self
+                .group_age()
+                .is_some_and(|age| age >= self.options.max_group_age)
+    }
+
+    fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {
+        match &self.txn {
+            Some(txn) => Ok((self.db.dbs(), txn)),
+            None => Err(StateDbError::NoTransaction {
+                reason: "beginning it after the last commit or discard failed".into(),
+            }),
+        }
+    }
+
+    fn index_length(&self) -> Result<u64, StateDbError> {
+        Ok(self.current.index_len)
+    }
+
+    /// An account as the open group left it.
+    pub fn account(&self, address: &Address) -> Result<Option<AccountState>, StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        read::account(dbs, txn, address)
+    }
+
+    /// A slot as the open group left it.
+    pub fn storage(&self, address: &Address, slot: &U256) -> Result<U256, StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        read::slot(dbs, txn, address, slot)
+    }
+
+    /// Code by its hash, the open group's included.
+    pub fn code(&self, hash: &B256) -> Result<Option<Bytes>, StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        read::code(dbs, txn, hash)
+    }
+
+    /// A header, the open group's included.
+    pub fn header(&self, number: u64) -> Result<Option<StoredHeader>, StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        read::header(dbs, txn, number)
+    }
+
+    fn ensure_txn(&mut self) -> Result<(), StateDbError> {
+        if self.txn.is_none() {
+            self.txn = Some(
+                self.db
+                    .env()
+                    .begin_rw_unsync()
+                    .map_err(StateDbError::mdbx("begin a write transaction"))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Drops the open group: its blocks are forgotten and the tip is the committed one again.
+    pub fn discard(&mut self) {
+        if self.dirty {
+            self.db.metrics().groups_discarded.inc();
+            warn!(
+                blocks = self.group.blocks,
+                committed = self.committed.tip.number,
+                "state writer discarded its open group"
+            );
+        }
+        // Dropping the transaction aborts it.
+        self.txn = None;
+        self.current = self.committed;
+        self.dirty = false;
+        self.group = Group::default();
+        self.hashed = HashedBuffer::default();
+        self.changed.clear();
+        self.txn = self.db.env().begin_rw_unsync().ok();
+    }
+
+    /// Applies one verified block into the open group: plain and hashed state, code, the new
+    /// index keys, the header, and the root when the block's number is a multiple of
+    /// `root_every` (returned). Durable only after [`StateWriter::commit`].
+    pub fn apply(&mut self, block: BlockToApply<'_>) -> Result<Option<RootInfo>, StateDbError> {
+        let number = block.header.number;
+        let expected = self.current.tip.number.wrapping_add(1);
+        if number != expected {
+            return Err(StateDbError::NotNext {
+                expected,
+                got: number,
+            });
+        }
+        if block.header.parent_hash != self.current.tip.hash {
+            return Err(StateDbError::WrongParent {
+                block: number,
+                expected: self.current.tip.hash,
+                found: block.header.parent_hash,
+            });
+        }
+        self.ensure_txn()?;
+        let start = Instant::now();
+        match self.write_block(&block, start) {
+            Ok(root) => Ok(root),
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn write_block(
+        &mut self,
+        block: &BlockToApply<'_>,
+        start: Instant,
+    ) -> Result<Option<RootInfo>, StateDbError> {
+        self.dirty = true;
+        self.group.opened.get_or_insert(start);
+        let changes = block.changes;
+        if self.options.root_every == 0 {
+            // The trie is off: it no longer follows the state, and the next root rebuilds it.
+            self.current.trie_valid = false;
+        }
+        self.write_plain(changes)?;
+        self.write_hashed(changes)?;
+        self.write_index(block.header.number, block.new_keys)?;
+
+        let number = block.header.number;
+        self.current.tip = ChainTip {
+            number,
+            hash: block.hash,
+            state_checksum: block.header.state_root,
+        };
+        let change_count = (changes.accounts().len() + changes.storage().len()) as u64;
+        self.group.blocks += 1;
+        self.group.changes += change_count;
+        let metrics = self.db.metrics();
+        metrics.blocks_applied.inc();
+        metrics.state_changes_applied.inc_by(change_count);
+        metrics.apply_seconds.observe(start.elapsed().as_secs_f64());
+
+        let root = if self.options.root_every > 0 && number.is_multiple_of(self.options.root_every)
+        {
+            Some(self.root_now()?)
+        } else {
+            None
+        };
+        self.write_header(&StoredHeader {
+            header: block.header.clone(),
+            hash: block.hash,
+            signature: block.signature,
+            state_root: root.map(|r| r.root),
+        })?;
+        Ok(root)
+    }
+
+    fn write_plain(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        let buf = &mut Vec::with_capacity(128);
+        let accounts_db = dbs.get(Table::PlainAccountState);
+        let mut storage = cursor(dbs, txn, Table::PlainStorageState)?;
+        for (address, change) in changes.accounts() {
+            if change.storage_wiped {
+                delete_dups(&mut storage, address.as_slice())?;
+            }
+            match &change.state {
+                Some(state) => {
+                    codec::encode_account(state, buf);
+                    txn.put(accounts_db, address, &*buf, WriteFlags::empty())
+                        .map_err(StateDbError::mdbx("write PlainAccountState"))?;
+                }
+                None => {
+                    txn.del(accounts_db, address, None)
+                        .map_err(StateDbError::mdbx("delete from PlainAccountState"))?;
+                }
+            }
+        }
+        for (address, slot, value) in changes.storage() {
+            let key = B256::from(slot.to_be_bytes::<32>());
+            put_slot(
+                &mut storage,
+                Table::PlainStorageState,
+                address.as_slice(),
+                &key,
+                value,
+                false,
+                buf,
+            )?;
+        }
+        let codes = dbs.get(Table::Bytecodes);
+        for (hash, code) in changes.bytecodes() {
+            txn.put(codes, hash, code, WriteFlags::empty())
+                .map_err(StateDbError::mdbx("write Bytecodes"))?;
+        }
+        Ok(())
+    }
+
+    /// Hashes the block's keys once, for the hashed tables and for the changed-key sets.
+    fn write_hashed(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
+        let tracking = self.current.trie_valid;
+        let mut hashed_accounts = Vec::with_capacity(changes.accounts().len());
+        for (address, change) in changes.accounts() {
+            let h = keccak256(address);
+            if tracking {
+                if change.storage_wiped {
+                    self.changed.storage_of(h);
+                } else {
+                    self.changed.account(h);
+                }
+            }
+            hashed_accounts.push((h, change.state, change.storage_wiped));
+        }
+        let mut hashed_slots = Vec::with_capacity(changes.storage().len());
+        let mut last: Option<(Address, B256)> = None;
+        for (address, slot, value) in changes.storage() {
+            let h = match last {
+                Some((a, h)) if a == *address => h,
+                _ => {
+                    let h = keccak256(address);
+                    last = Some((*address, h));
+                    h
+                }
+            };
+            let s = keccak256(slot.to_be_bytes::<32>());
+            if tracking {
+                self.changed.storage_of(h).push(s);
+            }
+            hashed_slots.push((h, s, *value));
+        }
+        match self.options.hashed_writes {
+            HashedWrites::SortedPerGroup => {
+                for (h, state, wiped) in hashed_accounts {
+                    if wiped {
+                        let entry = self.hashed.storage.entry(h).or_default();
+                        entry.wiped = true;
+                        entry.slots.clear();
+                    }
+                    self.hashed.accounts.insert(h, state);
+                }
+                for (h, s, value) in hashed_slots {
+                    self.hashed
+                        .storage
+                        .entry(h)
+                        .or_default()
+                        .slots
+                        .insert(s, value);
+                }
+                Ok(())
+            }
+            HashedWrites::ChangeSetOrder => {
+                let (dbs, txn) = self.reads()?;
+                let buf = &mut Vec::with_capacity(128);
+                let accounts_db = dbs.get(Table::HashedAccounts);
+                let mut storage = cursor(dbs, txn, Table::HashedStorages)?;
+                let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
+                for (h, state, wiped) in hashed_accounts {
+                    if wiped {
+                        delete_dups(&mut storage, h.as_slice())?;
+                        if tracking {
+                            delete_dups(&mut trie, h.as_slice())?;
+                        }
+                    }
+                    write_hashed_account(txn, accounts_db, &h, state.as_ref(), buf)?;
+                }
+                for (h, s, value) in hashed_slots {
+                    put_slot(
+                        &mut storage,
+                        Table::HashedStorages,
+                        h.as_slice(),
+                        &s,
+                        &value,
+                        false,
+                        buf,
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the buffered hashed-table changes in key order.
+    fn flush_hashed(&mut self) -> Result<(), StateDbError> {
+        if self.hashed.accounts.is_empty() && self.hashed.storage.is_empty() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let buffer = std::mem::take(&mut self.hashed);
+        let tracking = self.current.trie_valid;
+        let (dbs, txn) = self.reads()?;
+        let buf = &mut Vec::with_capacity(128);
+        let mut accounts: Vec<(B256, Option<AccountState>)> = buffer.accounts.into_iter().collect();
+        accounts.sort_unstable_by_key(|a| a.0);
+        let accounts_db = dbs.get(Table::HashedAccounts);
+        for (h, state) in &accounts {
+            write_hashed_account(txn, accounts_db, h, state.as_ref(), buf)?;
+        }
+        let mut storage: Vec<(B256, PendingStorage)> = buffer.storage.into_iter().collect();
+        storage.sort_unstable_by_key(|s| s.0);
+        let mut slots_cursor = cursor(dbs, txn, Table::HashedStorages)?;
+        let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
+        for (h, pending) in storage {
+            if pending.wiped {
+                delete_dups(&mut slots_cursor, h.as_slice())?;
+                // The stored storage trie went with the slots: the next root recomputes this
+                // account's storage from its leaves.
+                if tracking {
+                    delete_dups(&mut trie, h.as_slice())?;
+                }
+            }
+            let mut slots: Vec<(B256, U256)> = pending.slots.into_iter().collect();
+            slots.sort_unstable_by_key(|s| s.0);
+            for (s, value) in slots {
+                put_slot(
+                    &mut slots_cursor,
+                    Table::HashedStorages,
+                    h.as_slice(),
+                    &s,
+                    &value,
+                    pending.wiped,
+                    buf,
+                )?;
+            }
+        }
+        self.db
+            .metrics()
+            .hashed_flush_seconds
+            .observe(start.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    fn write_index(&mut self, block: u64, new_keys: &[StateKey]) -> Result<(), StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        let by_index = dbs.get(Table::IndexedKeys);
+        let by_key = dbs.get(Table::KeyIndices);
+        let mut index = self.current.index_len;
+        for key in new_keys {
+            let bytes = codec::encode_state_key(key);
+            match txn.put(
+                by_key,
+                &bytes,
+                index.to_be_bytes(),
+                WriteFlags::NO_OVERWRITE,
+            ) {
+                Ok(()) => {}
+                Err(MdbxError::KeyExist) => {
+                    let existing = read::index_of(dbs, txn, key)?.unwrap_or_default();
+                    return Err(StateDbError::KeyAlreadyIndexed {
+                        block,
+                        key: *key,
+                        index: existing,
+                    });
+                }
+                Err(e) => return Err(StateDbError::mdbx("write KeyIndices")(e)),
+            }
+            // Indices only grow: appending keeps IndexedKeys' pages full.
+            txn.append(by_index, index.to_be_bytes(), &bytes)
+                .map_err(StateDbError::mdbx("write IndexedKeys"))?;
+            index += 1;
+        }
+        self.current.index_len = index;
+        Ok(())
+    }
+
+    fn write_header(&mut self, header: &StoredHeader) -> Result<(), StateDbError> {
+        let mut buf = std::mem::take(&mut self.buf);
+        codec::encode_header_row(header, &mut buf);
+        let result = {
+            let (dbs, txn) = self.reads()?;
+            txn.put(
+                dbs.get(Table::Headers),
+                codec::block_key(header.header.number),
+                &buf,
+                WriteFlags::empty(),
+            )
+            .map_err(StateDbError::mdbx("write Headers"))
+        };
+        self.buf = buf;
+        result
+    }
+
+    /// Computes the root at the tip now (whatever `root_every` says), stores it in the tip's
+    /// header row, and returns it. Rebuilds the trie from the hashed tables if it was off.
+    /// Part of the open group: durable with the next commit.
+    pub fn compute_root(&mut self) -> Result<RootInfo, StateDbError> {
+        self.ensure_txn()?;
+        let result = self.root_now().and_then(|root| {
+            let number = self.current.tip.number;
+            let (dbs, txn) = self.reads()?;
+            if let Some(mut header) = read::header(dbs, txn, number)? {
+                header.state_root = Some(root.root);
+                self.write_header(&header)?;
+            }
+            Ok(root)
+        });
+        match result {
+            Ok(root) => {
+                self.dirty = true;
+                Ok(root)
+            }
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn root_now(&mut self) -> Result<RootInfo, StateDbError> {
+        let start = Instant::now();
+        self.flush_hashed()?;
+        let rebuilt = !self.current.trie_valid;
+        let pending = std::mem::take(&mut self.changed);
+        let outcome = {
+            let (dbs, txn) = self.reads()?;
+            if rebuilt {
+                store::rebuild_root(dbs, txn)?
+            } else {
+                let mut changed = store::load_changed(dbs, txn)?;
+                changed.merge(pending);
+                store::update_root(dbs, txn, changed)?
+            }
+        };
+        let block = self.current.tip.number;
+        self.current.trie_valid = true;
+        self.current.last_root = Some((block, outcome.root));
+        let seconds = start.elapsed().as_secs_f64();
+        let metrics = self.db.metrics();
+        metrics.trie_update_seconds.observe(seconds);
+        metrics.trie_leaves_hashed.inc_by(outcome.leaves);
+        metrics
+            .last_root_block
+            .set(i64::try_from(block).unwrap_or(i64::MAX));
+        if rebuilt {
+            metrics.trie_rebuilds.inc();
+        }
+        debug!(block, root = %outcome.root, rebuilt, leaves = outcome.leaves, seconds, "state root");
+        Ok(RootInfo {
+            block,
+            root: outcome.root,
+            rebuilt,
+            changed_accounts: outcome.changed_accounts,
+            storage_tries: outcome.storage_tries,
+            leaves: outcome.leaves,
+            skipped: outcome.skipped,
+            seconds,
+        })
+    }
+
+    /// Makes the open group durable in one commit, with `Meta` naming its last block.
+    /// `None` when there was nothing to commit. On error the group is discarded.
+    pub fn commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        if !self.dirty {
+            return Ok(None);
+        }
+        match self.commit_group() {
+            Ok(info) => Ok(Some(info)),
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn commit_group(&mut self) -> Result<CommitInfo, StateDbError> {
+        self.flush_hashed()?;
+        {
+            let (dbs, txn) = self.reads()?;
+            if self.current.trie_valid && !self.changed.is_empty() {
+                store::persist_changed(dbs, txn, &self.changed)?;
+            }
+            write_meta_tip(
+                dbs,
+                txn,
+                &self.current.tip,
+                self.current.index_len,
+                self.current.last_root,
+                self.current.trie_valid,
+            )?;
+        }
+        self.changed.clear();
+        let write_seconds = self.group.opened.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let commit_start = Instant::now();
+        let txn = self.txn.take().ok_or_else(|| StateDbError::NoTransaction {
+            reason: "lost before the commit".into(),
+        })?;
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit the group"))?;
+        let commit_seconds = commit_start.elapsed().as_secs_f64();
+        let info = CommitInfo {
+            blocks: self.group.blocks,
+            head: self.current.tip.number,
+            changes: self.group.changes,
+            write_seconds,
+            commit_seconds,
+        };
+        self.committed = self.current;
+        self.dirty = false;
+        self.group = Group::default();
+        let metrics = self.db.metrics();
+        metrics.groups_committed.inc();
+        metrics.write_txn_seconds.observe(write_seconds);
+        metrics.commit_seconds.observe(commit_seconds);
+        self.db.refresh_size_metrics();
+        // A failure here surfaces at the next call, which begins again.
+        self.txn = self.db.env().begin_rw_unsync().ok();
+        Ok(info)
+    }
+}
+
+fn write_hashed_account(
+    txn: &RwTxUnsync,
+    db: signet_libmdbx::Database,
+    h: &B256,
+    state: Option<&AccountState>,
+    buf: &mut Vec<u8>,
+) -> Result<(), StateDbError> {
+    match state {
+        Some(state) => {
+            codec::encode_account(state, buf);
+            txn.put(db, h, &*buf, WriteFlags::empty())
+                .map_err(StateDbError::mdbx("write HashedAccounts"))
+        }
+        None => txn
+            .del(db, h, None)
+            .map(|_| ())
+            .map_err(StateDbError::mdbx("delete from HashedAccounts")),
+    }
+}
+
+impl Drop for StateWriter<'_> {
+    fn drop(&mut self) {
+        if self.dirty {
+            self.db.metrics().groups_discarded.inc();
+        }
+    }
+}
+
+impl_state_reads!(StateWriter<'_>);

@@ -1,0 +1,330 @@
+//! Random ChangeSet streams through a real MDBX environment: every account and slot against
+//! an in-memory model, the incremental root against alloy-trie's root of the model after
+//! every block and against the database's own from-scratch root, each block decoded from its
+//! diff against the writer's open group, groups of several blocks, restarts, the trie turned
+//! off and rebuilt, and groups that never commit.
+
+mod common;
+
+use alloy_primitives::{Address, U256};
+use common::{
+    address, apply_genesis, block, consistent, open, random_changes, random_model, Chain, Model,
+    Rng,
+};
+use gigas_evm::revm::database_interface::DatabaseRef;
+use gigas_statedb::{HashedWrites, StateDbError, StateWriter, WriterOptions};
+use gigas_statediff::{decode_body, encode_body, KeyIndex, MemoryKeyIndex, PriorValues};
+
+const ACCOUNTS: u64 = 400;
+
+struct Run {
+    rng: Rng,
+    model: Model,
+    chain: Chain,
+    index: MemoryKeyIndex,
+    touched: Vec<Address>,
+}
+
+impl Run {
+    fn new(seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let model = random_model(&mut rng, ACCOUNTS);
+        Self {
+            rng,
+            model,
+            chain: Chain::genesis(),
+            index: MemoryKeyIndex::new(),
+            touched: (0..ACCOUNTS + ACCOUNTS / 5).map(address).collect(),
+        }
+    }
+
+    /// Makes the next block, decodes its diff against the writer (the open group included)
+    /// as a follower would, and applies it. Returns the root the writer computed, if any.
+    fn step(&mut self, writer: &mut StateWriter<'_>) -> Option<alloy_primitives::B256> {
+        let number = self.chain.parent.number + 1;
+        let raw = random_changes(&mut self.rng, &self.model, ACCOUNTS, number);
+        let changes = consistent(raw, &self.model);
+        // The sequencer's side: pack against its index and the model's prior values.
+        let prior = PriorValues::capture(&changes, &common::ModelPrior(&self.model)).unwrap();
+        let body = encode_body(&changes, &self.index, &prior).unwrap();
+        // The follower's side: decode against the writer.
+        let decoded = decode_body(&body.bytes, writer, writer)
+            .unwrap_or_else(|e| panic!("block {number} does not decode against the writer: {e}"));
+        assert_eq!(decoded.changes, changes, "block {number}");
+        assert_eq!(decoded.new_keys, body.new_keys, "block {number}");
+        self.index.extend(&body.new_keys).unwrap();
+        let (header, hash) = self.chain.next(&changes);
+        let root = writer
+            .apply(block(&header, hash, &changes, &decoded.new_keys))
+            .unwrap_or_else(|e| panic!("block {number}: {e}"));
+        self.model.apply(&changes);
+        assert_eq!(writer.tip().number, number);
+        root.map(|r| r.root)
+    }
+}
+
+fn stream(hashed_writes: HashedWrites, seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let mut run = Run::new(seed);
+    let genesis_root = apply_genesis(&db, &run.chain, &run.model, 97);
+    assert_eq!(genesis_root, run.model.root(), "genesis root");
+    let mut writer = db
+        .writer(WriterOptions {
+            root_every: 1,
+            max_group_blocks: 4,
+            hashed_writes,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    let mut roots = 0;
+    for _ in 0..80 {
+        let root = run.step(&mut writer).expect("a root every block");
+        assert_eq!(root, run.model.root(), "block {}", writer.tip().number);
+        roots += 1;
+        // Random group sizes: commit on the count bound or at random.
+        if writer.should_commit() || run.rng.chance(30) {
+            let info = writer.commit().unwrap().expect("a group to commit");
+            assert_eq!(info.head, writer.tip().number);
+            let view = db.view().unwrap();
+            assert_eq!(view.tip().unwrap(), Some(writer.tip()));
+            assert_eq!(view.last_root().unwrap(), Some((info.head, root)));
+            assert_eq!(view.state_root_from_scratch().unwrap(), root);
+            assert_eq!(
+                view.header(info.head).unwrap().unwrap().state_root,
+                Some(root)
+            );
+        }
+    }
+    assert_eq!(roots, 80);
+    writer.commit().unwrap();
+    let view = db.view().unwrap();
+    run.model.assert_held_by(&view, &run.touched);
+    // revm's view agrees.
+    for a in run.touched.iter().take(100) {
+        let info = view.basic_ref(*a).unwrap();
+        let expected = run.model.accounts.get(a);
+        assert_eq!(info.as_ref().map(|i| i.nonce), expected.map(|s| s.nonce));
+        assert_eq!(
+            info.as_ref().map(|i| i.balance),
+            expected.map(|s| s.balance)
+        );
+        if let Some(s) = expected {
+            let code = view.code_by_hash_ref(s.code_hash).unwrap();
+            assert_eq!(
+                code.original_bytes(),
+                run.model
+                    .codes
+                    .get(&s.code_hash)
+                    .cloned()
+                    .unwrap_or_default()
+            );
+        }
+        assert_eq!(
+            view.storage_ref(*a, U256::from(3)).unwrap(),
+            run.model.slot(a, &U256::from(3))
+        );
+    }
+    let n = writer.tip().number;
+    assert_eq!(view.block_hash_ref(n).unwrap(), writer.tip().hash);
+    // The enumeration index, as the writer's and the reader's.
+    assert_eq!(KeyIndex::len(&view).unwrap(), run.index.key_count());
+    for i in 0..run.index.key_count() {
+        let key = run.index.key_at(i).unwrap().unwrap();
+        assert_eq!(view.key_at(i).unwrap(), Some(key));
+        assert_eq!(view.index_of(&key).unwrap(), Some(i));
+    }
+}
+
+#[test]
+fn random_stream_sorted_hashed_writes() {
+    stream(HashedWrites::SortedPerGroup, 1);
+}
+
+#[test]
+fn random_stream_changeset_order_hashed_writes() {
+    stream(HashedWrites::ChangeSetOrder, 2);
+}
+
+#[test]
+fn roots_every_k_blocks_survive_restarts_and_the_trie_off_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::new(3);
+    {
+        let db = open(dir.path());
+        apply_genesis(&db, &run.chain, &run.model, 1000);
+    }
+    // K = 3, commits every 2 blocks, reopening the database every 5 blocks: the changed keys
+    // of blocks without a root cross commits and restarts.
+    for round in 0..6 {
+        let db = open(dir.path());
+        let mut writer = db
+            .writer(WriterOptions {
+                root_every: 3,
+                max_group_blocks: 2,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        for _ in 0..5 {
+            let root = run.step(&mut writer);
+            let number = writer.tip().number;
+            assert_eq!(root.is_some(), number.is_multiple_of(3), "block {number}");
+            if let Some(root) = root {
+                assert_eq!(root, run.model.root(), "block {number}");
+            }
+            if writer.should_commit() {
+                writer.commit().unwrap();
+            }
+        }
+        writer.commit().unwrap();
+        drop(writer);
+        // A proof is against the head's state even between roots.
+        let view = db.view().unwrap();
+        let a = address(round);
+        let proof = view.proof(&a, &[U256::from(1)]).unwrap();
+        assert_eq!(proof.state_root, run.model.root());
+    }
+    // The trie off for a while: nothing tracked, proofs refused, then a root rebuilds it.
+    let db = open(dir.path());
+    {
+        let mut writer = db
+            .writer(WriterOptions {
+                root_every: 0,
+                max_group_blocks: 3,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        for _ in 0..7 {
+            assert!(run.step(&mut writer).is_none());
+            if writer.should_commit() {
+                writer.commit().unwrap();
+            }
+        }
+        writer.commit().unwrap();
+    }
+    assert!(matches!(
+        db.view().unwrap().proof(&address(1), &[]),
+        Err(StateDbError::TrieStale { .. })
+    ));
+    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    let root = run.step(&mut writer).expect("root_every 1");
+    assert_eq!(root, run.model.root());
+    assert_eq!(db.metrics().trie_rebuilds.get(), 1);
+    for _ in 0..5 {
+        assert_eq!(run.step(&mut writer), Some(run.model.root()));
+        writer.commit().unwrap();
+    }
+    let view = db.view().unwrap();
+    assert_eq!(view.state_root_from_scratch().unwrap(), run.model.root());
+    run.model.assert_held_by(&view, &run.touched);
+}
+
+#[test]
+fn a_group_never_committed_leaves_the_previous_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::new(4);
+    let committed_model;
+    let committed_tip;
+    {
+        let db = open(dir.path());
+        apply_genesis(&db, &run.chain, &run.model, 50);
+        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        for _ in 0..3 {
+            run.step(&mut writer);
+            writer.commit().unwrap();
+        }
+        committed_model = run.model.clone();
+        committed_tip = writer.tip();
+        for _ in 0..4 {
+            run.step(&mut writer);
+        }
+        assert_eq!(writer.committed_tip(), committed_tip);
+        assert_ne!(writer.tip(), committed_tip);
+        // Readers see only the commit.
+        let view = db.view().unwrap();
+        assert_eq!(view.tip().unwrap(), Some(committed_tip));
+        committed_model.assert_held_by(&view, &run.touched);
+        drop(view);
+        drop(writer);
+        assert_eq!(db.metrics().groups_discarded.get(), 1);
+    }
+    let db = open(dir.path());
+    let view = db.view().unwrap();
+    assert_eq!(view.tip().unwrap(), Some(committed_tip));
+    committed_model.assert_held_by(&view, &run.touched);
+    assert_eq!(
+        view.state_root_from_scratch().unwrap(),
+        committed_model.root()
+    );
+    assert!(view.header(committed_tip.number + 1).unwrap().is_none());
+    drop(view);
+    // A new writer starts from the committed head, and an explicit discard does the same.
+    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    assert_eq!(writer.tip(), committed_tip);
+    let mut again = Run {
+        rng: Rng::new(99),
+        model: committed_model.clone(),
+        chain: Chain {
+            parent: db
+                .view()
+                .unwrap()
+                .header(committed_tip.number)
+                .unwrap()
+                .unwrap()
+                .header,
+            hash: committed_tip.hash,
+        },
+        index: {
+            let mut index = MemoryKeyIndex::new();
+            let view = db.view().unwrap();
+            let keys: Vec<_> = (0..KeyIndex::len(&view).unwrap())
+                .map(|i| view.key_at(i).unwrap().unwrap())
+                .collect();
+            index.extend(&keys).unwrap();
+            index
+        },
+        touched: run.touched.clone(),
+    };
+    again.step(&mut writer);
+    writer.discard();
+    assert_eq!(writer.tip(), committed_tip);
+    assert!(matches!(writer.commit(), Ok(None)));
+}
+
+#[test]
+fn blocks_that_do_not_follow_the_tip_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let mut run = Run::new(5);
+    apply_genesis(&db, &run.chain, &run.model, 1000);
+    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    run.step(&mut writer);
+    let tip = writer.tip();
+    let changes = gigas_primitives::ChangeSet::default();
+    let mut skipped = run.chain.clone();
+    skipped.next(&changes);
+    let (far, far_hash) = skipped.next(&changes);
+    assert!(matches!(
+        writer.apply(block(&far, far_hash, &changes, &[])),
+        Err(StateDbError::NotNext { expected, got }) if expected == tip.number + 1 && got == tip.number + 2
+    ));
+    let mut fork = run.chain.clone();
+    fork.hash = alloy_primitives::B256::repeat_byte(7);
+    let (orphan, orphan_hash) = fork.next(&changes);
+    assert!(matches!(
+        writer.apply(block(&orphan, orphan_hash, &changes, &[])),
+        Err(StateDbError::WrongParent { .. })
+    ));
+    // The open group survived both refusals.
+    assert_eq!(writer.tip(), tip);
+    writer
+        .commit()
+        .unwrap()
+        .expect("the first block is still there");
+    assert_eq!(db.head().unwrap(), Some(tip));
+    // One writer at a time.
+    assert!(matches!(
+        db.writer(WriterOptions::default()),
+        Err(StateDbError::WriterBusy)
+    ));
+}
