@@ -237,6 +237,22 @@ pub(crate) fn process_cpu(pid: Option<u32>) -> Option<f64> {
     parse_stat(&std::fs::read_to_string(path).ok()?).map(|(_, s)| s)
 }
 
+/// The whole machine's busy and I/O-wait CPU seconds since boot (the `cpu` line of
+/// /proc/stat): what other processes on a shared machine took is busy minus ours.
+pub(crate) fn machine_cpu() -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+    Some((busy / ticks_per_second(), at(4) / ticks_per_second()))
+}
+
 /// CPU seconds per thread name of a process, names with their trailing numbers folded
 /// (`txpool-recover-0` and `-1` count as `txpool-recover-N`).
 pub(crate) fn thread_cpu(pid: u32) -> BTreeMap<String, f64> {
@@ -300,5 +316,6 @@ mod tests {
         assert_eq!(fold_thread_name("txpool-recover-"), "txpool-recover-N");
         assert_eq!(fold_thread_name("gigas-rpc"), "gigas-rpc");
         assert!(process_cpu(None).is_some());
+        assert!(machine_cpu().is_some_and(|(busy, _)| busy > 0.0));
     }
 }

@@ -354,6 +354,11 @@ pub struct StepResult {
     pub node_cpu_us_per_tx: Option<f64>,
     /// Load generator CPU microseconds per sent transaction.
     pub generator_cpu_us_per_tx: f64,
+    /// Cores other processes on this machine used meanwhile (busy time of the machine minus
+    /// the node's and the generator's): the noise of a shared machine.
+    pub other_cpu_cores: Option<f64>,
+    /// Cores idle waiting for I/O meanwhile.
+    pub iowait_cores: Option<f64>,
     /// The node's CPU by thread, busiest first.
     pub node_threads: Vec<ThreadCpu>,
     /// The node's block time by stage over the window.
@@ -1028,6 +1033,13 @@ impl Session {
             _ => None,
         };
         let generator_cpu = cpu1.own - cpu0.own;
+        let (other_cpu_cores, iowait_cores) = match (cpu0.machine, cpu1.machine) {
+            (Some((b0, w0)), Some((b1, w1))) => (
+                Some(((b1 - b0) - generator_cpu - node_cpu.unwrap_or(0.0)).max(0.0) / window),
+                Some((w1 - w0) / window),
+            ),
+            _ => (None, None),
+        };
         let mut node_threads: Vec<ThreadCpu> = cpu1
             .threads
             .iter()
@@ -1084,6 +1096,8 @@ impl Session {
                 .filter(|_| included > 0)
                 .map(|c| c / included as f64 * 1e6),
             generator_cpu_us_per_tx: generator_cpu / sent.max(1) as f64 * 1e6,
+            other_cpu_cores,
+            iowait_cores,
             node_threads,
             stages,
             diff_bytes_per_tx,
@@ -1213,6 +1227,8 @@ struct Cpu {
     node: Option<f64>,
     own: f64,
     threads: BTreeMap<String, f64>,
+    /// The machine's busy and I/O-wait seconds.
+    machine: Option<(f64, f64)>,
 }
 
 impl Cpu {
@@ -1221,6 +1237,7 @@ impl Cpu {
             node: node.and_then(|pid| metrics::process_cpu(Some(pid))),
             own: metrics::process_cpu(None).unwrap_or(0.0),
             threads: node.map(metrics::thread_cpu).unwrap_or_default(),
+            machine: metrics::machine_cpu(),
         }
     }
 }
@@ -1301,7 +1318,7 @@ fn fmt_opt(v: Option<f64>, digits: usize) -> String {
 
 fn print_step(s: &StepResult) {
     println!(
-        "step {}: target {:.0}/s, sent {:.0}/s, included {:.0}/s; latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; block interval p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms; node {} cores, generator {:.2} cores; {}",
+        "step {}: target {:.0}/s, sent {:.0}/s, included {:.0}/s; latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; block interval p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms; node {} cores, generator {:.2} cores, other processes {} cores; {}",
         s.step,
         s.target_tps,
         s.submitted_tps,
@@ -1314,6 +1331,7 @@ fn print_step(s: &StepResult) {
         s.block_interval_ms.max,
         fmt_opt(s.node_cpu_cores, 2),
         s.generator_cpu_cores,
+        fmt_opt(s.other_cpu_cores, 2),
         if s.passed {
             "PASSED".to_string()
         } else {
@@ -1406,13 +1424,13 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
     );
     let _ = writeln!(
         md,
-        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---|"
+        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | other processes' CPU cores | iowait cores | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for s in &r.steps {
         let refused: u64 = s.refusals.iter().map(|x| x.count).sum();
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
             s.step,
             s.target_tps,
             s.submitted_tps,
@@ -1430,6 +1448,8 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             fmt_opt(s.node_cpu_cores, 2),
             fmt_opt(s.node_cpu_us_per_tx, 0),
             s.generator_cpu_cores,
+            fmt_opt(s.other_cpu_cores, 2),
+            fmt_opt(s.iowait_cores, 2),
             fmt_opt(s.diff_bytes_per_tx, 1),
             refused,
             if s.passed {
