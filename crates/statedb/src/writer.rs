@@ -76,7 +76,6 @@ struct HashedBuffer {
 /// the writer on one thread (the follower's apply thread).
 pub struct StateWriter<'db> {
     db: &'db StateDb,
-    _lock: WriteLock<'db>,
     options: WriterOptions,
     txn: Option<RwTxUnsync>,
     committed: Snapshot,
@@ -88,6 +87,8 @@ pub struct StateWriter<'db> {
     /// Keys changed since the last root that the changed-key tables do not hold yet.
     changed: ChangedKeys,
     buf: Vec<u8>,
+    /// Last, so that it is released after the transaction is aborted (fields drop in order).
+    _lock: WriteLock<'db>,
 }
 
 impl fmt::Debug for StateWriter<'_> {
@@ -163,7 +164,6 @@ impl<'db> StateWriter<'db> {
         };
         Ok(Self {
             db,
-            _lock: lock,
             options,
             txn: Some(txn),
             committed: snapshot,
@@ -173,6 +173,7 @@ impl<'db> StateWriter<'db> {
             hashed: HashedBuffer::default(),
             changed: ChangedKeys::default(),
             buf: Vec::with_capacity(256),
+            _lock: lock,
         })
     }
 

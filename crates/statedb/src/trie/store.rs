@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use alloy_primitives::map::{B256Map, B256Set};
 use alloy_primitives::{Bytes, B256, U256};
 use alloy_rlp::Encodable;
-use alloy_trie::{Nibbles, TrieAccount, EMPTY_ROOT_HASH};
+use alloy_trie::{BranchNodeCompact, Nibbles, TrieAccount, EMPTY_ROOT_HASH};
 use gigas_primitives::AccountState;
 use signet_libmdbx::tx::aliases::RwTxUnsync;
 use signet_libmdbx::tx::Tx;
@@ -83,7 +83,7 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R>
     fn seek_node(
         &mut self,
         path: &Nibbles,
-    ) -> Result<Option<(Nibbles, alloy_trie::BranchNodeCompact)>, StateDbError> {
+    ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
@@ -163,7 +163,7 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
     fn seek_node(
         &mut self,
         path: &Nibbles,
-    ) -> Result<Option<(Nibbles, alloy_trie::BranchNodeCompact)>, StateDbError> {
+    ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
@@ -217,6 +217,12 @@ pub(crate) trait StorageRoots {
 pub(crate) trait StorageSink {
     fn wants_updates(&self) -> bool;
     fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), StateDbError>;
+    /// Finished nodes of a storage trie being rebuilt, before its walk ends.
+    fn spill(
+        &mut self,
+        address: &B256,
+        nodes: &[(Nibbles, BranchNodeCompact)],
+    ) -> Result<(), StateDbError>;
 }
 
 /// Keeps nothing: the stored tries already describe these accounts.
@@ -228,6 +234,10 @@ impl StorageSink for Discard {
     }
 
     fn store(&mut self, _: &B256, _: &TrieRun) -> Result<(), StateDbError> {
+        Ok(())
+    }
+
+    fn spill(&mut self, _: &B256, _: &[(Nibbles, BranchNodeCompact)]) -> Result<(), StateDbError> {
         Ok(())
     }
 }
@@ -245,6 +255,14 @@ impl StorageSink for WriteTo<'_> {
 
     fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), StateDbError> {
         write_storage_trie(&self.dbs, self.txn, address, run)
+    }
+
+    fn spill(
+        &mut self,
+        address: &B256,
+        nodes: &[(Nibbles, BranchNodeCompact)],
+    ) -> Result<(), StateDbError> {
+        put_storage_nodes(&self.dbs, self.txn, address, nodes)
     }
 }
 
@@ -315,11 +333,17 @@ impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K,
         }
         let run = {
             let mut source = StorageSource::new(&self.dbs, self.txn, *address, self.use_nodes)?;
-            walk::run(
+            let updates = self.sink.wants_updates();
+            let sink = &mut self.sink;
+            let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| sink.spill(address, nodes);
+            // Only a rebuild (no stored nodes read) may write nodes before the walk ends.
+            let spill: Option<walk::Spill<'_>> = (updates && !self.use_nodes).then_some(&mut spill);
+            walk::run_spilling(
                 &mut source,
                 &PrefixSet::default(),
                 Vec::new(),
-                self.sink.wants_updates(),
+                updates,
+                spill,
             )?
         };
         self.computed += 1;
@@ -342,14 +366,7 @@ pub(crate) fn write_account_trie(
                 .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
         }
     }
-    let mut buf = Vec::with_capacity(600);
-    for (path, node) in &run.updates {
-        buf.clear();
-        codec::encode_node(node, &mut buf);
-        txn.put(db, codec::encode_path(path), &buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write AccountsTrie"))?;
-    }
-    Ok(())
+    put_account_nodes(dbs, txn, &run.updates)
 }
 
 /// Replaces the storage trie nodes of `address` a walk entered with its updates.
@@ -363,24 +380,64 @@ pub(crate) fn write_storage_trie(
         return Ok(());
     }
     let mut c = cursor(dbs, txn, Table::StoragesTrie)?;
-    // A duplicate is found by its path prefix; the node bytes after it may differ.
-    for path in run.removed.iter().chain(run.updates.iter().map(|u| &u.0)) {
-        let key = codec::encode_path(path);
-        let found: Option<Cow<'_, [u8]>> = c
-            .get_both_range(address.as_slice(), &key)
-            .map_err(StateDbError::read("StoragesTrie"))?;
-        if found.is_some_and(|v| v.starts_with(&key)) {
-            c.del()
-                .map_err(StateDbError::mdbx("delete from StoragesTrie"))?;
-        }
+    for path in &run.removed {
+        delete_storage_node(&mut c, address, path)?;
     }
+    drop(c);
+    put_storage_nodes(dbs, txn, address, &run.updates)
+}
+
+/// Deletes the duplicate of `address` at `path`, found by its path prefix (the node bytes
+/// after it differ).
+fn delete_storage_node(
+    c: &mut Cursor<'_, signet_libmdbx::Rw>,
+    address: &B256,
+    path: &Nibbles,
+) -> Result<(), StateDbError> {
+    let key = codec::encode_path(path);
+    let found: Option<Cow<'_, [u8]>> = c
+        .get_both_range(address.as_slice(), &key)
+        .map_err(StateDbError::read("StoragesTrie"))?;
+    if found.is_some_and(|v| v.starts_with(&key)) {
+        c.del()
+            .map_err(StateDbError::mdbx("delete from StoragesTrie"))?;
+    }
+    Ok(())
+}
+
+/// Stores storage trie nodes of `address`, replacing any at the same paths.
+fn put_storage_nodes(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    address: &B256,
+    nodes: &[(Nibbles, BranchNodeCompact)],
+) -> Result<(), StateDbError> {
+    let mut c = cursor(dbs, txn, Table::StoragesTrie)?;
     let mut buf = Vec::with_capacity(600);
-    for (path, node) in &run.updates {
+    for (path, node) in nodes {
+        delete_storage_node(&mut c, address, path)?;
         buf.clear();
         buf.extend_from_slice(&codec::encode_path(path));
         codec::encode_node(node, &mut buf);
         c.put(address.as_slice(), &buf, WriteFlags::empty())
             .map_err(StateDbError::mdbx("write StoragesTrie"))?;
+    }
+    Ok(())
+}
+
+/// Stores account trie nodes, replacing any at the same paths.
+fn put_account_nodes(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    nodes: &[(Nibbles, BranchNodeCompact)],
+) -> Result<(), StateDbError> {
+    let db = dbs.get(Table::AccountsTrie);
+    let mut buf = Vec::with_capacity(600);
+    for (path, node) in nodes {
+        buf.clear();
+        codec::encode_node(node, &mut buf);
+        txn.put(db, codec::encode_path(path), &buf, WriteFlags::empty())
+            .map_err(StateDbError::mdbx("write AccountsTrie"))?;
     }
     Ok(())
 }
@@ -571,7 +628,14 @@ pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, S
     let (run, computed, leaves) = {
         let roots = StoredRoots::new(dbs, txn, &known, false, WriteTo { dbs: *dbs, txn })?;
         let mut source = AccountSource::new(dbs, txn, false, roots)?;
-        let run = walk::run(&mut source, &PrefixSet::all(), Vec::new(), true)?;
+        let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| put_account_nodes(dbs, txn, nodes);
+        let run = walk::run_spilling(
+            &mut source,
+            &PrefixSet::all(),
+            Vec::new(),
+            true,
+            Some(&mut spill),
+        )?;
         (run, source.roots.computed, source.roots.leaves)
     };
     write_account_trie(dbs, txn, &run)?;

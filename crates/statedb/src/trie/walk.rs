@@ -83,6 +83,29 @@ pub(crate) fn run<S: TrieSource>(
     targets: Vec<Nibbles>,
     updates: bool,
 ) -> Result<TrieRun, StateDbError> {
+    run_spilling(source, changed, targets, updates, None)
+}
+
+/// Branch nodes a rebuild holds before handing them to its spill (about 200 bytes each).
+#[cfg(not(test))]
+const SPILL_NODES: usize = 1 << 16;
+#[cfg(test)]
+const SPILL_NODES: usize = 16;
+
+/// Where a rebuild writes finished branch nodes as it goes, so that a trie of any size
+/// holds at most [`SPILL_NODES`] of them in memory. Only for walks over a trie with nothing
+/// stored (nothing is removed, and a node is finished once).
+pub(crate) type Spill<'a> =
+    &'a mut dyn FnMut(&[(Nibbles, BranchNodeCompact)]) -> Result<(), StateDbError>;
+
+/// [`run`], handing finished branch nodes to `spill` whenever [`SPILL_NODES`] are held.
+pub(crate) fn run_spilling<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+    targets: Vec<Nibbles>,
+    updates: bool,
+    mut spill: Option<Spill<'_>>,
+) -> Result<TrieRun, StateDbError> {
     if changed.is_empty() && targets.is_empty() {
         // Nothing changed: the stored root node carries the root.
         if let Some((path, node)) = source.seek_node(&Nibbles::new())? {
@@ -118,7 +141,7 @@ pub(crate) fn run<S: TrieSource>(
                 hb.add_branch(path, hash, stored);
                 skipped += 1;
             }
-            Step::Leaves(range) => feed.feed(source, &mut hb, range, &mut buf)?,
+            Step::Leaves(range) => feed.feed(source, &mut hb, range, &mut buf, &mut spill)?,
         }
     }
     let root = hb.root();
@@ -283,6 +306,7 @@ impl<L> LeafFeed<L> {
         hb: &mut HashBuilder,
         range: Range,
         buf: &mut Vec<u8>,
+        spill: &mut Option<Spill<'_>>,
     ) -> Result<(), StateDbError> {
         let Some(from) = range.from else {
             return Ok(());
@@ -307,6 +331,15 @@ impl<L> LeafFeed<L> {
             source.leaf_value(&key, &leaf, buf)?;
             hb.add_leaf(Nibbles::unpack(key), buf);
             self.count += 1;
+            if let Some(spill) = spill.as_mut() {
+                let held = hb.updated_branch_nodes.as_ref().map_or(0, |u| u.len());
+                if held >= SPILL_NODES {
+                    let nodes = hb.updated_branch_nodes.replace(Default::default());
+                    let mut nodes: Vec<_> = nodes.into_iter().flatten().collect();
+                    nodes.sort_unstable_by_key(|n| n.0);
+                    spill(&nodes)?;
+                }
+            }
             self.peek = source.next_leaf()?;
             self.low = Some((key, true));
         }
@@ -421,6 +454,30 @@ mod tests {
             let again = run(&mut trie, &PrefixSet::default(), Vec::new(), true).unwrap();
             assert_eq!(again.root, out.root);
         }
+        // A rebuild that spills as it goes stores the same nodes as one that does not.
+        let mut spilled = Vec::new();
+        let mut collect = |nodes: &[(Nibbles, BranchNodeCompact)]| {
+            spilled.extend_from_slice(nodes);
+            Ok(())
+        };
+        let mut bare = Memory {
+            leaves: trie.leaves.clone(),
+            ..Memory::default()
+        };
+        let all = PrefixSet::all();
+        let out = run_spilling(&mut bare, &all, Vec::new(), true, Some(&mut collect)).unwrap();
+        let whole = run(&mut bare, &all, Vec::new(), true).unwrap();
+        assert_eq!(out.root, whole.root);
+        assert!(spilled.len() > SPILL_NODES, "{} spilled", spilled.len());
+        spilled.extend(out.updates);
+        spilled.sort_unstable_by_key(|n| n.0);
+        assert_eq!(spilled, whole.updates);
+        let stored: Vec<_> = trie.nodes.values().cloned().collect();
+        assert_eq!(
+            stored, whole.updates,
+            "incremental and rebuilt nodes differ"
+        );
+
         // Delete everything: the empty root, nothing left stored.
         let keys: Vec<B256> = trie.leaves.keys().copied().collect();
         trie.leaves.clear();
