@@ -346,4 +346,45 @@ fn blocks_that_do_not_follow_the_tip_change_nothing() {
         db.writer(WriterOptions::default()),
         Err(StateDbError::WriterBusy)
     ));
+
+    // A block that gives an indexed key a new index is refused after writing began: the
+    // open group goes with it, back to the commit.
+    run.step(&mut writer);
+    assert_ne!(writer.tip(), tip);
+    let known = KeyIndex::key_at(&writer, 0)
+        .unwrap()
+        .expect("an indexed key");
+    let mut next = run.chain.clone();
+    let (header, hash) = next.next(&changes);
+    assert!(matches!(
+        writer.apply(block(&header, hash, &changes, &[known])),
+        Err(StateDbError::KeyAlreadyIndexed { index: 0, .. })
+    ));
+    assert_eq!(writer.tip(), tip);
+    assert_eq!(db.metrics().groups_discarded.get(), 1);
+    drop(writer);
+
+    // The time bound: with no age allowed, one block is a group.
+    let mut writer = db
+        .writer(WriterOptions {
+            max_group_blocks: 100,
+            max_group_age: std::time::Duration::ZERO,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    assert!(!writer.should_commit());
+    let mut chain = Chain {
+        parent: db
+            .view()
+            .unwrap()
+            .header(tip.number)
+            .unwrap()
+            .unwrap()
+            .header,
+        hash: tip.hash,
+    };
+    let (header, hash) = chain.next(&changes);
+    writer.apply(block(&header, hash, &changes, &[])).unwrap();
+    assert!(writer.should_commit());
+    assert_eq!(writer.commit().unwrap().map(|c| c.blocks), Some(1));
 }
