@@ -137,7 +137,7 @@ mod types;
 
 pub use codec::MAX_STATE_KEY_LEN;
 pub use error::HistoryError;
-pub use metrics::HistoryMetrics;
+pub use metrics::{CommitPhase, HistoryMetrics, PhaseLabel};
 pub use store::{History, TableStats};
 pub use tables::{Dup, Table};
 pub use types::{

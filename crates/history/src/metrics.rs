@@ -1,6 +1,8 @@
 //! The history's metrics as `prometheus-client` types, for the node to register.
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
@@ -23,6 +25,47 @@ pub struct HistoryMetrics {
     /// Bytes of the data file up to its last used page, after the last commit (the file itself
     /// is sparse and may be larger).
     pub used_bytes: Gauge,
+    /// Seconds per phase of `commit_block` (see [`CommitPhase`]): where a commit's time goes
+    /// as the tables grow.
+    pub commit_phase_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+}
+
+/// A phase of committing one block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommitPhase {
+    /// Header, its hash lookup, transactions and their hash lookups.
+    Transactions,
+    /// Receipts and the log index.
+    Receipts,
+    /// The ChangeSet and the old value of every changed key (`StateHistory`).
+    StateHistory,
+    /// Pruning what left the state-history window.
+    Prune,
+    /// The durable commit (page writes and syncs).
+    Commit,
+}
+
+impl CommitPhase {
+    fn name(self) -> &'static str {
+        match self {
+            CommitPhase::Transactions => "transactions",
+            CommitPhase::Receipts => "receipts",
+            CommitPhase::StateHistory => "state_history",
+            CommitPhase::Prune => "prune",
+            CommitPhase::Commit => "commit",
+        }
+    }
+}
+
+/// The `phase` label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// The phase's name.
+    pub phase: &'static str,
+}
+
+fn phase_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(20e-6, 1.5, 34))
 }
 
 impl Default for HistoryMetrics {
@@ -36,11 +79,21 @@ impl Default for HistoryMetrics {
             log_queries: Counter::default(),
             log_index_seeks: Counter::default(),
             used_bytes: Gauge::default(),
+            commit_phase_seconds: Family::new_with_constructor(phase_histogram),
         }
     }
 }
 
 impl HistoryMetrics {
+    /// Records how long one phase of a commit took.
+    pub fn phase(&self, phase: CommitPhase, seconds: f64) {
+        self.commit_phase_seconds
+            .get_or_create(&PhaseLabel {
+                phase: phase.name(),
+            })
+            .observe(seconds);
+    }
+
     /// Registers every metric under `gigas_history_*`.
     pub fn register(&self, registry: &mut Registry) {
         let sub = registry.sub_registry_with_prefix("gigas_history");
@@ -73,6 +126,11 @@ impl HistoryMetrics {
             "log_index_seeks",
             "Cursor seeks in the log index",
             self.log_index_seeks.clone(),
+        );
+        sub.register(
+            "commit_phase_seconds",
+            "Seconds per phase of a block commit (transactions, receipts, state_history, prune, commit)",
+            self.commit_phase_seconds.clone(),
         );
         sub.register(
             "used_bytes",

@@ -20,7 +20,7 @@ use tracing::debug;
 
 use crate::codec::{self, block_key, tx_key};
 use crate::error::{hex_string, HistoryError};
-use crate::metrics::HistoryMetrics;
+use crate::metrics::{CommitPhase, HistoryMetrics};
 use crate::tables::{Table, META_SCHEMA_VERSION, META_STATE_PRUNED_BELOW, SCHEMA_VERSION};
 use crate::types::{
     BlockRecord, HistoricValue, HistoryOptions, IndexedLog, LogQuery, SealedHeader, TxLocation,
@@ -289,7 +289,13 @@ impl History {
         }
 
         self.write_transactions(&txn, number, record.transactions, &mut buf)?;
+        let txs_done = Instant::now();
+        self.metrics
+            .phase(CommitPhase::Transactions, (txs_done - start).as_secs_f64());
         self.write_receipts(&txn, number, record.receipts, &mut buf)?;
+        let block_done = Instant::now();
+        self.metrics
+            .phase(CommitPhase::Receipts, (block_done - txs_done).as_secs_f64());
 
         txn.append(
             self.db(Table::ChangeSets),
@@ -317,9 +323,19 @@ impl History {
             .map_err(HistoryError::mdbx("write StateHistoryKeys"))?;
         }
 
+        let state_done = Instant::now();
+        self.metrics.phase(
+            CommitPhase::StateHistory,
+            (state_done - block_done).as_secs_f64(),
+        );
         let pruned = self.prune(&txn, number)?;
+        let prune_done = Instant::now();
+        self.metrics
+            .phase(CommitPhase::Prune, (prune_done - state_done).as_secs_f64());
         txn.commit()
             .map_err(HistoryError::mdbx("commit the block"))?;
+        self.metrics
+            .phase(CommitPhase::Commit, prune_done.elapsed().as_secs_f64());
 
         self.metrics.blocks_committed.inc();
         self.metrics.blocks_pruned.inc_by(pruned);
