@@ -36,12 +36,12 @@
 mod chart;
 mod metrics;
 mod node;
+mod report;
 mod rpc;
 mod send;
 mod sign;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,8 +57,10 @@ use tokio::time::Instant;
 
 pub use metrics::StageSplit;
 pub use node::{ensure_genesis, genesis_cache_root, sequencer_bin, GenesisSpec, SequencerProcess};
+pub use report::markdown;
 
 use metrics::Scrape;
+use report::{print_config, print_step, write_report};
 use rpc::Rpc;
 use send::{lock, Outcome, Pace, Tracker};
 use sign::{Generator, SignedTx};
@@ -172,6 +174,10 @@ pub struct CommonArgs {
     /// ...at this quantile of the step's intervals (1.0: the longest one).
     #[arg(long, default_value_t = 0.9)]
     pub interval_quantile: f64,
+    /// A step fails if it submits less than this share of its target rate (the node answers
+    /// too slowly for --in-flight batches to carry the rate).
+    #[arg(long, default_value_t = 0.98)]
+    pub min_submitted: f64,
     /// Included transactions whose receipts are checked at the end (each must succeed).
     #[arg(long, default_value_t = 64)]
     pub check_receipts: usize,
@@ -206,9 +212,9 @@ pub struct RampArgs {
     /// The first step's rate (transactions per second).
     #[arg(long, default_value_t = 1_000.0)]
     pub start: f64,
-    /// Each step adds this rate (default: --start, unless --factor is given).
-    #[arg(long, conflicts_with = "factor")]
-    pub step: Option<f64>,
+    /// Each step adds this rate (unless --factor is given).
+    #[arg(long, default_value_t = 1_000.0, conflicts_with = "factor")]
+    pub step: f64,
     /// Each step multiplies the rate by this.
     #[arg(long)]
     pub factor: Option<f64>,
@@ -229,9 +235,9 @@ pub struct RampArgs {
 impl RampArgs {
     /// The rate of step `k` (0-based).
     pub fn rate(&self, k: usize) -> f64 {
-        match (self.factor, self.step) {
-            (Some(f), _) => self.start * f.powi(k as i32),
-            (None, step) => self.start + step.unwrap_or(self.start) * k as f64,
+        match self.factor {
+            Some(f) => self.start * f.powi(k as i32),
+            None => self.start + self.step * k as f64,
         }
     }
 }
@@ -338,6 +344,8 @@ pub struct StepResult {
     pub included_tps: f64,
     /// Inclusion latency of the step's transactions.
     pub latency_ms: Percentiles,
+    /// Time from posting a batch to the node's answer (recovery, pool, journal sync).
+    pub answer_ms: Percentiles,
     /// Blocks seen during the window.
     pub blocks: u64,
     /// Time between consecutive heads during the window.
@@ -495,18 +503,17 @@ pub fn run_ramp(args: &RampArgs) -> Result<LoadReport> {
     if args.start.is_nan() || args.start <= 0.0 || args.factor.is_some_and(|f| f <= 1.0) {
         bail!("--start must be positive and --factor above 1");
     }
-    let plan = match (args.factor, args.step) {
-        (Some(f), _) => format!(
+    if args.step.is_nan() || args.step <= 0.0 {
+        bail!("--step must be positive");
+    }
+    let plan = match args.factor {
+        Some(f) => format!(
             "from {} tx/s, x{f} per step of {} s, at most {} steps or {} tx/s",
             args.start, args.step_secs, args.max_steps, args.max_rate
         ),
-        (None, s) => format!(
+        None => format!(
             "from {} tx/s, +{} per step of {} s, at most {} steps or {} tx/s",
-            args.start,
-            s.unwrap_or(args.start),
-            args.step_secs,
-            args.max_steps,
-            args.max_rate
+            args.start, args.step, args.step_secs, args.max_steps, args.max_rate
         ),
     };
     run(&args.common, "ramp", plan, &mut |k, last| {
@@ -555,11 +562,12 @@ fn run(
             .join(spec.dir_name())
     });
     let criteria = format!(
-        "a step fails if its p{:.0} block interval > {}x the block time, or > {:.1}% of its txs are not included within {:.1} s of their send, or any tx is refused for a reason other than a full pool (or sender window)",
+        "a step fails if its p{:.0} block interval > {}x the block time, or > {:.1}% of its txs are not included within {:.1} s of their send, or any tx is refused for a reason other than a full pool (or sender window), or it submits < {:.0}% of its rate",
         common.interval_quantile * 100.0,
         common.interval_factor,
         common.max_missed * 100.0,
-        common.latency_limit.as_secs_f64()
+        common.latency_limit.as_secs_f64(),
+        common.min_submitted * 100.0
     );
     let mut node_args = vec![format!("--block-time {}ms", common.block_time.as_millis())];
     node_args.extend(common.node_args.iter().cloned());
@@ -994,6 +1002,7 @@ impl Session {
         } else {
             heads.iter().map(|h| h.txs as f64).sum::<f64>() / heads.len() as f64
         };
+        let answer_ms = Percentiles::of(t.answer_ms.iter().map(|&x| f64::from(x)).collect());
         let refusals: Vec<RefusalCount> = t
             .refusals
             .iter()
@@ -1014,6 +1023,13 @@ impl Session {
             failures.push(format!(
                 "{:.2}% of its txs not included within {limit:.1} s",
                 100.0 * missed as f64 / sent as f64
+            ));
+        }
+        let submitted_tps = sent as f64 / window;
+        if submitted_tps < self.common.min_submitted * rate {
+            failures.push(format!(
+                "submitted {submitted_tps:.0}/s of {rate:.0}/s: answers (p99 {:.0} ms) too slow for {} batches in flight",
+                answer_ms.p99, self.common.in_flight
             ));
         }
         let block_time_ms = self.common.block_time.as_secs_f64() * 1e3;
@@ -1083,7 +1099,8 @@ impl Session {
             refusals,
             included,
             missed,
-            submitted_tps: sent as f64 / window,
+            submitted_tps,
+            answer_ms,
             included_tps,
             latency_ms: Percentiles::of(latencies),
             blocks: heads.len() as u64,
@@ -1270,265 +1287,4 @@ async fn progress(tracker: Arc<Mutex<Tracker>>, bar: ProgressBar, origin: Instan
         };
         bar.set_message(message);
     }
-}
-
-fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str) {
-    println!("gigas-bench {} configuration", c.command);
-    println!(
-        "  workload   : {:?}{}; senders and receivers Zipf-Mandelbrot (s = {}, v = {}) over {} accounts of seed {}; draws seeded {}",
-        c.workload,
-        if c.workload == Workload::Mix {
-            format!(" ({:.0}% ERC-20)", c.erc20_share * 100.0)
-        } else {
-            String::new()
-        },
-        crate::zipf::DEVNET_S,
-        crate::zipf::DEVNET_V,
-        c.accounts,
-        c.seed,
-        c.workload_seed
-    );
-    println!("  rates      : {}", c.plan);
-    println!(
-        "  chain      : block time {} ms, gas limit {}; EIP-1559 txs, fee cap {} gwei, tip {} gwei",
-        c.block_time_ms,
-        c.gas_limit,
-        c.fees.0 / 1_000_000_000,
-        c.fees.1 / 1_000_000_000
-    );
-    println!(
-        "  sending    : JSON-RPC batches over HTTP of at most {} txs, at most {} in flight; inclusion from newHeads over WebSocket",
-        c.batch, c.in_flight
-    );
-    println!("  node       : {}", c.sequencer);
-    println!("  genesis    : {}", c.genesis);
-    println!("  criteria   : {}", c.criteria);
-    println!(
-        "  build      : {build_profile}; machine: {}; the load generator runs on the same machine",
-        machine.describe()
-    );
-}
-
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.digits$}"),
-        _ => "-".to_string(),
-    }
-}
-
-fn print_step(s: &StepResult) {
-    println!(
-        "step {}: target {:.0}/s, sent {:.0}/s, included {:.0}/s; latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; block interval p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms; node {} cores, generator {:.2} cores, other processes {} cores; {}",
-        s.step,
-        s.target_tps,
-        s.submitted_tps,
-        s.included_tps,
-        s.latency_ms.p50,
-        s.latency_ms.p99,
-        s.latency_ms.max,
-        s.block_interval_ms.p50,
-        s.block_interval_ms.p90,
-        s.block_interval_ms.max,
-        fmt_opt(s.node_cpu_cores, 2),
-        s.generator_cpu_cores,
-        fmt_opt(s.other_cpu_cores, 2),
-        if s.passed {
-            "PASSED".to_string()
-        } else {
-            format!("FAILED: {}", s.failures.join("; "))
-        }
-    );
-}
-
-fn write_report(r: &LoadReport, out: &Path) -> Result<()> {
-    let name = &r.config.command;
-    let mut charts = vec![
-        (
-            format!("{name}-tps.svg"),
-            chart::tps(r, &out.join(format!("{name}-tps.svg"))),
-        ),
-        (
-            format!("{name}-latency.svg"),
-            chart::latency(r, &out.join(format!("{name}-latency.svg"))),
-        ),
-    ];
-    if r.steps.len() > 1 {
-        charts.push((
-            format!("{name}-steps.svg"),
-            chart::steps(r, &out.join(format!("{name}-steps.svg"))),
-        ));
-    }
-    let mut drawn = Vec::new();
-    for (file, result) in charts {
-        match result {
-            Ok(()) => drawn.push(file),
-            Err(e) => eprintln!("chart {file}: {e}"),
-        }
-    }
-    crate::write_report(out, name, r, &markdown(r, &drawn))?;
-    println!("charts: {}", drawn.join(", "));
-    Ok(())
-}
-
-/// The report as Markdown: headline, steps, where the node's time went at the edge.
-pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
-    let c = &r.config;
-    let mut md = format!(
-        "# gigas-bench {}: {:?} over {} accounts\n\n",
-        c.command, c.workload, c.accounts
-    );
-    let _ = writeln!(md, "- rates: {}", c.plan);
-    let _ = writeln!(
-        md,
-        "- chain: block time {} ms, gas limit {}; node: {}",
-        c.block_time_ms, c.gas_limit, c.sequencer
-    );
-    let _ = writeln!(
-        md,
-        "- sending: HTTP JSON-RPC batches of at most {}, at most {} in flight; latency = newHeads arrival - first send",
-        c.batch, c.in_flight
-    );
-    let _ = writeln!(md, "- criteria: {}", c.criteria);
-    let _ = writeln!(
-        md,
-        "- machine: {}; build: {}; load generator on the same machine{}",
-        r.machine.describe(),
-        r.build_profile,
-        r.node_start_seconds.map_or(String::new(), |s| format!(
-            "; node start (genesis written) {s:.1} s"
-        ))
-    );
-    match r.sustained_step() {
-        Some(s) if c.command == "ramp" => {
-            let _ = writeln!(
-                md,
-                "\n**Maximum sustained: {:.0} tx/s** (included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms; block interval p50 {:.0} ms). Stopped: {}.",
-                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99, s.block_interval_ms.p50, r.stop_reason
-            );
-        }
-        Some(s) => {
-            let _ = writeln!(
-                md,
-                "\n**{:.0} tx/s held**: included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms.",
-                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99
-            );
-        }
-        None => {
-            let _ = writeln!(md, "\n**No step passed.** {}", r.stop_reason);
-        }
-    }
-    let _ = writeln!(
-        md,
-        "\nReceipts checked: {} of {} succeeded ({} missing).",
-        r.receipts.succeeded, r.receipts.checked, r.receipts.missing
-    );
-    let _ = writeln!(
-        md,
-        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | other processes' CPU cores | iowait cores | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
-    );
-    for s in &r.steps {
-        let refused: u64 = s.refusals.iter().map(|x| x.count).sum();
-        let _ = writeln!(
-            md,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
-            s.step,
-            s.target_tps,
-            s.submitted_tps,
-            s.included_tps,
-            s.latency_ms.p50,
-            s.latency_ms.p90,
-            s.latency_ms.p99,
-            s.latency_ms.max,
-            s.block_interval_ms.p50,
-            s.block_interval_ms.p90,
-            s.block_interval_ms.max,
-            s.txs_per_block,
-            s.block_ms
-                .map_or("-".to_string(), |b| format!("{:.0} / {:.0}", b.p50, b.p99)),
-            fmt_opt(s.node_cpu_cores, 2),
-            fmt_opt(s.node_cpu_us_per_tx, 0),
-            s.generator_cpu_cores,
-            fmt_opt(s.other_cpu_cores, 2),
-            fmt_opt(s.iowait_cores, 2),
-            fmt_opt(s.diff_bytes_per_tx, 1),
-            refused,
-            if s.passed {
-                "passed".to_string()
-            } else {
-                format!("**failed**: {}", s.failures.join("; "))
-            }
-        );
-    }
-    // The edge: the last step that passed and the one that failed after it.
-    let mut edge: Vec<&StepResult> = Vec::new();
-    if let Some(s) = r.sustained_step() {
-        edge.push(s);
-    }
-    if let Some(s) = r.steps.last().filter(|s| !s.passed) {
-        edge.push(s);
-    }
-    for s in edge {
-        let _ = writeln!(
-            md,
-            "\n## Where the node's time went at {:.0} tx/s (step {}, {})\n",
-            s.target_tps,
-            s.step,
-            if s.passed { "passed" } else { "failed" }
-        );
-        if s.stages.is_empty() {
-            let _ = writeln!(md, "No metrics from the node.");
-        } else {
-            let _ = writeln!(
-                md,
-                "| stage | blocks | mean ms | p50 ms | p99 ms | share of block time |\n|---|---:|---:|---:|---:|---:|"
-            );
-            for st in &s.stages {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
-                    st.stage,
-                    st.blocks,
-                    st.mean_ms,
-                    st.p50_ms,
-                    st.p99_ms,
-                    st.share * 100.0
-                );
-            }
-        }
-        if !s.node_threads.is_empty() {
-            let _ = writeln!(
-                md,
-                "\nNode CPU by thread ({} cores in all; load generator {:.2} cores):\n\n| thread | cores |\n|---|---:|",
-                fmt_opt(s.node_cpu_cores, 2),
-                s.generator_cpu_cores
-            );
-            for t in &s.node_threads {
-                let _ = writeln!(md, "| {} | {:.3} |", t.name, t.cores);
-            }
-        }
-        if !s.refusals.is_empty() {
-            let _ = writeln!(md, "\nRefusals:\n");
-            for x in &s.refusals {
-                let _ = writeln!(
-                    md,
-                    "- {} x {}{}: \"{}\"",
-                    x.count,
-                    x.reason,
-                    if x.backpressure {
-                        " (backpressure, retried)"
-                    } else {
-                        ""
-                    },
-                    x.example
-                );
-            }
-        }
-    }
-    if !charts.is_empty() {
-        let _ = writeln!(md, "\n## Charts\n");
-        for c in charts {
-            let _ = writeln!(md, "![{c}]({c})");
-        }
-    }
-    md
 }

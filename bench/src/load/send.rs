@@ -94,6 +94,8 @@ pub(crate) struct Tracker {
     pub(crate) refusals: BTreeMap<String, Refusals>,
     /// Transactions included that this run did not send.
     pub(crate) foreign: u64,
+    /// Milliseconds from posting a batch to its answer, during the current step.
+    pub(crate) answer_ms: Vec<f32>,
 }
 
 impl Tracker {
@@ -107,6 +109,7 @@ impl Tracker {
             heads: Vec::new(),
             refusals: BTreeMap::new(),
             foreign: 0,
+            answer_ms: Vec::new(),
         }
     }
 
@@ -128,6 +131,7 @@ impl Tracker {
         self.base = base;
         self.txs.clear();
         self.refusals.clear();
+        self.answer_ms.clear();
         for (i, hash) in hashes.enumerate() {
             self.by_hash.insert(hash, base + i as u64);
             self.txs.push(TxTrack {
@@ -364,14 +368,17 @@ async fn post_batch(
             t.sent(&ids, now);
             first = false;
         }
+        let posted = Instant::now();
         let answers = match rpc.post(body).await {
             Ok(bytes) => parse_answers(&bytes),
             Err(e) => Err(format!("transport: {e}")),
         };
+        let answer_ms = posted.elapsed().as_secs_f64() * 1e3;
         let mut retry = Vec::new();
         {
             let mut t = lock(&tracker);
             let now = t.now();
+            t.answer_ms.push(answer_ms as f32);
             match answers {
                 Ok(mut answers) => {
                     for &id in &ids {

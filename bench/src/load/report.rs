@@ -1,0 +1,274 @@
+//! What a run prints and writes: the configuration first, a line per step, then JSON,
+//! Markdown and SVG charts.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use eyre::Result;
+use gigas_primitives::machine::Machine;
+
+use super::{chart, LoadReport, RunConfig, StepResult, Workload};
+
+pub(crate) fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str) {
+    println!("gigas-bench {} configuration", c.command);
+    println!(
+        "  workload   : {:?}{}; senders and receivers Zipf-Mandelbrot (s = {}, v = {}) over {} accounts of seed {}; draws seeded {}",
+        c.workload,
+        if c.workload == Workload::Mix {
+            format!(" ({:.0}% ERC-20)", c.erc20_share * 100.0)
+        } else {
+            String::new()
+        },
+        crate::zipf::DEVNET_S,
+        crate::zipf::DEVNET_V,
+        c.accounts,
+        c.seed,
+        c.workload_seed
+    );
+    println!("  rates      : {}", c.plan);
+    println!(
+        "  chain      : block time {} ms, gas limit {}; EIP-1559 txs, fee cap {} gwei, tip {} gwei",
+        c.block_time_ms,
+        c.gas_limit,
+        c.fees.0 / 1_000_000_000,
+        c.fees.1 / 1_000_000_000
+    );
+    println!(
+        "  sending    : JSON-RPC batches over HTTP of at most {} txs, at most {} in flight; inclusion from newHeads over WebSocket",
+        c.batch, c.in_flight
+    );
+    println!("  node       : {}", c.sequencer);
+    println!("  genesis    : {}", c.genesis);
+    println!("  criteria   : {}", c.criteria);
+    println!(
+        "  build      : {build_profile}; machine: {}; the load generator runs on the same machine",
+        machine.describe()
+    );
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "-".to_string(),
+    }
+}
+
+pub(crate) fn print_step(s: &StepResult) {
+    println!(
+        "step {}: target {:.0}/s, sent {:.0}/s, included {:.0}/s; latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; answers p99 {:.0} ms; block interval p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms; node {} cores, generator {:.2} cores, other processes {} cores; {}",
+        s.step,
+        s.target_tps,
+        s.submitted_tps,
+        s.included_tps,
+        s.latency_ms.p50,
+        s.latency_ms.p99,
+        s.latency_ms.max,
+        s.answer_ms.p99,
+        s.block_interval_ms.p50,
+        s.block_interval_ms.p90,
+        s.block_interval_ms.max,
+        fmt_opt(s.node_cpu_cores, 2),
+        s.generator_cpu_cores,
+        fmt_opt(s.other_cpu_cores, 2),
+        if s.passed {
+            "PASSED".to_string()
+        } else {
+            format!("FAILED: {}", s.failures.join("; "))
+        }
+    );
+}
+
+pub(crate) fn write_report(r: &LoadReport, out: &Path) -> Result<()> {
+    let name = &r.config.command;
+    let mut charts = vec![
+        (
+            format!("{name}-tps.svg"),
+            chart::tps(r, &out.join(format!("{name}-tps.svg"))),
+        ),
+        (
+            format!("{name}-latency.svg"),
+            chart::latency(r, &out.join(format!("{name}-latency.svg"))),
+        ),
+    ];
+    if r.steps.len() > 1 {
+        charts.push((
+            format!("{name}-steps.svg"),
+            chart::steps(r, &out.join(format!("{name}-steps.svg"))),
+        ));
+    }
+    let mut drawn = Vec::new();
+    for (file, result) in charts {
+        match result {
+            Ok(()) => drawn.push(file),
+            Err(e) => eprintln!("chart {file}: {e}"),
+        }
+    }
+    crate::write_report(out, name, r, &markdown(r, &drawn))?;
+    println!("charts: {}", drawn.join(", "));
+    Ok(())
+}
+
+/// The report as Markdown: headline, steps, where the node's time went at the edge.
+pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
+    let c = &r.config;
+    let mut md = format!(
+        "# gigas-bench {}: {:?} over {} accounts\n\n",
+        c.command, c.workload, c.accounts
+    );
+    let _ = writeln!(md, "- rates: {}", c.plan);
+    let _ = writeln!(
+        md,
+        "- chain: block time {} ms, gas limit {}; node: {}",
+        c.block_time_ms, c.gas_limit, c.sequencer
+    );
+    let _ = writeln!(
+        md,
+        "- sending: HTTP JSON-RPC batches of at most {}, at most {} in flight; latency = newHeads arrival - first send",
+        c.batch, c.in_flight
+    );
+    let _ = writeln!(md, "- criteria: {}", c.criteria);
+    let _ = writeln!(
+        md,
+        "- machine: {}; build: {}; load generator on the same machine{}",
+        r.machine.describe(),
+        r.build_profile,
+        r.node_start_seconds.map_or(String::new(), |s| format!(
+            "; node start (genesis written) {s:.1} s"
+        ))
+    );
+    match r.sustained_step() {
+        Some(s) if c.command == "ramp" => {
+            let _ = writeln!(
+                md,
+                "\n**Maximum sustained: {:.0} tx/s** (included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms; block interval p50 {:.0} ms). Stopped: {}.",
+                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99, s.block_interval_ms.p50, r.stop_reason
+            );
+        }
+        Some(s) => {
+            let _ = writeln!(
+                md,
+                "\n**{:.0} tx/s held**: included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms.",
+                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99
+            );
+        }
+        None => {
+            let _ = writeln!(md, "\n**No step passed.** {}", r.stop_reason);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nReceipts checked: {} of {} succeeded ({} missing).",
+        r.receipts.succeeded, r.receipts.checked, r.receipts.missing
+    );
+    let _ = writeln!(
+        md,
+        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | batch answer p50 / p99 ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | other processes' CPU cores | iowait cores | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
+    for s in &r.steps {
+        let refused: u64 = s.refusals.iter().map(|x| x.count).sum();
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            s.step,
+            s.target_tps,
+            s.submitted_tps,
+            s.included_tps,
+            s.latency_ms.p50,
+            s.latency_ms.p90,
+            s.latency_ms.p99,
+            s.latency_ms.max,
+            s.answer_ms.p50,
+            s.answer_ms.p99,
+            s.block_interval_ms.p50,
+            s.block_interval_ms.p90,
+            s.block_interval_ms.max,
+            s.txs_per_block,
+            s.block_ms
+                .map_or("-".to_string(), |b| format!("{:.0} / {:.0}", b.p50, b.p99)),
+            fmt_opt(s.node_cpu_cores, 2),
+            fmt_opt(s.node_cpu_us_per_tx, 0),
+            s.generator_cpu_cores,
+            fmt_opt(s.other_cpu_cores, 2),
+            fmt_opt(s.iowait_cores, 2),
+            fmt_opt(s.diff_bytes_per_tx, 1),
+            refused,
+            if s.passed {
+                "passed".to_string()
+            } else {
+                format!("**failed**: {}", s.failures.join("; "))
+            }
+        );
+    }
+    // The edge: the last step that passed and the one that failed after it.
+    let mut edge: Vec<&StepResult> = Vec::new();
+    if let Some(s) = r.sustained_step() {
+        edge.push(s);
+    }
+    if let Some(s) = r.steps.last().filter(|s| !s.passed) {
+        edge.push(s);
+    }
+    for s in edge {
+        let _ = writeln!(
+            md,
+            "\n## Where the node's time went at {:.0} tx/s (step {}, {})\n",
+            s.target_tps,
+            s.step,
+            if s.passed { "passed" } else { "failed" }
+        );
+        if s.stages.is_empty() {
+            let _ = writeln!(md, "No metrics from the node.");
+        } else {
+            let _ = writeln!(
+                md,
+                "| stage | blocks | mean ms | p50 ms | p99 ms | share of block time |\n|---|---:|---:|---:|---:|---:|"
+            );
+            for st in &s.stages {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
+                    st.stage,
+                    st.blocks,
+                    st.mean_ms,
+                    st.p50_ms,
+                    st.p99_ms,
+                    st.share * 100.0
+                );
+            }
+        }
+        if !s.node_threads.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nNode CPU by thread ({} cores in all; load generator {:.2} cores):\n\n| thread | cores |\n|---|---:|",
+                fmt_opt(s.node_cpu_cores, 2),
+                s.generator_cpu_cores
+            );
+            for t in &s.node_threads {
+                let _ = writeln!(md, "| {} | {:.3} |", t.name, t.cores);
+            }
+        }
+        if !s.refusals.is_empty() {
+            let _ = writeln!(md, "\nRefusals:\n");
+            for x in &s.refusals {
+                let _ = writeln!(
+                    md,
+                    "- {} x {}{}: \"{}\"",
+                    x.count,
+                    x.reason,
+                    if x.backpressure {
+                        " (backpressure, retried)"
+                    } else {
+                        ""
+                    },
+                    x.example
+                );
+            }
+        }
+    }
+    if !charts.is_empty() {
+        let _ = writeln!(md, "\n## Charts\n");
+        for c in charts {
+            let _ = writeln!(md, "![{c}]({c})");
+        }
+    }
+    md
+}
