@@ -161,8 +161,8 @@ fn a_small_load_and_ramp_are_included_and_counted() {
     let md = std::fs::read_to_string(dir.path().join("load/load.md")).expect("markdown");
     assert!(md.contains("| step | target/s"), "{md}");
 
-    // 2. A node started apart and driven by URL: a ramp of two short steps, then a load whose
-    // senders' nonces are past 0 (the generator asks the node for them).
+    // 2. A node started apart and driven by URL: a ramp of two short steps, then a load over
+    // WebSocket whose senders' nonces are past 0 (the generator asks the node for them).
     let (_, chain) = ensure_genesis(
         Some(&bin),
         &dir.path().join("genesis"),
@@ -225,7 +225,19 @@ fn a_small_load_and_ramp_are_included_and_counted() {
     assert!(dir.path().join("ramp/ramp.json").is_file());
 
     let mut argv = vec!["load".to_string()];
-    argv.extend(["--workload", "erc20", "--rate", "80", "--duration", "2s"].map(String::from));
+    argv.extend(
+        [
+            "--workload",
+            "erc20",
+            "--rate",
+            "80",
+            "--duration",
+            "2s",
+            "--transport",
+            "ws",
+        ]
+        .map(String::from),
+    );
     argv.extend(by_url("again"));
     let again = run_load(&LoadCli::try_parse_from(&argv).expect("arguments").args)
         .expect("a second run on the same node");

@@ -62,7 +62,7 @@ pub use report::markdown;
 use metrics::Scrape;
 use report::{print_config, print_step, write_report};
 use rpc::Rpc;
-use send::{lock, Outcome, Pace, Tracker};
+use send::{lock, Outcome, Pace, Tracker, Transport};
 use sign::{Generator, SignedTx};
 
 /// A workload.
@@ -75,6 +75,16 @@ pub enum Workload {
     Erc20,
     /// Both, `--erc20-share` of them ERC-20.
     Mix,
+}
+
+/// How batches reach the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// HTTP POST per batch.
+    Http,
+    /// WebSocket messages.
+    Ws,
 }
 
 /// Parses `250ms`, `20s`, `2m` or a number of seconds.
@@ -155,6 +165,13 @@ pub struct CommonArgs {
     /// An extra argument for the started node (repeat it: --node-arg=--threads --node-arg=2).
     #[arg(long = "node-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub node_args: Vec<String>,
+    /// How batches are sent: `http` (one POST per batch, kept-alive connections) or `ws`
+    /// (batches over --ws-connections WebSocket connections).
+    #[arg(long, value_enum, default_value = "http")]
+    pub transport: TransportKind,
+    /// WebSocket connections for `--transport ws`.
+    #[arg(long, default_value_t = 4)]
+    pub ws_connections: usize,
     /// Transactions per JSON-RPC batch at most (smaller at low rates: a batch every 10 ms).
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
@@ -432,6 +449,8 @@ pub struct RunConfig {
     pub block_time_ms: u64,
     /// Block gas limit.
     pub gas_limit: u64,
+    /// HTTP or WebSocket.
+    pub transport: TransportKind,
     /// Largest batch.
     pub batch: usize,
     /// Batches in flight at most.
@@ -581,6 +600,7 @@ fn run(
         workload_seed: common.workload_seed,
         block_time_ms: common.block_time.as_millis() as u64,
         gas_limit: common.gas_limit,
+        transport: common.transport,
         batch: common.batch,
         in_flight: common.in_flight,
         fees: (sign::MAX_FEE_PER_GAS, sign::PRIORITY_FEE),
@@ -753,6 +773,7 @@ struct Session {
     common: CommonArgs,
     origin: Instant,
     rpc: Rpc,
+    transport: Transport,
     tracker: Arc<Mutex<Tracker>>,
     generator: Generator,
     metrics_url: Option<String>,
@@ -791,6 +812,12 @@ impl Session {
         let head = rpc.block_number().await?;
         let origin = Instant::now();
         let tracker = Arc::new(Mutex::new(Tracker::new(origin)));
+        let transport = match common.transport {
+            TransportKind::Http => Transport::Http(rpc.clone()),
+            TransportKind::Ws => Transport::Ws(Arc::new(
+                send::WsPool::connect(&ws, common.ws_connections).await?,
+            )),
+        };
         let (stop, stopped) = watch::channel(false);
         let watcher = tokio::spawn(send::watch_heads(
             ws,
@@ -804,6 +831,7 @@ impl Session {
             common: common.clone(),
             origin,
             rpc,
+            transport,
             tracker,
             generator,
             metrics_url,
@@ -887,7 +915,7 @@ impl Session {
             in_flight: self.common.in_flight,
             retry_for: self.common.latency_limit + Duration::from_secs(5),
         };
-        let tasks = send::send_step(&self.rpc, &self.tracker, &txs, base, pace).await?;
+        let tasks = send::send_step(&self.transport, &self.tracker, &txs, base, pace).await?;
         let t1 = self.now();
         let cpu1 = Cpu::sample(self.node_pid);
         let m1 = self.scrape().await;

@@ -7,7 +7,14 @@ use std::path::Path;
 use eyre::Result;
 use gigas_primitives::machine::Machine;
 
-use super::{chart, LoadReport, RunConfig, StepResult, Workload};
+use super::{chart, LoadReport, RunConfig, StepResult, TransportKind, Workload};
+
+fn transport_name(c: &RunConfig) -> &'static str {
+    match c.transport {
+        TransportKind::Http => "HTTP",
+        TransportKind::Ws => "WebSocket",
+    }
+}
 
 pub(crate) fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str) {
     println!("gigas-bench {} configuration", c.command);
@@ -34,8 +41,8 @@ pub(crate) fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str
         c.fees.1 / 1_000_000_000
     );
     println!(
-        "  sending    : JSON-RPC batches over HTTP of at most {} txs, at most {} in flight; inclusion from newHeads over WebSocket",
-        c.batch, c.in_flight
+        "  sending    : JSON-RPC batches over {} of at most {} txs, at most {} in flight; inclusion from newHeads over WebSocket",
+        transport_name(c), c.batch, c.in_flight
     );
     println!("  node       : {}", c.sequencer);
     println!("  genesis    : {}", c.genesis);
@@ -123,8 +130,8 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
     );
     let _ = writeln!(
         md,
-        "- sending: HTTP JSON-RPC batches of at most {}, at most {} in flight; latency = newHeads arrival - first send",
-        c.batch, c.in_flight
+        "- sending: JSON-RPC batches over {} of at most {}, at most {} in flight; latency = newHeads arrival - first send",
+        transport_name(c), c.batch, c.in_flight
     );
     let _ = writeln!(md, "- criteria: {}", c.criteria);
     let _ = writeln!(

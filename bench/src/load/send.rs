@@ -312,7 +312,7 @@ pub(crate) struct Pace {
 /// the start, waits for a free in-flight slot, and is answered in its own task. Returns once
 /// the last batch is on its way, with the tasks still answering.
 pub(crate) async fn send_step(
-    rpc: &Rpc,
+    transport: &Transport,
     tracker: &Arc<Mutex<Tracker>>,
     txs: &Arc<Vec<SignedTx>>,
     base: u64,
@@ -333,7 +333,7 @@ pub(crate) async fn send_step(
             .map(|i| base + i as u64)
             .collect();
         tasks.spawn(post_batch(
-            rpc.clone(),
+            transport.clone(),
             Arc::clone(tracker),
             Arc::clone(txs),
             base,
@@ -349,7 +349,7 @@ pub(crate) async fn send_step(
 }
 
 async fn post_batch(
-    rpc: Rpc,
+    transport: Transport,
     tracker: Arc<Mutex<Tracker>>,
     txs: Arc<Vec<SignedTx>>,
     base: u64,
@@ -369,10 +369,7 @@ async fn post_batch(
             first = false;
         }
         let posted = Instant::now();
-        let answers = match rpc.post(body).await {
-            Ok(bytes) => parse_answers(&bytes),
-            Err(e) => Err(format!("transport: {e}")),
-        };
+        let answers = transport.send(body, &ids).await;
         let answer_ms = posted.elapsed().as_secs_f64() * 1e3;
         let mut retry = Vec::new();
         {
@@ -454,6 +451,138 @@ fn parse_answers(bytes: &[u8]) -> Result<HashMap<u64, Result<B256, String>>, Str
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             )),
         },
+    }
+}
+
+/// How batches reach the node.
+#[derive(Debug, Clone)]
+pub(crate) enum Transport {
+    /// One HTTP POST per batch, over a pool of kept-alive connections.
+    Http(Rpc),
+    /// Batches spread round-robin over a few WebSocket connections.
+    Ws(Arc<WsPool>),
+}
+
+impl Transport {
+    /// Sends a batch body holding `ids`; its answers by id (or why none came).
+    async fn send(&self, body: String, ids: &[u64]) -> Result<Answers, String> {
+        match self {
+            Self::Http(rpc) => match rpc.post(body).await {
+                Ok(bytes) => parse_answers(&bytes),
+                Err(e) => Err(format!("transport: {e}")),
+            },
+            Self::Ws(pool) => pool.send(body, ids).await,
+        }
+    }
+}
+
+type Answers = HashMap<u64, Result<B256, String>>;
+/// Where a batch's answers go.
+type Reply = tokio::sync::oneshot::Sender<Result<Answers, String>>;
+
+struct WsRequest {
+    body: String,
+    ids: Vec<u64>,
+    reply: Reply,
+}
+
+/// WebSocket connections that carry batches; answers are matched to their batch by id.
+#[derive(Debug)]
+pub(crate) struct WsPool {
+    connections: Vec<mpsc::Sender<WsRequest>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl WsPool {
+    /// Opens `n` connections to `url`.
+    pub(crate) async fn connect(url: &str, n: usize) -> Result<Self> {
+        let mut connections = Vec::with_capacity(n.max(1));
+        for _ in 0..n.max(1) {
+            let (socket, _) = tokio_tungstenite::connect_async(url)
+                .await
+                .wrap_err_with(|| format!("connecting to {url}"))?;
+            let (tx, rx) = mpsc::channel(1024);
+            tokio::spawn(ws_connection(socket, rx));
+            connections.push(tx);
+        }
+        Ok(Self {
+            connections,
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    async fn send(&self, body: String, ids: &[u64]) -> Result<Answers, String> {
+        use std::sync::atomic::Ordering;
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = WsRequest {
+            body,
+            ids: ids.to_vec(),
+            reply,
+        };
+        self.connections[i]
+            .send(request)
+            .await
+            .map_err(|_| "transport: the WebSocket connection closed".to_string())?;
+        answer
+            .await
+            .map_err(|_| "transport: the WebSocket connection closed".to_string())?
+    }
+}
+
+type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// One connection: writes batches as they come, reads answers as they come, and hands each
+/// batch's answers to its sender (found by any of its ids; a whole-batch error, which has no
+/// id, goes to the oldest batch waiting).
+async fn ws_connection(socket: WsStream, mut requests: mpsc::Receiver<WsRequest>) {
+    let (mut sink, mut stream) = socket.split();
+    let mut batch_of: HashMap<u64, u64> = HashMap::new();
+    let mut waiting: BTreeMap<u64, (Vec<u64>, Reply)> = BTreeMap::new();
+    let mut next_batch = 0u64;
+    let failure = loop {
+        tokio::select! {
+            request = requests.recv() => {
+                let Some(r) = request else { break None };
+                let batch = next_batch;
+                next_batch += 1;
+                for id in &r.ids {
+                    batch_of.insert(*id, batch);
+                }
+                if let Err(e) = sink.send(Message::text(r.body)).await {
+                    let _ = r.reply.send(Err(format!("transport: {e}")));
+                    break Some(format!("transport: {e}"));
+                }
+                waiting.insert(batch, (r.ids, r.reply));
+            }
+            message = stream.next() => {
+                let text = match message {
+                    Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(Message::Close(_))) | None => {
+                        break Some("transport: the node closed the WebSocket".to_string())
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break Some(format!("transport: {e}")),
+                };
+                let answers = parse_answers(text.as_bytes());
+                let batch = match &answers {
+                    Ok(map) => map.keys().find_map(|id| batch_of.get(id).copied()),
+                    Err(_) => waiting.keys().next().copied(),
+                };
+                if let Some((ids, reply)) = batch.and_then(|b| waiting.remove(&b)) {
+                    for id in &ids {
+                        batch_of.remove(id);
+                    }
+                    let _ = reply.send(answers);
+                }
+            }
+        }
+    };
+    if let Some(message) = failure {
+        for (_, (_, reply)) in waiting {
+            let _ = reply.send(Err(message.clone()));
+        }
     }
 }
 
