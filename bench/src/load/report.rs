@@ -9,6 +9,15 @@ use gigas_primitives::machine::Machine;
 
 use super::{chart, LoadReport, RunConfig, StepResult, TransportKind, Workload};
 
+/// Other processes above a quarter of a core took CPU the node could have used: say so
+/// beside the verdict, since the figure is then the machine's, not the node's.
+fn shared_note(s: &StepResult) -> String {
+    match s.other_cpu_cores {
+        Some(c) if c > 0.25 => format!(" (machine shared: other processes used {c:.2} cores)"),
+        _ => String::new(),
+    }
+}
+
 fn transport_name(c: &RunConfig) -> &'static str {
     match c.transport {
         TransportKind::Http => "HTTP",
@@ -81,7 +90,7 @@ pub(crate) fn print_step(s: &StepResult) {
             "PASSED".to_string()
         } else {
             format!("FAILED: {}", s.failures.join("; "))
-        }
+        } + &shared_note(s)
     );
 }
 
@@ -203,7 +212,7 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
                 "passed".to_string()
             } else {
                 format!("**failed**: {}", s.failures.join("; "))
-            }
+            } + &shared_note(s)
         );
     }
     // The edge: the last step that passed and the one that failed after it.
