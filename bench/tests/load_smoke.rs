@@ -148,6 +148,11 @@ fn a_small_load_and_ramp_are_included_and_counted() {
         step.stages
     );
     assert!(step.diff_bytes_per_tx.is_some_and(|b| b > 0.0));
+    assert!(
+        step.history_phases.iter().any(|p| p.stage == "commit"),
+        "the history commit's phases: {:?}",
+        step.history_phases
+    );
     assert!(!step.node_threads.is_empty());
     for file in [
         "load.json",

@@ -160,10 +160,11 @@ pub(crate) const STAGES: [&str; 6] = [
     "publish",
 ];
 
-/// One stage of the node's block production over a window.
+/// One stage of the node's block production (or phase of its history commit) over a window.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageSplit {
-    /// The stage (`select`, `execute`, `seal`, `commit_history`, `commit_state`, `publish`).
+    /// The stage (`select`, `execute`, `seal`, `commit_history`, `commit_state`, `publish`) or
+    /// history commit phase (`transactions`, `receipts`, `state_history`, `prune`, `commit`).
     pub stage: String,
     /// Blocks observed.
     pub blocks: u64,
@@ -177,16 +178,36 @@ pub struct StageSplit {
     pub share: f64,
 }
 
+/// The phases of the history commit (`gigas_history_commit_phase_seconds`), in order.
+pub(crate) const HISTORY_PHASES: [&str; 5] = [
+    "transactions",
+    "receipts",
+    "state_history",
+    "prune",
+    "commit",
+];
+
 /// The stage split of a window's metrics delta.
 pub(crate) fn stage_split(delta: &Scrape) -> Vec<StageSplit> {
-    let histograms: Vec<(&str, Histogram)> = STAGES
+    split(delta, "gigas_sequencer_stage_seconds", "stage", &STAGES)
+}
+
+/// The history commit's split by phase over a window's metrics delta (empty for a node that
+/// does not export it).
+pub(crate) fn history_split(delta: &Scrape) -> Vec<StageSplit> {
+    split(
+        delta,
+        "gigas_history_commit_phase_seconds",
+        "phase",
+        &HISTORY_PHASES,
+    )
+}
+
+/// Per value of `label`: mean, median, p99 and share of the seconds histogram `metric`.
+fn split(delta: &Scrape, metric: &str, label: &str, names: &[&str]) -> Vec<StageSplit> {
+    let histograms: Vec<(&str, Histogram)> = names
         .iter()
-        .map(|s| {
-            (
-                *s,
-                delta.histogram("gigas_sequencer_stage_seconds", &format!("stage=\"{s}\"")),
-            )
-        })
+        .map(|s| (*s, delta.histogram(metric, &format!("{label}=\"{s}\""))))
         .collect();
     let total: f64 = histograms.iter().map(|(_, h)| h.sum).sum();
     histograms

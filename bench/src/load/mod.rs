@@ -388,6 +388,8 @@ pub struct StepResult {
     pub node_threads: Vec<ThreadCpu>,
     /// The node's block time by stage over the window.
     pub stages: Vec<StageSplit>,
+    /// The `commit_history` stage by phase (`gigas_history_commit_phase_seconds`).
+    pub history_phases: Vec<StageSplit>,
     /// Diff file bytes per included transaction.
     pub diff_bytes_per_tx: Option<f64>,
     /// Whether the step met every criterion.
@@ -1094,6 +1096,7 @@ impl Session {
             .filter(|t| t.cores > 0.0005)
             .collect();
         node_threads.sort_by(|a, b| b.cores.total_cmp(&a.cores));
+        let history_phases = delta.map(metrics::history_split).unwrap_or_default();
         let (stages, block_ms, diff_bytes_per_tx) = match delta {
             Some(d) if !d.is_empty() => {
                 let block = d.histogram("gigas_sequencer_block_seconds", "");
@@ -1145,6 +1148,7 @@ impl Session {
             iowait_cores,
             node_threads,
             stages,
+            history_phases,
             diff_bytes_per_tx,
             passed: failures.is_empty(),
             failures,

@@ -251,6 +251,23 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
                 );
             }
         }
+        if !s.history_phases.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n`commit_history` by phase:\n\n| phase | mean ms | p50 ms | p99 ms | share |\n|---|---:|---:|---:|---:|"
+            );
+            for p in &s.history_phases {
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
+                    p.stage,
+                    p.mean_ms,
+                    p.p50_ms,
+                    p.p99_ms,
+                    p.share * 100.0
+                );
+            }
+        }
         if !s.node_threads.is_empty() {
             let _ = writeln!(
                 md,
