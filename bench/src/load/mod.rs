@@ -463,6 +463,9 @@ pub struct RunConfig {
     pub sequencer: String,
     /// The benchmark chain's directory.
     pub genesis: String,
+    /// What was measured: the checkout's git revision (with `+dirty` for local changes) and
+    /// the started node binary's modification time.
+    pub source: String,
     /// Pass criteria.
     pub criteria: String,
 }
@@ -616,6 +619,7 @@ fn run(
             ),
         },
         genesis: genesis_dir.display().to_string(),
+        source: source_description(bin.as_deref()),
         criteria,
     };
     print_config(&config, &machine, build_profile);
@@ -769,6 +773,35 @@ fn run(
 }
 
 type Finished = (Vec<StepResult>, String, ReceiptCheck, Vec<SecondPoint>, u64);
+
+/// The git revision of the working directory's checkout and the binary's build time, so a
+/// figure names what it measured (best effort: "unknown" outside a checkout).
+fn source_description(bin: Option<&Path>) -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let built = bin
+        .and_then(|b| std::fs::metadata(b).ok()?.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or("unknown".to_string(), |d| {
+            let age = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |now| now.as_secs().saturating_sub(d.as_secs()));
+            format!("{age} s before the run")
+        });
+    format!(
+        "git {revision}{}; node binary built {built}",
+        if dirty { "+dirty" } else { "" }
+    )
+}
 
 /// One run's live state.
 struct Session {

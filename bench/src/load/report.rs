@@ -55,6 +55,7 @@ pub(crate) fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str
     );
     println!("  node       : {}", c.sequencer);
     println!("  genesis    : {}", c.genesis);
+    println!("  source     : {}", c.source);
     println!("  criteria   : {}", c.criteria);
     println!(
         "  build      : {build_profile}; machine: {}; the load generator runs on the same machine",
@@ -143,6 +144,7 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         transport_name(c), c.batch, c.in_flight
     );
     let _ = writeln!(md, "- criteria: {}", c.criteria);
+    let _ = writeln!(md, "- source: {}", c.source);
     let _ = writeln!(
         md,
         "- machine: {}; build: {}; load generator on the same machine{}",
