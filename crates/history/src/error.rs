@@ -1,21 +1,15 @@
 //! The history's typed error.
 
-use std::path::PathBuf;
-
 use alloy_primitives::B256;
 use signet_libmdbx::{MdbxError, ReadError};
 
 /// What went wrong in the history.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    /// The directory could not be created.
-    #[error("cannot create the history directory {dir}: {source}")]
-    CreateDir {
-        /// The directory.
-        dir: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
-    },
+    /// The environment or its tables could not be opened (directory, layout version, table
+    /// flags).
+    #[error(transparent)]
+    Open(gigas_mdbx::OpenError),
     /// MDBX refused an operation.
     #[error("MDBX failed to {op}: {source}")]
     Mdbx {
@@ -23,28 +17,6 @@ pub enum HistoryError {
         op: &'static str,
         /// MDBX's error.
         source: MdbxError,
-    },
-    /// The directory holds a history of another layout version.
-    #[error(
-        "the history in {dir} has layout version {found}; this build reads version {expected}"
-    )]
-    SchemaVersion {
-        /// The directory.
-        dir: PathBuf,
-        /// The version found.
-        found: u32,
-        /// The version this build reads.
-        expected: u32,
-    },
-    /// A table exists with other flags than the declared ones.
-    #[error("table {table} exists with flags {found:#x}, expected {expected:#x}")]
-    TableFlags {
-        /// The table.
-        table: &'static str,
-        /// Its flags on disk.
-        found: u32,
-        /// The declared flags.
-        expected: u32,
     },
     /// `commit_block` was given a block that does not follow the head.
     #[error("block {got} is not the next block: expected {expected}")]
@@ -126,6 +98,16 @@ pub enum HistoryError {
     },
 }
 
+/// MDBX's refusals keep their one variant, whoever met them.
+impl From<gigas_mdbx::OpenError> for HistoryError {
+    fn from(error: gigas_mdbx::OpenError) -> Self {
+        match error {
+            gigas_mdbx::OpenError::Mdbx { op, source } => Self::Mdbx { op, source },
+            other => Self::Open(other),
+        }
+    }
+}
+
 impl HistoryError {
     pub(crate) fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
         move |source| Self::Mdbx { op, source }
@@ -152,6 +134,4 @@ impl HistoryError {
     }
 }
 
-pub(crate) fn hex_string(bytes: &[u8]) -> String {
-    alloy_primitives::hex::encode(bytes)
-}
+pub(crate) use gigas_mdbx::hex_key as hex_string;

@@ -12,10 +12,7 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256};
 use signet_libmdbx::tx::aliases::{RoTxUnsync, RwTxUnsync};
 use signet_libmdbx::tx::Tx;
-use signet_libmdbx::{
-    Database, DatabaseFlags, Environment, EnvironmentFlags, Geometry, MdbxError, Mode, SyncMode,
-    TransactionKind, WriteFlags,
-};
+use signet_libmdbx::{Database, Environment, MdbxError, SyncMode, TransactionKind, WriteFlags};
 use tracing::debug;
 
 use crate::codec::{self, block_key, tx_key};
@@ -31,12 +28,6 @@ type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 /// A state history entry ready to write: `len ‖ key` and the old value.
 type StateEntry<'a> = (Vec<u8>, &'a Option<Vec<u8>>);
 
-/// Named-table slots: the declared tables plus room for later ones, since MDBX searches the
-/// open slots linearly and a few spare ones cost nothing.
-const MAX_DBS: usize = 32;
-/// reth's value: how far MDBX's page reclaiming may grow the list of pages it scans for reuse
-/// in one transaction before it grows the file instead.
-const RP_AUGMENT_LIMIT: u64 = 256 * 1024;
 /// Log positions the index covers (the EVM's LOG0..LOG4).
 const INDEXED_TOPICS: usize = 4;
 
@@ -61,99 +52,27 @@ impl fmt::Debug for History {
 }
 
 /// Entries and size of one table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableStats {
-    /// The table.
-    pub table: Table,
-    /// Rows (for DUPSORT tables: values).
-    pub entries: u64,
-    /// Bytes of its pages (branch, leaf and overflow).
-    pub bytes: u64,
-}
+pub type TableStats = gigas_mdbx::TableStats<Table>;
 
 impl History {
     /// Opens the history in `dir` (created if missing), creating the tables that are missing.
     pub fn open(dir: &Path, options: HistoryOptions) -> Result<Self, HistoryError> {
-        std::fs::create_dir_all(dir).map_err(|source| HistoryError::CreateDir {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-        let mut builder = Environment::builder();
-        builder
-            .set_max_dbs(MAX_DBS)
-            .set_max_readers(options.max_readers)
-            .set_rp_augment_limit(RP_AUGMENT_LIMIT)
-            .set_geometry(Geometry {
-                size: Some(0..options.max_size_bytes),
-                growth_step: Some(isize::try_from(options.growth_step_bytes).unwrap_or(isize::MAX)),
-                // Never shrink: a shrink remaps the file, and a history only grows.
-                shrink_threshold: Some(0),
-                // MDBX's default: the OS page size.
+        let env = gigas_mdbx::open_env(
+            dir,
+            &gigas_mdbx::EnvOptions {
+                max_size_bytes: options.max_size_bytes,
+                growth_step_bytes: options.growth_step_bytes,
                 page_size: None,
-            })
-            .set_flags(EnvironmentFlags {
-                mode: Mode::ReadWrite {
-                    sync_mode: SyncMode::Durable,
-                },
-                no_rdahead: true,
-                coalesce: true,
-                ..Default::default()
-            });
-        if options.write_map {
-            builder.write_map();
-        }
-        let env = builder
-            .open(dir)
-            .map_err(HistoryError::mdbx("open the environment"))?;
-
-        let txn = env
-            .begin_rw_unsync()
-            .map_err(HistoryError::mdbx("begin the table-creating transaction"))?;
-        let mut dbs = Vec::with_capacity(Table::COUNT);
-        for &table in Table::ALL {
-            let db = txn
-                .create_db(Some(table.name()), table.flags())
-                .map_err(HistoryError::mdbx("create a table"))?;
-            let relevant =
-                DatabaseFlags::DUP_SORT | DatabaseFlags::DUP_FIXED | DatabaseFlags::INTEGER_KEY;
-            if db.flags() & relevant != table.flags() {
-                return Err(HistoryError::TableFlags {
-                    table: table.name(),
-                    found: db.flags().bits(),
-                    expected: table.flags().bits(),
-                });
-            }
-            dbs.push(db);
-        }
-        let dbs: [Database; Table::COUNT] = dbs
-            .try_into()
-            .map_err(|_| HistoryError::corrupt("tables", &[], "table count"))?;
-        let meta = dbs[Table::Meta.slot()];
-        let version: Option<Vec<u8>> = txn
-            .get(meta.dbi(), META_SCHEMA_VERSION)
-            .map_err(HistoryError::read("read the layout version"))?;
-        match version {
-            None => txn
-                .put(
-                    meta,
-                    META_SCHEMA_VERSION,
-                    SCHEMA_VERSION.to_be_bytes(),
-                    WriteFlags::empty(),
-                )
-                .map_err(HistoryError::mdbx("write the layout version"))?,
-            Some(bytes) => {
-                let found = codec::decode_u32(Table::Meta, META_SCHEMA_VERSION, &bytes)?;
-                if found != SCHEMA_VERSION {
-                    return Err(HistoryError::SchemaVersion {
-                        dir: dir.to_path_buf(),
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                }
-            }
-        }
-        txn.commit()
-            .map_err(HistoryError::mdbx("commit the table-creating transaction"))?;
+                max_readers: options.max_readers,
+                sync_mode: SyncMode::Durable,
+                readahead: false,
+                write_map: options.write_map,
+            },
+        )?;
+        let dbs: [Database; Table::COUNT] =
+            gigas_mdbx::open_tables(&env, dir, Table::Meta, META_SCHEMA_VERSION, SCHEMA_VERSION)?
+                .try_into()
+                .map_err(|_| HistoryError::corrupt("tables", &[], "table count"))?;
 
         let history = Self {
             env,
@@ -505,8 +424,7 @@ impl History {
 
     fn update_used_bytes(&self) {
         // Best effort: a gauge is not worth failing a commit over.
-        if let (Ok(info), Ok(stat)) = (self.env.info(), self.env.stat()) {
-            let bytes = (info.last_pgno() as u64 + 1) * u64::from(stat.page_size());
+        if let Some((bytes, _)) = gigas_mdbx::used_bytes(&self.env) {
             self.metrics
                 .used_bytes
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));
@@ -707,21 +625,8 @@ impl History {
 
     /// Rows and bytes of every table.
     pub fn table_stats(&self) -> Result<Vec<TableStats>, HistoryError> {
-        let txn = self.read_txn()?;
-        Table::ALL
-            .iter()
-            .map(|&table| {
-                let stat = txn
-                    .db_stat(&self.db(table))
-                    .map_err(HistoryError::mdbx("read table statistics"))?;
-                let pages = stat.branch_pages() + stat.leaf_pages() + stat.overflow_pages();
-                Ok(TableStats {
-                    table,
-                    entries: stat.entries() as u64,
-                    bytes: pages as u64 * u64::from(stat.page_size()),
-                })
-            })
-            .collect()
+        gigas_mdbx::table_stats(&self.env, &self.dbs)
+            .map_err(HistoryError::mdbx("read table statistics"))
     }
 
     // Reads the log engine needs.

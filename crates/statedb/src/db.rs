@@ -5,26 +5,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gigas_statediff::ChainTip;
-use signet_libmdbx::sys::PageSize;
-use signet_libmdbx::{
-    Database, DatabaseFlags, Environment, EnvironmentFlags, Geometry, Mode, SyncMode, WriteFlags,
-};
+use signet_libmdbx::{Environment, SyncMode, WriteFlags};
 
 use crate::codec;
 use crate::error::StateDbError;
 use crate::metrics::StateDbMetrics;
-use crate::read::{self, Dbs};
+use crate::read::Dbs;
 use crate::tables::{Table, META_SCHEMA_VERSION, SCHEMA_VERSION};
 use crate::types::{Durability, StateDbOptions, TableStats, WriterOptions};
 use crate::view::StateView;
 use crate::writer::StateWriter;
-
-/// Named-table slots: the declared tables plus room for later ones (MDBX searches the open
-/// slots linearly, so a few spare ones cost nothing).
-const MAX_DBS: usize = 32;
-/// reth's value: how far MDBX's page reclaiming may grow the list of pages it scans for reuse
-/// in one transaction before it grows the file instead.
-const RP_AUGMENT_LIMIT: u64 = 256 * 1024;
 
 /// The full node's state in MDBX. `Send + Sync`: read views may be taken on any thread while
 /// one [`StateWriter`] applies blocks (each view is an MVCC snapshot of the last commit).
@@ -60,88 +50,32 @@ impl StateDb {
     /// missing. A new database holds no chain: apply a genesis
     /// ([`StateDb::apply_genesis`]) before a writer.
     pub fn open(dir: &Path, options: StateDbOptions) -> Result<Self, StateDbError> {
-        std::fs::create_dir_all(dir).map_err(|source| StateDbError::CreateDir {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
         let sync_mode = match options.durability {
             Durability::Durable => SyncMode::Durable,
             Durability::NoMetaSync => SyncMode::NoMetaSync,
             Durability::SafeNoSync => SyncMode::SafeNoSync,
         };
-        let mut builder = Environment::builder();
-        builder
-            .set_max_dbs(MAX_DBS)
-            .set_max_readers(options.max_readers)
-            .set_rp_augment_limit(RP_AUGMENT_LIMIT)
-            .set_geometry(Geometry {
-                size: Some(0..options.max_size_bytes),
-                growth_step: Some(isize::try_from(options.growth_step_bytes).unwrap_or(isize::MAX)),
-                // Never shrink: a shrink remaps the file, and state only grows.
-                shrink_threshold: Some(0),
-                page_size: options.page_size.map(PageSize::Set),
-            })
-            .set_flags(EnvironmentFlags {
-                mode: Mode::ReadWrite { sync_mode },
-                no_rdahead: !options.readahead,
-                coalesce: true,
-                ..Default::default()
-            });
-        if options.write_map {
-            builder.write_map();
-        }
-        let env = builder
-            .open(dir)
-            .map_err(StateDbError::mdbx("open the environment"))?;
-
-        let txn = env
-            .begin_rw_unsync()
-            .map_err(StateDbError::mdbx("begin the table-creating transaction"))?;
-        let mut dbs: Vec<Database> = Vec::with_capacity(Table::COUNT);
-        for &table in Table::ALL {
-            let db = txn
-                .create_db(Some(table.name()), table.flags())
-                .map_err(StateDbError::mdbx("create a table"))?;
-            let relevant =
-                DatabaseFlags::DUP_SORT | DatabaseFlags::DUP_FIXED | DatabaseFlags::INTEGER_KEY;
-            if db.flags() & relevant != table.flags() {
-                return Err(StateDbError::TableFlags {
-                    table: table.name(),
-                    found: db.flags().bits(),
-                    expected: table.flags().bits(),
-                });
-            }
-            dbs.push(db);
-        }
-        let dbs = Dbs(dbs
-            .try_into()
-            .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?);
-        match read::get(&dbs, &txn, Table::Meta, META_SCHEMA_VERSION)? {
-            None => txn
-                .put(
-                    dbs.get(Table::Meta),
-                    META_SCHEMA_VERSION,
-                    SCHEMA_VERSION.to_be_bytes(),
-                    WriteFlags::empty(),
-                )
-                .map_err(StateDbError::mdbx("write the layout version"))?,
-            Some(bytes) => {
-                let found = <[u8; 4]>::try_from(bytes.as_ref())
-                    .map(u32::from_be_bytes)
-                    .map_err(|_| {
-                        StateDbError::corrupt(Table::Meta.name(), META_SCHEMA_VERSION, "not a u32")
-                    })?;
-                if found != SCHEMA_VERSION {
-                    return Err(StateDbError::SchemaVersion {
-                        dir: dir.to_path_buf(),
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                }
-            }
-        }
-        txn.commit()
-            .map_err(StateDbError::mdbx("commit the table-creating transaction"))?;
+        let env = gigas_mdbx::open_env(
+            dir,
+            &gigas_mdbx::EnvOptions {
+                max_size_bytes: options.max_size_bytes,
+                growth_step_bytes: options.growth_step_bytes,
+                page_size: options.page_size,
+                max_readers: options.max_readers,
+                sync_mode,
+                readahead: options.readahead,
+                write_map: options.write_map,
+            },
+        )?;
+        let dbs = Dbs(gigas_mdbx::open_tables(
+            &env,
+            dir,
+            Table::Meta,
+            META_SCHEMA_VERSION,
+            SCHEMA_VERSION,
+        )?
+        .try_into()
+        .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?);
 
         let db = Self {
             env,
@@ -216,51 +150,21 @@ impl StateDb {
 
     /// Rows and pages of every table.
     pub fn table_stats(&self) -> Result<Vec<TableStats>, StateDbError> {
-        let txn = self
-            .env
-            .begin_ro_unsync()
-            .map_err(StateDbError::mdbx("begin a read transaction"))?;
-        Table::ALL
-            .iter()
-            .map(|&table| {
-                let stat = txn
-                    .db_stat(&self.dbs.get(table))
-                    .map_err(StateDbError::mdbx("read table statistics"))?;
-                let (branch, leaf, overflow) = (
-                    stat.branch_pages() as u64,
-                    stat.leaf_pages() as u64,
-                    stat.overflow_pages() as u64,
-                );
-                Ok(TableStats {
-                    table,
-                    entries: stat.entries() as u64,
-                    branch_pages: branch,
-                    leaf_pages: leaf,
-                    overflow_pages: overflow,
-                    bytes: (branch + leaf + overflow) * u64::from(stat.page_size()),
-                })
-            })
-            .collect()
+        gigas_mdbx::table_stats(&self.env, &self.dbs.0)
+            .map_err(StateDbError::mdbx("read table statistics"))
     }
 
     /// Updates the size and page gauges (done after every commit; best effort).
     pub fn refresh_size_metrics(&self) {
-        if let (Ok(info), Ok(stat)) = (self.env.info(), self.env.stat()) {
-            let page = u64::from(stat.page_size());
-            let gauge = |g: &prometheus_client::metrics::gauge::Gauge, v: u64| {
-                g.set(i64::try_from(v).unwrap_or(i64::MAX));
-            };
-            gauge(
-                &self.metrics.used_bytes,
-                (info.last_pgno() as u64 + 1) * page,
-            );
-            gauge(&self.metrics.map_bytes, info.map_size() as u64);
+        let gauge = |g: &prometheus_client::metrics::gauge::Gauge, v: u64| {
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        if let Some((used, map)) = gigas_mdbx::used_bytes(&self.env) {
+            gauge(&self.metrics.used_bytes, used);
+            gauge(&self.metrics.map_bytes, map);
         }
         if let Ok(stats) = self.table_stats() {
             let sum = |f: fn(&TableStats) -> u64| stats.iter().map(f).sum::<u64>();
-            let gauge = |g: &prometheus_client::metrics::gauge::Gauge, v: u64| {
-                g.set(i64::try_from(v).unwrap_or(i64::MAX));
-            };
             gauge(&self.metrics.branch_pages, sum(|s| s.branch_pages));
             gauge(&self.metrics.leaf_pages, sum(|s| s.leaf_pages));
             gauge(&self.metrics.overflow_pages, sum(|s| s.overflow_pages));

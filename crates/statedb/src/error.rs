@@ -1,7 +1,5 @@
 //! The state database's typed error.
 
-use std::path::PathBuf;
-
 use alloy_primitives::B256;
 use gigas_evm::revm::database_interface::DBErrorMarker;
 use gigas_statediff::StateKey;
@@ -10,14 +8,10 @@ use signet_libmdbx::{MdbxError, ReadError};
 /// What went wrong in the state database.
 #[derive(Debug, thiserror::Error)]
 pub enum StateDbError {
-    /// The directory could not be created.
-    #[error("cannot create the state directory {dir}: {source}")]
-    CreateDir {
-        /// The directory.
-        dir: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
-    },
+    /// The environment or its tables could not be opened (directory, layout version, table
+    /// flags).
+    #[error(transparent)]
+    Open(gigas_mdbx::OpenError),
     /// MDBX refused an operation.
     #[error("MDBX failed to {op}: {source}")]
     Mdbx {
@@ -25,26 +19,6 @@ pub enum StateDbError {
         op: &'static str,
         /// MDBX's error.
         source: MdbxError,
-    },
-    /// The directory holds a state database of another layout version.
-    #[error("the state in {dir} has layout version {found}; this build reads version {expected}")]
-    SchemaVersion {
-        /// The directory.
-        dir: PathBuf,
-        /// The version found.
-        found: u32,
-        /// The version this build reads.
-        expected: u32,
-    },
-    /// A table exists with other flags than the declared ones.
-    #[error("table {table} exists with flags {found:#x}, expected {expected:#x}")]
-    TableFlags {
-        /// The table.
-        table: &'static str,
-        /// Its flags on disk.
-        found: u32,
-        /// The declared flags.
-        expected: u32,
     },
     /// A stored row that does not decode.
     #[error("corrupt row in {table} at key 0x{key}: {reason}")]
@@ -119,6 +93,16 @@ pub enum StateDbError {
 
 impl DBErrorMarker for StateDbError {}
 
+/// MDBX's refusals keep their one variant, whoever met them.
+impl From<gigas_mdbx::OpenError> for StateDbError {
+    fn from(error: gigas_mdbx::OpenError) -> Self {
+        match error {
+            gigas_mdbx::OpenError::Mdbx { op, source } => Self::Mdbx { op, source },
+            other => Self::Open(other),
+        }
+    }
+}
+
 impl StateDbError {
     pub(crate) fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
         move |source| Self::Mdbx { op, source }
@@ -139,7 +123,7 @@ impl StateDbError {
     pub(crate) fn corrupt(table: &'static str, key: &[u8], reason: impl ToString) -> Self {
         Self::Corrupt {
             table,
-            key: alloy_primitives::hex::encode(key),
+            key: gigas_mdbx::hex_key(key),
             reason: reason.to_string(),
         }
     }

@@ -6,157 +6,92 @@
 //! documentation. Opening a database creates the tables that are missing and checks the flags
 //! of those that exist (a table created with other flags is an error).
 
-use signet_libmdbx::DatabaseFlags;
+pub use gigas_mdbx::Dup;
 
-/// How a table stores several values under one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dup {
-    /// One value per key.
-    No,
-    /// `DUPSORT`: sorted values under a key, each at most MDBX's maximum key size.
-    Sorted,
-    /// `DUPSORT | DUPFIXED`: sorted values of one fixed length, packed in pages.
-    Fixed,
-}
-
-macro_rules! tables {
-    ($(
-        $(#[doc = $doc:literal])*
-        $name:ident { key: $key:literal, value: $value:literal, dup: $dup:ident }
-    ),* $(,)?) => {
-        /// A table of the state database.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Table {
-            $( $(#[doc = $doc])* $name, )*
-        }
-
-        impl Table {
-            /// Every table, in declaration order (also each table's slot in the handle array).
-            pub const ALL: &'static [Table] = &[$(Table::$name),*];
-
-            /// The table's name in the MDBX environment.
-            pub const fn name(self) -> &'static str {
-                match self { $(Table::$name => stringify!($name),)* }
-            }
-
-            /// The key's byte layout.
-            pub const fn key_layout(self) -> &'static str {
-                match self { $(Table::$name => $key,)* }
-            }
-
-            /// The value's byte layout.
-            pub const fn value_layout(self) -> &'static str {
-                match self { $(Table::$name => $value,)* }
-            }
-
-            /// How the table stores several values under one key.
-            pub const fn dup(self) -> Dup {
-                match self { $(Table::$name => Dup::$dup,)* }
-            }
-        }
-    };
-}
-
-tables! {
-    /// Accounts by address (reth's `PlainAccountState`): what reads, revm and the diff decoder
-    /// see.
-    PlainAccountState {
-        key: "address (20)",
-        value: "compact account",
-        dup: No
-    },
-    /// Non-zero storage slots by address (reth's `PlainStorageState`): one sorted duplicate
-    /// per slot, so that a wipe deletes an account's storage in one call.
-    PlainStorageState {
-        key: "address (20)",
-        value: "slot (32) ‖ trimmed value",
-        dup: Sorted
-    },
-    /// Contract code by its keccak-256.
-    Bytecodes {
-        key: "code hash (32)",
-        value: "code",
-        dup: No
-    },
-    /// Accounts by keccak(address): the leaves of the account trie, in trie order.
-    HashedAccounts {
-        key: "keccak(address) (32)",
-        value: "compact account",
-        dup: No
-    },
-    /// Non-zero slots by keccak(address), one duplicate per keccak(slot): the leaves of each
-    /// storage trie, in trie order.
-    HashedStorages {
-        key: "keccak(address) (32)",
-        value: "keccak(slot) (32) ‖ trimmed value",
-        dup: Sorted
-    },
-    /// Branch nodes of the account trie by nibble path (reth's `AccountsTrie`).
-    AccountsTrie {
-        key: "nibble path (33)",
-        value: "branch node",
-        dup: No
-    },
-    /// Branch nodes of each storage trie (reth's `StoragesTrie`), one duplicate per path.
-    StoragesTrie {
-        key: "keccak(address) (32)",
-        value: "nibble path (33) ‖ branch node",
-        dup: Sorted
-    },
-    /// Accounts changed since the last computed root, which the next root recomputes.
-    TrieChangedAccounts {
-        key: "keccak(address) (32)",
-        value: "flags (1): bit 0 storage changed",
-        dup: No
-    },
-    /// Slots changed since the last computed root.
-    TrieChangedStorages {
-        key: "keccak(address) (32)",
-        value: "keccak(slot) (32)",
-        dup: Fixed
-    },
-    /// The state-diff enumeration index, index to key (`KeyIndex::key_at`).
-    IndexedKeys {
-        key: "index: u64",
-        value: "address (20) | address (20) ‖ slot (32)",
-        dup: No
-    },
-    /// The state-diff enumeration index, key to index (`KeyIndex::index_of`).
-    KeyIndices {
-        key: "address (20) | address (20) ‖ slot (32)",
-        value: "index: u64",
-        dup: No
-    },
-    /// Headers of applied blocks, for `eth_getBlockByNumber`.
-    Headers {
-        key: "block: u64",
-        value: "hash (32) ‖ flags (1) ‖ [signature (65)] ‖ [MPT root (32)] ‖ header (RLP)",
-        dup: No
-    },
-    /// Small named values: `schema_version`, `head`, `last_root`, `trie`, `index_len`.
-    Meta {
-        key: "name (ASCII)",
-        value: "per name",
-        dup: No
-    },
-}
-
-impl Table {
-    /// How many tables there are.
-    pub const COUNT: usize = Table::ALL.len();
-
-    /// The table's slot in [`Table::ALL`].
-    pub(crate) const fn slot(self) -> usize {
-        self as usize
-    }
-
-    /// The MDBX flags the table is created with.
-    pub(crate) fn flags(self) -> DatabaseFlags {
-        match self.dup() {
-            Dup::No => DatabaseFlags::empty(),
-            Dup::Sorted => DatabaseFlags::DUP_SORT,
-            Dup::Fixed => DatabaseFlags::DUP_SORT | DatabaseFlags::DUP_FIXED,
-        }
+gigas_mdbx::tables! {
+    /// A table of the state database.
+    Table {
+        /// Accounts by address (reth's `PlainAccountState`): what reads, revm and the diff decoder
+        /// see.
+        PlainAccountState {
+            key: "address (20)",
+            value: "compact account",
+            dup: No
+        },
+        /// Non-zero storage slots by address (reth's `PlainStorageState`): one sorted duplicate
+        /// per slot, so that a wipe deletes an account's storage in one call.
+        PlainStorageState {
+            key: "address (20)",
+            value: "slot (32) ‖ trimmed value",
+            dup: Sorted
+        },
+        /// Contract code by its keccak-256.
+        Bytecodes {
+            key: "code hash (32)",
+            value: "code",
+            dup: No
+        },
+        /// Accounts by keccak(address): the leaves of the account trie, in trie order.
+        HashedAccounts {
+            key: "keccak(address) (32)",
+            value: "compact account",
+            dup: No
+        },
+        /// Non-zero slots by keccak(address), one duplicate per keccak(slot): the leaves of each
+        /// storage trie, in trie order.
+        HashedStorages {
+            key: "keccak(address) (32)",
+            value: "keccak(slot) (32) ‖ trimmed value",
+            dup: Sorted
+        },
+        /// Branch nodes of the account trie by nibble path (reth's `AccountsTrie`).
+        AccountsTrie {
+            key: "nibble path (33)",
+            value: "branch node",
+            dup: No
+        },
+        /// Branch nodes of each storage trie (reth's `StoragesTrie`), one duplicate per path.
+        StoragesTrie {
+            key: "keccak(address) (32)",
+            value: "nibble path (33) ‖ branch node",
+            dup: Sorted
+        },
+        /// Accounts changed since the last computed root, which the next root recomputes.
+        TrieChangedAccounts {
+            key: "keccak(address) (32)",
+            value: "flags (1): bit 0 storage changed",
+            dup: No
+        },
+        /// Slots changed since the last computed root.
+        TrieChangedStorages {
+            key: "keccak(address) (32)",
+            value: "keccak(slot) (32)",
+            dup: Fixed
+        },
+        /// The state-diff enumeration index, index to key (`KeyIndex::key_at`).
+        IndexedKeys {
+            key: "index: u64",
+            value: "address (20) | address (20) ‖ slot (32)",
+            dup: No
+        },
+        /// The state-diff enumeration index, key to index (`KeyIndex::index_of`).
+        KeyIndices {
+            key: "address (20) | address (20) ‖ slot (32)",
+            value: "index: u64",
+            dup: No
+        },
+        /// Headers of applied blocks, for `eth_getBlockByNumber`.
+        Headers {
+            key: "block: u64",
+            value: "hash (32) ‖ flags (1) ‖ [signature (65)] ‖ [MPT root (32)] ‖ header (RLP)",
+            dup: No
+        },
+        /// Small named values: `schema_version`, `head`, `last_root`, `trie`, `index_len`.
+        Meta {
+            key: "name (ASCII)",
+            value: "per name",
+            dup: No
+        },
     }
 }
 

@@ -7,8 +7,6 @@ use alloy_primitives::{Address, Bytes, Signature, B256, U256};
 use gigas_primitives::ChangeSet;
 use gigas_statediff::{StateKey, VerifiedDiff};
 
-use crate::tables::Table;
-
 /// How often MDBX syncs a commit to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -265,18 +263,4 @@ pub struct AccountProof {
 }
 
 /// Entries and size of one table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableStats {
-    /// The table.
-    pub table: Table,
-    /// Rows (for DUPSORT tables: values).
-    pub entries: u64,
-    /// Branch pages.
-    pub branch_pages: u64,
-    /// Leaf pages.
-    pub leaf_pages: u64,
-    /// Overflow pages.
-    pub overflow_pages: u64,
-    /// Bytes of all its pages.
-    pub bytes: u64,
-}
+pub type TableStats = gigas_mdbx::TableStats<crate::tables::Table>;
