@@ -3,61 +3,63 @@
 use std::path::Path;
 
 use eyre::{eyre, Result};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{LoadReport, Percentiles, SecondPoint, StepResult};
-
-/// A line of a chart: its label, colour and value.
-type Series<T> = (&'static str, RGBColor, fn(&T) -> f64);
+use super::LoadReport;
 
 fn draw_error(file: &Path, e: &dyn std::fmt::Display) -> eyre::Report {
     eyre!("cannot draw {}: {e}", file.display())
 }
 
-/// Target, submitted and included transactions per second over the run.
-pub(crate) fn tps(r: &LoadReport, file: &Path) -> Result<()> {
+/// One labelled line of a chart.
+struct Line {
+    label: &'static str,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+}
+
+/// The largest finite value of `values` (at least 10), with 10% headroom: a chart's top.
+fn top(values: impl Iterator<Item = f64>) -> f64 {
+    values.filter(|v| v.is_finite()).fold(10.0, f64::max) * 1.1
+}
+
+/// A chart of labelled lines over `0..x_max` x `0..y_max` on `area`, with its legend.
+fn line_chart<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    file: &Path,
+    caption: &str,
+    caption_size: u32,
+    (x_desc, y_desc): (&str, &str),
+    (x_max, y_max): (f64, f64),
+    lines: Vec<Line>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
     let err = |e: &dyn std::fmt::Display| draw_error(file, e);
-    let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let n = r.timeline.len().max(2) as u64;
-    let top = r
-        .timeline
-        .iter()
-        .map(|p| (p.submitted.max(p.included) as f64).max(p.target_tps))
-        .fold(10.0, f64::max)
-        * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "{:?} over {} accounts: transactions per second",
-                r.config.workload, r.config.accounts
-            ),
-            ("sans-serif", 20),
-        )
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", caption_size))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0..n, 0.0..top)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("tx/s")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .draw()
         .map_err(|e| err(&e))?;
-    let series: [Series<SecondPoint>; 3] = [
-        ("target", BLACK, |p| p.target_tps),
-        ("submitted", BLUE, |p| p.submitted as f64),
-        ("included", RED, |p| p.included as f64),
-    ];
-    for (label, color, value) in series {
+    for line in lines {
+        let color = line.color;
         chart
             .draw_series(LineSeries::new(
-                r.timeline.iter().map(|p| (p.t, value(p))),
+                line.points.into_iter().filter(|(_, y)| y.is_finite()),
                 color.stroke_width(2),
             ))
             .map_err(|e| err(&e))?
-            .label(label)
+            .label(line.label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
@@ -69,67 +71,78 @@ pub(crate) fn tps(r: &LoadReport, file: &Path) -> Result<()> {
         .border_style(BLACK)
         .draw()
         .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// Target, submitted and included transactions per second over the run.
+pub(crate) fn tps(r: &LoadReport, file: &Path) -> Result<()> {
+    let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
+    let seconds = r.timeline.len().max(2) as f64;
+    let line = |label, color, value: fn(&super::SecondPoint) -> f64| Line {
+        label,
+        color,
+        points: r.timeline.iter().map(|p| (p.t as f64, value(p))).collect(),
+    };
+    line_chart(
+        &root,
+        file,
+        &format!(
+            "{:?} over {} accounts: transactions per second",
+            r.config.workload, r.config.accounts
+        ),
+        20,
+        ("seconds", "tx/s"),
+        (
+            seconds,
+            top(r
+                .timeline
+                .iter()
+                .map(|p| (p.submitted.max(p.included) as f64).max(p.target_tps))),
+        ),
+        vec![
+            line("target", BLACK, |p| p.target_tps),
+            line("submitted", BLUE, |p| p.submitted as f64),
+            line("included", RED, |p| p.included as f64),
+        ],
+    )?;
+    root.present().map_err(|e| draw_error(file, &e))
 }
 
 /// Inclusion latency percentiles of each second's included transactions.
 pub(crate) fn latency(r: &LoadReport, file: &Path) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| draw_error(file, e);
     let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let n = r.timeline.len().max(2) as u64;
-    let top = r
-        .timeline
-        .iter()
-        .filter_map(|p| p.latency_ms.map(|l| l.p99))
-        .filter(|v| v.is_finite())
-        .fold(10.0, f64::max)
-        * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Inclusion latency (send to newHeads) of the transactions included each second",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0..n, 0.0..top)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("ms")
-        .draw()
-        .map_err(|e| err(&e))?;
-    let series: [Series<Percentiles>; 3] = [
-        ("p50", GREEN, |p| p.p50),
-        ("p90", BLUE, |p| p.p90),
-        ("p99", RED, |p| p.p99),
-    ];
-    for (label, color, value) in series {
-        chart
-            .draw_series(LineSeries::new(
-                r.timeline
-                    .iter()
-                    .filter_map(|p| p.latency_ms.map(|l| (p.t, value(&l)))),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
+    let seconds = r.timeline.len().max(2) as f64;
+    let line = |label, color, value: fn(&super::Percentiles) -> f64| Line {
+        label,
+        color,
+        points: r
+            .timeline
+            .iter()
+            .filter_map(|p| p.latency_ms.map(|l| (p.t as f64, value(&l))))
+            .collect(),
+    };
+    line_chart(
+        &root,
+        file,
+        "Inclusion latency (send to newHeads) of the transactions included each second",
+        20,
+        ("seconds", "ms"),
+        (
+            seconds,
+            top(r
+                .timeline
+                .iter()
+                .filter_map(|p| p.latency_ms.map(|l| l.p99))),
+        ),
+        vec![
+            line("p50", GREEN, |l| l.p50),
+            line("p90", BLUE, |l| l.p90),
+            line("p99", RED, |l| l.p99),
+        ],
+    )?;
+    root.present().map_err(|e| draw_error(file, &e))
 }
 
 /// Per step: included against target rate (left), p50 and p99 latency (right).
@@ -138,12 +151,7 @@ pub(crate) fn steps(r: &LoadReport, file: &Path) -> Result<()> {
     let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (left, right) = root.split_horizontally(550);
-    let top_rate = r
-        .steps
-        .iter()
-        .map(|s| s.target_tps.max(s.included_tps))
-        .fold(10.0, f64::max)
-        * 1.1;
+    let top_rate = top(r.steps.iter().map(|s| s.target_tps.max(s.included_tps)));
     let mut rates = ChartBuilder::on(&left)
         .caption("Included vs target (tx/s)", ("sans-serif", 18))
         .margin(12)
@@ -175,47 +183,24 @@ pub(crate) fn steps(r: &LoadReport, file: &Path) -> Result<()> {
             Circle::new((s.target_tps, s.included_tps), 5, color.filled())
         }))
         .map_err(|e| err(&e))?;
-    let top_latency = r
-        .steps
-        .iter()
-        .map(|s| s.latency_ms.p99)
-        .filter(|v| v.is_finite())
-        .fold(10.0, f64::max)
-        * 1.1;
-    let mut lat = ChartBuilder::on(&right)
-        .caption("Latency per step (ms)", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..top_rate, 0.0..top_latency)
-        .map_err(|e| err(&e))?;
-    lat.configure_mesh()
-        .x_desc("target tx/s")
-        .y_desc("ms")
-        .draw()
-        .map_err(|e| err(&e))?;
-    let series: [Series<StepResult>; 2] = [
-        ("p50", GREEN, |s| s.latency_ms.p50),
-        ("p99", RED, |s| s.latency_ms.p99),
-    ];
-    for (label, color, value) in series {
-        lat.draw_series(LineSeries::new(
-            r.steps
-                .iter()
-                .map(|s| (s.target_tps, value(s)))
-                .filter(|(_, v)| v.is_finite()),
-            color.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?
-        .label(label)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    lat.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    let line = |label, value: fn(&super::Percentiles) -> f64, color| Line {
+        label,
+        color,
+        points: r
+            .steps
+            .iter()
+            .map(|s| (s.target_tps, value(&s.latency_ms)))
+            .collect(),
+    };
+    line_chart(
+        &right,
+        file,
+        "Latency per step (ms)",
+        18,
+        ("target tx/s", "ms"),
+        (top_rate, top(r.steps.iter().map(|s| s.latency_ms.p99))),
+        vec![line("p50", |l| l.p50, GREEN), line("p99", |l| l.p99, RED)],
+    )?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
