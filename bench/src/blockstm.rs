@@ -6,9 +6,10 @@
 //! fully dependent chain. Every parallel run is checked against the sequential one (receipts);
 //! a difference is an error.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::weth::{weth_code, WETH};
 use alloy_primitives::{address, keccak256, Address, Bytes, B256, U256};
 use eyre::{eyre, Context, Result};
 use gigas_blockstm::{ParallelExecutor, Policy};
@@ -25,9 +26,6 @@ use serde::Serialize;
 
 use crate::median;
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
-
-/// WETH9 on mainnet.
-const WETH: Address = address!("c02aaa39b223fe8d0a0e5c4f27ead9083c756cc2");
 
 /// What to run.
 #[derive(Debug, Clone, clap::Args)]
@@ -379,20 +377,6 @@ fn dependent(n: usize) -> Result<Item> {
         });
     }
     Ok((block_of(txs)?, db))
-}
-
-fn weth_code(blocks_dir: &Path) -> Result<Bytes> {
-    for fixture in load_fixtures_dir(blocks_dir)? {
-        if let Some(code) = fixture.prestate.get(&WETH).and_then(|a| a.code.clone()) {
-            if !code.is_empty() {
-                return Ok(code);
-            }
-        }
-    }
-    Err(eyre!(
-        "no fixture in {} holds WETH9's code",
-        blocks_dir.display()
-    ))
 }
 
 fn measure(

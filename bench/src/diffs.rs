@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::weth::{weth_code, WETH};
 use alloy_primitives::{
     address, keccak256, Address, Bytes, Signature, B256, KECCAK256_EMPTY, U256,
 };
@@ -46,8 +47,6 @@ use gigas_statediff::zstd;
 
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
 
-/// WETH9 on mainnet: the ERC-20 workload runs its real bytecode from the fixtures.
-const WETH: Address = address!("c02aaa39b223fe8d0a0e5c4f27ead9083c756cc2");
 /// Who the generated blocks pay their fees to.
 const BENEFICIARY: Address = address!("00000000000000000000000000000000000b0b00");
 /// The talk's budget: 100 Mbit/s for 100,000 TPS.
@@ -698,20 +697,6 @@ fn bar(len: u64, message: String) -> ProgressBar {
     bar
 }
 
-fn weth_code(blocks_dir: &std::path::Path) -> Result<Bytes> {
-    for fixture in load_fixtures_dir(blocks_dir)? {
-        if let Some(code) = fixture.prestate.get(&WETH).and_then(|a| a.code.clone()) {
-            if !code.is_empty() {
-                return Ok(code);
-            }
-        }
-    }
-    Err(eyre!(
-        "no fixture in {} holds WETH9's code",
-        blocks_dir.display()
-    ))
-}
-
 /// Runs a generated workload: warm-up, then the measured blocks.
 fn generated(
     args: &DiffsArgs,
@@ -759,22 +744,7 @@ fn generated(
     );
     let mut blocks = 0;
     loop {
-        let block = generator.block(&ledger)?;
-        let outcome = {
-            let mut evm = PlainEvm::new(CacheDB::new(&ledger), &block);
-            execute_block(&mut evm, &block)?
-        };
-        let (new_keys, first) = meter.block(
-            false,
-            None,
-            &outcome,
-            block.txs.len(),
-            &index,
-            &ledger,
-            &ledger,
-        )?;
-        ledger.state.apply(&outcome.changes);
-        index.extend(&new_keys).map_err(|e| eyre!("{e}"))?;
+        let first = generated_block(&mut generator, &mut ledger, &mut index, &mut meter, false)?;
         blocks += 1;
         warmup.inc(1);
         warmup.set_message(format!(
@@ -800,26 +770,39 @@ fn generated(
 
     let measured = bar(args.blocks as u64, format!("measure {}", human(population)));
     for _ in 0..args.blocks {
-        let block = generator.block(&ledger)?;
-        let outcome = {
-            let mut evm = PlainEvm::new(CacheDB::new(&ledger), &block);
-            execute_block(&mut evm, &block)?
-        };
-        let (new_keys, _) = meter.block(
-            true,
-            None,
-            &outcome,
-            block.txs.len(),
-            &index,
-            &ledger,
-            &ledger,
-        )?;
-        ledger.state.apply(&outcome.changes);
-        index.extend(&new_keys).map_err(|e| eyre!("{e}"))?;
+        generated_block(&mut generator, &mut ledger, &mut index, &mut meter, true)?;
         measured.inc(1);
     }
     measured.finish_and_clear();
     Ok(meter.finish())
+}
+
+/// Generates, executes and meters one block, then applies it to the ledger and the key index;
+/// returns the share of its diff's keys written for the first time.
+fn generated_block(
+    generator: &mut Generator,
+    ledger: &mut Ledger,
+    index: &mut MemoryKeyIndex,
+    meter: &mut Meter,
+    measured: bool,
+) -> Result<f64> {
+    let block = generator.block(ledger)?;
+    let outcome = {
+        let mut evm = PlainEvm::new(CacheDB::new(&*ledger), &block);
+        execute_block(&mut evm, &block)?
+    };
+    let (new_keys, first) = meter.block(
+        measured,
+        None,
+        &outcome,
+        block.txs.len(),
+        index,
+        &*ledger,
+        &*ledger,
+    )?;
+    ledger.state.apply(&outcome.changes);
+    index.extend(&new_keys).map_err(|e| eyre!("{e}"))?;
+    Ok(first)
 }
 
 /// The state before a mainnet block, from its fixture's pre-state.
@@ -894,7 +877,13 @@ fn human(n: usize) -> String {
 
 /// Trains a dictionary on the first half of workload `train`'s bodies and measures every
 /// workload's bodies with and without it (the training workload on its second half only).
-fn dictionary(train: usize, workloads: &[Measured], level: i32) -> Result<DictionaryResult> {
+/// `None`, with a warning, when zstd cannot train on so few bodies: a short run skips the
+/// experiment rather than losing the rest of its report.
+fn dictionary(
+    train: usize,
+    workloads: &[Measured],
+    level: i32,
+) -> Result<Option<DictionaryResult>> {
     let source = &workloads[train];
     let half = source.bodies.len() / 2;
     // zstd trains best on many samples of a few kilobytes: cut the bodies.
@@ -902,7 +891,19 @@ fn dictionary(train: usize, workloads: &[Measured], level: i32) -> Result<Dictio
         .iter()
         .flat_map(|b| b.chunks(16 * 1024))
         .collect();
-    let dict = zstd::dict::from_samples(&samples, 64 * 1024)?;
+    let dict = match zstd::dict::from_samples(&samples, 64 * 1024) {
+        Ok(dict) => dict,
+        Err(e) => {
+            tracing::warn!(
+                "no dictionary trained on {} ({} samples from {} bodies: {e}); \
+                 measure more blocks (--blocks) for the dictionary experiment",
+                source.result.name,
+                samples.len(),
+                half
+            );
+            return Ok(None);
+        }
+    };
     let mut compressor = zstd::bulk::Compressor::with_dictionary(level, &dict)?;
     let mut tested = Vec::new();
     for (w, measured) in workloads.iter().enumerate() {
@@ -918,11 +919,11 @@ fn dictionary(train: usize, workloads: &[Measured], level: i32) -> Result<Dictio
         }
         tested.push((measured.result.name.clone(), without, with));
     }
-    Ok(DictionaryResult {
+    Ok(Some(DictionaryResult {
         trained_on: format!("{} (first half of the measured blocks)", source.result.name),
         size: dict.len(),
         tested,
-    })
+    }))
 }
 
 /// Runs the benchmark and writes the report.
@@ -991,14 +992,14 @@ pub fn run(args: &DiffsArgs) -> Result<DiffsReport> {
     // tried on every workload. The table's dictionary column uses the first.
     let mut dictionaries = Vec::new();
     if !measured.is_empty() {
-        dictionaries.push(dictionary(0, &measured, args.level)?);
+        dictionaries.extend(dictionary(0, &measured, args.level)?);
     }
     if let Some(m) = measured
         .iter()
         .position(|m| m.result.name.contains("mainnet"))
     {
         if m != 0 {
-            dictionaries.push(dictionary(m, &measured, args.level)?);
+            dictionaries.extend(dictionary(m, &measured, args.level)?);
         }
     }
     if let Some(d) = dictionaries.first() {
@@ -1163,6 +1164,12 @@ pub fn markdown(r: &DiffsReport) -> String {
         md,
         "\n## zstd dictionaries (64 KiB, trained with zstd::dict::from_samples)\n"
     );
+    if r.dictionaries.is_empty() {
+        let _ = writeln!(
+            md,
+            "- not run: too few measured bodies to train on (raise --blocks)"
+        );
+    }
     for d in &r.dictionaries {
         let _ = writeln!(
             md,
