@@ -6,6 +6,7 @@ use alloy_consensus::{Header, ReceiptEnvelope, TxEnvelope};
 use alloy_eips::eip2718::{Decodable2718, Encodable2718};
 use alloy_primitives::{keccak256, Address, Signature, B256};
 use alloy_rlp::{Decodable, Encodable};
+use gigas_mdbx::StoreError as _;
 
 use crate::error::HistoryError;
 use crate::tables::Table;

@@ -1,7 +1,8 @@
 //! The history's typed error.
 
 use alloy_primitives::B256;
-use signet_libmdbx::{MdbxError, ReadError};
+use gigas_mdbx::StoreError;
+use signet_libmdbx::MdbxError;
 
 /// What went wrong in the history.
 #[derive(Debug, thiserror::Error)]
@@ -98,39 +99,23 @@ pub enum HistoryError {
     },
 }
 
-/// MDBX's refusals keep their one variant, whoever met them.
 impl From<gigas_mdbx::OpenError> for HistoryError {
     fn from(error: gigas_mdbx::OpenError) -> Self {
-        match error {
-            gigas_mdbx::OpenError::Mdbx { op, source } => Self::Mdbx { op, source },
-            other => Self::Open(other),
-        }
+        <Self as StoreError>::from_open(error)
     }
 }
 
-impl HistoryError {
-    pub(crate) fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
-        move |source| Self::Mdbx { op, source }
+impl StoreError for HistoryError {
+    fn from_mdbx(op: &'static str, source: MdbxError) -> Self {
+        Self::Mdbx { op, source }
     }
 
-    pub(crate) fn read(op: &'static str) -> impl FnOnce(ReadError) -> Self {
-        move |error| match error {
-            ReadError::Mdbx(source) => Self::Mdbx { op, source },
-            // The history decodes only into byte slices, which cannot fail; kept total anyway.
-            ReadError::Decoding(e) => Self::Corrupt {
-                table: op,
-                key: String::new(),
-                reason: e.to_string(),
-            },
-        }
+    fn from_open_failure(error: gigas_mdbx::OpenError) -> Self {
+        Self::Open(error)
     }
 
-    pub(crate) fn corrupt(table: &'static str, key: &[u8], reason: impl ToString) -> Self {
-        Self::Corrupt {
-            table,
-            key: hex_string(key),
-            reason: reason.to_string(),
-        }
+    fn from_corrupt_row(table: &'static str, key: String, reason: String) -> Self {
+        Self::Corrupt { table, key, reason }
     }
 }
 

@@ -11,6 +11,7 @@
 //! read; the exact filter then runs over their logs. A query with no group walks `LogBlocks`
 //! (blocks with at least one log).
 
+use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 

@@ -1,5 +1,6 @@
 //! [`History`]: the environment, the table handles, the write path and the point reads.
 
+use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;

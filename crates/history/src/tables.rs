@@ -91,19 +91,3 @@ pub(crate) const META_SCHEMA_VERSION: &[u8] = b"schema_version";
 pub(crate) const META_STATE_PRUNED_BELOW: &[u8] = b"state_pruned_below";
 /// The layout this build writes and reads.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_follow_declaration_order() {
-        for (i, table) in Table::ALL.iter().enumerate() {
-            assert_eq!(table.slot(), i);
-        }
-        let mut names: Vec<_> = Table::ALL.iter().map(|t| t.name()).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), Table::COUNT);
-    }
-}

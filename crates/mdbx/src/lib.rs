@@ -369,6 +369,63 @@ pub fn hex_key(key: &[u8]) -> String {
     hex::encode(key)
 }
 
+/// A store's error type, as far as the shared MDBX plumbing needs it: each store keeps its
+/// own enum (its own variants and messages) and says how three facts map onto it; the
+/// constructors every call site uses (`map_err(E::mdbx("..."))`, `E::read`, `E::corrupt`)
+/// come from here so they read the same in every store.
+pub trait StoreError: Sized {
+    /// MDBX refused `op`.
+    fn from_mdbx(op: &'static str, source: MdbxError) -> Self;
+    /// Opening the store failed for a reason other than an MDBX refusal.
+    fn from_open_failure(error: OpenError) -> Self;
+    /// A row of `table` under `key` (hex) does not decode: `reason`.
+    fn from_corrupt_row(table: &'static str, key: String, reason: String) -> Self;
+
+    /// For `map_err`: MDBX refused `op`.
+    fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
+        move |source| Self::from_mdbx(op, source)
+    }
+
+    /// For `map_err` on typed reads: an MDBX refusal, or a row that did not decode.
+    fn read(op: &'static str) -> impl FnOnce(signet_libmdbx::ReadError) -> Self {
+        move |error| match error {
+            signet_libmdbx::ReadError::Mdbx(source) => Self::from_mdbx(op, source),
+            // Stores decode rows into byte slices, which cannot fail; kept total anyway.
+            signet_libmdbx::ReadError::Decoding(e) => {
+                Self::from_corrupt_row(op, String::new(), e.to_string())
+            }
+        }
+    }
+
+    /// A row of `table` under `key` is corrupt.
+    fn corrupt(table: &'static str, key: &[u8], reason: impl ToString) -> Self {
+        Self::from_corrupt_row(table, hex_key(key), reason.to_string())
+    }
+
+    /// An [`OpenError`], with MDBX's refusals kept in the store's one MDBX variant whoever
+    /// met them (for the store's `From<OpenError>`).
+    fn from_open(error: OpenError) -> Self {
+        match error {
+            OpenError::Mdbx { op, source } => Self::from_mdbx(op, source),
+            other => Self::from_open_failure(other),
+        }
+    }
+}
+
+/// For each store's tests: the crate documentation's table list (`//! | `Name` |` rows)
+/// names every declared table, so a table added to [`tables!`] cannot go undocumented.
+/// The error names the first table missing. (Distinct names and slots in declaration order
+/// need no check: the enum's variants give both.)
+pub fn check_table_doc<T: TableSet>(crate_doc: &str) -> Result<(), String> {
+    match T::ALL
+        .iter()
+        .find(|t| !crate_doc.contains(&format!("//! | `{}` |", t.name())))
+    {
+        Some(missing) => Err(format!("the table list misses {}", missing.name())),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 #[allow(dead_code, unreachable_pub)]
 mod tests {
@@ -415,6 +472,15 @@ mod tests {
         for (i, table) in Test::ALL.iter().enumerate() {
             assert_eq!(table.slot(), i);
         }
+        let doc = "//! | `Plain` |\n//! | `Sorted` |";
+        assert_eq!(
+            check_table_doc::<Test>(doc),
+            Err("the table list misses Meta".to_string())
+        );
+        assert_eq!(
+            check_table_doc::<Test>(&format!("{doc}\n//! | `Meta` | name |")),
+            Ok(())
+        );
         assert_eq!(Test::COUNT, 3);
         assert_eq!(Test::Sorted.dup().flags(), DatabaseFlags::DUP_SORT);
         assert_eq!(Test::Plain.key_layout(), "k");

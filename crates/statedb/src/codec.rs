@@ -8,6 +8,7 @@ use alloy_consensus::Header;
 use alloy_primitives::{Address, Signature, B256, KECCAK256_EMPTY, U256};
 use alloy_rlp::{Decodable, Encodable};
 use alloy_trie::{BranchNodeCompact, Nibbles, TrieMask};
+use gigas_mdbx::StoreError as _;
 use gigas_primitives::AccountState;
 use gigas_statediff::{ChainTip, StateKey};
 

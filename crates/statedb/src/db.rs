@@ -1,5 +1,6 @@
 //! [`StateDb`]: the environment, its table handles, and the doors to reading and writing.
 
+use gigas_mdbx::StoreError as _;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

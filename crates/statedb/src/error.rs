@@ -2,8 +2,9 @@
 
 use alloy_primitives::B256;
 use gigas_evm::revm::database_interface::DBErrorMarker;
+use gigas_mdbx::StoreError;
 use gigas_statediff::StateKey;
-use signet_libmdbx::{MdbxError, ReadError};
+use signet_libmdbx::MdbxError;
 
 /// What went wrong in the state database.
 #[derive(Debug, thiserror::Error)]
@@ -93,38 +94,22 @@ pub enum StateDbError {
 
 impl DBErrorMarker for StateDbError {}
 
-/// MDBX's refusals keep their one variant, whoever met them.
 impl From<gigas_mdbx::OpenError> for StateDbError {
     fn from(error: gigas_mdbx::OpenError) -> Self {
-        match error {
-            gigas_mdbx::OpenError::Mdbx { op, source } => Self::Mdbx { op, source },
-            other => Self::Open(other),
-        }
+        <Self as StoreError>::from_open(error)
     }
 }
 
-impl StateDbError {
-    pub(crate) fn mdbx(op: &'static str) -> impl FnOnce(MdbxError) -> Self {
-        move |source| Self::Mdbx { op, source }
+impl StoreError for StateDbError {
+    fn from_mdbx(op: &'static str, source: MdbxError) -> Self {
+        Self::Mdbx { op, source }
     }
 
-    pub(crate) fn read(op: &'static str) -> impl FnOnce(ReadError) -> Self {
-        move |error| match error {
-            ReadError::Mdbx(source) => Self::Mdbx { op, source },
-            // Rows decode into byte slices, which cannot fail; kept total anyway.
-            ReadError::Decoding(e) => Self::Corrupt {
-                table: op,
-                key: String::new(),
-                reason: e.to_string(),
-            },
-        }
+    fn from_open_failure(error: gigas_mdbx::OpenError) -> Self {
+        Self::Open(error)
     }
 
-    pub(crate) fn corrupt(table: &'static str, key: &[u8], reason: impl ToString) -> Self {
-        Self::Corrupt {
-            table,
-            key: gigas_mdbx::hex_key(key),
-            reason: reason.to_string(),
-        }
+    fn from_corrupt_row(table: &'static str, key: String, reason: String) -> Self {
+        Self::Corrupt { table, key, reason }
     }
 }

@@ -1,5 +1,6 @@
 //! The genesis state, streamed in chunks.
 
+use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 use std::time::Instant;
 

@@ -1,6 +1,7 @@
 //! Point reads, the same for a read view and for the writer's open transaction (MDBX lets a
 //! write transaction read its own writes).
 
+use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 
 use alloy_primitives::{Address, Bytes, B256, U256};

@@ -108,19 +108,3 @@ pub(crate) const META_TRIE: &[u8] = b"trie";
 pub(crate) const META_INDEX_LEN: &[u8] = b"index_len";
 /// The layout this build writes and reads.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_follow_declaration_order() {
-        for (i, table) in Table::ALL.iter().enumerate() {
-            assert_eq!(table.slot(), i);
-        }
-        let mut names: Vec<_> = Table::ALL.iter().map(|t| t.name()).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), Table::COUNT);
-    }
-}

@@ -1,6 +1,7 @@
 //! [`StateWriter`]: verified blocks into one MDBX write transaction per group, a commit per
 //! group, the root every `root_every` blocks.
 
+use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! account's storage trie over its `HashedStorages` and `StoragesTrie` duplicates, and the
 //! changed-key tables that carry the prefix sets across commits.
 
+use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 
 use alloy_primitives::map::{B256Map, B256Set};
