@@ -9,7 +9,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::weth::{weth_code, WETH};
 use alloy_primitives::{address, keccak256, Address, Bytes, B256, U256};
 use eyre::{eyre, Context, Result};
 use gigas_blockstm::{ParallelExecutor, Policy};
@@ -21,6 +20,7 @@ use gigas_evm::revm::state::{AccountInfo, Bytecode};
 use gigas_evm::{execute_block, load_fixtures_dir, PlainEvm, PreparedBlock, PreparedTx};
 use gigas_primitives::machine::Machine;
 use gigas_primitives::ChainSpec;
+use gigas_sequencer::genesis::{weth9_code, WETH9};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -311,7 +311,7 @@ fn erc20(n: usize, weth_code: &Bytes) -> Result<Item> {
     let mut db = CacheDB::new(EmptyDB::default());
     let code = Bytecode::new_raw(weth_code.clone());
     db.insert_account_info(
-        WETH,
+        WETH9,
         AccountInfo {
             code_hash: code.hash_slow(),
             code: Some(code),
@@ -328,8 +328,8 @@ fn erc20(n: usize, weth_code: &Bytes) -> Result<Item> {
         preimage[12..32].copy_from_slice(from.as_slice());
         preimage[63] = 3;
         let slot = U256::from_be_bytes(keccak256(preimage).0);
-        db.insert_account_storage(WETH, slot, U256::from(1_000_000u64))
-            .map_err(|e| eyre!("WETH storage: {e:?}"))?;
+        db.insert_account_storage(WETH9, slot, U256::from(1_000_000u64))
+            .map_err(|e| eyre!("WETH9 storage: {e:?}"))?;
         // transfer(address to, uint256 amount)
         let mut data = vec![0xa9, 0x05, 0x9c, 0xbb];
         data.extend_from_slice(&[0u8; 12]);
@@ -337,7 +337,7 @@ fn erc20(n: usize, weth_code: &Bytes) -> Result<Item> {
         data.extend_from_slice(&U256::from(1).to_be_bytes::<32>());
         txs.push(TxEnv {
             caller: from,
-            kind: TxKind::Call(WETH),
+            kind: TxKind::Call(WETH9),
             data: data.into(),
             nonce: 0,
             gas_limit: 100_000,
@@ -614,7 +614,7 @@ pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
             }
             Workload::Independent => vec![independent(args.txs)?],
             Workload::Zipf => vec![zipf(args.txs, args.accounts, args.seed)?],
-            Workload::Erc20 => vec![erc20(args.txs, &weth_code(&blocks_dir)?)?],
+            Workload::Erc20 => vec![erc20(args.txs, &weth9_code(&blocks_dir)?)?],
             Workload::Dependent => vec![dependent(args.txs)?],
         };
         results.push(measure(workload, &items, args, &bar)?);

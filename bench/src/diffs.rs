@@ -20,7 +20,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::weth::{weth_code, WETH};
 use alloy_primitives::{
     address, keccak256, Address, Bytes, Signature, B256, KECCAK256_EMPTY, U256,
 };
@@ -36,6 +35,7 @@ use gigas_evm::{
 };
 use gigas_primitives::machine::Machine;
 use gigas_primitives::{state_checksum, AccountState, ChainSpec, ChangeSet};
+use gigas_sequencer::genesis::{weth9_code, WETH9};
 use gigas_statediff::{
     decode_body, encode_body, Compression, DiffFile, Header, KeyIndex, MemoryKeyIndex, MemoryState,
     PriorState, PriorValues, StateKey, StoreError,
@@ -255,7 +255,7 @@ struct Weth {
 
 impl Ledger {
     fn genesis_account(&self, address: &Address) -> Option<AccountState> {
-        if let Some(weth) = self.weth.as_ref().filter(|_| *address == WETH) {
+        if let Some(weth) = self.weth.as_ref().filter(|_| *address == WETH9) {
             return Some(AccountState {
                 nonce: 1,
                 balance: U256::from(10u64).pow(U256::from(24)),
@@ -284,7 +284,7 @@ impl Ledger {
         }
         // Balances never reach zero in these workloads: a zero is an untouched slot.
         match &self.weth {
-            Some(w) if *address == WETH && w.holder_slots.contains(slot) => w.initial,
+            Some(w) if *address == WETH9 && w.holder_slots.contains(slot) => w.initial,
             _ => U256::ZERO,
         }
     }
@@ -385,7 +385,7 @@ impl Generator {
                     data.extend_from_slice(&[0u8; 12]);
                     data.extend_from_slice(to.as_slice());
                     data.extend_from_slice(&self.value().to_be_bytes::<32>());
-                    (TxKind::Call(WETH), U256::ZERO, Bytes::from(data), 100_000)
+                    (TxKind::Call(WETH9), U256::ZERO, Bytes::from(data), 100_000)
                 }
                 _ => (TxKind::Call(to), self.value(), Bytes::new(), 21_000),
             };
@@ -809,20 +809,9 @@ fn generated_block(
 fn prestate(fixture: &BlockFixture) -> MemoryState {
     let mut state = MemoryState::new();
     for (address, account) in &fixture.prestate {
-        let code_hash = match &account.code {
-            Some(code) if !code.is_empty() => keccak256(code),
-            _ => KECCAK256_EMPTY,
-        };
-        state.insert_account(
-            *address,
-            AccountState {
-                nonce: account.nonce,
-                balance: account.balance,
-                code_hash,
-            },
-        );
-        for (slot, value) in account.storage.iter().flatten() {
-            state.insert_slot(*address, *slot, *value);
+        state.insert_account(*address, account.state());
+        for (slot, value) in account.slots() {
+            state.insert_slot(*address, slot, value);
         }
     }
     state
@@ -981,7 +970,7 @@ pub fn run(args: &DiffsArgs) -> Result<DiffsReport> {
                 }
             }
             DiffWorkload::Erc20 => {
-                let code = weth_code(&blocks_dir)?;
+                let code = weth9_code(&blocks_dir)?;
                 measured.push(generated(&args, workload, args.holders, Some(&code))?);
             }
             DiffWorkload::Mainnet => measured.push(mainnet(&args, &blocks_dir)?),

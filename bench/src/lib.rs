@@ -12,7 +12,6 @@ pub mod diffs;
 pub mod jit;
 pub mod load;
 pub mod storage;
-pub mod weth;
 pub mod zipf;
 
 /// `../shared/data/<rest>` from the working directory, or else from the checkout this binary

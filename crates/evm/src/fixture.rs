@@ -99,6 +99,29 @@ pub struct PrestateAccount {
     pub storage: Option<BTreeMap<U256, U256>>,
 }
 
+impl PrestateAccount {
+    /// The account as Gigas's state keeps it: nonce, balance and the hash of its code (the
+    /// empty code's hash when it has none).
+    pub fn state(&self) -> gigas_primitives::AccountState {
+        gigas_primitives::AccountState {
+            nonce: self.nonce,
+            balance: self.balance,
+            code_hash: match &self.code {
+                Some(code) if !code.is_empty() => alloy_primitives::keccak256(code),
+                _ => alloy_primitives::KECCAK256_EMPTY,
+            },
+        }
+    }
+
+    /// The storage slots the block reads, with their values before it.
+    pub fn slots(&self) -> impl Iterator<Item = (U256, U256)> + '_ {
+        self.storage
+            .iter()
+            .flatten()
+            .map(|(slot, value)| (*slot, *value))
+    }
+}
+
 /// A block with everything needed to replay it.
 #[derive(Debug, Clone)]
 pub struct BlockFixture {

@@ -6,10 +6,9 @@
 
 mod common;
 
-use alloy_primitives::{keccak256, Bytes, KECCAK256_EMPTY};
+use alloy_primitives::Bytes;
 use common::{apply_genesis, block, new_keys, open, Chain, Model};
 use gigas_evm::{execute_block, BlockFixture, PlainEvm};
-use gigas_primitives::AccountState;
 use gigas_statedb::WriterOptions;
 use gigas_statediff::MemoryKeyIndex;
 use gigas_test_support::mainnet_blocks;
@@ -17,26 +16,20 @@ use gigas_test_support::mainnet_blocks;
 fn prestate(fixture: &BlockFixture) -> Model {
     let mut model = Model::default();
     for (address, account) in &fixture.prestate {
-        let code = account.code.clone().filter(|c| !c.is_empty());
-        let code_hash = code.as_ref().map_or(KECCAK256_EMPTY, keccak256);
-        if let Some(code) = code {
-            model.codes.insert(code_hash, Bytes::from(code.to_vec()));
+        let state = account.state();
+        if let Some(code) = account.code.clone().filter(|c| !c.is_empty()) {
+            model
+                .codes
+                .insert(state.code_hash, Bytes::from(code.to_vec()));
         }
-        model.accounts.insert(
-            *address,
-            AccountState {
-                nonce: account.nonce,
-                balance: account.balance,
-                code_hash,
-            },
-        );
-        for (slot, value) in account.storage.iter().flatten() {
+        model.accounts.insert(*address, state);
+        for (slot, value) in account.slots() {
             if !value.is_zero() {
                 model
                     .storage
                     .entry(*address)
                     .or_default()
-                    .insert(*slot, *value);
+                    .insert(slot, value);
             }
         }
     }

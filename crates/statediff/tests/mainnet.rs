@@ -4,9 +4,7 @@
 
 mod common;
 
-use alloy_primitives::{keccak256, KECCAK256_EMPTY};
 use gigas_evm::{execute_block, BlockFixture, PlainEvm};
-use gigas_primitives::AccountState;
 use gigas_statediff::{
     decode_body, encode_body, verify_and_decode, ChainTip, Compression, DiffFile, MemoryKeyIndex,
     MemoryState, PriorValues,
@@ -17,20 +15,9 @@ use gigas_test_support::mainnet_blocks;
 fn prestate(fixture: &BlockFixture) -> MemoryState {
     let mut state = MemoryState::new();
     for (address, account) in &fixture.prestate {
-        let code_hash = match &account.code {
-            Some(code) if !code.is_empty() => keccak256(code),
-            _ => KECCAK256_EMPTY,
-        };
-        state.insert_account(
-            *address,
-            AccountState {
-                nonce: account.nonce,
-                balance: account.balance,
-                code_hash,
-            },
-        );
-        for (slot, value) in account.storage.iter().flatten() {
-            state.insert_slot(*address, *slot, *value);
+        state.insert_account(*address, account.state());
+        for (slot, value) in account.slots() {
+            state.insert_slot(*address, slot, value);
         }
     }
     state
