@@ -570,11 +570,7 @@ fn measure(
 /// Runs the benchmark and writes the report.
 pub fn run(args: &BlockstmArgs) -> Result<BlockstmReport> {
     let machine = Machine::current();
-    let build_profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let build_profile = crate::build_profile();
     let blocks_dir = args
         .blocks
         .clone()

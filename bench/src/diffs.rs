@@ -925,11 +925,7 @@ pub fn run(args: &DiffsArgs) -> Result<DiffsReport> {
         args.blocks = args.blocks.min(10);
     }
     let machine = Machine::current();
-    let build_profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let build_profile = crate::build_profile();
     let blocks_dir = args
         .blocks_dir
         .clone()

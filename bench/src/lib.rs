@@ -49,6 +49,16 @@ pub fn write_report<T: serde::Serialize>(
     Ok(())
 }
 
+/// The profile this binary was built with, for the configuration every report prints first
+/// (a debug build's figures mean nothing).
+pub fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// The median of `values` (0 for none).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);

@@ -277,11 +277,7 @@ pub fn run(args: &StorageArgs) -> Result<StorageReport> {
         return Err(eyre!("--keys and --batch must be positive"));
     }
     let machine = Machine::current();
-    let build_profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let build_profile = crate::build_profile();
     let load_batches = args.keys.div_ceil(args.batch as u64) as usize;
     println!("gigas-bench storage configuration");
     println!("  workload : load {} keys of {KEY_LEN} B with values of {VALUE_LEN} B in {load_batches} batches of {}, then {} batches of {} Zipf-Mandelbrot(s = {DEVNET_S}, v = {DEVNET_V}) updates; durable commits", args.keys, args.batch, args.update_batches, args.batch);

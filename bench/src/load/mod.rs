@@ -564,11 +564,7 @@ fn run(
         .unwrap_or_else(|| PathBuf::from("reports").join(command));
     std::fs::create_dir_all(&out).wrap_err_with(|| format!("creating {}", out.display()))?;
     let machine = Machine::current();
-    let build_profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let build_profile = crate::build_profile();
     let erc20 = common.workload != Workload::Transfers;
     let spec = GenesisSpec {
         accounts: common.accounts,
