@@ -311,16 +311,21 @@ impl SequencerBackend {
             .map(|t| t.len() as u64))
     }
 
-    /// A transaction by hash: from a published block, or pending in the pool (without block
-    /// fields, as geth answers).
+    /// A transaction by hash: from a published block, or pending (in the pool, or in a sealed
+    /// block not yet published) without block fields, as geth answers.
     pub fn transaction_by_hash(&self, hash: B256) -> Result<Option<Transaction>, RpcError> {
         if let Some((location, tx)) = self.node.history().transaction(hash).map_err(internal)? {
             if let Some(header) = self.sealed(location.block)? {
                 return Ok(Some(rpc_transaction(tx, &header, location.index as usize)));
             }
         }
-        Ok(self.node.pool().get(hash).map(|pooled| Transaction {
-            inner: pooled.tx.clone(),
+        // In the pool, or sealed into a block not yet published: pending either way.
+        let pending = match self.node.pool().get(hash) {
+            Some(pooled) => Some(pooled.tx.clone()),
+            None => self.node.in_flight_transaction(hash),
+        };
+        Ok(pending.map(|inner| Transaction {
+            inner,
             block_hash: None,
             block_number: None,
             transaction_index: None,

@@ -32,41 +32,52 @@
 //!
 //! # Commit order and crash recovery
 //!
-//! A block `N` is made durable in two steps, in this order:
+//! Blocks go through a two-thread pipeline (`node::Pipeline`): the producer executes and
+//! seals block `N + 1` on its tip (the committed state with the sealed, uncommitted blocks
+//! laid over it) while the committer makes block `N` durable. The committer takes the blocks
+//! waiting for it (at most [`node::MAX_GROUP`]) as one group and makes each durable in two
+//! steps, in this order:
 //!
-//! 1. **History** (MDBX, one durable write transaction): header, signature, transactions,
-//!    receipts, lookups, log index, the encoded ChangeSet, and the old value of every state
-//!    key the block writes.
-//! 2. **State** (Vilmo, one durable batch): the block's writes. Vilmo batch `k` holds block
-//!    `k - 1` (batch 1 is the genesis state).
+//! 1. **History** (MDBX, one durable write transaction for the whole group): each block's
+//!    header, signature, transactions, receipts, lookups, log index, the encoded ChangeSet,
+//!    and the old value of every state key it writes.
+//! 2. **State** (Vilmo, one durable batch per block, in block order): the block's writes.
+//!    Vilmo batch `k` holds block `k - 1` (batch 1 is the genesis state).
 //!
-//! Only then is the block **published**: the in-memory head moves, subscribers hear of it,
-//! the pool drops what it included. Nothing reads the history past the published head.
+//! Only then is a block **published**: the in-memory head moves and subscribers hear of it.
+//! Nothing reads the history past the published head. (The pool moved on at sealing time:
+//! the next block must not select the same transactions; lookups by hash find a sealed,
+//! unpublished block's transactions through `Node::in_flight_transaction`.)
 //!
 //! Why a SIGKILL at any instant recovers to one consistent head with the same checksums:
 //!
 //! - Each step is atomic on its own: an MDBX commit is all or nothing, and Vilmo cuts a torn
 //!   last batch on open (its FORMAT.md). So after a crash the history ends at some block
 //!   `H` and Vilmo at some batch `V`.
-//! - Step 2 of block `N` starts only after step 1 of block `N` returned, and step 1 of block
-//!   `N + 1` only after step 2 of block `N`. Hence `V ∈ {H, H + 1}`.
+//! - A block's step 2 starts only after the step 1 that holds it returned, and a group's step
+//!   1 only after the previous group's steps 2 all returned. Hence
+//!   `H + 1 - MAX_GROUP ≤ V ≤ H + 1`.
 //! - `V = H + 1`: both hold block `H`; that is the head.
-//! - `V = H`: the history holds block `H` but Vilmo stopped at `H - 1`. The history holds
-//!   block `H`'s ChangeSet; recovery checks it against the header's state checksum, derives
-//!   the writes against Vilmo's state at `H - 1` (the same state the producer derived them
-//!   against, so the same writes) and commits them. Now `V = H + 1`.
-//! - Block `H` may never have been published (the crash came before step 3); it is kept, not
-//!   rebuilt: it is durable, signed and deterministic, so nobody can have seen a different
-//!   block `H`. A block that was published is durable in both stores, so it never changes.
-//! - Any other pair (`V > H + 1`, `V < H`, a genesis that differs from the chain spec's) is
-//!   not a crash but stores that do not belong together: the node refuses to start and says
-//!   which.
+//! - `V ≤ H`: the history holds blocks `V ..= H` that Vilmo (up to block `V - 1`) lacks.
+//!   For each in order, recovery checks the stored ChangeSet against the header's state
+//!   checksum, derives the writes against Vilmo's state (the same state the producer derived
+//!   them against through its tip, so the same writes) and commits them. Now `V = H + 1`.
+//! - Blocks in the history but never published (the crash came before their publication)
+//!   are kept, not rebuilt: they are durable, signed and deterministic, so nobody can have
+//!   seen different ones. A block that was published is durable in both stores, so it never
+//!   changes. Sealed blocks that never reached the history are lost, and were never
+//!   published; their transactions are still in the journal (below).
+//! - Any other pair (`V > H + 1`, `V` further behind, a genesis that differs from the chain
+//!   spec's) is not a crash but stores that do not belong together: the node refuses to
+//!   start and says which.
 //!
 //! Transactions: the hash is returned only after the journal's `fdatasync`. At start the
 //! journal is replayed into the pool against the recovered head state; transactions that a
 //! durable block included (or made invalid) are dropped then, and the journal is rewritten
-//! to the pool's contents. So a transaction that got a hash is, after any crash, either in a
-//! durable block or back in the pool.
+//! to the pool's contents. The running node rewrites the journal only with no block in flight
+//! (the producer waits for the committer first), so a transaction that left the pool for a
+//! sealed block stays journaled until that block is durable. So a transaction that got a hash
+//! is, after any crash, either in a durable block or back in the pool.
 
 pub mod backend;
 pub mod chain;

@@ -84,6 +84,8 @@ pub struct NodeMetrics {
     pub blocks: Counter,
     /// Journal rewrites.
     pub journal_rewrites: Counter,
+    /// Blocks per history group commit.
+    pub commit_group_blocks: Histogram,
 }
 
 impl Default for NodeMetrics {
@@ -99,6 +101,7 @@ impl Default for NodeMetrics {
             transactions_dropped: Counter::default(),
             blocks: Counter::default(),
             journal_rewrites: Counter::default(),
+            commit_group_blocks: Histogram::new(exponential_buckets(1.0, 2.0, 5)),
         }
     }
 }
@@ -144,6 +147,11 @@ impl NodeMetrics {
             "journal_rewrites",
             "Rewrites of the transaction journal to the pool's contents",
             self.journal_rewrites.clone(),
+        );
+        sub.register(
+            "commit_group_blocks",
+            "Blocks written to the history per durable transaction (more when the disk lags)",
+            self.commit_group_blocks.clone(),
         );
     }
 

@@ -1,7 +1,7 @@
 //! The node: opening and recovering the stores, producing blocks, publishing them.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,9 @@ pub enum NodeError {
     /// Reading the values a block's changes replace failed.
     #[error("reading the prior state of block {0}: {1}")]
     Prior(u64, String),
+    /// The committer thread could not start, or stopped without saying why.
+    #[error("block pipeline: {0}")]
+    Pipeline(String),
 }
 
 /// Why a transaction was not accepted.
@@ -174,6 +177,158 @@ pub struct CommittedBlock {
     pub prior: PriorValues,
 }
 
+/// How many sealed blocks may wait for the committer: the producer stops at this many, so a
+/// slow disk bounds the memory the pipeline holds and the latency it adds.
+const PIPELINE_DEPTH: usize = 3;
+
+/// The most blocks one history transaction commits.
+pub const MAX_GROUP: usize = 8;
+
+/// A block the producer sealed, on its way to the committer.
+struct SealedBlock {
+    /// What subscribers receive once it is published.
+    block: CommittedBlock,
+    /// The old value of every key it writes, for the history.
+    state_history: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Its writes, for Vilmo.
+    writes: Vec<Write>,
+    /// When its selection started.
+    started: Instant,
+}
+
+/// The producer's side of the block pipeline.
+///
+/// Two threads share the work of a block. The **producer** selects, executes and seals block
+/// `N + 1` on its *tip*: Vilmo's committed state with the writes of the blocks it has sealed
+/// but the committer has not yet committed laid over it ([`crate::state::Tip`]). It hands each
+/// sealed block to the **committer** through a channel of [`PIPELINE_DEPTH`] slots and moves
+/// the pool to the tip at once. The committer takes every block waiting (up to
+/// [`MAX_GROUP`]), writes them to the history in one durable MDBX transaction, then commits
+/// each block's state to Vilmo and publishes it, in order. So a block's durable commit (the
+/// fsync-bound part of its time) overlaps the next block's execution (the CPU-bound part), and
+/// when the disk falls behind, blocks queue and commit in groups that share one sync.
+///
+/// The order of durable steps is the one the crate documentation argues from: a block's
+/// history before its state, its state before its publication, and blocks in order. The
+/// producer forgets an in-flight block only after the committer reports it in Vilmo.
+struct Pipeline {
+    sender: Option<std::sync::mpsc::SyncSender<SealedBlock>>,
+    committer: Option<std::thread::JoinHandle<Result<(), NodeError>>>,
+    /// The blocks sealed and not yet known to be in Vilmo, oldest first.
+    pending: Vec<Arc<crate::state::PendingBlock>>,
+    /// The last block sealed (or the published head at start).
+    tip: HeadBlock,
+}
+
+impl Pipeline {
+    fn start(node: &Arc<Node>) -> Result<Self, NodeError> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<SealedBlock>(PIPELINE_DEPTH);
+        let committer_node = node.clone();
+        let committer = std::thread::Builder::new()
+            .name("committer".into())
+            .spawn(move || {
+                let mut last_published = None;
+                // Ends when the producer drops its sender and every block sent is committed.
+                while let Ok(first) = receiver.recv() {
+                    let mut group = vec![first];
+                    while group.len() < MAX_GROUP {
+                        match receiver.try_recv() {
+                            Ok(next) => group.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    if let Err(e) = committer_node.commit_group(group, &mut last_published) {
+                        tracing::error!(error = %e, "committing blocks failed: the producer stops");
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| NodeError::Pipeline(format!("cannot start the committer thread: {e}")))?;
+        Ok(Self {
+            sender: Some(sender),
+            committer: Some(committer),
+            pending: Vec::new(),
+            tip: node.head(),
+        })
+    }
+
+    /// The tip's state over `vilmo` (a read guard of the node's store).
+    fn view<'a>(&'a self, node: &'a Node, vilmo: &'a Vilmo) -> crate::state::Tip<'a> {
+        crate::state::Tip {
+            vilmo,
+            pending: &self.pending,
+            history: &node.history,
+        }
+    }
+
+    /// Drops the in-flight blocks the committer has put in Vilmo.
+    fn forget_committed(&mut self, node: &Node) {
+        let through = node.committed_through.load(Ordering::SeqCst);
+        let before = self.pending.len();
+        self.pending.retain(|b| b.number > through);
+        if self.pending.len() != before {
+            node.set_pending(&self.pending);
+        }
+    }
+
+    /// Hands `sealed` to the committer (waiting while [`PIPELINE_DEPTH`] blocks wait).
+    fn send(&mut self, node: &Node, sealed: SealedBlock) -> Result<(), NodeError> {
+        let pending = Arc::new(crate::state::PendingBlock {
+            number: sealed.block.header.number,
+            hash: sealed.block.hash,
+            writes: sealed.writes.iter().cloned().collect(),
+            transactions: sealed
+                .block
+                .transactions
+                .iter()
+                .map(|tx| (*tx.inner().tx_hash(), tx.clone()))
+                .collect(),
+        });
+        self.pending.push(pending);
+        node.set_pending(&self.pending);
+        if self.sender.as_ref().is_some_and(|s| s.send(sealed).is_ok()) {
+            return Ok(());
+        }
+        // The committer stopped: its error says why.
+        Err(self
+            .join()
+            .err()
+            .unwrap_or_else(|| NodeError::Pipeline("the committer thread stopped".into())))
+    }
+
+    /// Waits until every block sent is committed and published.
+    fn drain(&mut self, node: &Node) -> Result<(), NodeError> {
+        let tip = self.tip.header.number;
+        while node.committed_through.load(Ordering::SeqCst) < tip {
+            if self.committer.as_ref().is_none_or(|c| c.is_finished()) {
+                return Err(self.join().err().unwrap_or_else(|| {
+                    NodeError::Pipeline("the committer thread stopped".into())
+                }));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.forget_committed(node);
+        Ok(())
+    }
+
+    /// Closes the channel and waits for the committer to commit what it holds.
+    fn finish(mut self) -> Result<(), NodeError> {
+        self.sender = None;
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<(), NodeError> {
+        self.sender = None;
+        match self.committer.take() {
+            Some(handle) => handle.join().unwrap_or_else(|_| {
+                Err(NodeError::Pipeline("the committer thread panicked".into()))
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The running node's shared state. The block producer thread writes; RPC tasks read.
 pub struct Node {
     config: NodeConfig,
@@ -185,6 +340,11 @@ pub struct Node {
     journal: Journal,
     recoverer: Recoverer,
     head: RwLock<HeadBlock>,
+    /// The newest block in Vilmo and published (the committer's progress).
+    committed_through: AtomicU64,
+    /// The blocks sealed and not yet committed, as the producer last saw them: submissions
+    /// check nonces against the tip they make.
+    pending: RwLock<Arc<Vec<Arc<crate::state::PendingBlock>>>>,
     committed: broadcast::Sender<Arc<CommittedBlock>>,
     jit: Arc<CodeCache>,
     blockstm: BlockStmMetrics,
@@ -202,10 +362,10 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// The head state, as the pool checks transactions against it.
-struct PoolView<'a>(StateDb<'a, Head<'a>>);
+/// The tip's state, as the pool checks transactions against it.
+struct PoolView<'a, S>(StateDb<'a, S>);
 
-impl StateView for PoolView<'_> {
+impl<S: crate::state::StateSource> StateView for PoolView<'_, S> {
     fn account(&self, address: Address) -> Result<(u64, U256), String> {
         match self.0.account(&address) {
             Ok(Some(a)) => Ok((a.state.nonce, a.state.balance)),
@@ -267,7 +427,9 @@ impl Node {
             pool,
             journal,
             recoverer,
+            committed_through: AtomicU64::new(head.header.number),
             head: RwLock::new(head),
+            pending: RwLock::new(Arc::new(Vec::new())),
             committed,
             jit,
             blockstm: BlockStmMetrics::default(),
@@ -387,14 +549,16 @@ impl Node {
             .number
     }
 
-    /// The base fee of the next block.
+    /// The base fee of the block after the published head.
     pub fn next_base_fee(&self) -> u64 {
-        let head = self.head();
-        self.config.chain.base_fee.next(
-            head.header.gas_used,
-            head.header.gas_limit,
-            head.header.base_fee_per_gas.unwrap_or_default(),
-        )
+        self.base_fee_after(&self.head().header)
+    }
+
+    fn set_pending(&self, pending: &[Arc<crate::state::PendingBlock>]) {
+        *self
+            .pending
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(pending.to_vec());
     }
 
     /// Every block committed from now on.
@@ -436,8 +600,23 @@ impl Node {
         let hash = tx.hash;
         {
             let base_fee = self.next_base_fee();
+            // Vilmo first, then the blocks in flight: a block leaves the in-flight list only
+            // after it is in Vilmo, so no block is missed between the two reads.
             let vilmo = self.vilmo_read();
-            let view = PoolView(self.head_db(&vilmo));
+            let pending = self
+                .pending
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let tip = crate::state::Tip {
+                vilmo: &vilmo,
+                pending: &pending,
+                history: &self.history,
+            };
+            let view = PoolView(StateDb {
+                source: tip,
+                hashes: &self.history,
+            });
             self.pool.add(tx, &view, base_fee)?;
         }
         if let Err(e) = self.journal.append(raw).await {
@@ -454,15 +633,19 @@ impl Node {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    /// Produces blocks every block time until [`Self::stop`]. Runs on its own thread.
+    /// Produces blocks every block time until [`Self::stop`], committing them on a second
+    /// thread (see [`Pipeline`]). Runs on its own thread; returns the first error of either.
     pub fn run_producer(self: &Arc<Self>) -> Result<(), NodeError> {
         let block_time = Duration::from_millis(self.config.chain.block_time_ms);
         let mut executor =
             ParallelExecutor::new(self.config.threads).with_jit(Some(self.jit.clone()));
         let policy = Policy::default();
+        let mut pipeline = Pipeline::start(self)?;
         let mut next = Instant::now() + block_time;
-        let mut last_published: Option<Instant> = None;
-        while !self.stop.load(Ordering::SeqCst) {
+        let result = loop {
+            if self.stop.load(Ordering::SeqCst) {
+                break Ok(());
+            }
             let now = Instant::now();
             if next > now {
                 std::thread::sleep((next - now).min(Duration::from_millis(50)));
@@ -470,29 +653,35 @@ impl Node {
             }
             // A block that took longer than the block time starts the next one at once.
             next = (next + block_time).max(Instant::now());
-            self.produce(&mut executor, &policy)?;
-            let published = Instant::now();
-            if let Some(last) = last_published {
-                self.metrics
-                    .block_interval_seconds
-                    .observe((published - last).as_secs_f64());
+            if let Err(e) = self.produce(&mut executor, &policy, &mut pipeline) {
+                break Err(e);
             }
-            last_published = Some(published);
-        }
-        Ok(())
+        };
+        // Whatever was handed to the committer is committed before the producer returns.
+        let finished = pipeline.finish();
+        result.and(finished)
     }
 
-    /// Builds, executes, commits and publishes one block.
-    pub fn produce(
+    /// Builds, executes and seals one block on the producer's tip and hands it to the
+    /// committer; the pool moves on to the tip at once.
+    fn produce(
         self: &Arc<Self>,
         executor: &mut ParallelExecutor,
         policy: &Policy,
+        pipeline: &mut Pipeline,
     ) -> Result<u64, NodeError> {
         let started = Instant::now();
-        let parent = self.head();
+        pipeline.forget_committed(self);
+        if self.journal_needs_rewrite() {
+            // The rewrite keeps only what the pool holds: the blocks in flight must be durable
+            // first, or their transactions would be in neither.
+            pipeline.drain(self)?;
+            self.rewrite_journal();
+        }
+        let parent = pipeline.tip.clone();
         let number = parent.header.number + 1;
         let chain = &self.config.chain;
-        let base_fee = self.next_base_fee();
+        let base_fee = self.base_fee_after(&parent.header);
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -521,7 +710,11 @@ impl Node {
         };
         let block_env = gigas_evm::env::block_env_of(&header, chain.fork);
         let vilmo = self.vilmo_read();
-        let db = self.head_db(&vilmo);
+        let tip = pipeline.view(self, &vilmo);
+        let db = StateDb {
+            source: tip,
+            hashes: &tip,
+        };
         let outcome = loop {
             let txs: Vec<PreparedTx> = selected
                 .iter()
@@ -535,7 +728,7 @@ impl Node {
             match executor.execute_with_policy(&block, &db, policy, &self.blockstm) {
                 Ok((_, outcome)) => break outcome.outcome,
                 Err(e) if e.is_invalid_transaction() => {
-                    // The pool checked it against the head, but an earlier transaction of
+                    // The pool checked it against the tip, but an earlier transaction of
                     // this block changed its sender's account: drop it and its sender's later
                     // transactions from this block, and retry.
                     let Some((index, reason)) = e.transaction() else {
@@ -585,43 +778,22 @@ impl Node {
             .sign_hash_sync(&hash)
             .map_err(|e| NodeError::Sign(number, e.to_string()))?;
         let writes =
-            changeset_writes(&outcome.changes, &*vilmo).map_err(crate::state::StateError::from)?;
+            changeset_writes(&outcome.changes, &tip).map_err(crate::state::StateError::from)?;
         let state_history: Vec<(Vec<u8>, Option<Vec<u8>>)> = writes
             .iter()
-            .map(|(key, _)| (key.clone(), vilmo.get(key).map(<[u8]>::to_vec)))
-            .collect();
-        let prior = PriorValues::capture(&outcome.changes, &self.head_db(&vilmo))
+            .map(|(key, _)| {
+                gigas_primitives::state_keys::StateReader::get(&tip, key)
+                    .map(|old| (key.clone(), old))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(crate::state::StateError::from)?;
+        let prior = PriorValues::capture(&outcome.changes, &db)
             .map_err(|e| NodeError::Prior(number, e.to_string()))?;
         drop(vilmo);
         self.metrics.stage(Stage::Seal, seconds(t));
 
-        // Commit order (see the crate documentation): history first, then state. A crash
-        // between them leaves a history one block ahead, and recovery re-applies that
-        // block's ChangeSet, which the history holds, to Vilmo.
-        let t = Instant::now();
-        self.history.commit_block(&BlockRecord {
-            header: &header,
-            hash,
-            signature,
-            transactions: &transactions,
-            receipts: &receipts,
-            changeset: &changeset,
-            state_history: &state_history,
-        })?;
-        self.metrics.stage(Stage::CommitHistory, seconds(t));
-
-        let t = Instant::now();
-        self.commit_state(writes)?;
-        self.metrics.stage(Stage::CommitState, seconds(t));
-
-        let t = Instant::now();
-        let gas_used = header.gas_used;
-        let tx_count = transactions.len();
-        *self
-            .head
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = HeadBlock {
-            header: header.clone(),
+        let sealed = HeadBlock {
+            header,
             hash,
             signature,
         };
@@ -631,50 +803,119 @@ impl Node {
             s.dedup();
             s
         };
+        pipeline.send(
+            self,
+            SealedBlock {
+                block: CommittedBlock {
+                    header: sealed.header.clone(),
+                    hash,
+                    signature,
+                    transactions,
+                    receipts,
+                    changeset,
+                    changes: outcome.changes,
+                    prior,
+                },
+                state_history,
+                writes,
+                started,
+            },
+        )?;
+        // The pool moves to the tip now, so that the next block selects what follows.
+        let next_base_fee = self.base_fee_after(&sealed.header);
         {
-            let next_base_fee = self.next_base_fee();
             let vilmo = self.vilmo_read();
-            let view = PoolView(self.head_db(&vilmo));
+            let view = PoolView(StateDb {
+                source: pipeline.view(self, &vilmo),
+                hashes: &self.history,
+            });
             self.pool.on_block(&view, &senders, next_base_fee);
         }
-        let _ = self.committed.send(Arc::new(CommittedBlock {
-            header,
-            hash,
-            signature,
-            transactions,
-            receipts,
-            changeset,
-            changes: outcome.changes,
-            prior,
-        }));
-        self.maybe_rewrite_journal();
-        self.metrics.stage(Stage::Publish, seconds(t));
-
-        self.metrics.block_seconds.observe(seconds(started));
-        self.metrics.block_gas.observe(gas_used as f64);
-        self.metrics.block_transactions.observe(tx_count as f64);
-        self.metrics.transactions_included.inc_by(tx_count as u64);
-        self.metrics.blocks.inc();
-        self.metrics.head.set(number as i64);
-        // Empty blocks come four times a second on an idle dev chain: keep them out of the
-        // default log.
-        let level_info = tx_count > 0;
-        if !level_info {
-            tracing::debug!(block = number, "empty block");
-            return Ok(number);
-        }
-        info!(
-            block = number,
-            txs = tx_count,
-            gas = gas_used,
-            ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
-            "block"
-        );
+        pipeline.tip = sealed;
         Ok(number)
     }
 
-    fn commit_state(&self, writes: Vec<Write>) -> Result<(), NodeError> {
-        let batch = batch_of(&writes)?;
+    /// Commits a group of sealed blocks, in order: the history in one durable transaction,
+    /// then each block's state in Vilmo, then each is published.
+    fn commit_group(
+        &self,
+        group: Vec<SealedBlock>,
+        last_published: &mut Option<Instant>,
+    ) -> Result<(), NodeError> {
+        let t = Instant::now();
+        let records: Vec<BlockRecord<'_>> = group
+            .iter()
+            .map(|b| BlockRecord {
+                header: &b.block.header,
+                hash: b.block.hash,
+                signature: b.block.signature,
+                transactions: &b.block.transactions,
+                receipts: &b.block.receipts,
+                changeset: &b.block.changeset,
+                state_history: &b.state_history,
+            })
+            .collect();
+        self.history.commit_blocks(&records)?;
+        drop(records);
+        self.metrics.stage(Stage::CommitHistory, seconds(t));
+        self.metrics.commit_group_blocks.observe(group.len() as f64);
+
+        for sealed in group {
+            let t = Instant::now();
+            self.commit_state(&sealed.writes)?;
+            self.metrics.stage(Stage::CommitState, seconds(t));
+
+            let t = Instant::now();
+            let block = sealed.block;
+            let number = block.header.number;
+            let gas_used = block.header.gas_used;
+            let tx_count = block.transactions.len();
+            *self
+                .head
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = HeadBlock {
+                header: block.header.clone(),
+                hash: block.hash,
+                signature: block.signature,
+            };
+            self.committed_through.store(number, Ordering::SeqCst);
+            let _ = self.committed.send(Arc::new(block));
+            self.metrics.stage(Stage::Publish, seconds(t));
+
+            let published = Instant::now();
+            if let Some(last) = *last_published {
+                self.metrics
+                    .block_interval_seconds
+                    .observe((published - last).as_secs_f64());
+            }
+            *last_published = Some(published);
+            self.metrics
+                .block_seconds
+                .observe((published - sealed.started).as_secs_f64());
+            self.metrics.block_gas.observe(gas_used as f64);
+            self.metrics.block_transactions.observe(tx_count as f64);
+            self.metrics.transactions_included.inc_by(tx_count as u64);
+            self.metrics.blocks.inc();
+            self.metrics.head.set(number as i64);
+            // Empty blocks come four times a second on an idle dev chain: keep them out of
+            // the default log.
+            if tx_count == 0 {
+                tracing::debug!(block = number, "empty block");
+            } else {
+                info!(
+                    block = number,
+                    txs = tx_count,
+                    gas = gas_used,
+                    ms = format_args!("{:.1}", (published - sealed.started).as_secs_f64() * 1e3),
+                    "block"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn commit_state(&self, writes: &[Write]) -> Result<(), NodeError> {
+        let batch = batch_of(writes)?;
         self.vilmo
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -682,19 +923,44 @@ impl Node {
         Ok(())
     }
 
-    /// Rewrites the journal to the pool's contents once included transactions make up most
-    /// of it, so that it stays within a small multiple of the pool.
-    fn maybe_rewrite_journal(self: &Arc<Self>) {
+    /// The base fee of the block after `parent`.
+    fn base_fee_after(&self, parent: &Header) -> u64 {
+        self.config.chain.base_fee.next(
+            parent.gas_used,
+            parent.gas_limit,
+            parent.base_fee_per_gas.unwrap_or_default(),
+        )
+    }
+
+    /// A transaction of a block that is sealed but not yet published (it has left the pool
+    /// and is not yet readable from the history), for lookups by hash in that interval.
+    pub fn in_flight_transaction(&self, hash: B256) -> Option<Recovered<TxEnvelope>> {
+        let pending = self
+            .pending
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        pending
+            .iter()
+            .rev()
+            .find_map(|b| b.transactions.get(&hash).cloned())
+    }
+
+    fn journal_needs_rewrite(&self) -> bool {
         let pool_bytes = self.pool.stats().bytes as u64;
-        if self.journal.len_bytes() > 4 * pool_bytes + (8 << 20) {
-            let node = self.clone();
-            match self.journal.rewrite(move || node.pool.all_encoded()) {
-                Ok(()) => {
-                    self.metrics.journal_rewrites.inc();
-                }
-                Err(e) => {
-                    warn!(error = %e, "rewriting the transaction journal failed; it keeps growing until a rewrite succeeds")
-                }
+        self.journal.len_bytes() > 4 * pool_bytes + (8 << 20)
+    }
+
+    /// Rewrites the journal to the pool's contents, so that it stays within a small multiple
+    /// of the pool. Called with no block in flight.
+    fn rewrite_journal(self: &Arc<Self>) {
+        let node = self.clone();
+        match self.journal.rewrite(move || node.pool.all_encoded()) {
+            Ok(()) => {
+                self.metrics.journal_rewrites.inc();
+            }
+            Err(e) => {
+                warn!(error = %e, "rewriting the transaction journal failed; it keeps growing until a rewrite succeeds")
             }
         }
     }
@@ -795,9 +1061,10 @@ fn batch_of(writes: &[Write]) -> Result<Batch, NodeError> {
 
 /// Brings Vilmo and the history to the same head and returns it.
 ///
-/// Vilmo's batch `k` holds block `k - 1` (batch 1 is the genesis state). The producer commits
-/// a block to the history before Vilmo, so after a crash Vilmo is at the history's head or one
-/// block behind it; anything else means the directory's stores do not belong together.
+/// Vilmo's batch `k` holds block `k - 1` (batch 1 is the genesis state). The committer writes
+/// a group of blocks to the history before any of them to Vilmo, so after a crash Vilmo is at
+/// the history's head or up to [`MAX_GROUP`] blocks behind it; anything else means the
+/// directory's stores do not belong together.
 fn recover(
     config: &NodeConfig,
     signer: &PrivateKeySigner,
@@ -863,44 +1130,50 @@ fn recover(
     if batches == head + 1 {
         return Ok(HeadBlock::from_sealed(sealed));
     }
-    if batches != head {
+    // The committer writes up to MAX_GROUP blocks to the history, then their state one by
+    // one: a crash leaves Vilmo at most that many blocks behind, never ahead.
+    if batches > head + 1 || batches + (MAX_GROUP as u64) < head + 1 {
         return Err(inconsistent(format!(
             "the state store holds {batches} batches (block {}), the chain history ends at \
              block {head}: they do not belong together",
             batches as i128 - 1
         )));
     }
-    // The last block reached the history but not Vilmo: apply its ChangeSet again.
-    let writes = if head == 0 {
-        match genesis_writes {
-            Some(writes) => writes,
-            None => genesis(&config.chain, signer)?.1,
-        }
-    } else {
-        let bytes = history.changeset(head)?.ok_or_else(|| {
-            inconsistent(format!(
-                "block {head}'s ChangeSet is missing from the history"
-            ))
-        })?;
-        let parent = history
-            .sealed_header(head - 1)?
-            .ok_or_else(|| inconsistent(format!("block {}'s header is missing", head - 1)))?;
-        if state_checksum(&parent.header.state_root, &bytes) != sealed.header.state_root {
-            return Err(inconsistent(format!(
-                "block {head}'s stored ChangeSet does not match its header's state checksum"
-            )));
-        }
-        let changes = ChangeSet::decode(&bytes).map_err(|e| {
-            inconsistent(format!(
-                "block {head}'s stored ChangeSet does not decode: {e}"
-            ))
-        })?;
-        changeset_writes(&changes, &*vilmo).map_err(crate::state::StateError::from)?
-    };
-    vilmo.commit(batch_of(&writes)?)?;
-    warn!(
-        block = head,
-        "re-applied the last block's state, which a crash had cut off"
-    );
+    for number in batches..=head {
+        let writes = if number == 0 {
+            match genesis_writes.take() {
+                Some(writes) => writes,
+                None => genesis(&config.chain, signer)?.1,
+            }
+        } else {
+            let bytes = history.changeset(number)?.ok_or_else(|| {
+                inconsistent(format!(
+                    "block {number}'s ChangeSet is missing from the history"
+                ))
+            })?;
+            let parent = history
+                .sealed_header(number - 1)?
+                .ok_or_else(|| inconsistent(format!("block {}'s header is missing", number - 1)))?;
+            let header = history
+                .sealed_header(number)?
+                .ok_or_else(|| inconsistent(format!("block {number}'s header is missing")))?;
+            if state_checksum(&parent.header.state_root, &bytes) != header.header.state_root {
+                return Err(inconsistent(format!(
+                    "block {number}'s stored ChangeSet does not match its header's state checksum"
+                )));
+            }
+            let changes = ChangeSet::decode(&bytes).map_err(|e| {
+                inconsistent(format!(
+                    "block {number}'s stored ChangeSet does not decode: {e}"
+                ))
+            })?;
+            changeset_writes(&changes, &*vilmo).map_err(crate::state::StateError::from)?
+        };
+        vilmo.commit(batch_of(&writes)?)?;
+        warn!(
+            block = number,
+            "re-applied a block's state, which a crash had cut off"
+        );
+    }
     Ok(HeadBlock::from_sealed(sealed))
 }

@@ -59,6 +59,100 @@ impl StateSource for Head<'_> {
     }
 }
 
+/// A block the producer has sealed and handed to the committer, not yet in Vilmo: what the
+/// next blocks execute on top of.
+#[derive(Debug)]
+pub struct PendingBlock {
+    /// Its number.
+    pub number: u64,
+    /// Its hash, for BLOCKHASH in the blocks after it.
+    pub hash: B256,
+    /// Its state writes, by key (`None`: deleted).
+    pub writes: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Its transactions by hash: they have left the pool and are not yet in the history.
+    pub transactions: std::collections::HashMap<
+        B256,
+        alloy_consensus::transaction::Recovered<alloy_consensus::TxEnvelope>,
+    >,
+}
+
+/// The producer's tip: Vilmo's head with the blocks in flight to the committer laid over it
+/// (`pending` oldest first; a key's newest pending write wins). A block in `pending` may
+/// already be in Vilmo too: its writes are then the same values, so either read is right.
+#[derive(Clone, Copy)]
+pub struct Tip<'a> {
+    /// The committed state.
+    pub vilmo: &'a Vilmo,
+    /// The blocks in flight, oldest first.
+    pub pending: &'a [std::sync::Arc<PendingBlock>],
+    /// Hashes of committed blocks.
+    pub history: &'a History,
+}
+
+impl fmt::Debug for Tip<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tip")
+            .field(
+                "pending",
+                &self.pending.iter().map(|p| p.number).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateSource for Tip<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, StateError> {
+        for block in self.pending.iter().rev() {
+            if let Some(value) = block.writes.get(key) {
+                return Ok(value.as_deref().map(Cow::Borrowed));
+            }
+        }
+        Ok(self.vilmo.get(key).map(Cow::Borrowed))
+    }
+}
+
+impl BlockHashes for Tip<'_> {
+    fn block_hash(&self, number: u64) -> Option<B256> {
+        match self.pending.iter().find(|p| p.number == number) {
+            Some(p) => Some(p.hash),
+            None => self.history.block_hash(number),
+        }
+    }
+}
+
+/// A block's writes are computed against the tip: the same reads, plus the prefix scan that
+/// wiping an account's storage needs (Vilmo's keys, then each pending block's puts and
+/// deletes in order).
+impl gigas_primitives::state_keys::StateReader for Tip<'_> {
+    type Error = LayoutError;
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, LayoutError> {
+        for block in self.pending.iter().rev() {
+            if let Some(value) = block.writes.get(key) {
+                return Ok(value.clone());
+            }
+        }
+        Ok(self.vilmo.get(key).map(<[u8]>::to_vec))
+    }
+
+    fn keys_with_prefix(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, LayoutError> {
+        let mut keys: std::collections::BTreeSet<Vec<u8>> =
+            gigas_primitives::state_keys::StateReader::keys_with_prefix(self.vilmo, prefix)?
+                .into_iter()
+                .collect();
+        for block in self.pending {
+            for (key, value) in block.writes.iter().filter(|(k, _)| k.starts_with(prefix)) {
+                if value.is_some() {
+                    keys.insert(key.clone());
+                } else {
+                    keys.remove(key);
+                }
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+}
+
 /// The state at the end of block `block`: a key's old value from the history when a later
 /// block changed it, else its value at the head.
 pub struct At<'a> {
@@ -185,5 +279,66 @@ impl<S: StateSource> gigas_statediff::PriorState for StateDb<'_, S> {
     fn slot(&self, address: &Address, slot: &U256) -> Result<U256, gigas_statediff::StoreError> {
         self.storage_ref(*address, *slot)
             .map_err(gigas_statediff::StoreError::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use gigas_primitives::state_keys::StateReader;
+    use gigas_vilmo::{Batch, Options};
+
+    use super::*;
+
+    fn pending(number: u64, writes: &[(&[u8], Option<&[u8]>)]) -> Arc<PendingBlock> {
+        Arc::new(PendingBlock {
+            number,
+            hash: B256::with_last_byte(number as u8),
+            writes: writes
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect(),
+            transactions: HashMap::new(),
+        })
+    }
+
+    /// The newest in-flight write of a key wins over older ones and over Vilmo, a pending
+    /// delete hides a committed key, and the prefix scan sees the same keys as reads do.
+    #[test]
+    fn the_tip_lays_pending_blocks_over_vilmo_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut vilmo = Vilmo::open(dir.path().join("state"), Options::default()).unwrap();
+        let mut batch = Batch::with_capacity(3, 0);
+        batch.put(b"pa", b"vilmo-a").unwrap();
+        batch.put(b"pb", b"vilmo-b").unwrap();
+        batch.put(b"q", b"vilmo-q").unwrap();
+        vilmo.commit(batch).unwrap();
+        let history = History::open(&dir.path().join("history"), Default::default()).unwrap();
+        let blocks = [
+            pending(1, &[(b"pa", Some(b"one-a")), (b"pc", Some(b"one-c"))]),
+            pending(2, &[(b"pa", Some(b"two-a")), (b"pb", None)]),
+        ];
+        let tip = Tip {
+            vilmo: &vilmo,
+            pending: &blocks,
+            history: &history,
+        };
+        let get = |k: &[u8]| StateReader::get(&tip, k).unwrap();
+        assert_eq!(get(b"pa"), Some(b"two-a".to_vec()));
+        assert_eq!(get(b"pb"), None);
+        assert_eq!(get(b"pc"), Some(b"one-c".to_vec()));
+        assert_eq!(get(b"q"), Some(b"vilmo-q".to_vec()));
+        assert_eq!(
+            StateSource::get(&tip, b"pa").unwrap().as_deref(),
+            Some(&b"two-a"[..])
+        );
+        assert_eq!(
+            tip.keys_with_prefix(b"p").unwrap(),
+            vec![b"pa".to_vec(), b"pc".to_vec()]
+        );
+        assert_eq!(tip.block_hash(2), Some(B256::with_last_byte(2)));
+        assert_eq!(tip.block_hash(7), None);
     }
 }

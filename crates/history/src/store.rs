@@ -150,30 +150,70 @@ impl History {
     /// else [`HistoryError::NotNext`]. Also prunes the ChangeSets and state history that fell
     /// out of the window.
     pub fn commit_block(&self, record: &BlockRecord<'_>) -> Result<(), HistoryError> {
+        self.commit_blocks(std::slice::from_ref(record))
+    }
+
+    /// Writes consecutive blocks in one durable write transaction (a group commit): all or
+    /// none of them are in the history afterwards. One sync for the group, and a page that
+    /// several of its blocks change is written once. Each block is checked and pruned as by
+    /// [`Self::commit_block`].
+    pub fn commit_blocks(&self, records: &[BlockRecord<'_>]) -> Result<(), HistoryError> {
         let start = Instant::now();
-        let number = record.header.number;
-        if record.transactions.len() != record.receipts.len() {
-            return Err(HistoryError::ReceiptCount {
-                block: number,
-                transactions: record.transactions.len(),
-                receipts: record.receipts.len(),
-            });
+        let mut sorted = Vec::with_capacity(records.len());
+        for record in records {
+            let number = record.header.number;
+            if record.transactions.len() != record.receipts.len() {
+                return Err(HistoryError::ReceiptCount {
+                    block: number,
+                    transactions: record.transactions.len(),
+                    receipts: record.receipts.len(),
+                });
+            }
+            if u32::try_from(record.transactions.len()).is_err() {
+                return Err(HistoryError::TooManyTransactions {
+                    block: number,
+                    count: record.transactions.len(),
+                });
+            }
+            // Checked and sorted before the write lock is taken: rows go in in key order,
+            // which keeps MDBX's cursor on neighbouring pages.
+            sorted.push(sorted_state_history(number, record.state_history)?);
         }
-        if u32::try_from(record.transactions.len()).is_err() {
-            return Err(HistoryError::TooManyTransactions {
-                block: number,
-                count: record.transactions.len(),
-            });
-        }
-        // Checked and sorted before the write lock is taken: rows go in in key order, which
-        // keeps MDBX's cursor on neighbouring pages.
-        let state = sorted_state_history(number, record.state_history)?;
 
         let txn = self
             .env
             .begin_rw_unsync()
             .map_err(HistoryError::mdbx("begin the block's write transaction"))?;
-        let expected = self.head_in(&txn)?.map_or(0, |head| head + 1);
+        let mut pruned = 0;
+        for (record, state) in records.iter().zip(&sorted) {
+            pruned += self.write_block(&txn, record, state)?;
+        }
+        let written = Instant::now();
+        txn.commit()
+            .map_err(HistoryError::mdbx("commit the block"))?;
+        self.metrics
+            .phase(CommitPhase::Commit, written.elapsed().as_secs_f64());
+
+        self.metrics.blocks_committed.inc_by(records.len() as u64);
+        self.metrics.blocks_pruned.inc_by(pruned);
+        self.metrics
+            .commit_seconds
+            .observe(start.elapsed().as_secs_f64());
+        self.update_used_bytes();
+        Ok(())
+    }
+
+    /// Writes one block's rows in `txn` and prunes what fell out of the window; returns the
+    /// blocks pruned.
+    fn write_block(
+        &self,
+        txn: &RwTxUnsync,
+        record: &BlockRecord<'_>,
+        state: &[StateEntry<'_>],
+    ) -> Result<u64, HistoryError> {
+        let start = Instant::now();
+        let number = record.header.number;
+        let expected = self.head_in(txn)?.map_or(0, |head| head + 1);
         if number != expected {
             return Err(HistoryError::NotNext {
                 expected,
@@ -208,11 +248,11 @@ impl History {
             Err(e) => return Err(HistoryError::mdbx("write HeaderNumbers")(e)),
         }
 
-        self.write_transactions(&txn, number, record.transactions, &mut buf)?;
+        self.write_transactions(txn, number, record.transactions, &mut buf)?;
         let txs_done = Instant::now();
         self.metrics
             .phase(CommitPhase::Transactions, (txs_done - start).as_secs_f64());
-        self.write_receipts(&txn, number, record.receipts, &mut buf)?;
+        self.write_receipts(txn, number, record.receipts, &mut buf)?;
         let block_done = Instant::now();
         self.metrics
             .phase(CommitPhase::Receipts, (block_done - txs_done).as_secs_f64());
@@ -224,7 +264,7 @@ impl History {
         )
         .map_err(HistoryError::mdbx("write ChangeSets"))?;
         let mut key_buf = Vec::with_capacity(64);
-        for (prefix, old) in &state {
+        for (prefix, old) in state {
             codec::state_history_key(prefix, number, &mut key_buf);
             codec::encode_state_value(old.as_deref(), &mut buf);
             txn.put(
@@ -248,22 +288,10 @@ impl History {
             CommitPhase::StateHistory,
             (state_done - block_done).as_secs_f64(),
         );
-        let pruned = self.prune(&txn, number)?;
-        let prune_done = Instant::now();
+        let pruned = self.prune(txn, number)?;
         self.metrics
-            .phase(CommitPhase::Prune, (prune_done - state_done).as_secs_f64());
-        txn.commit()
-            .map_err(HistoryError::mdbx("commit the block"))?;
-        self.metrics
-            .phase(CommitPhase::Commit, prune_done.elapsed().as_secs_f64());
-
-        self.metrics.blocks_committed.inc();
-        self.metrics.blocks_pruned.inc_by(pruned);
-        self.metrics
-            .commit_seconds
-            .observe(start.elapsed().as_secs_f64());
-        self.update_used_bytes();
-        Ok(())
+            .phase(CommitPhase::Prune, state_done.elapsed().as_secs_f64());
+        Ok(pruned)
     }
 
     fn write_transactions(

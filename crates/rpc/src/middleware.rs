@@ -21,6 +21,9 @@ use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt};
 
 use crate::error::codes;
+
+/// Entries of one batch answered at once (the rest wait their turn, in order).
+const BATCH_CONCURRENCY: usize = 64;
 use crate::metrics::{GaugeGuard, RpcMetrics};
 
 /// Longest method name echoed back in a "does not exist" error: a client may send megabytes.
@@ -67,6 +70,30 @@ where
             .record_call(method, started.elapsed(), response.as_error_code());
         response
     }
+
+    /// One batch entry's answer (`None` for a notification).
+    fn entry<'a>(
+        self,
+        entry: Result<BatchEntry<'a>, jsonrpsee::core::middleware::BatchEntryErr<'a>>,
+    ) -> futures::future::BoxFuture<'a, Option<MethodResponse>>
+    where
+        S: 'a,
+    {
+        Box::pin(async move {
+            match entry {
+                Ok(BatchEntry::Call(request)) => Some(self.answer(request).await),
+                Ok(BatchEntry::Notification(n)) => {
+                    self.inner.notification(n).await;
+                    None
+                }
+                Err(err) => {
+                    let (err, id) = err.into_parts();
+                    self.metrics.record_error(err.code());
+                    Some(MethodResponse::error(id, err))
+                }
+            }
+        })
+    }
 }
 
 impl<S> RpcServiceT for CallLayer<S>
@@ -92,24 +119,27 @@ where
     /// jsonrpsee's own batch handling calls the inner service directly, past this middleware;
     /// batches are therefore answered here entry by entry so that each gets the same treatment
     /// as a single call. jsonrpsee has already refused batches over the size limit.
+    ///
+    /// Up to [`BATCH_CONCURRENCY`] entries of a batch are answered at once, in the order
+    /// given: one after another, a batch of transactions would wait for each one's sender
+    /// recovery and journal sync in turn, where together they share them.
     fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
+            use futures::StreamExt as _;
             let mut answers = BatchResponseBuilder::new_with_limit(this.max_response_body_size);
             let mut got_notification = false;
-            for entry in batch {
-                let response = match entry {
-                    Ok(BatchEntry::Call(request)) => this.answer(request).await,
-                    Ok(BatchEntry::Notification(n)) => {
-                        got_notification = true;
-                        this.inner.notification(n).await;
-                        continue;
-                    }
-                    Err(err) => {
-                        let (err, id) = err.into_parts();
-                        this.metrics.record_error(err.code());
-                        MethodResponse::error(id, err)
-                    }
+            // Boxed one by one: a closure building the futures inside this `Send` future
+            // trips the compiler's higher-ranked lifetime check.
+            let entries: Vec<_> = batch
+                .into_iter()
+                .map(|entry| this.clone().entry(entry))
+                .collect();
+            let mut responses = futures::stream::iter(entries).buffered(BATCH_CONCURRENCY);
+            while let Some(response) = responses.next().await {
+                let Some(response) = response else {
+                    got_notification = true;
+                    continue;
                 };
                 if let Err(too_big) = answers.append(response) {
                     return too_big;
