@@ -164,8 +164,9 @@ pub struct CommittedBlock {
     pub hash: B256,
     /// The sequencer's signature over the hash.
     pub signature: Signature,
-    /// The transactions with their senders.
-    pub transactions: Vec<Recovered<TxEnvelope>>,
+    /// The transactions with their senders (shared with the in-flight lookup until the
+    /// block is published).
+    pub transactions: Arc<[Recovered<TxEnvelope>]>,
     /// Their receipts.
     pub receipts: Vec<ReceiptEnvelope>,
     /// The block's ChangeSet, encoded.
@@ -190,8 +191,8 @@ struct SealedBlock {
     block: CommittedBlock,
     /// The old value of every key it writes, for the history.
     state_history: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    /// Its writes, for Vilmo.
-    writes: Vec<Write>,
+    /// Its writes (for Vilmo) and transactions, as the producer's tip reads them meanwhile.
+    pending: Arc<crate::state::PendingBlock>,
     /// When its selection started.
     started: Instant,
 }
@@ -274,18 +275,7 @@ impl Pipeline {
 
     /// Hands `sealed` to the committer (waiting while [`PIPELINE_DEPTH`] blocks wait).
     fn send(&mut self, node: &Node, sealed: SealedBlock) -> Result<(), NodeError> {
-        let pending = Arc::new(crate::state::PendingBlock {
-            number: sealed.block.header.number,
-            hash: sealed.block.hash,
-            writes: sealed.writes.iter().cloned().collect(),
-            transactions: sealed
-                .block
-                .transactions
-                .iter()
-                .map(|tx| (*tx.inner().tx_hash(), tx.clone()))
-                .collect(),
-        });
-        self.pending.push(pending);
+        self.pending.push(sealed.pending.clone());
         node.set_pending(&self.pending);
         if self.sender.as_ref().is_some_and(|s| s.send(sealed).is_ok()) {
             return Ok(());
@@ -758,7 +748,7 @@ impl Node {
         self.metrics.stage(Stage::Execute, seconds(t));
 
         let t = Instant::now();
-        let transactions: Vec<Recovered<TxEnvelope>> =
+        let transactions: Arc<[Recovered<TxEnvelope>]> =
             selected.iter().map(|tx| tx.tx.clone()).collect();
         let receipts: Vec<ReceiptEnvelope> =
             outcome.receipts.iter().map(|r| r.envelope()).collect();
@@ -810,14 +800,19 @@ impl Node {
                     header: sealed.header.clone(),
                     hash,
                     signature,
-                    transactions,
+                    transactions: transactions.clone(),
                     receipts,
                     changeset,
                     changes: outcome.changes,
                     prior,
                 },
                 state_history,
-                writes,
+                pending: Arc::new(crate::state::PendingBlock::new(
+                    number,
+                    hash,
+                    writes,
+                    transactions,
+                )),
                 started,
             },
         )?;
@@ -862,7 +857,7 @@ impl Node {
 
         for sealed in group {
             let t = Instant::now();
-            self.commit_state(&sealed.writes)?;
+            self.commit_state(sealed.pending.writes())?;
             self.metrics.stage(Stage::CommitState, seconds(t));
 
             let t = Instant::now();
@@ -940,10 +935,14 @@ impl Node {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        pending
-            .iter()
-            .rev()
-            .find_map(|b| b.transactions.get(&hash).cloned())
+        // A linear scan of at most a few blocks: this lookup is rare (a hash neither in the
+        // pool nor in a published block), a per-block index would be built for every block.
+        pending.iter().rev().find_map(|b| {
+            b.transactions
+                .iter()
+                .find(|tx| *tx.inner().tx_hash() == hash)
+                .cloned()
+        })
     }
 
     fn journal_needs_rewrite(&self) -> bool {

@@ -3,13 +3,17 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
+
+use alloy_consensus::transaction::Recovered;
+use alloy_consensus::TxEnvelope;
 
 use alloy_primitives::{Address, B256, U256};
 use gigas_evm::revm::database_interface::{DBErrorMarker, DatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
 use gigas_history::{HistoricValue, History};
 use gigas_primitives::state_keys::{
-    account_key, code_key, decode_slot, slot_key, LayoutError, StoredAccount,
+    account_key, code_key, decode_slot, slot_key, LayoutError, StoredAccount, Write,
 };
 use gigas_vilmo::Vilmo;
 
@@ -60,20 +64,69 @@ impl StateSource for Head<'_> {
 }
 
 /// A block the producer has sealed and handed to the committer, not yet in Vilmo: what the
-/// next blocks execute on top of.
+/// next blocks execute on top of. The committer commits the same writes and publishes the
+/// same transactions: nothing is copied for the overlay.
 #[derive(Debug)]
 pub struct PendingBlock {
     /// Its number.
     pub number: u64,
     /// Its hash, for BLOCKHASH in the blocks after it.
     pub hash: B256,
-    /// Its state writes, by key (`None`: deleted).
-    pub writes: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
-    /// Its transactions by hash: they have left the pool and are not yet in the history.
-    pub transactions: std::collections::HashMap<
-        B256,
-        alloy_consensus::transaction::Recovered<alloy_consensus::TxEnvelope>,
-    >,
+    /// Its state writes, sorted by key, one per key (`None`: deleted).
+    writes: Vec<Write>,
+    /// Its transactions: they have left the pool and are not yet in the history.
+    pub transactions: Arc<[Recovered<TxEnvelope>]>,
+}
+
+impl PendingBlock {
+    /// A pending block of `writes` (put in key order here if they are not already; of two
+    /// writes of one key the later wins, as in a Vilmo batch).
+    pub fn new(
+        number: u64,
+        hash: B256,
+        mut writes: Vec<Write>,
+        transactions: Arc<[Recovered<TxEnvelope>]>,
+    ) -> Self {
+        // The writes of a ChangeSet come sorted and unique: one linear check.
+        if !writes.windows(2).all(|w| w[0].0 < w[1].0) {
+            // Stable, so that the last of equal keys is the one kept.
+            writes.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut unique: Vec<Write> = Vec::with_capacity(writes.len());
+            for write in writes {
+                match unique.last_mut() {
+                    Some(last) if last.0 == write.0 => *last = write,
+                    _ => unique.push(write),
+                }
+            }
+            writes = unique;
+        }
+        Self {
+            number,
+            hash,
+            writes,
+            transactions,
+        }
+    }
+
+    /// Its writes, sorted by key.
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    /// Its write of `key`, if it writes it (`Some(None)`: it deletes it).
+    pub fn write(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.writes
+            .binary_search_by(|(k, _)| k.as_slice().cmp(key))
+            .ok()
+            .map(|i| &self.writes[i].1)
+    }
+
+    /// Its writes of keys that start with `prefix`.
+    fn writes_with_prefix(&self, prefix: &[u8]) -> &[Write] {
+        let start = self.writes.partition_point(|(k, _)| k.as_slice() < prefix);
+        let len = self.writes[start..].partition_point(|(k, _)| k.starts_with(prefix));
+        &self.writes[start..start + len]
+    }
 }
 
 /// The producer's tip: Vilmo's head with the blocks in flight to the committer laid over it
@@ -103,7 +156,7 @@ impl fmt::Debug for Tip<'_> {
 impl StateSource for Tip<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, StateError> {
         for block in self.pending.iter().rev() {
-            if let Some(value) = block.writes.get(key) {
+            if let Some(value) = block.write(key) {
                 return Ok(value.as_deref().map(Cow::Borrowed));
             }
         }
@@ -128,7 +181,7 @@ impl gigas_primitives::state_keys::StateReader for Tip<'_> {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, LayoutError> {
         for block in self.pending.iter().rev() {
-            if let Some(value) = block.writes.get(key) {
+            if let Some(value) = block.write(key) {
                 return Ok(value.clone());
             }
         }
@@ -141,7 +194,7 @@ impl gigas_primitives::state_keys::StateReader for Tip<'_> {
                 .into_iter()
                 .collect();
         for block in self.pending {
-            for (key, value) in block.writes.iter().filter(|(k, _)| k.starts_with(prefix)) {
+            for (key, value) in block.writes_with_prefix(prefix) {
                 if value.is_some() {
                     keys.insert(key.clone());
                 } else {
@@ -284,7 +337,6 @@ impl<S: StateSource> gigas_statediff::PriorState for StateDb<'_, S> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::sync::Arc;
 
     use gigas_primitives::state_keys::StateReader;
@@ -293,15 +345,15 @@ mod tests {
     use super::*;
 
     fn pending(number: u64, writes: &[(&[u8], Option<&[u8]>)]) -> Arc<PendingBlock> {
-        Arc::new(PendingBlock {
+        Arc::new(PendingBlock::new(
             number,
-            hash: B256::with_last_byte(number as u8),
-            writes: writes
+            B256::with_last_byte(number as u8),
+            writes
                 .iter()
                 .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
                 .collect(),
-            transactions: HashMap::new(),
-        })
+            Arc::from(Vec::new()),
+        ))
     }
 
     /// The newest in-flight write of a key wins over older ones and over Vilmo, a pending
@@ -317,7 +369,15 @@ mod tests {
         vilmo.commit(batch).unwrap();
         let history = History::open(&dir.path().join("history"), Default::default()).unwrap();
         let blocks = [
-            pending(1, &[(b"pa", Some(b"one-a")), (b"pc", Some(b"one-c"))]),
+            // Out of order, and `pc` written twice: the later write wins.
+            pending(
+                1,
+                &[
+                    (b"pc", Some(b"first-c")),
+                    (b"pa", Some(b"one-a")),
+                    (b"pc", Some(b"one-c")),
+                ],
+            ),
             pending(2, &[(b"pa", Some(b"two-a")), (b"pb", None)]),
         ];
         let tip = Tip {
