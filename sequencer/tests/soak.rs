@@ -95,14 +95,7 @@ async fn soak() {
     }
     let text = http_get(&format!("http://{metrics}/metrics"));
     println!("\nstage,median_ms,p99_ms,blocks");
-    for stage in [
-        "select",
-        "execute",
-        "seal",
-        "commit_history",
-        "commit_state",
-        "publish",
-    ] {
+    for stage in gigas_sequencer::metrics::Stage::ALL.map(|s| s.name()) {
         let mut buckets = Vec::new();
         for line in text.lines() {
             if line.starts_with("gigas_sequencer_stage_seconds_bucket")

@@ -150,16 +150,6 @@ impl Histogram {
     }
 }
 
-/// The block stages of `gigas_sequencer_stage_seconds`, in order.
-pub(crate) const STAGES: [&str; 6] = [
-    "select",
-    "execute",
-    "seal",
-    "commit_history",
-    "commit_state",
-    "publish",
-];
-
 /// One stage of the node's block production (or phase of its history commit) over a window.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageSplit {
@@ -178,18 +168,11 @@ pub struct StageSplit {
     pub share: f64,
 }
 
-/// The phases of the history commit (`gigas_history_commit_phase_seconds`), in order.
-pub(crate) const HISTORY_PHASES: [&str; 5] = [
-    "transactions",
-    "receipts",
-    "state_history",
-    "prune",
-    "commit",
-];
-
 /// The stage split of a window's metrics delta.
 pub(crate) fn stage_split(delta: &Scrape) -> Vec<StageSplit> {
-    split(delta, "gigas_sequencer_stage_seconds", "stage", &STAGES)
+    // The node's own list of stages, so that a new stage shows up here too.
+    let stages = gigas_sequencer::metrics::Stage::ALL.map(|s| s.name());
+    split(delta, "gigas_sequencer_stage_seconds", "stage", &stages)
 }
 
 /// The history commit's split by phase over a window's metrics delta (empty for a node that
@@ -199,7 +182,7 @@ pub(crate) fn history_split(delta: &Scrape) -> Vec<StageSplit> {
         delta,
         "gigas_history_commit_phase_seconds",
         "phase",
-        &HISTORY_PHASES,
+        &gigas_history::CommitPhase::ALL.map(|p| p.name()),
     )
 }
 

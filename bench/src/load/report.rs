@@ -7,6 +7,7 @@ use std::path::Path;
 use eyre::Result;
 use gigas_primitives::machine::Machine;
 
+use super::metrics::StageSplit;
 use super::{chart, LoadReport, RunConfig, StepResult, TransportKind, Workload};
 
 /// Other processes above a quarter of a core took CPU the node could have used: say so
@@ -236,39 +237,11 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         if s.stages.is_empty() {
             let _ = writeln!(md, "No metrics from the node.");
         } else {
-            let _ = writeln!(
-                md,
-                "| stage | blocks | mean ms | p50 ms | p99 ms | share of block time |\n|---|---:|---:|---:|---:|---:|"
-            );
-            for st in &s.stages {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
-                    st.stage,
-                    st.blocks,
-                    st.mean_ms,
-                    st.p50_ms,
-                    st.p99_ms,
-                    st.share * 100.0
-                );
-            }
+            split_table(&mut md, "stage", true, "share of block time", &s.stages);
         }
         if !s.history_phases.is_empty() {
-            let _ = writeln!(
-                md,
-                "\n`commit_history` by phase:\n\n| phase | mean ms | p50 ms | p99 ms | share |\n|---|---:|---:|---:|---:|"
-            );
-            for p in &s.history_phases {
-                let _ = writeln!(
-                    md,
-                    "| {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
-                    p.stage,
-                    p.mean_ms,
-                    p.p50_ms,
-                    p.p99_ms,
-                    p.share * 100.0
-                );
-            }
+            let _ = writeln!(md, "\n`commit_history` by phase:\n");
+            split_table(&mut md, "phase", false, "share", &s.history_phases);
         }
         if !s.node_threads.is_empty() {
             let _ = writeln!(
@@ -306,4 +279,34 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         }
     }
     md
+}
+
+/// A Markdown table of a time split: one row per stage (or phase) with its mean, p50 and p99
+/// milliseconds and its share, and the blocks observed when `blocks`.
+fn split_table(md: &mut String, name: &str, blocks: bool, share: &str, rows: &[StageSplit]) {
+    let (blocks_head, blocks_rule) = if blocks {
+        (" blocks |", "---:|")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(
+        md,
+        "| {name} |{blocks_head} mean ms | p50 ms | p99 ms | {share} |\n|---|{blocks_rule}---:|---:|---:|---:|"
+    );
+    for row in rows {
+        let count = if blocks {
+            format!(" {} |", row.blocks)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            md,
+            "| {} |{count} {:.2} | {:.2} | {:.2} | {:.1}% |",
+            row.stage,
+            row.mean_ms,
+            row.p50_ms,
+            row.p99_ms,
+            row.share * 100.0
+        );
+    }
 }

@@ -46,7 +46,17 @@ pub enum CommitPhase {
 }
 
 impl CommitPhase {
-    fn name(self) -> &'static str {
+    /// Every phase, in the order a commit goes through them.
+    pub const ALL: [CommitPhase; 5] = [
+        CommitPhase::Transactions,
+        CommitPhase::Receipts,
+        CommitPhase::StateHistory,
+        CommitPhase::Prune,
+        CommitPhase::Commit,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
         match self {
             CommitPhase::Transactions => "transactions",
             CommitPhase::Receipts => "receipts",
