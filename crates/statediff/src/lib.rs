@@ -32,7 +32,10 @@ pub use file::{
 };
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};
-pub use verify::{encode_diff, verify_and_decode, ChainTip, EncodedDiff, VerifiedDiff};
+pub use verify::{
+    encode_diff, verify_and_decode, verify_and_decode_timed, ChainTip, EncodedDiff, VerifiedDiff,
+    VerifyTimings,
+};
 /// The zstd crate the files are compressed with, re-exported so that benchmarks compare
 /// levels and dictionaries with the same build.
 pub use zstd;

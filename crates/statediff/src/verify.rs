@@ -77,7 +77,45 @@ where
     I: KeyIndex + ?Sized,
     P: PriorState + ?Sized,
 {
+    verify_and_decode_timed(tip, sequencer, bytes, index, prior, &mut VerifyTimings::default())
+}
+
+/// Where [`verify_and_decode_timed`] spent its time, in seconds, added to what the fields
+/// held (so one value sums over many diffs).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct VerifyTimings {
+    /// Checking the frame and its CRC, and decompressing the body.
+    pub parse: f64,
+    /// Hashing the header and recovering its signer.
+    pub signature: f64,
+    /// Decoding the body: reading the index and the prior values (the state's pages).
+    pub decode: f64,
+    /// Recomputing the chained checksum.
+    pub checksum: f64,
+}
+
+/// [`verify_and_decode`], adding the time of each step to `timings`: a follower's metrics
+/// and the full-node benchmark split verification from the state reads it does.
+pub fn verify_and_decode_timed<I, P>(
+    tip: &ChainTip,
+    sequencer: Address,
+    bytes: &[u8],
+    index: &I,
+    prior: &P,
+    timings: &mut VerifyTimings,
+) -> Result<VerifiedDiff, DiffError>
+where
+    I: KeyIndex + ?Sized,
+    P: PriorState + ?Sized,
+{
+    let mut clock = std::time::Instant::now();
+    let mut lap = |slot: &mut f64| {
+        let now = std::time::Instant::now();
+        *slot += now.duration_since(clock).as_secs_f64();
+        clock = now;
+    };
     let file = DiffFile::decode(bytes)?;
+    lap(&mut timings.parse);
     let number = file.header.number;
     let fail = |kind| Err(DiffError::new(Some(number), kind));
     if Some(number) != tip.number.checked_add(1) {
@@ -95,6 +133,7 @@ where
     // EIP-2's low-s rule: one signature per header, so a diff's bytes cannot be varied
     // through the signature.
     let recovered = alloy_consensus::crypto::secp256k1::recover_signer(&file.signature, hash).ok();
+    lap(&mut timings.signature);
     if recovered != Some(sequencer) {
         return fail(DiffErrorKind::WrongSigner {
             expected: sequencer,
@@ -103,7 +142,9 @@ where
     }
     let decoded = decode_body(&file.body, index, prior)
         .map_err(|e| DiffError::new(Some(number), DiffErrorKind::Body(e)))?;
+    lap(&mut timings.decode);
     let computed = state_checksum(&tip.state_checksum, &decoded.canonical);
+    lap(&mut timings.checksum);
     if computed != file.header.state_root {
         return fail(DiffErrorKind::Checksum {
             header: file.header.state_root,

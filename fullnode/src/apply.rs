@@ -1,0 +1,250 @@
+//! The apply core: verify a diff against the writer's tip, write it into the open group, keep
+//! the root and commit groups. Shared by the follower's apply thread and `gigas-bench
+//! fullnode`, so that the benchmark measures exactly what the node does.
+
+use std::time::Instant;
+
+use alloy_primitives::{Address, B256};
+use gigas_statedb::{BlockToApply, CommitInfo, RootInfo, StateDb, StateDbError, StateWriter};
+use gigas_statediff::{
+    verify_and_decode_timed, BodyErrorKind, ChainTip, DiffError, DiffErrorKind, VerifiedDiff,
+    VerifyTimings,
+};
+
+/// Where applying spent its time, summed over blocks (seconds), and what it applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ApplyTimings {
+    /// Checking the frame and CRC, decompressing.
+    pub decode: f64,
+    /// Header hash and signature recovery, and the checksum chain.
+    pub verify: f64,
+    /// Decoding the body: reading the key index and the prior values (the state's pages).
+    pub read: f64,
+    /// Writing plain, hashed and index tables into the open transaction.
+    pub write: f64,
+    /// Updating the MPT and storing its branch nodes.
+    pub trie: f64,
+    /// Committing groups (the sorted hashed writes, then MDBX's commit and sync).
+    pub commit: f64,
+    /// Blocks applied.
+    pub blocks: u64,
+    /// Account and slot changes applied.
+    pub changes: u64,
+    /// Gas used by the applied blocks (transfers = gas / 21,000 for a transfer workload).
+    pub gas_used: u64,
+}
+
+impl ApplyTimings {
+    /// The sum of the phases.
+    pub fn total(&self) -> f64 {
+        self.decode + self.verify + self.read + self.write + self.trie + self.commit
+    }
+
+    /// The phases by name, in pipeline order, for tables.
+    pub fn phases(&self) -> [(&'static str, f64); 6] {
+        [
+            ("decode", self.decode),
+            ("verify", self.verify),
+            ("read", self.read),
+            ("write", self.write),
+            ("trie", self.trie),
+            ("commit", self.commit),
+        ]
+    }
+}
+
+/// Why a diff was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The diff failed verification: nothing of it was written.
+    #[error("diff rejected: {0}")]
+    Rejected(DiffError),
+    /// Reading the local database failed while decoding the diff (the diff may be fine).
+    #[error("reading the state to decode a diff: {0}")]
+    Read(DiffError),
+    /// The local database failed; the open group was discarded and the tip went back to the
+    /// last commit.
+    #[error("state database: {0}")]
+    Store(#[from] StateDbError),
+}
+
+impl ApplyError {
+    /// The metrics label of a rejection (`None` for a local failure).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            Self::Rejected(e) => Some(rejection_reason(&e.kind)),
+            Self::Read(_) | Self::Store(_) => None,
+        }
+    }
+}
+
+/// A short, stable name for why a diff was rejected.
+pub fn rejection_reason(kind: &DiffErrorKind) -> &'static str {
+    match kind {
+        DiffErrorKind::NotNext { .. } => "not_next",
+        DiffErrorKind::WrongParent { .. } => "wrong_parent",
+        DiffErrorKind::WrongSigner { .. } => "wrong_signer",
+        DiffErrorKind::Checksum { .. } => "checksum",
+        DiffErrorKind::Truncated { .. } => "truncated",
+        DiffErrorKind::Crc { .. } => "crc",
+        DiffErrorKind::Body(_) => "body",
+        _ => "malformed",
+    }
+}
+
+/// What one applied block did.
+#[derive(Debug, Clone)]
+pub struct AppliedBlock {
+    /// The block's number.
+    pub number: u64,
+    /// Its hash.
+    pub hash: B256,
+    /// Its timestamp (seconds).
+    pub timestamp: u64,
+    /// Account and slot changes.
+    pub changes: u64,
+    /// The root, when one was due at this block.
+    pub root: Option<RootInfo>,
+}
+
+/// The writer with the verification in front of it. Lives on one thread (MDBX ties the write
+/// transaction to it).
+#[derive(Debug)]
+pub struct Applier<'db> {
+    writer: StateWriter<'db>,
+    sequencer: Address,
+    timings: ApplyTimings,
+}
+
+impl<'db> Applier<'db> {
+    /// Opens the database's writer with `options`; diffs must be signed by `sequencer`.
+    pub fn new(
+        db: &'db StateDb,
+        options: gigas_statedb::WriterOptions,
+        sequencer: Address,
+    ) -> Result<Self, StateDbError> {
+        Ok(Self {
+            writer: db.writer(options)?,
+            sequencer,
+            timings: ApplyTimings::default(),
+        })
+    }
+
+    /// The last applied block, the open group included.
+    pub fn tip(&self) -> ChainTip {
+        self.writer.tip()
+    }
+
+    /// The last committed (durable) block.
+    pub fn committed_tip(&self) -> ChainTip {
+        self.writer.committed_tip()
+    }
+
+    /// The writer, for reads of the open group (re-execution reads through it).
+    pub fn writer(&self) -> &StateWriter<'db> {
+        &self.writer
+    }
+
+    /// What was applied so far and where the time went.
+    pub fn timings(&self) -> &ApplyTimings {
+        &self.timings
+    }
+
+    /// Forgets the timings (a benchmark's warm-up).
+    pub fn reset_timings(&mut self) {
+        self.timings = ApplyTimings::default();
+    }
+
+    /// Verifies `bytes` as the successor of the tip (signature, parent, checksum chain over
+    /// the changes decoded against the open group) and returns the verified diff without
+    /// writing anything. [`Applier::write`] then writes it.
+    pub fn verify(&mut self, bytes: &[u8]) -> Result<VerifiedDiff, ApplyError> {
+        let mut t = VerifyTimings::default();
+        let tip = self.writer.tip();
+        let result =
+            verify_and_decode_timed(&tip, self.sequencer, bytes, &self.writer, &self.writer, &mut t);
+        self.timings.decode += t.parse;
+        self.timings.verify += t.signature + t.checksum;
+        self.timings.read += t.decode;
+        match result {
+            Ok(v) => Ok(v),
+            // A failed read of the local database is not the diff's fault.
+            Err(
+                e @ DiffError {
+                    kind: DiffErrorKind::Body(_),
+                    ..
+                },
+            ) if matches!(&e.kind, DiffErrorKind::Body(b)
+                if matches!(b.kind, BodyErrorKind::Index(_) | BodyErrorKind::Prior(_))) =>
+            {
+                Err(ApplyError::Read(e))
+            }
+            Err(e) => Err(ApplyError::Rejected(e)),
+        }
+    }
+
+    /// Writes a verified diff into the open group (and the root, when due).
+    pub fn write(&mut self, diff: &VerifiedDiff) -> Result<AppliedBlock, ApplyError> {
+        let start = Instant::now();
+        let root = self.writer.apply(BlockToApply {
+            header: &diff.header,
+            hash: diff.hash,
+            signature: Some(diff.signature),
+            changes: &diff.changes,
+            new_keys: &diff.new_keys,
+        })?;
+        let elapsed = start.elapsed().as_secs_f64();
+        let trie = root.as_ref().map_or(0.0, |r| r.seconds);
+        self.timings.trie += trie;
+        self.timings.write += (elapsed - trie).max(0.0);
+        let changes = (diff.changes.accounts().len() + diff.changes.storage().len()) as u64;
+        self.timings.blocks += 1;
+        self.timings.changes += changes;
+        self.timings.gas_used += diff.header.gas_used;
+        Ok(AppliedBlock {
+            number: diff.header.number,
+            hash: diff.hash,
+            timestamp: diff.header.timestamp,
+            changes,
+            root,
+        })
+    }
+
+    /// [`Applier::verify`] then [`Applier::write`].
+    pub fn apply(&mut self, bytes: &[u8]) -> Result<AppliedBlock, ApplyError> {
+        let diff = self.verify(bytes)?;
+        self.write(&diff)
+    }
+
+    /// Whether the open group reached its count or age bound.
+    pub fn should_commit(&self) -> bool {
+        self.writer.should_commit()
+    }
+
+    /// Blocks in the open group.
+    pub fn group_blocks(&self) -> u64 {
+        self.writer.group_blocks()
+    }
+
+    /// Commits the open group (`None` when it is empty).
+    pub fn commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        let start = Instant::now();
+        let info = self.writer.commit()?;
+        if info.is_some() {
+            self.timings.commit += start.elapsed().as_secs_f64();
+        }
+        Ok(info)
+    }
+
+    /// Computes the root at the tip now, whatever the options say (the end of a batched run).
+    pub fn compute_root(&mut self) -> Result<RootInfo, StateDbError> {
+        let root = self.writer.compute_root()?;
+        self.timings.trie += root.seconds;
+        Ok(root)
+    }
+
+    /// Drops the open group (the tip goes back to the last commit).
+    pub fn discard(&mut self) {
+        self.writer.discard();
+    }
+}

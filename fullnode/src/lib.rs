@@ -1,0 +1,15 @@
+//! gigas-fullnode: a full node that follows the sequencer without re-executing.
+//!
+//! **Owns:** following the sequencer's diff archive (catch-up by HTTP ranges, then the
+//! WebSocket push, with reconnects), verifying every diff before any of it is written
+//! ([`apply::Applier`]), applying verified diffs into [`gigas_statedb`] in grouped write
+//! transactions, keeping the MPT root every K blocks, optional re-execution of each block to
+//! check the diff, the read-only JSON-RPC over its state, and its metrics.
+//!
+//! **Must not:** accept transactions (writes are refused with the sequencer's URL), apply a
+//! diff that failed verification or part of one, report a block as applied before its group
+//! is durable, or hold unbounded queues (the fetcher stays a bounded number of blocks ahead
+//! of the apply thread).
+
+pub mod apply;
+pub mod genesis;
