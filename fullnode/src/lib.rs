@@ -13,3 +13,4 @@
 
 pub mod apply;
 pub mod genesis;
+pub mod status;
