@@ -9,6 +9,7 @@
 
 pub mod blockstm;
 pub mod diffs;
+pub mod fullnode;
 pub mod jit;
 pub mod load;
 pub mod storage;

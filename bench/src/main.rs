@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, diffs, jit, load, storage};
+use gigas_bench::{blockstm, diffs, fullnode, jit, load, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -45,6 +45,11 @@ enum Command {
     /// block time, > 1% of a step's txs miss 5 s, or a tx is refused for anything but a full
     /// pool; the maximum sustained rate is the last step that passed.
     Ramp(load::RampArgs),
+    /// The full node's apply throughput: diffs recorded once from a sequencer under Zipf
+    /// transfers (10M accounts; 1M with --quick), replayed into a fresh MDBX state batched
+    /// (no root, a commit every N blocks) and live (root and commit every block), with the
+    /// time split between decode, verify, read, write, trie and commit.
+    Fullnode(fullnode::FullnodeArgs),
 }
 
 fn main() -> Result<()> {
@@ -75,6 +80,9 @@ fn main() -> Result<()> {
         }
         Command::Ramp(args) => {
             load::run_ramp(&args)?;
+        }
+        Command::Fullnode(args) => {
+            fullnode::run(&args)?;
         }
     }
     Ok(())

@@ -1,0 +1,330 @@
+//! `gigas-bench fullnode`: how fast the full node applies the sequencer's state diffs, in the
+//! two modes the MegaETH talk compares: **batched** (no root, a commit every N blocks, one
+//! root at the end) and **live** (root and commit every block).
+//!
+//! Method:
+//!
+//! - **Record once.** A real `gigas-sequencer` on the benchmark genesis of `--accounts`
+//!   accounts takes `gigas-bench load`'s Zipf transfer workload at `--rate` for `--blocks`
+//!   blocks (the load module's generator, node start and stop: [`crate::load::run_load`]).
+//!   Diffs `0..=N` are copied from its archive into
+//!   `target/bench-fullnode/recording-<accounts>-<seed>-<blocks>-<rate>/` with a manifest,
+//!   and its data directory is deleted. Later runs replay the same files, so they compare.
+//! - **Genesis once.** [`gigas_fullnode::genesis::initialize`] writes the chain's genesis
+//!   into a fresh [`gigas_statedb::StateDb`] (timed, and cached beside the recordings); each
+//!   run starts from a copy of that database (copied and synced before the clock starts:
+//!   the copy's dirty pages would otherwise be written back by the first durable commit).
+//! - **Replay.** Every diff is read into memory first (the measured path is applying, not
+//!   reading the recording), then fed through [`gigas_fullnode::apply::Applier`], which is
+//!   exactly what the node runs: verify (frame, signature, checksum chain, decoding against
+//!   the state), write, root, commit. Its [`gigas_fullnode::apply::ApplyTimings`] give the
+//!   split. Blocks before the first one with transactions (the sequencer was idle while the
+//!   load generator signed) are applied and committed before the clock starts.
+//! - **Rounds.** `--runs` rounds; each round runs every mode, the order reversed every other
+//!   round (A B, B A, ...), each into a fresh copy of the genesis database. Medians with
+//!   their spread.
+//! - **Checks.** Every run ends at the recording's last block with its hash; every run's
+//!   final root is the same; the live mode's root equals one recomputed from scratch from
+//!   the hashed tables ([`gigas_statedb::StateView::state_root_from_scratch`]).
+//!
+//! Must not: re-implement any part of applying (it calls the node's `Applier`), or time
+//! anything but applying.
+
+mod record;
+mod replay;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use eyre::{bail, Result, WrapErr};
+use gigas_primitives::machine::Machine;
+use serde::{Deserialize, Serialize};
+
+use crate::load::{genesis_cache_root, parse_duration, sequencer_bin, GenesisSpec};
+
+pub use record::Manifest;
+pub use replay::{GenesisInfo, Mode, RunResult};
+pub use report::markdown;
+
+/// The state changes per second the issue asks of the batched mode.
+pub const TARGET_BATCHED: f64 = 500_000.0;
+/// The state changes per second the issue asks of the live mode.
+pub const TARGET_LIVE: f64 = 150_000.0;
+
+/// Which modes to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeKind {
+    /// No root while applying, a commit every `--group` blocks, one root at the end.
+    Batched,
+    /// Root and commit every block.
+    Live,
+}
+
+/// How commits reach the disk (gigas-statedb's `Durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DurabilityArg {
+    /// Data and meta pages synced at every commit: what "applied" means to the node.
+    Durable,
+    /// The meta page not synced.
+    NoMetaSync,
+    /// Nothing synced at commit (a process kill still loses nothing).
+    SafeNoSync,
+}
+
+impl DurabilityArg {
+    fn to_statedb(self) -> gigas_statedb::Durability {
+        match self {
+            Self::Durable => gigas_statedb::Durability::Durable,
+            Self::NoMetaSync => gigas_statedb::Durability::NoMetaSync,
+            Self::SafeNoSync => gigas_statedb::Durability::SafeNoSync,
+        }
+    }
+}
+
+/// `gigas-bench fullnode`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FullnodeArgs {
+    /// 1,000,000 accounts instead of 10,000,000 (unless --accounts is given).
+    #[arg(long)]
+    pub quick: bool,
+    /// Benchmark accounts in the genesis [default: 10000000, or 1000000 with --quick].
+    #[arg(long)]
+    pub accounts: Option<u64>,
+    /// Seed of the accounts' keys (the genesis's seed).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seed of the recorded workload's draws.
+    #[arg(long, default_value_t = 42)]
+    pub workload_seed: u64,
+    /// Zipf transfers per second offered to the sequencer while recording (near its
+    /// sustained maximum: the ramp measured 16,000/s over 1M accounts, 18,000/s over 10M).
+    #[arg(long, default_value_t = 15_000.0)]
+    pub rate: f64,
+    /// Blocks of load to record (from the first block with transactions).
+    #[arg(long, default_value_t = 240)]
+    pub blocks: u64,
+    /// The recording sequencer's block time.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    pub block_time: Duration,
+    /// Block gas limit of the benchmark genesis.
+    #[arg(long, default_value_t = 1_000_000_000)]
+    pub gas_limit: u64,
+    /// The modes to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "batched,live"
+    )]
+    pub modes: Vec<ModeKind>,
+    /// Batched mode: blocks per commit; several (comma-separated) run one batched mode each.
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    pub group: Vec<u64>,
+    /// Rounds: every mode runs once per round, the order reversed every other round.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Sync of the replay's commits.
+    #[arg(long, value_enum, default_value = "durable")]
+    pub durability: DurabilityArg,
+    /// Do not check the live mode's root against one recomputed from scratch (a read of the
+    /// whole state, done on the last live run).
+    #[arg(long)]
+    pub no_root_check: bool,
+    /// Record again even if a recording of this configuration exists.
+    #[arg(long)]
+    pub rerecord: bool,
+    /// Write the genesis database again even if a cached one exists.
+    #[arg(long)]
+    pub fresh_genesis: bool,
+    /// Only record (and cache the genesis database); no replay.
+    #[arg(long)]
+    pub record_only: bool,
+    /// The gigas-sequencer binary (default: the one beside gigas-bench).
+    #[arg(long, value_name = "PATH")]
+    pub sequencer_bin: Option<PathBuf>,
+    /// Directory of the benchmark chain (default: target/bench-genesis/<accounts>-<seed>-gas<limit>).
+    #[arg(long, value_name = "DIR")]
+    pub genesis_dir: Option<PathBuf>,
+    /// Recordings and cached genesis databases (default: target/bench-fullnode).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Where each run's database is written (default: <cache-dir>/scratch). Put it on the
+    /// disk to measure, not on tmpfs.
+    #[arg(long, value_name = "DIR")]
+    pub scratch_dir: Option<PathBuf>,
+    /// Where the report goes.
+    #[arg(long, value_name = "DIR", default_value = "reports/fullnode")]
+    pub out: PathBuf,
+    /// No progress bars (logs and tests).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl FullnodeArgs {
+    /// The accounts of the genesis: --accounts, else 1M with --quick, else 10M.
+    pub fn accounts(&self) -> u64 {
+        self.accounts
+            .unwrap_or(if self.quick { 1_000_000 } else { 10_000_000 })
+    }
+
+    /// The modes in the order of a round: every batched group, then live.
+    pub fn mode_list(&self) -> Vec<Mode> {
+        let mut modes = Vec::new();
+        if self.modes.contains(&ModeKind::Batched) {
+            for &group in &self.group {
+                modes.push(Mode::Batched { group });
+            }
+        }
+        if self.modes.contains(&ModeKind::Live) {
+            modes.push(Mode::Live);
+        }
+        modes
+    }
+}
+
+/// The run's configuration, as printed first.
+#[derive(Debug, Clone, Serialize)]
+pub struct FullnodeConfig {
+    /// Benchmark accounts.
+    pub accounts: u64,
+    /// Key seed.
+    pub seed: u64,
+    /// The recording this run replays.
+    pub recording: String,
+    /// The modes, in the order of the first round.
+    pub modes: Vec<String>,
+    /// Rounds.
+    pub runs: usize,
+    /// The StateDb's environment options.
+    pub statedb_options: String,
+    /// Where run databases were written and its filesystem.
+    pub scratch: String,
+    /// The checkout's git revision.
+    pub source: String,
+}
+
+/// One mode's figures over its runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeSummary {
+    /// The mode.
+    pub mode: Mode,
+    /// Its label.
+    pub label: String,
+    /// Runs.
+    pub runs: usize,
+    /// Median state changes per second (account and slot changes applied / apply seconds).
+    pub changes_per_second: f64,
+    /// Slowest run.
+    pub changes_per_second_min: f64,
+    /// Fastest run.
+    pub changes_per_second_max: f64,
+    /// Median transfers per second (gas / 21,000).
+    pub transfers_per_second: f64,
+    /// Median blocks per second.
+    pub blocks_per_second: f64,
+    /// The issue's target for this mode.
+    pub target_changes_per_second: f64,
+    /// The median run (its split is the one shown).
+    pub median_run: usize,
+}
+
+/// What `gigas-bench fullnode` writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct FullnodeReport {
+    /// Configuration.
+    pub config: FullnodeConfig,
+    /// Machine.
+    pub machine: Machine,
+    /// Build profile.
+    pub build_profile: &'static str,
+    /// The recording.
+    pub recording: Manifest,
+    /// The genesis database.
+    pub genesis: GenesisInfo,
+    /// Every run, in the order run.
+    pub runs: Vec<RunResult>,
+    /// Per mode.
+    pub summary: Vec<ModeSummary>,
+    /// Every run ended at the recording's last block, with its hash.
+    pub heads_match: bool,
+    /// Every run's final root is the same.
+    pub roots_agree: bool,
+    /// The live mode's root against one recomputed from scratch (None: not checked).
+    pub live_root_from_scratch_matches: Option<bool>,
+}
+
+/// Runs `gigas-bench fullnode`: records if needed, then replays in every mode.
+pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
+    if args.rate.is_nan() || args.rate <= 0.0 {
+        bail!("--rate must be positive");
+    }
+    if args.blocks == 0 || args.runs == 0 {
+        bail!("--blocks and --runs must be at least 1");
+    }
+    if args.group.contains(&0) {
+        bail!("--group must be at least 1");
+    }
+    let modes = args.mode_list();
+    if modes.is_empty() && !args.record_only {
+        bail!("no mode to run");
+    }
+    let spec = GenesisSpec {
+        accounts: args.accounts(),
+        seed: args.seed,
+        gas_limit: args.gas_limit,
+        erc20: false,
+    };
+    let bin = sequencer_bin(args.sequencer_bin.as_deref());
+    let target = match &bin {
+        Ok(b) => genesis_cache_root(b)
+            .parent()
+            .map_or_else(|| PathBuf::from("target"), PathBuf::from),
+        Err(_) => PathBuf::from("target"),
+    };
+    let genesis_dir = args
+        .genesis_dir
+        .clone()
+        .unwrap_or_else(|| target.join("bench-genesis").join(spec.dir_name()));
+    let cache = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| target.join("bench-fullnode"));
+    std::fs::create_dir_all(&cache).wrap_err_with(|| format!("creating {}", cache.display()))?;
+
+    let recording = record::ensure(args, &spec, bin.as_deref().ok(), &genesis_dir, &cache)?;
+    let genesis = replay::ensure_genesis_db(&recording, &cache, args.fresh_genesis, args.quiet)?;
+    if args.record_only {
+        println!(
+            "recorded in {}; genesis database in {}",
+            recording.dir.display(),
+            genesis.dir.display()
+        );
+        return Ok(None);
+    }
+    let scratch = args
+        .scratch_dir
+        .clone()
+        .unwrap_or_else(|| cache.join("scratch"));
+    let report = replay::run_all(args, &modes, &recording, genesis, &scratch)?;
+    report::write(&report, &args.out)?;
+    Ok(Some(report))
+}
+
+/// The git revision of the working directory's checkout, `+dirty` with local changes.
+fn git_revision() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    format!("git {revision}{}", if dirty { "+dirty" } else { "" })
+}

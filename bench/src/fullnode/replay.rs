@@ -1,0 +1,874 @@
+//! The replay: the genesis database (written once, then copied per run), and each run of a
+//! mode through the full node's `Applier`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use eyre::{bail, eyre, Result, WrapErr};
+use gigas_fullnode::apply::{Applier, ApplyTimings};
+use gigas_primitives::machine::Machine;
+use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, TARGET_BATCHED,
+    TARGET_LIVE,
+};
+
+/// A mode of applying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Mode {
+    /// No root while applying, a commit every `group` blocks, one root at the end.
+    Batched {
+        /// Blocks per commit.
+        group: u64,
+    },
+    /// Root and commit every block.
+    Live,
+}
+
+impl Mode {
+    /// Which kind.
+    pub fn kind(&self) -> ModeKind {
+        match self {
+            Self::Batched { .. } => ModeKind::Batched,
+            Self::Live => ModeKind::Live,
+        }
+    }
+
+    /// A label for tables.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Batched { group } => format!("batched (commit every {group} blocks)"),
+            Self::Live => "live (root and commit every block)".to_string(),
+        }
+    }
+
+    /// A short name for files and directories.
+    pub fn short(&self) -> String {
+        match self {
+            Self::Batched { group } => format!("batched-{group}"),
+            Self::Live => "live".to_string(),
+        }
+    }
+
+    /// The writer's options for this mode.
+    pub fn writer_options(&self) -> WriterOptions {
+        match *self {
+            // Count-bound only: a replay runs faster than real time, so the node's age bound
+            // (for a follower waiting on the next block) would cut groups by wall time.
+            Self::Batched { group } => WriterOptions {
+                root_every: 0,
+                max_group_blocks: group,
+                max_group_age: Duration::from_secs(24 * 3600),
+                ..WriterOptions::default()
+            },
+            Self::Live => WriterOptions {
+                root_every: 1,
+                max_group_blocks: 1,
+                ..WriterOptions::default()
+            },
+        }
+    }
+
+    /// The target in state changes per second.
+    pub fn target(&self) -> f64 {
+        match self {
+            Self::Batched { .. } => TARGET_BATCHED,
+            Self::Live => TARGET_LIVE,
+        }
+    }
+}
+
+/// The genesis database every run starts from a copy of.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GenesisInfo {
+    /// The chain's genesis fingerprint.
+    pub chain_fingerprint: String,
+    /// Seconds `gigas_fullnode::genesis::initialize` took (checking diff 0, writing the
+    /// state, computing the root and storing the whole trie).
+    pub seconds: f64,
+    /// Accounts written.
+    pub accounts: u64,
+    /// Storage slots written.
+    pub slots: u64,
+    /// The genesis's MPT root.
+    pub state_root: String,
+    /// Bytes of the database's files on disk.
+    pub disk_bytes: u64,
+    /// Bytes of MDBX pages in use.
+    pub used_bytes: u64,
+    /// Peak resident memory of this process while writing it (bytes).
+    pub peak_rss_bytes: Option<u64>,
+    /// When it was written (seconds since the Unix epoch).
+    pub built_at: u64,
+    /// Written by this run (false: taken from the cache).
+    #[serde(skip_deserializing)]
+    pub built_now: bool,
+    /// Median seconds to copy it (and sync the copy) into a run's directory.
+    #[serde(skip_deserializing)]
+    pub copy_seconds: f64,
+    /// The database directory.
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+/// Time and share of one phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    /// decode, verify, read, write, trie, commit, or other (the loop around them).
+    pub name: &'static str,
+    /// Seconds.
+    pub seconds: f64,
+    /// Of the run's apply seconds.
+    pub share: f64,
+    /// Microseconds per state change.
+    pub us_per_change: f64,
+}
+
+/// One run of one mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// 1-based round.
+    pub round: usize,
+    /// The mode.
+    pub mode: Mode,
+    /// Its label.
+    pub label: String,
+    /// Seconds to copy and sync the genesis database into the run's directory.
+    pub copy_seconds: f64,
+    /// Seconds applying blocks `first_loaded..=last`, every commit included (the final root
+    /// of the batched mode apart).
+    pub seconds: f64,
+    /// Blocks applied in that time.
+    pub blocks: u64,
+    /// Account and slot changes applied.
+    pub changes: u64,
+    /// Gas used by those blocks.
+    pub gas_used: u64,
+    /// State changes per second.
+    pub changes_per_second: f64,
+    /// Transfers (gas / 21,000) per second.
+    pub transfers_per_second: f64,
+    /// Blocks per second.
+    pub blocks_per_second: f64,
+    /// The split: decode, verify, read, write, trie, commit, other.
+    pub split: Vec<Phase>,
+    /// Groups committed.
+    pub commits: u64,
+    /// Of the commit phase: MDBX's commit and sync (the rest is writing the group's sorted
+    /// hashed-table writes and its changed-key sets before it).
+    pub mdbx_commit_seconds: f64,
+    /// Roots computed while applying (live: one per block).
+    pub roots: u64,
+    /// Trie leaves hashed by those roots.
+    pub root_leaves: u64,
+    /// Accounts whose leaf those roots recomputed.
+    pub root_changed_accounts: u64,
+    /// The root at the last block.
+    pub final_root: String,
+    /// Batched: seconds of the one root at the end (a rebuild of the whole trie from the
+    /// hashed tables, since batched mode keeps none).
+    pub final_root_seconds: Option<f64>,
+    /// Batched: seconds committing that root's trie nodes.
+    pub final_root_commit_seconds: Option<f64>,
+    /// The database's head is the recording's last block with its hash.
+    pub head_matches: bool,
+    /// The root recomputed from scratch from the hashed tables (checked on the last live run).
+    pub root_from_scratch: Option<String>,
+    /// Seconds that took.
+    pub root_from_scratch_seconds: Option<f64>,
+    /// CPU seconds of this process while applying (user + system).
+    pub cpu_seconds: f64,
+    /// Major page faults while applying (pages read from disk through the map).
+    pub major_faults: u64,
+    /// Bytes this process made the kernel read from storage while applying.
+    pub read_bytes: u64,
+    /// Bytes it caused to be written to storage while applying.
+    pub write_bytes: u64,
+    /// Bytes of MDBX pages in use at the end.
+    pub db_used_bytes: u64,
+    /// Bytes of the database's files on disk at the end.
+    pub db_disk_bytes: u64,
+    /// Peak resident memory while applying (the preloaded diffs and the map's touched pages
+    /// included; the write map's pages are file-backed).
+    pub peak_rss_bytes: Option<u64>,
+    /// Anonymous (heap) resident memory at the end of the run.
+    pub rss_anon_bytes: Option<u64>,
+    /// File-backed resident memory (mapped database pages) at the end of the run.
+    pub rss_file_bytes: Option<u64>,
+}
+
+fn spinner(quiet: bool, message: String) -> ProgressBar {
+    if quiet {
+        println!("{message}");
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Bytes the files directly in `dir` occupy on disk (blocks allocated).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    })
+}
+
+fn used_bytes(db: &StateDb) -> u64 {
+    db.refresh_size_metrics();
+    u64::try_from(db.metrics().used_bytes.get()).unwrap_or(0)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The genesis database of the recording's chain: cached under `cache`, written with
+/// `gigas_fullnode::genesis::initialize` when missing (or with `fresh`).
+pub(super) fn ensure_genesis_db(
+    recording: &Manifest,
+    cache: &Path,
+    fresh: bool,
+    quiet: bool,
+) -> Result<GenesisInfo> {
+    let chain = recording.load_chain()?;
+    let root = cache.join(format!(
+        "genesis-db-{}-{}-gas{}",
+        recording.accounts, recording.seed, recording.gas_limit
+    ));
+    let info_path = root.join("genesis.json");
+    if !fresh && info_path.is_file() {
+        let cached = std::fs::read_to_string(&info_path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<GenesisInfo>(&t).ok());
+        match cached {
+            Some(mut info) if info.chain_fingerprint == recording.chain_fingerprint => {
+                info.dir = root.join("db");
+                println!(
+                    "genesis database {} ({} accounts, {:.2} GB on disk; written in {:.1} s)",
+                    info.dir.display(),
+                    info.accounts,
+                    info.disk_bytes as f64 / 1e9,
+                    info.seconds
+                );
+                return Ok(info);
+            }
+            _ => eprintln!(
+                "{}: not this chain's genesis; writing it again",
+                root.display()
+            ),
+        }
+    }
+    if root.exists() {
+        std::fs::remove_dir_all(&root).wrap_err_with(|| format!("clearing {}", root.display()))?;
+    }
+    let db_dir = root.join("db");
+    std::fs::create_dir_all(&db_dir).wrap_err_with(|| format!("creating {}", db_dir.display()))?;
+    let diff0 = std::fs::read(recording.diff_path(0)).wrap_err("reading the recording's diff 0")?;
+    let bar = spinner(
+        quiet,
+        format!(
+            "writing the genesis of {} accounts into {} (gigas_fullnode::genesis::initialize)",
+            recording.accounts,
+            db_dir.display()
+        ),
+    );
+    reset_peak_rss();
+    let started = Instant::now();
+    let db = StateDb::open(&db_dir, StateDbOptions::default())?;
+    let (_, outcome) = gigas_fullnode::genesis::initialize(&db, &chain, &diff0)
+        .map_err(|e| eyre!("writing the genesis: {e}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let used = used_bytes(&db);
+    drop(db);
+    let info = GenesisInfo {
+        chain_fingerprint: recording.chain_fingerprint.clone(),
+        seconds,
+        accounts: outcome.accounts,
+        slots: outcome.slots,
+        state_root: outcome.state_root.to_string(),
+        disk_bytes: disk_bytes(&db_dir),
+        used_bytes: used,
+        peak_rss_bytes: proc_status_bytes("VmHWM:"),
+        built_at: unix_now(),
+        built_now: true,
+        copy_seconds: 0.0,
+        dir: db_dir,
+    };
+    println!(
+        "genesis written in {seconds:.1} s: {} accounts, root {}, {:.2} GB on disk",
+        info.accounts,
+        info.state_root,
+        info.disk_bytes as f64 / 1e9
+    );
+    std::fs::write(&info_path, serde_json::to_string_pretty(&info)?)
+        .wrap_err_with(|| format!("writing {}", info_path.display()))?;
+    Ok(info)
+}
+
+/// Copies the database files of `from` into a new `to` and syncs them, so that no write-back
+/// of the copy lands in the measured run. The lock file is left for MDBX to create.
+fn copy_db(from: &Path, to: &Path) -> Result<f64> {
+    let started = Instant::now();
+    std::fs::create_dir_all(to).wrap_err_with(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).wrap_err_with(|| format!("listing {}", from.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().ends_with(".lck") || !entry.file_type()?.is_file() {
+            continue;
+        }
+        let target = to.join(&name);
+        copy_sparse(&entry.path(), &target).wrap_err_with(|| {
+            format!("copying {} to {}", entry.path().display(), target.display())
+        })?;
+        std::fs::File::open(&target)
+            .and_then(|f| f.sync_all())
+            .wrap_err_with(|| format!("syncing {}", target.display()))?;
+    }
+    std::fs::File::open(to)
+        .and_then(|f| f.sync_all())
+        .wrap_err_with(|| format!("syncing {}", to.display()))?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Copies `from` to `to` keeping its holes: MDBX grows its file in large sparse steps, and a
+/// plain copy would write the unused tail as zeros (up to a growth step, 1 GiB, per run).
+fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let src = std::fs::File::open(from)?;
+    let len = i64::try_from(src.metadata()?.len()).map_err(std::io::Error::other)?;
+    let dst = std::fs::File::create(to)?;
+    dst.set_len(len as u64)?;
+    let (s, d) = (src.as_raw_fd(), dst.as_raw_fd());
+    let mut pos = 0i64;
+    while pos < len {
+        // SAFETY: lseek on a file descriptor this function owns.
+        let data = unsafe { libc::lseek(s, pos, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // only a hole is left
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(s, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (mut off_in, mut off_out) = (data, data);
+        while off_in < hole {
+            let want = usize::try_from(hole - off_in).unwrap_or(usize::MAX);
+            // SAFETY: both descriptors are open; the offsets are ours.
+            let n = unsafe { libc::copy_file_range(s, &mut off_in, d, &mut off_out, want, 0) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        pos = hole;
+    }
+    Ok(())
+}
+
+/// The filesystem `path` is on, from /proc/mounts: "ext4 on /dev/vda (mounted at /)".
+fn filesystem_of(path: &Path) -> String {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (device, point, kind) = (f.next()?, f.next()?, f.next()?);
+            path.starts_with(point)
+                .then_some((point.len(), device, point, kind))
+        })
+        .max_by_key(|m| m.0)
+        .map_or("unknown filesystem".into(), |(_, device, point, kind)| {
+            format!("{kind} on {device} (mounted at {point})")
+        })
+}
+
+/// Peak resident memory is reset (`/proc/self/clear_refs`, 5), so each run reports its own.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn proc_status_bytes(field: &str) -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+}
+
+/// CPU seconds, major faults, storage bytes read and written of this process.
+#[derive(Debug, Clone, Copy, Default)]
+struct Resources {
+    cpu: f64,
+    major_faults: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+impl Resources {
+    fn sample() -> Self {
+        // SAFETY: getrusage fills the struct it is given; zeroed is a valid rusage.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a rusage for RUSAGE_SELF.
+        let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0;
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+        let io_field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            cpu: if ok {
+                seconds(usage.ru_utime) + seconds(usage.ru_stime)
+            } else {
+                0.0
+            },
+            major_faults: if ok {
+                u64::try_from(usage.ru_majflt).unwrap_or(0)
+            } else {
+                0
+            },
+            read_bytes: io_field("read_bytes:"),
+            write_bytes: io_field("write_bytes:"),
+        }
+    }
+}
+
+/// The split of `t` over `seconds` of applying, with what the phases do not account for as
+/// `other`.
+fn split(t: &ApplyTimings, seconds: f64) -> Vec<Phase> {
+    let changes = t.changes.max(1) as f64;
+    let phase = |name, s: f64| Phase {
+        name,
+        seconds: s,
+        share: if seconds > 0.0 { s / seconds } else { 0.0 },
+        us_per_change: s / changes * 1e6,
+    };
+    let mut phases: Vec<Phase> = t.phases().iter().map(|&(n, s)| phase(n, s)).collect();
+    phases.push(phase("other", (seconds - t.total()).max(0.0)));
+    phases
+}
+
+/// What one run needs beside its mode.
+struct Replay<'a> {
+    args: &'a FullnodeArgs,
+    recording: &'a Manifest,
+    sequencer: alloy_primitives::Address,
+    /// Diffs `1..=last`, index `n - 1`.
+    diffs: Vec<Vec<u8>>,
+    genesis: &'a GenesisInfo,
+    scratch: &'a Path,
+    options: StateDbOptions,
+}
+
+impl Replay<'_> {
+    fn run(&self, round: usize, mode: Mode, check_root: bool) -> Result<RunResult> {
+        let dir = self.scratch.join(format!(
+            "run-{}-{round}-{}",
+            std::process::id(),
+            mode.short()
+        ));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .wrap_err_with(|| format!("clearing {}", dir.display()))?;
+        }
+        let result = self.run_in(&dir, round, mode, check_root);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            eprintln!("could not remove {}: {e}", dir.display());
+        }
+        result
+    }
+
+    fn run_in(&self, dir: &Path, round: usize, mode: Mode, check_root: bool) -> Result<RunResult> {
+        let m = self.recording;
+        let copy_seconds = copy_db(&self.genesis.dir, dir)?;
+        let db = StateDb::open(dir, self.options.clone())?;
+        let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
+        let diff = |n: u64| -> Result<&[u8]> {
+            usize::try_from(n.wrapping_sub(1))
+                .ok()
+                .and_then(|i| self.diffs.get(i))
+                .map(Vec::as_slice)
+                .ok_or_else(|| eyre!("the recording has no diff {n}"))
+        };
+        // The empty blocks before the load, outside the clock.
+        for n in 1..m.first_loaded {
+            applier
+                .apply(diff(n)?)
+                .wrap_err_with(|| format!("applying block {n}"))?;
+            if applier.should_commit() {
+                applier.commit()?;
+            }
+        }
+        applier.commit()?;
+        applier.reset_timings();
+
+        let bar = if self.args.quiet {
+            ProgressBar::hidden()
+        } else {
+            let bar = ProgressBar::new(m.loaded_blocks);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{prefix} [{bar:30}] {pos}/{len} blocks {per_sec} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(format!("round {round}, {}", mode.short()));
+            bar
+        };
+        let (mut commits, mut mdbx_commit, mut roots, mut leaves, mut changed_accounts) =
+            (0u64, 0.0, 0u64, 0u64, 0u64);
+        let mut last_root = None;
+        let mut count_commit = |info: Option<gigas_statedb::CommitInfo>| {
+            if let Some(info) = info {
+                commits += 1;
+                mdbx_commit += info.commit_seconds;
+            }
+        };
+        reset_peak_rss();
+        let before = Resources::sample();
+        let started = Instant::now();
+        for n in m.first_loaded..=m.last {
+            let applied = applier
+                .apply(diff(n)?)
+                .wrap_err_with(|| format!("applying block {n}"))?;
+            if let Some(root) = applied.root {
+                roots += 1;
+                leaves += root.leaves;
+                changed_accounts += root.changed_accounts;
+                last_root = Some(root.root);
+            }
+            if applier.should_commit() {
+                count_commit(applier.commit()?);
+            }
+            bar.inc(1);
+        }
+        count_commit(applier.commit()?);
+        let seconds = started.elapsed().as_secs_f64();
+        let after = Resources::sample();
+        let peak_rss_bytes = proc_status_bytes("VmHWM:");
+        bar.finish_and_clear();
+        let timings = *applier.timings();
+
+        let (final_root, final_root_seconds, final_root_commit_seconds) = match mode {
+            Mode::Batched { .. } => {
+                let root = applier.compute_root()?;
+                let t = Instant::now();
+                applier.commit()?;
+                (
+                    root.root,
+                    Some(root.seconds),
+                    Some(t.elapsed().as_secs_f64()),
+                )
+            }
+            Mode::Live => (
+                last_root.ok_or_else(|| eyre!("the live mode computed no root"))?,
+                None,
+                None,
+            ),
+        };
+        let rss_anon_bytes = proc_status_bytes("RssAnon:");
+        let rss_file_bytes = proc_status_bytes("RssFile:");
+        drop(applier);
+
+        let head = db.head()?;
+        let head_matches =
+            head.is_some_and(|h| h.number == m.last && h.hash.to_string() == m.last_hash);
+        let (root_from_scratch, root_from_scratch_seconds) = if check_root {
+            let t = Instant::now();
+            let root = db.view()?.state_root_from_scratch()?;
+            (Some(root.to_string()), Some(t.elapsed().as_secs_f64()))
+        } else {
+            (None, None)
+        };
+        let db_used_bytes = used_bytes(&db);
+        drop(db);
+        let db_disk_bytes = disk_bytes(dir);
+
+        let transfers = timings.gas_used as f64 / 21_000.0;
+        let per_second = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
+        Ok(RunResult {
+            round,
+            mode,
+            label: mode.label(),
+            copy_seconds,
+            seconds,
+            blocks: timings.blocks,
+            changes: timings.changes,
+            gas_used: timings.gas_used,
+            changes_per_second: per_second(timings.changes as f64),
+            transfers_per_second: per_second(transfers),
+            blocks_per_second: per_second(timings.blocks as f64),
+            split: split(&timings, seconds),
+            commits,
+            mdbx_commit_seconds: mdbx_commit,
+            roots,
+            root_leaves: leaves,
+            root_changed_accounts: changed_accounts,
+            final_root: final_root.to_string(),
+            final_root_seconds,
+            final_root_commit_seconds,
+            head_matches,
+            root_from_scratch,
+            root_from_scratch_seconds,
+            cpu_seconds: after.cpu - before.cpu,
+            major_faults: after.major_faults.saturating_sub(before.major_faults),
+            read_bytes: after.read_bytes.saturating_sub(before.read_bytes),
+            write_bytes: after.write_bytes.saturating_sub(before.write_bytes),
+            db_used_bytes,
+            db_disk_bytes,
+            peak_rss_bytes,
+            rss_anon_bytes,
+            rss_file_bytes,
+        })
+    }
+}
+
+/// Every round of every mode, then the summary.
+pub(super) fn run_all(
+    args: &FullnodeArgs,
+    modes: &[Mode],
+    recording: &Manifest,
+    mut genesis: GenesisInfo,
+    scratch: &Path,
+) -> Result<FullnodeReport> {
+    std::fs::create_dir_all(scratch).wrap_err_with(|| format!("creating {}", scratch.display()))?;
+    let chain = recording.load_chain()?;
+    let sequencer = gigas_fullnode::genesis::sequencer_address(&chain)
+        .map_err(|e| eyre!("the recording's chain: {e}"))?;
+    let options = StateDbOptions {
+        durability: args.durability.to_statedb(),
+        ..StateDbOptions::default()
+    };
+    let machine = Machine::current();
+    let config = FullnodeConfig {
+        accounts: recording.accounts,
+        seed: recording.seed,
+        recording: format!(
+            "{}: Zipf-Mandelbrot (s = {}, v = {}) ETH transfers offered at {} tx/s to gigas-sequencer (block time {} ms, gas limit {}, draws seeded {}), blocks {}..={} ({} blocks, {} transactions, {:.1} MB of diffs, {:.0} B per transaction); recorded at {}",
+            recording.dir.display(),
+            crate::zipf::DEVNET_S,
+            crate::zipf::DEVNET_V,
+            recording.rate,
+            recording.block_time_ms,
+            recording.gas_limit,
+            recording.workload_seed,
+            recording.first_loaded,
+            recording.last,
+            recording.loaded_blocks,
+            recording.transactions,
+            recording.diff_bytes as f64 / 1e6,
+            recording.diff_bytes as f64 / recording.transactions.max(1) as f64,
+            recording.source
+        ),
+        modes: modes.iter().map(Mode::label).collect(),
+        runs: args.runs,
+        statedb_options: format!(
+            "{options:?}; writer: hashed writes {:?}",
+            WriterOptions::default().hashed_writes
+        ),
+        scratch: format!(
+            "{} ({}); each run into a fresh copy of the genesis database, copied and synced before the clock starts",
+            scratch.display(),
+            filesystem_of(scratch)
+        ),
+        source: super::git_revision(),
+    };
+    print_config(&config, &machine, &genesis);
+
+    let started = Instant::now();
+    let mut diffs = Vec::with_capacity(recording.last as usize);
+    for n in 1..=recording.last {
+        let path = recording.diff_path(n);
+        diffs.push(std::fs::read(&path).wrap_err_with(|| format!("reading {}", path.display()))?);
+    }
+    println!(
+        "preloaded diffs 1..={} ({:.1} MB) into memory in {:.1} s: the clock measures applying, not reading the recording",
+        recording.last,
+        recording.diff_bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    let replay = Replay {
+        args,
+        recording,
+        sequencer,
+        diffs,
+        genesis: &genesis,
+        scratch,
+        options,
+    };
+    let mut runs: Vec<RunResult> = Vec::new();
+    let last_live_round = args.runs;
+    for round in 1..=args.runs {
+        let order: Vec<Mode> = if round % 2 == 1 {
+            modes.to_vec()
+        } else {
+            modes.iter().rev().copied().collect()
+        };
+        for mode in order {
+            let check = !args.no_root_check && mode == Mode::Live && round == last_live_round;
+            let run = replay
+                .run(round, mode, check)
+                .wrap_err_with(|| format!("round {round}, {}", mode.label()))?;
+            print_run(&run);
+            runs.push(run);
+        }
+    }
+    drop(replay);
+    genesis.copy_seconds = crate::median(runs.iter().map(|r| r.copy_seconds).collect());
+
+    let summary = summarize(modes, &runs);
+    let heads_match = runs.iter().all(|r| r.head_matches);
+    let roots_agree = runs.windows(2).all(|w| w[0].final_root == w[1].final_root);
+    let live_root_from_scratch_matches = runs
+        .iter()
+        .find_map(|r| r.root_from_scratch.as_ref().map(|s| *s == r.final_root));
+    if !heads_match {
+        bail!(
+            "a run did not end at the recording's last block {}",
+            recording.last
+        );
+    }
+    if !roots_agree {
+        bail!(
+            "the runs disagree on the final root: {:?}",
+            runs.iter()
+                .map(|r| (&r.label, &r.final_root))
+                .collect::<Vec<_>>()
+        );
+    }
+    if live_root_from_scratch_matches == Some(false) {
+        bail!("the live root differs from the root recomputed from scratch");
+    }
+    Ok(FullnodeReport {
+        config,
+        machine,
+        build_profile: crate::build_profile(),
+        recording: recording.clone(),
+        genesis,
+        runs,
+        summary,
+        heads_match,
+        roots_agree,
+        live_root_from_scratch_matches,
+    })
+}
+
+fn summarize(modes: &[Mode], runs: &[RunResult]) -> Vec<ModeSummary> {
+    modes
+        .iter()
+        .filter_map(|&mode| {
+            let of: Vec<(usize, &RunResult)> = runs
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.mode == mode)
+                .collect();
+            let rates: Vec<f64> = of.iter().map(|(_, r)| r.changes_per_second).collect();
+            let median = crate::median(rates.clone());
+            // The run closest to the median, whose split is shown.
+            let (median_run, _) = of.iter().min_by(|a, b| {
+                (a.1.changes_per_second - median)
+                    .abs()
+                    .total_cmp(&(b.1.changes_per_second - median).abs())
+            })?;
+            Some(ModeSummary {
+                mode,
+                label: mode.label(),
+                runs: of.len(),
+                changes_per_second: median,
+                changes_per_second_min: rates.iter().copied().fold(f64::INFINITY, f64::min),
+                changes_per_second_max: rates.iter().copied().fold(0.0, f64::max),
+                transfers_per_second: crate::median(
+                    of.iter().map(|(_, r)| r.transfers_per_second).collect(),
+                ),
+                blocks_per_second: crate::median(
+                    of.iter().map(|(_, r)| r.blocks_per_second).collect(),
+                ),
+                target_changes_per_second: mode.target(),
+                median_run: *median_run,
+            })
+        })
+        .collect()
+}
+
+fn print_config(c: &FullnodeConfig, machine: &Machine, genesis: &GenesisInfo) {
+    println!("gigas-bench fullnode configuration");
+    println!("  state      : {} accounts of seed {}", c.accounts, c.seed);
+    println!("  recording  : {}", c.recording);
+    println!(
+        "  genesis    : {} ({:.2} GB on disk; gigas_fullnode::genesis::initialize took {:.1} s{})",
+        genesis.dir.display(),
+        genesis.disk_bytes as f64 / 1e9,
+        genesis.seconds,
+        if genesis.built_now {
+            ", this run"
+        } else {
+            ", cached"
+        }
+    );
+    println!("  modes      : {}", c.modes.join("; "));
+    println!("  rounds     : {} (modes alternated A B, B A, ...)", c.runs);
+    println!("  statedb    : {}", c.statedb_options);
+    println!("  scratch    : {}", c.scratch);
+    println!("  apply path : gigas_fullnode::apply::Applier (verify, write, root, commit), as the node runs it");
+    println!("  source     : {}", c.source);
+    println!(
+        "  build      : {}; machine: {}",
+        crate::build_profile(),
+        machine.describe()
+    );
+}
+
+fn print_run(r: &RunResult) {
+    let split: Vec<String> = r
+        .split
+        .iter()
+        .map(|p| format!("{} {:.0}%", p.name, p.share * 100.0))
+        .collect();
+    println!(
+        "round {} {}: {} blocks, {} changes in {:.2} s: {:.0} changes/s, {:.0} transfers/s, {:.1} blocks/s; {}{}",
+        r.round,
+        r.mode.short(),
+        r.blocks,
+        r.changes,
+        r.seconds,
+        r.changes_per_second,
+        r.transfers_per_second,
+        r.blocks_per_second,
+        split.join(", "),
+        match r.final_root_seconds {
+            Some(s) => format!("; final root {s:.1} s"),
+            None => String::new(),
+        }
+    );
+}

@@ -1,0 +1,297 @@
+//! The report: JSON, Markdown (configuration first) and an SVG of each mode's split.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use eyre::{eyre, Result};
+use plotters::prelude::*;
+
+use super::FullnodeReport;
+
+const GB: f64 = 1e9;
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn bytes_opt(b: Option<u64>, unit: f64, digits: usize) -> String {
+    b.map_or("-".into(), |b| format!("{:.digits$}", b as f64 / unit))
+}
+
+/// The report as Markdown.
+pub fn markdown(r: &FullnodeReport) -> String {
+    let mut md = String::new();
+    let m = &r.recording;
+    let _ = writeln!(md, "# Full node: applying the sequencer's state diffs\n");
+    let _ = writeln!(md, "## Configuration\n");
+    let _ = writeln!(
+        md,
+        "- state: {} accounts of seed {} (the benchmark genesis)",
+        r.config.accounts, r.config.seed
+    );
+    let _ = writeln!(md, "- recording: {}", r.config.recording);
+    let _ = writeln!(
+        md,
+        "- genesis: `gigas_fullnode::genesis::initialize` (check diff 0, write {} accounts, compute the root and store the whole trie) took **{:.1} s**{}; {:.2} GB on disk ({:.2} GB of pages in use); each run starts from a copy of it ({:.1} s to copy and sync, median)",
+        r.genesis.accounts,
+        r.genesis.seconds,
+        if r.genesis.built_now { " in this run" } else { " when it was cached" },
+        r.genesis.disk_bytes as f64 / GB,
+        r.genesis.used_bytes as f64 / GB,
+        r.genesis.copy_seconds
+    );
+    let _ = writeln!(
+        md,
+        "- apply path: `gigas_fullnode::apply::Applier` as the node runs it (verify the frame, the signature and the checksum chain while decoding against the state; write plain, hashed and index tables; root; commit); the diffs were read into memory before the clock started"
+    );
+    let _ = writeln!(md, "- modes: {}", r.config.modes.join("; "));
+    let _ = writeln!(
+        md,
+        "- rounds: {}, modes alternated (A B, B A, ...); medians with the slowest and fastest run",
+        r.config.runs
+    );
+    let _ = writeln!(md, "- statedb: `{}`", r.config.statedb_options);
+    let _ = writeln!(md, "- scratch: {}", r.config.scratch);
+    let _ = writeln!(md, "- source: {}", r.config.source);
+    let _ = writeln!(
+        md,
+        "- build: {}; machine: {}; no memory limit\n",
+        r.build_profile,
+        r.machine.describe()
+    );
+
+    let _ = writeln!(md, "## Throughput\n");
+    let _ = writeln!(
+        md,
+        "| mode | runs | state changes/s (median) | slowest - fastest | transfers/s | blocks/s | target | |\n|---|---:|---:|---:|---:|---:|---:|---|"
+    );
+    for s in &r.summary {
+        let _ = writeln!(
+            md,
+            "| {} | {} | **{:.0}** | {:.0} - {:.0} | {:.0} | {:.1} | {:.0} | {} |",
+            s.label,
+            s.runs,
+            s.changes_per_second,
+            s.changes_per_second_min,
+            s.changes_per_second_max,
+            s.transfers_per_second,
+            s.blocks_per_second,
+            s.target_changes_per_second,
+            if s.changes_per_second >= s.target_changes_per_second {
+                "met"
+            } else {
+                "missed"
+            }
+        );
+    }
+    let _ = writeln!(md);
+
+    let _ = writeln!(md, "## Where the time goes (the median run of each mode)\n");
+    let _ = writeln!(
+        md,
+        "decode: frame, CRC, zstd; verify: header hash, signature recovery, checksum chain; read: decoding the body against the state (the key index and the prior values: the state's pages); write: plain, hashed and index tables into the open transaction; trie: the MPT update and its branch nodes (live only); commit: the group's sorted hashed-table writes, then MDBX's commit and sync; other: the loop around them.\n"
+    );
+    let names: Vec<&str> = r
+        .summary
+        .first()
+        .and_then(|s| r.runs.get(s.median_run))
+        .map(|run| run.split.iter().map(|p| p.name).collect())
+        .unwrap_or_default();
+    let _ = writeln!(
+        md,
+        "| mode | seconds | {} |\n|---|---:|{}",
+        names.join(" | "),
+        "---:|".repeat(names.len())
+    );
+    for s in &r.summary {
+        let Some(run) = r.runs.get(s.median_run) else {
+            continue;
+        };
+        let cells: Vec<String> = run
+            .split
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:.2} s, {:.0}% ({:.2} us/change)",
+                    p.seconds,
+                    p.share * 100.0,
+                    p.us_per_change
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {:.2} | {} |",
+            s.label,
+            run.seconds,
+            cells.join(" | ")
+        );
+    }
+    let _ = writeln!(md, "\n![split](fullnode-split.svg)\n");
+
+    let _ = writeln!(md, "## Each run\n");
+    let _ = writeln!(
+        md,
+        "| round | mode | blocks | changes | seconds | changes/s | commits | MDBX commit s | roots | final root s | CPU s | major faults | read MB | written MB | db GB (disk / used) | peak RSS MiB | RSS anon / file MiB |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
+    );
+    for run in &r.runs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} / {:.2} | {} | {} / {} |",
+            run.round,
+            run.mode.short(),
+            run.blocks,
+            run.changes,
+            run.seconds,
+            run.changes_per_second,
+            run.commits,
+            run.mdbx_commit_seconds,
+            run.roots,
+            match (run.final_root_seconds, run.final_root_commit_seconds) {
+                (Some(root), Some(commit)) => format!("{root:.1} + {commit:.1}"),
+                _ => "-".into(),
+            },
+            run.cpu_seconds,
+            run.major_faults,
+            run.read_bytes as f64 / 1e6,
+            run.write_bytes as f64 / 1e6,
+            run.db_disk_bytes as f64 / GB,
+            run.db_used_bytes as f64 / GB,
+            bytes_opt(run.peak_rss_bytes, MIB, 0),
+            bytes_opt(run.rss_anon_bytes, MIB, 0),
+            bytes_opt(run.rss_file_bytes, MIB, 0),
+        );
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "## Checks\n");
+    let _ = writeln!(
+        md,
+        "- every run ended at block {} with hash `{}`: {}",
+        m.last,
+        m.last_hash,
+        if r.heads_match { "yes" } else { "NO" }
+    );
+    let _ = writeln!(
+        md,
+        "- every run's final root is the same (`{}`): {}",
+        r.runs.first().map_or("-", |x| x.final_root.as_str()),
+        if r.roots_agree { "yes" } else { "NO" }
+    );
+    match (
+        r.live_root_from_scratch_matches,
+        r.runs.iter().find_map(|x| x.root_from_scratch_seconds),
+    ) {
+        (Some(ok), Some(s)) => {
+            let _ = writeln!(
+                md,
+                "- the live root equals the root recomputed from scratch from the hashed tables ({s:.1} s): {}",
+                if ok { "yes" } else { "NO" }
+            );
+        }
+        _ => {
+            let _ = writeln!(md, "- live root against a root from scratch: not checked");
+        }
+    }
+    md
+}
+
+/// Microseconds per state change by phase, one stacked bar per mode (its median run).
+fn chart(r: &FullnodeReport, file: &Path) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| eyre!("cannot draw {}: {e}", file.display());
+    let bars: Vec<(&str, Vec<(&str, f64)>)> = r
+        .summary
+        .iter()
+        .filter_map(|s| {
+            let run = r.runs.get(s.median_run)?;
+            Some((
+                s.label.as_str(),
+                run.split
+                    .iter()
+                    .map(|p| (p.name, p.us_per_change))
+                    .collect(),
+            ))
+        })
+        .collect();
+    let total = bars
+        .iter()
+        .map(|(_, p)| p.iter().map(|x| x.1).sum::<f64>())
+        .fold(0.1, f64::max);
+    let rows = bars.len().max(1);
+    let height = 160 + 70 * rows as u32;
+    let root = SVGBackend::new(file, (1100, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let labels: Vec<String> = bars.iter().map(|(l, _)| l.to_string()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Apply time per state change by phase, {} accounts (median run of each mode)",
+                r.config.accounts
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(260)
+        .build_cartesian_2d(0.0..total * 1.15, -0.5..rows as f64 - 0.5)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(rows * 2 + 1)
+        .y_label_formatter(&|y| {
+            let i = y.round();
+            if (y - i).abs() > 1e-6 || i < 0.0 {
+                return String::new();
+            }
+            labels.get(i as usize).cloned().unwrap_or_default()
+        })
+        .x_desc("microseconds per state change")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let colors = [
+        RGBColor(0x4e, 0x79, 0xa7),
+        RGBColor(0xf2, 0x8e, 0x2b),
+        RGBColor(0xe1, 0x57, 0x59),
+        RGBColor(0x76, 0xb7, 0xb2),
+        RGBColor(0x59, 0xa1, 0x4f),
+        RGBColor(0xed, 0xc9, 0x48),
+        RGBColor(0xba, 0xb0, 0xac),
+    ];
+    let phases: Vec<&str> = bars
+        .first()
+        .map(|(_, p)| p.iter().map(|x| x.0).collect())
+        .unwrap_or_default();
+    for (k, phase) in phases.iter().enumerate() {
+        let color = colors[k % colors.len()];
+        let rects: Vec<Rectangle<(f64, f64)>> = bars
+            .iter()
+            .enumerate()
+            .map(|(i, (_, parts))| {
+                let x0: f64 = parts.iter().take(k).map(|x| x.1).sum();
+                let x1 = x0 + parts.get(k).map_or(0.0, |x| x.1);
+                let y = i as f64;
+                Rectangle::new([(x0, y - 0.3), (x1, y + 0.3)], color.filled())
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(|e| err(&e))?
+            .label(*phase)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// Writes `fullnode.json`, `fullnode.md` and `fullnode-split.svg` under `out`.
+pub(super) fn write(r: &FullnodeReport, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| eyre!("cannot create {}: {e}", out.display()))?;
+    if let Err(e) = chart(r, &out.join("fullnode-split.svg")) {
+        eprintln!("{e:#}");
+    }
+    crate::write_report(out, "fullnode", r, &markdown(r))
+}

@@ -1,0 +1,131 @@
+//! A small `gigas-bench fullnode`: a benchmark genesis of 300 accounts, a real
+//! `gigas-sequencer` recorded for a few blocks of signed transfers, then the diffs replayed
+//! through the full node's `Applier` batched and live. Checks that both modes end at the
+//! recording's last block with its hash, agree on the root, and that the live root equals
+//! one recomputed from scratch; and that a second run takes the recording and the genesis
+//! database from the cache. No rate is asserted. (The real run is `gigas-bench fullnode`.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use gigas_bench::fullnode::{run, FullnodeArgs, Mode};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: FullnodeArgs,
+}
+
+/// The `gigas-sequencer` binary of this build, built into the same target directory and
+/// profile (a no-op when it is fresh).
+fn sequencer_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps")
+        .to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(other) => other.to_string(),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "gigas-sequencer", "--bin", "gigas-sequencer"])
+        .args(["--profile", &profile])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building gigas-sequencer failed");
+    let bin = profile_dir.join(format!("gigas-sequencer{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "no {}", bin.display());
+    bin
+}
+
+fn args(dir: &Path, bin: &Path, extra: &[&str]) -> FullnodeArgs {
+    let mut argv: Vec<String> = [
+        "fullnode",
+        "--accounts",
+        "300",
+        "--seed",
+        "5",
+        "--rate",
+        "150",
+        "--blocks",
+        "8",
+        "--runs",
+        "1",
+        "--group",
+        "3",
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (flag, path) in [
+        ("--sequencer-bin", bin.to_path_buf()),
+        ("--genesis-dir", dir.join("genesis")),
+        ("--cache-dir", dir.join("cache")),
+        ("--out", dir.join("out")),
+    ] {
+        argv.push(flag.into());
+        argv.push(path.display().to_string());
+    }
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    Cli::try_parse_from(&argv).expect("arguments").args
+}
+
+#[test]
+fn a_small_recording_replays_batched_and_live_to_the_same_state() {
+    let bin = sequencer_binary();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    let report = run(&args(dir.path(), &bin, &[]))
+        .expect("record and replay")
+        .expect("a report");
+    let m = &report.recording;
+    assert!(m.transactions > 0 && m.first_loaded >= 1 && m.last >= m.first_loaded);
+    assert!(m.loaded_blocks <= 8, "{m:?}");
+    assert_eq!(m.gas_used, m.transactions * 21_000, "transfers only");
+    assert!(report.genesis.built_now && report.genesis.accounts >= 300);
+
+    assert_eq!(report.runs.len(), 2);
+    let modes: Vec<Mode> = report.runs.iter().map(|r| r.mode).collect();
+    assert_eq!(modes, [Mode::Batched { group: 3 }, Mode::Live]);
+    for r in &report.runs {
+        assert!(r.head_matches, "{}: head", r.label);
+        assert_eq!(r.blocks, m.loaded_blocks, "{}", r.label);
+        assert_eq!(r.gas_used, m.gas_used, "{}", r.label);
+        assert!(r.changes >= m.transactions, "{}: changes", r.label);
+        assert!(r.changes_per_second > 0.0 && r.commits > 0);
+        assert_eq!(r.split.len(), 7, "six phases and the rest");
+    }
+    let (batched, live) = (&report.runs[0], &report.runs[1]);
+    assert_eq!(
+        batched.roots, 0,
+        "the batched mode keeps no root while applying"
+    );
+    assert!(batched.final_root_seconds.is_some());
+    assert_eq!(live.roots, m.loaded_blocks, "a root every block");
+    assert_eq!(live.commits, m.loaded_blocks, "a commit every block");
+    assert!(report.heads_match && report.roots_agree);
+    assert_eq!(report.live_root_from_scratch_matches, Some(true));
+    assert_eq!(live.root_from_scratch.as_ref(), Some(&live.final_root));
+    assert_eq!(report.summary.len(), 2);
+    for file in ["fullnode.json", "fullnode.md", "fullnode-split.svg"] {
+        assert!(dir.path().join("out").join(file).is_file(), "{file}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("out/fullnode.md")).expect("markdown");
+    assert!(md.starts_with("# Full node") && md.contains("## Configuration"));
+
+    // Again, live only: the recording and the genesis database come from the cache.
+    let again = run(&args(dir.path(), &bin, &["--modes", "live"]))
+        .expect("a second replay")
+        .expect("a report");
+    assert_eq!(again.recording.recorded_at, m.recorded_at);
+    assert_eq!(again.recording.last_hash, m.last_hash);
+    assert!(!again.genesis.built_now);
+    assert_eq!(again.runs.len(), 1);
+    assert_eq!(again.runs[0].final_root, live.final_root);
+}
