@@ -10,8 +10,8 @@ use alloy_primitives::{Address, Bytes, B256, U256, U64};
 use alloy_rpc_types_eth::pubsub::{Params, SubscriptionKind};
 use alloy_rpc_types_eth::state::StateOverride;
 use alloy_rpc_types_eth::{
-    Block, BlockOverrides, FeeHistory, Filter, Log, SyncStatus, Transaction, TransactionReceipt,
-    TransactionRequest,
+    Block, BlockOverrides, EIP1186AccountProofResponse, FeeHistory, Filter, Log, SyncStatus,
+    Transaction, TransactionReceipt, TransactionRequest,
 };
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
@@ -58,6 +58,17 @@ pub trait EthApi {
         slot: U256,
         block: Option<BlockId>,
     ) -> RpcResult<B256>;
+
+    /// `eth_getProof` (EIP-1186): the account and the given storage slots with their
+    /// Merkle-Patricia proofs against the state root of the block; each key is a quantity or a
+    /// 32-byte hex word, as for `eth_getStorageAt`.
+    #[method(name = "getProof")]
+    async fn proof(
+        &self,
+        address: Address,
+        keys: Vec<U256>,
+        block: Option<BlockId>,
+    ) -> RpcResult<EIP1186AccountProofResponse>;
 
     /// `eth_call` with optional state and block overrides.
     #[method(name = "call")]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::EvmOverrides;
 use alloy_rpc_types_eth::{
-    Block, FeeHistory, Filter, Header, Log, SyncStatus, Transaction, TransactionReceipt,
-    TransactionRequest,
+    Block, EIP1186AccountProofResponse, FeeHistory, Filter, Header, Log, SyncStatus, Transaction,
+    TransactionReceipt, TransactionRequest,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -73,6 +73,25 @@ pub trait Backend: Send + Sync + 'static {
     fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError>;
     /// Storage slot `slot` of `address` after block `at`.
     fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError>;
+    /// `eth_getProof` (EIP-1186): `address` and its `slots` after block `at`, with their
+    /// Merkle-Patricia proofs against that block's state root; one storage proof per slot, in
+    /// the order given. The default refuses: a node that keeps no state trie (the sequencer,
+    /// whose headers carry a state checksum instead of an MPT root) has nothing to prove
+    /// against.
+    fn proof(
+        &self,
+        address: Address,
+        slots: Vec<U256>,
+        at: u64,
+    ) -> Result<EIP1186AccountProofResponse, RpcError> {
+        let _ = (address, slots, at);
+        Err(RpcError::ResourceNotFound(
+            "eth_getProof: this node keeps no state trie (its headers' stateRoot is a state \
+             checksum, not a Merkle-Patricia root), so it has no proofs; ask a gigas-fullnode, \
+             which keeps the Ethereum state root"
+                .into(),
+        ))
+    }
     /// `eth_call` on the state after block `at`, with optional state and block overrides.
     /// A revert is [`RpcError::revert`]; other failures [`RpcError::ExecutionFailed`].
     fn call(

@@ -8,8 +8,8 @@ use alloy_primitives::{Address, Bytes, B256, U256, U64};
 use alloy_rpc_types_eth::pubsub::{Params, SubscriptionKind};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
-    Block, BlockOverrides, FeeHistory, Filter, FilterBlockOption, Log, SyncStatus, Transaction,
-    TransactionReceipt, TransactionRequest,
+    Block, BlockOverrides, EIP1186AccountProofResponse, FeeHistory, Filter, FilterBlockOption, Log,
+    SyncStatus, Transaction, TransactionReceipt, TransactionRequest,
 };
 use jsonrpsee::core::{async_trait, to_json_raw_value, RpcResult, SubscriptionResult};
 use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionSink};
@@ -48,6 +48,10 @@ impl Default for Limits {
         }
     }
 }
+
+/// Most storage keys one `eth_getProof` may ask for: each costs a walk of the account's storage
+/// trie, and the answer grows by a proof (a few kilobytes) per key.
+const MAX_PROOF_KEYS: usize = 1024;
 
 /// One per core (at least two): executions are CPU-bound, and more in flight only queue for cores
 /// while holding their memory.
@@ -295,6 +299,24 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
         let at = self.state_block(block).await?;
         let slot = B256::from(slot);
         Ok(self.blocking(move |b| b.storage(address, slot, at)).await?)
+    }
+
+    async fn proof(
+        &self,
+        address: Address,
+        keys: Vec<U256>,
+        block: Option<BlockId>,
+    ) -> RpcResult<EIP1186AccountProofResponse> {
+        if keys.len() > MAX_PROOF_KEYS {
+            return Err(RpcError::InvalidParams(format!(
+                "too many storage keys: {} (at most {MAX_PROOF_KEYS})",
+                keys.len()
+            ))
+            .into());
+        }
+        let at = self.state_block(block).await?;
+        // A proof walks the trie and hashes: bounded like an execution.
+        Ok(self.execution(move |b| b.proof(address, keys, at)).await?)
     }
 
     async fn call(

@@ -1,0 +1,763 @@
+//! The full node's read-only JSON-RPC: [`FullNodeBackend`], a [`gigas_rpc::Backend`] over the
+//! MDBX state ([`gigas_statedb`]), served by the same method tables and error type as the
+//! sequencer's ([`gigas_rpc::RpcServer`]).
+//!
+//! **What it answers.** `latest` (and `pending`, `safe`, `finalized`) is the last *durable*
+//! block ([`SyncState::applied`]); state reads use a [`StateView`], a snapshot of the last
+//! commit. The full node keeps no old state (no per-block change sets), so state methods answer
+//! at the head only: an older block is refused with an error naming the sequencer, which keeps
+//! history. `eth_getProof` proves accounts and slots against the state root (MPT) this node
+//! computed; `eth_call` and `eth_estimateGas` run revm over the view through `gigas-evm`,
+//! configured as the sequencer configures its calls. Blocks are the headers the database holds,
+//! without transactions (the full node keeps no bodies), with the node's own state root in
+//! `stateRoot` (see [`rpc_header`]).
+//!
+//! **What it refuses.** Writes (`eth_sendRawTransaction`) and history (transactions, receipts,
+//! logs, traces) with an error that names the sequencer's URL: a wallet pointed at the full
+//! node learns where to go instead of waiting for a receipt that never comes.
+//!
+//! **Race with the follower.** The RPC layer resolves `latest` to a number before it calls the
+//! backend; a commit that lands in between moves the view one group ahead of that number, and
+//! the request is refused as "older state". The window is the hand-over to the blocking pool
+//! (microseconds against a commit every few hundred milliseconds); clients retry.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use alloy_consensus::Header;
+use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
+use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
+use alloy_rpc_types_eth::{
+    Block, BlockOverrides, BlockTransactions, EIP1186AccountProofResponse, EIP1186StorageProof,
+    FeeHistory, Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction,
+    TransactionReceipt, TransactionRequest,
+};
+use gigas_evm::revm::context::result::ExecutionResult;
+use gigas_evm::revm::context::{BlockEnv, TxEnv};
+use gigas_evm::revm::database::CacheDB;
+use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
+use gigas_evm::revm::state::Bytecode;
+use gigas_evm::TxError;
+use gigas_primitives::ChainSpec;
+use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub};
+use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
+use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
+
+use crate::status::SyncState;
+
+/// How far back from the head `eth_getBlockByHash` looks for a hash: the database indexes
+/// headers by number only, and a full node is asked about recent blocks.
+pub const HASH_LOOKBACK: u64 = 1024;
+
+/// Most heads [`FullNodeBackend::publish_heads`] sends at once (the subscription channel's
+/// default capacity): after a long catch-up, subscribers get the recent heads, not all.
+const MAX_HEADS_PUBLISHED: u64 = 256;
+
+/// The tip a full node suggests, in wei (see [`FullNodeBackend::max_priority_fee`]).
+pub const SUGGESTED_TIP: u64 = 1;
+
+/// The full node as a [`gigas_rpc::Backend`].
+#[derive(Debug)]
+pub struct FullNodeBackend {
+    db: Arc<StateDb>,
+    sync: Arc<SyncState>,
+    hub: SubscriptionHub,
+    sequencer_url: String,
+    chain_id: u64,
+    spec: ChainSpec,
+    base_fee: BaseFeeConfig,
+    /// The last head given to the `newHeads` channel.
+    published: AtomicU64,
+}
+
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    RpcError::Internal(e.to_string())
+}
+
+fn store(e: StateDbError) -> RpcError {
+    match e {
+        StateDbError::TrieStale { last_root } => RpcError::ResourceNotFound(format!(
+            "eth_getProof: this full node runs with the state trie off (its last state root is \
+             at block {last_root}); restart it with a root interval to serve proofs"
+        )),
+        other => internal(other),
+    }
+}
+
+/// The RPC header of a stored header.
+///
+/// `stateRoot` is the Ethereum state root (MPT) this node computed after the block
+/// ([`StoredHeader::state_root`]), so that a light client can check an `eth_getProof` answer
+/// against `latest`'s `stateRoot`. The sequencer's header carries its chained state checksum in
+/// that field instead; when the node computed no root at that block (the root is kept every K
+/// blocks), the field keeps the sequencer's checksum. `hash` is always the sequencer's hash of
+/// its own header (the one it signed), so with a computed root the hash is not the hash of the
+/// fields shown; `size` is that of the sequencer's header.
+pub fn rpc_header(stored: &StoredHeader) -> RpcHeader {
+    let mut header = gigas_sequencer::backend::rpc_header(&stored.header, stored.hash);
+    if let Some(root) = stored.state_root {
+        header.inner.state_root = root;
+    }
+    header
+}
+
+/// The revert reason or halt of a call, as an RPC error; the output and gas of a success.
+fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
+    let used = result.tx_gas_used();
+    match result {
+        ExecutionResult::Success { output, .. } => Ok((output.into_data(), used)),
+        ExecutionResult::Revert { output, .. } => Err(RpcError::revert(output)),
+        ExecutionResult::Halt { reason, .. } => Err(RpcError::ExecutionFailed(format!(
+            "execution halted: {reason:?}"
+        ))),
+    }
+}
+
+fn tx_failure(e: TxError) -> RpcError {
+    match e {
+        TxError::Invalid(reason) => RpcError::ExecutionFailed(reason.to_string()),
+        other => internal(other),
+    }
+}
+
+/// The block environment of a call in block `header`, with `overrides` applied.
+fn call_env(spec: &ChainSpec, header: &Header, overrides: Option<&BlockOverrides>) -> BlockEnv {
+    let fork = spec.fork_at(header.number, header.timestamp);
+    let mut env = gigas_evm::env::block_env_of(header, fork);
+    if let Some(o) = overrides {
+        if let Some(n) = o.number {
+            env.number = n;
+        }
+        if let Some(t) = o.time {
+            env.timestamp = U256::from(t);
+        }
+        if let Some(g) = o.gas_limit {
+            env.gas_limit = g;
+        }
+        if let Some(c) = o.coinbase {
+            env.beneficiary = c;
+        }
+        if let Some(r) = o.random {
+            env.prevrandao = Some(r);
+        }
+        if let Some(b) = o.base_fee {
+            env.basefee = b.saturating_to();
+        }
+    }
+    env
+}
+
+/// The transaction environment of a call request with `gas_limit`.
+fn tx_env(chain_id: u64, req: &TransactionRequest, gas_limit: u64) -> TxEnv {
+    let gas_price = req.gas_price.or(req.max_fee_per_gas).unwrap_or_default();
+    let tx_type = if req.authorization_list.is_some() {
+        4
+    } else if req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some() {
+        2
+    } else if req.access_list.is_some() {
+        1
+    } else {
+        0
+    };
+    TxEnv {
+        tx_type,
+        caller: req.from.unwrap_or_default(),
+        gas_limit,
+        gas_price,
+        gas_priority_fee: req.max_priority_fee_per_gas,
+        kind: req.to.unwrap_or(TxKind::Create),
+        value: req.value.unwrap_or_default(),
+        data: req.input.input().cloned().unwrap_or_default(),
+        nonce: req.nonce.unwrap_or_default(),
+        chain_id: Some(chain_id),
+        access_list: req.access_list.clone().unwrap_or_default(),
+        authorization_list: req
+            .authorization_list
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(gigas_evm::revm::context_interface::either::Either::Left)
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Lays `overrides` over the cached state of a call.
+fn apply_overrides<DB>(cache: &mut CacheDB<DB>, overrides: &StateOverride) -> Result<(), RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    use gigas_evm::revm::database_interface::Database;
+    let failed = |e: &dyn std::fmt::Display| internal(format!("state override: {e}"));
+    for (address, o) in overrides.iter() {
+        let mut info = cache
+            .basic(*address)
+            .map_err(|e| failed(&e))?
+            .unwrap_or_default();
+        if let Some(balance) = o.balance {
+            info.balance = balance;
+        }
+        if let Some(nonce) = o.nonce {
+            info.nonce = nonce;
+        }
+        if let Some(code) = &o.code {
+            let code = Bytecode::new_raw(code.clone());
+            info.code_hash = code.hash_slow();
+            info.code = Some(code);
+        }
+        cache.insert_account_info(*address, info);
+        if let Some(state) = &o.state {
+            let slots = state
+                .iter()
+                .map(|(k, v)| (U256::from_be_bytes(k.0), U256::from_be_bytes(v.0)));
+            cache
+                .replace_account_storage(*address, slots.collect())
+                .map_err(|e| failed(&e))?;
+        }
+        if let Some(diff) = &o.state_diff {
+            for (k, v) in diff {
+                cache
+                    .insert_account_storage(
+                        *address,
+                        U256::from_be_bytes(k.0),
+                        U256::from_be_bytes(v.0),
+                    )
+                    .map_err(|e| failed(&e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A call ready to run any number of times (estimates run it at several gas limits).
+struct PreparedCall<'a> {
+    header: Header,
+    req: &'a TransactionRequest,
+    state: Option<&'a StateOverride>,
+    block: Option<&'a BlockOverrides>,
+}
+
+impl FullNodeBackend {
+    /// A backend over `db` for `chain`, refusing writes and history with `sequencer_url` (the
+    /// sequencer's JSON-RPC address, as users should reach it), reading the durable head from
+    /// `sync`, and feeding subscriptions through `hub` (see [`Self::publish_heads`]).
+    pub fn new(
+        db: Arc<StateDb>,
+        chain: &ChainConfig,
+        sequencer_url: String,
+        sync: Arc<SyncState>,
+        hub: SubscriptionHub,
+    ) -> Self {
+        Self {
+            published: AtomicU64::new(sync.applied()),
+            db,
+            sync,
+            hub,
+            sequencer_url,
+            chain_id: chain.chain_id,
+            spec: chain.spec(),
+            base_fee: chain.base_fee,
+        }
+    }
+
+    /// The subscription channels (`newHeads` is fed by [`Self::publish_heads`]; this node
+    /// publishes no logs and no pending transactions).
+    pub fn hub(&self) -> &SubscriptionHub {
+        &self.hub
+    }
+
+    /// The sequencer URL named in refusals.
+    pub fn sequencer_url(&self) -> &str {
+        &self.sequencer_url
+    }
+
+    /// Publishes to `newHeads` the headers of the blocks after the last one published, through
+    /// `head` (at most the last 256 after a long catch-up). The follower calls it after each
+    /// commit, once [`SyncState::set_applied`] has moved `latest`; with no subscriber it only
+    /// moves the mark. Heads carry this node's state root, as [`rpc_header`] builds them.
+    pub fn publish_heads(&self, head: u64) -> Result<(), RpcError> {
+        let previous = self.published.fetch_max(head, Ordering::AcqRel);
+        if previous >= head || !self.hub.has_head_subscribers() {
+            return Ok(());
+        }
+        let from = (previous + 1).max(head.saturating_sub(MAX_HEADS_PUBLISHED - 1));
+        let view = self.db.view().map_err(store)?;
+        for number in from..=head {
+            if let Some(stored) = view.header(number).map_err(store)? {
+                self.hub.publish_head(rpc_header(&stored));
+            }
+        }
+        Ok(())
+    }
+
+    /// The refusal of a method this node cannot serve, naming the sequencer.
+    fn history_refused(&self, what: &str) -> RpcError {
+        RpcError::ResourceNotFound(format!(
+            "this full node keeps state and headers, not {what}; ask the sequencer at {}",
+            self.sequencer_url
+        ))
+    }
+
+    /// A view of the head's state, if the head is block `at`.
+    fn view_at(&self, at: u64) -> Result<StateView<'_>, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        let tip = view
+            .tip()
+            .map_err(store)?
+            .ok_or_else(|| internal("the state database holds no chain yet"))?
+            .number;
+        if at < tip {
+            return Err(RpcError::ResourceNotFound(format!(
+                "this full node keeps only its head's state (block {tip}), not block {at}'s; \
+                 ask the sequencer at {} for older state",
+                self.sequencer_url
+            )));
+        }
+        if at > tip {
+            // `latest` never runs ahead of the last commit, so this is a caller's mistake.
+            return Err(RpcError::HeaderNotFound);
+        }
+        Ok(view)
+    }
+
+    fn header_of(view: &StateView<'_>, number: u64) -> Result<StoredHeader, RpcError> {
+        view.header(number)
+            .map_err(store)?
+            .ok_or(RpcError::HeaderNotFound)
+    }
+
+    /// Balance of `address` at the head `at`.
+    pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
+        let view = self.view_at(at)?;
+        Ok(view
+            .account(&address)
+            .map_err(store)?
+            .map_or(U256::ZERO, |a| a.balance))
+    }
+
+    /// Nonce of `address` at the head `at`.
+    pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
+        let view = self.view_at(at)?;
+        Ok(view
+            .account(&address)
+            .map_err(store)?
+            .map_or(0, |a| a.nonce))
+    }
+
+    /// Code of `address` at the head `at` (empty when none).
+    pub fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
+        let view = self.view_at(at)?;
+        let Some(account) = view.account(&address).map_err(store)? else {
+            return Ok(Bytes::new());
+        };
+        if account.code_hash == alloy_primitives::KECCAK256_EMPTY {
+            return Ok(Bytes::new());
+        }
+        view.code(&account.code_hash)
+            .map_err(store)?
+            .ok_or_else(|| {
+                internal(format!(
+                    "the code {} of {address} is missing from the state",
+                    account.code_hash
+                ))
+            })
+    }
+
+    /// Storage slot `slot` of `address` at the head `at`.
+    pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
+        let view = self.view_at(at)?;
+        let value = view
+            .storage(&address, &U256::from_be_bytes(slot.0))
+            .map_err(store)?;
+        Ok(B256::from(value))
+    }
+
+    /// `eth_getProof` at the head `at`, against the state root of the head's state: the head's
+    /// `stateRoot` when a root was computed at the head (every block with a root interval of
+    /// 1, as `--dev` runs), else the root recomputed for the proof. Keys are echoed as 32-byte
+    /// words.
+    pub fn proof(
+        &self,
+        address: Address,
+        slots: Vec<U256>,
+        at: u64,
+    ) -> Result<EIP1186AccountProofResponse, RpcError> {
+        let view = self.view_at(at)?;
+        let proof = view.proof(&address, &slots).map_err(store)?;
+        Ok(EIP1186AccountProofResponse {
+            address: proof.address,
+            balance: proof.balance,
+            code_hash: proof.code_hash,
+            nonce: proof.nonce,
+            storage_hash: proof.storage_root,
+            account_proof: proof.account_proof,
+            storage_proof: proof
+                .storage_proofs
+                .into_iter()
+                .map(|p| EIP1186StorageProof {
+                    key: B256::from(p.slot).into(),
+                    value: p.value,
+                    proof: p.proof,
+                })
+                .collect(),
+        })
+    }
+
+    /// Runs `call` over `view` with `gas`.
+    fn run_call(
+        &self,
+        view: &StateView<'_>,
+        call: &PreparedCall<'_>,
+        gas: u64,
+    ) -> Result<ExecutionResult, RpcError> {
+        let req = call.req;
+        let env = call_env(&self.spec, &call.header, call.block);
+        // No price given: the call pays no gas and the base fee is not charged (geth, reth).
+        let free = req.gas_price.is_none()
+            && req.max_fee_per_gas.is_none()
+            && req.max_priority_fee_per_gas.is_none();
+        let prepared = gigas_evm::call::call_block(&self.spec, env, free);
+        let mut tx = tx_env(self.chain_id, req, gas);
+        if free {
+            tx.gas_price = 0;
+            tx.gas_priority_fee = None;
+        }
+        let mut cache = CacheDB::new(WrapDatabaseRef(view));
+        if let Some(overrides) = call.state {
+            apply_overrides(&mut cache, overrides)?;
+        }
+        gigas_evm::call::call(&mut cache, &prepared, tx).map_err(tx_failure)
+    }
+
+    /// `eth_call` at the head `at`; the gas is capped at the block's gas limit.
+    pub fn call(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<Bytes, RpcError> {
+        let view = self.view_at(at)?;
+        let header = Self::header_of(&view, at)?.header;
+        let cap = header.gas_limit;
+        let call = PreparedCall {
+            header,
+            req,
+            state,
+            block,
+        };
+        let gas = req.gas.unwrap_or(cap).min(cap);
+        call_outcome(self.run_call(&view, &call, gas)?).map(|(out, _)| out)
+    }
+
+    /// `eth_estimateGas` at the head `at`: the least gas with which the call succeeds, by
+    /// binary search between what it used and the block's gas limit (as geth), all over one
+    /// snapshot.
+    pub fn estimate_gas(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<u64, RpcError> {
+        let view = self.view_at(at)?;
+        let header = Self::header_of(&view, at)?.header;
+        let mut hi = req.gas.unwrap_or(header.gas_limit);
+        let call = PreparedCall {
+            header,
+            req,
+            state,
+            block,
+        };
+        // A call that fails with all the gas it may have fails with less: answer its error.
+        let (_, used) = call_outcome(self.run_call(&view, &call, hi)?)?;
+        let mut lo = used.saturating_sub(1);
+        // Most calls succeed with what they used plus the 1/64 kept back at each call.
+        let optimistic = (used + 2_300) * 64 / 63;
+        if optimistic < hi {
+            match self.run_call(&view, &call, optimistic)? {
+                ExecutionResult::Success { .. } => hi = optimistic,
+                _ => lo = optimistic,
+            }
+        }
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.run_call(&view, &call, mid) {
+                Ok(ExecutionResult::Success { .. }) => hi = mid,
+                Ok(_) => lo = mid,
+                // Too little gas for the intrinsic cost is "invalid", not a failure.
+                Err(RpcError::ExecutionFailed(_)) => lo = mid,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(hi)
+    }
+
+    /// Block `number` as the database holds it: the header (see [`rpc_header`]) and no
+    /// transactions, since the full node keeps no bodies (the header's `transactionsRoot` and
+    /// `gasUsed` still say what the block held). Full transactions are refused, naming the
+    /// sequencer.
+    pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+        if full {
+            return Err(self.history_refused("transactions (ask for hashes: `false`)"));
+        }
+        let view = self.db.view().map_err(store)?;
+        let Some(stored) = view.header(number).map_err(store)? else {
+            return Ok(None);
+        };
+        Ok(Some(Block {
+            header: rpc_header(&stored),
+            uncles: Vec::new(),
+            transactions: BlockTransactions::Hashes(Vec::new()),
+            withdrawals: Some(Default::default()),
+        }))
+    }
+
+    /// The number of the block with `hash`, looking back at most [`HASH_LOOKBACK`] blocks from
+    /// the head.
+    pub fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, RpcError> {
+        let head = self.sync.applied();
+        if self.sync.applied_hash() == hash {
+            return Ok(Some(head));
+        }
+        let view = self.db.view().map_err(store)?;
+        let tip = view.tip().map_err(store)?.map_or(0, |t| t.number).min(head);
+        let oldest = tip.saturating_sub(HASH_LOOKBACK - 1);
+        for number in (oldest..=tip).rev() {
+            if view.block_hash_ref(number).map_err(store)? == hash {
+                return Ok(Some(number));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The base fee of the block after the head.
+    fn next_base_fee(&self) -> Result<u64, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        let head = Self::header_of(&view, self.sync.applied())?.header;
+        Ok(self.base_fee.next(
+            head.gas_used,
+            head.gas_limit,
+            head.base_fee_per_gas.unwrap_or_default(),
+        ))
+    }
+
+    /// `eth_maxPriorityFeePerGas`: [`SUGGESTED_TIP`] (1 wei). The full node keeps no
+    /// transactions, so it has no paid tips to sample as the sequencer's oracle does; the
+    /// sequencer admits any tip at or above its configured minimum (0 by default) and orders by
+    /// tip, so the smallest positive tip is included whenever blocks are not full. A wallet
+    /// that needs priority asks the sequencer.
+    pub fn max_priority_fee(&self) -> Result<U256, RpcError> {
+        Ok(U256::from(SUGGESTED_TIP))
+    }
+
+    /// `eth_gasPrice`: the next block's base fee (from the head header and the chain's base
+    /// fee rule, as the sequencer computes it) plus [`SUGGESTED_TIP`].
+    pub fn gas_price(&self) -> Result<U256, RpcError> {
+        Ok(U256::from(self.next_base_fee()?) + U256::from(SUGGESTED_TIP))
+    }
+
+    /// `eth_feeHistory` from the headers: base fees (and the next block's) and gas used
+    /// ratios. Reward percentiles are refused: they need the blocks' transactions.
+    pub fn fee_history(
+        &self,
+        count: u64,
+        newest: u64,
+        percentiles: Option<&[f64]>,
+    ) -> Result<FeeHistory, RpcError> {
+        if percentiles.is_some_and(|p| !p.is_empty()) {
+            return Err(
+                self.history_refused("transactions, so no rewards (ask without rewardPercentiles)")
+            );
+        }
+        let count = count.max(1);
+        let oldest = newest.saturating_sub(count - 1);
+        let view = self.db.view().map_err(store)?;
+        let mut history = FeeHistory {
+            oldest_block: oldest,
+            ..FeeHistory::default()
+        };
+        let mut next = None;
+        for number in oldest..=newest {
+            let h = Self::header_of(&view, number)?.header;
+            let base = h.base_fee_per_gas.unwrap_or_default();
+            history.base_fee_per_gas.push(u128::from(base));
+            history
+                .gas_used_ratio
+                .push(h.gas_used as f64 / h.gas_limit.max(1) as f64);
+            next = Some(self.base_fee.next(h.gas_used, h.gas_limit, base));
+        }
+        if let Some(next) = next {
+            history.base_fee_per_gas.push(u128::from(next));
+        }
+        Ok(history)
+    }
+}
+
+impl Backend for FullNodeBackend {
+    fn client_version(&self) -> String {
+        format!(
+            "gigas-fullnode/v{}/{}-{}/rust",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )
+    }
+
+    fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    /// Not syncing while at most one block behind the sequencer's head as last seen (a block
+    /// is in flight most of the time); else the block it started from, the durable head and
+    /// the sequencer's.
+    fn syncing(&self) -> SyncStatus {
+        if self.sync.lag() <= 1 {
+            return SyncStatus::None;
+        }
+        SyncStatus::Info(Box::new(SyncInfo {
+            starting_block: U256::from(self.sync.starting()),
+            current_block: U256::from(self.sync.applied()),
+            highest_block: U256::from(self.sync.sequencer_head()),
+            warp_chunks_amount: None,
+            warp_chunks_processed: None,
+            stages: None,
+        }))
+    }
+
+    fn latest(&self) -> u64 {
+        self.sync.applied()
+    }
+
+    fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError> {
+        self.number_by_hash(hash)
+    }
+
+    fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+        FullNodeBackend::block(self, number, full)
+    }
+
+    fn block_transaction_count(&self, _number: u64) -> Result<Option<u64>, RpcError> {
+        Err(self.history_refused("transactions"))
+    }
+
+    fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
+        FullNodeBackend::balance(self, address, at)
+    }
+
+    fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
+        FullNodeBackend::nonce(self, address, at)
+    }
+
+    /// The head's nonce: the full node has no pool.
+    fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        Ok(view
+            .account(&address)
+            .map_err(store)?
+            .map_or(0, |a| a.nonce))
+    }
+
+    fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
+        FullNodeBackend::code(self, address, at)
+    }
+
+    fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
+        FullNodeBackend::storage(self, address, slot, at)
+    }
+
+    fn proof(
+        &self,
+        address: Address,
+        slots: Vec<U256>,
+        at: u64,
+    ) -> Result<EIP1186AccountProofResponse, RpcError> {
+        FullNodeBackend::proof(self, address, slots, at)
+    }
+
+    fn call(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        overrides: EvmOverrides,
+    ) -> Result<Bytes, RpcError> {
+        FullNodeBackend::call(
+            self,
+            &request,
+            at,
+            overrides.state.as_ref(),
+            overrides.block.as_deref(),
+        )
+    }
+
+    fn estimate_gas(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        overrides: EvmOverrides,
+    ) -> Result<u64, RpcError> {
+        FullNodeBackend::estimate_gas(
+            self,
+            &request,
+            at,
+            overrides.state.as_ref(),
+            overrides.block.as_deref(),
+        )
+    }
+
+    fn gas_price(&self) -> Result<U256, RpcError> {
+        FullNodeBackend::gas_price(self)
+    }
+
+    fn max_priority_fee(&self) -> Result<U256, RpcError> {
+        FullNodeBackend::max_priority_fee(self)
+    }
+
+    fn fee_history(
+        &self,
+        count: u64,
+        newest: u64,
+        percentiles: Option<&[f64]>,
+    ) -> Result<FeeHistory, RpcError> {
+        FullNodeBackend::fee_history(self, count, newest, percentiles)
+    }
+
+    /// Refused: a full node has no pool. `TxRejected` (-32000) so that wallets show the text.
+    async fn send_raw_transaction(&self, _raw: Bytes) -> Result<B256, RpcError> {
+        Err(RpcError::TxRejected(format!(
+            "this full node does not accept transactions; send them to the sequencer at {}",
+            self.sequencer_url
+        )))
+    }
+
+    fn transaction_by_hash(&self, _hash: B256) -> Result<Option<Transaction>, RpcError> {
+        Err(self.history_refused("transactions"))
+    }
+
+    fn receipt(&self, _hash: B256) -> Result<Option<TransactionReceipt>, RpcError> {
+        Err(self.history_refused("receipts"))
+    }
+
+    fn block_receipts(&self, _number: u64) -> Result<Option<Vec<TransactionReceipt>>, RpcError> {
+        Err(self.history_refused("receipts"))
+    }
+
+    fn logs(
+        &self,
+        _from: u64,
+        _to: u64,
+        _filter: &Filter,
+        _limit: usize,
+    ) -> Result<Vec<Log>, RpcError> {
+        Err(self.history_refused("logs"))
+    }
+
+    fn subscriptions(&self) -> &SubscriptionHub {
+        &self.hub
+    }
+
+    fn trace_block_prestate(&self, _number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
+        Err(self.history_refused("old state to trace blocks over"))
+    }
+}
