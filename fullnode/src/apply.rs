@@ -161,8 +161,14 @@ impl<'db> Applier<'db> {
     pub fn verify(&mut self, bytes: &[u8]) -> Result<VerifiedDiff, ApplyError> {
         let mut t = VerifyTimings::default();
         let tip = self.writer.tip();
-        let result =
-            verify_and_decode_timed(&tip, self.sequencer, bytes, &self.writer, &self.writer, &mut t);
+        let result = verify_and_decode_timed(
+            &tip,
+            self.sequencer,
+            bytes,
+            &self.writer,
+            &self.writer,
+            &mut t,
+        );
         self.timings.decode += t.parse;
         self.timings.verify += t.signature + t.checksum;
         self.timings.read += t.decode;

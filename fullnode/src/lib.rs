@@ -12,5 +12,11 @@
 //! of the apply thread).
 
 pub mod apply;
+pub mod fetch;
+pub mod follow;
 pub mod genesis;
+pub mod metrics;
+pub mod node;
+pub mod reexec;
+pub mod rpc;
 pub mod status;

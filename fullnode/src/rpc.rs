@@ -39,7 +39,7 @@ use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::Bytecode;
 use gigas_evm::TxError;
 use gigas_primitives::ChainSpec;
-use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub};
+use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
 use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
@@ -299,14 +299,18 @@ impl FullNodeBackend {
         ))
     }
 
-    /// A view of the head's state, if the head is block `at`.
-    fn view_at(&self, at: u64) -> Result<StateView<'_>, RpcError> {
+    /// A view of the head's state and its block number, if the head is block `at`
+    /// ([`LATEST_STATE`]: whatever the head is now).
+    fn view_at(&self, at: u64) -> Result<(StateView<'_>, u64), RpcError> {
         let view = self.db.view().map_err(store)?;
         let tip = view
             .tip()
             .map_err(store)?
             .ok_or_else(|| internal("the state database holds no chain yet"))?
             .number;
+        if at == LATEST_STATE {
+            return Ok((view, tip));
+        }
         if at < tip {
             return Err(RpcError::ResourceNotFound(format!(
                 "this full node keeps only its head's state (block {tip}), not block {at}'s; \
@@ -318,7 +322,7 @@ impl FullNodeBackend {
             // `latest` never runs ahead of the last commit, so this is a caller's mistake.
             return Err(RpcError::HeaderNotFound);
         }
-        Ok(view)
+        Ok((view, tip))
     }
 
     fn header_of(view: &StateView<'_>, number: u64) -> Result<StoredHeader, RpcError> {
@@ -329,7 +333,7 @@ impl FullNodeBackend {
 
     /// Balance of `address` at the head `at`.
     pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, _) = self.view_at(at)?;
         Ok(view
             .account(&address)
             .map_err(store)?
@@ -338,7 +342,7 @@ impl FullNodeBackend {
 
     /// Nonce of `address` at the head `at`.
     pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, _) = self.view_at(at)?;
         Ok(view
             .account(&address)
             .map_err(store)?
@@ -347,7 +351,7 @@ impl FullNodeBackend {
 
     /// Code of `address` at the head `at` (empty when none).
     pub fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, _) = self.view_at(at)?;
         let Some(account) = view.account(&address).map_err(store)? else {
             return Ok(Bytes::new());
         };
@@ -366,7 +370,7 @@ impl FullNodeBackend {
 
     /// Storage slot `slot` of `address` at the head `at`.
     pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, _) = self.view_at(at)?;
         let value = view
             .storage(&address, &U256::from_be_bytes(slot.0))
             .map_err(store)?;
@@ -383,7 +387,7 @@ impl FullNodeBackend {
         slots: Vec<U256>,
         at: u64,
     ) -> Result<EIP1186AccountProofResponse, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, _) = self.view_at(at)?;
         let proof = view.proof(&address, &slots).map_err(store)?;
         Ok(EIP1186AccountProofResponse {
             address: proof.address,
@@ -438,7 +442,7 @@ impl FullNodeBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
         let cap = header.gas_limit;
         let call = PreparedCall {
@@ -461,7 +465,7 @@ impl FullNodeBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
-        let view = self.view_at(at)?;
+        let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
         let mut hi = req.gas.unwrap_or(header.gas_limit);
         let call = PreparedCall {
@@ -628,6 +632,10 @@ impl Backend for FullNodeBackend {
 
     fn latest(&self) -> u64 {
         self.sync.applied()
+    }
+
+    fn resolves_latest_at_read(&self) -> bool {
+        true
     }
 
     fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError> {

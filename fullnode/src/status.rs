@@ -50,7 +50,9 @@ impl SyncState {
 
     /// The sequencer's head as last seen (never below the applied block).
     pub fn sequencer_head(&self) -> u64 {
-        self.sequencer_head.load(Ordering::Acquire).max(self.applied())
+        self.sequencer_head
+            .load(Ordering::Acquire)
+            .max(self.applied())
     }
 
     /// Lag in blocks.
@@ -76,6 +78,9 @@ impl SyncState {
 
     /// Why the node cannot advance, if it cannot.
     pub fn halted(&self) -> Option<String> {
-        self.halted.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.halted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }

@@ -16,6 +16,10 @@ use tokio::sync::broadcast;
 
 use crate::RpcError;
 
+/// The `at` of a state query for `latest` or `pending` when the backend
+/// [resolves it at read time](Backend::resolves_latest_at_read).
+pub const LATEST_STATE: u64 = u64::MAX;
+
 /// The storage and execution side of a node, as the RPC layer sees it.
 ///
 /// The RPC layer parses requests, resolves block tags and hashes to numbers (with
@@ -41,6 +45,15 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// The head block number (`latest` and `pending`).
     fn latest(&self) -> u64;
+    /// When true, state queries for `latest` and `pending` (balance, nonce, code, storage,
+    /// call, estimate, proof) reach the backend with `at` = [`LATEST_STATE`], and the backend
+    /// reads whatever state is newest when it opens it. A node that keeps only its head's
+    /// state (the full node) needs this: its head may move between the tag's resolution and
+    /// the read, which would otherwise turn a `latest` query into a request for a state it
+    /// no longer has.
+    fn resolves_latest_at_read(&self) -> bool {
+        false
+    }
     /// The block `safe` names; the head unless the node knows better.
     fn safe(&self) -> u64 {
         self.latest()

@@ -165,9 +165,16 @@ impl<B: Backend> EthRpc<B> {
 
     /// The block whose state a query reads (default `latest`); unknown blocks are an error.
     async fn state_block(&self, id: Option<BlockId>) -> Result<u64, RpcError> {
-        self.resolve(id.unwrap_or_default())
-            .await?
-            .ok_or(RpcError::HeaderNotFound)
+        let id = id.unwrap_or_default();
+        if self.backend.resolves_latest_at_read()
+            && matches!(
+                id,
+                BlockId::Number(BlockNumberOrTag::Latest | BlockNumberOrTag::Pending)
+            )
+        {
+            return Ok(crate::backend::LATEST_STATE);
+        }
+        self.resolve(id).await?.ok_or(RpcError::HeaderNotFound)
     }
 
     async fn block_at(&self, number: Option<u64>, full: bool) -> Result<Option<Block>, RpcError> {

@@ -47,7 +47,9 @@ mod metrics;
 mod middleware;
 mod server;
 
-pub use backend::{Backend, PrestateAccount, PrestateTrace, SubscriptionBuffers, SubscriptionHub};
+pub use backend::{
+    Backend, PrestateAccount, PrestateTrace, SubscriptionBuffers, SubscriptionHub, LATEST_STATE,
+};
 pub use error::{codes, RpcError};
 pub use handler::{EthRpc, Limits};
 pub use metrics::RpcMetrics;

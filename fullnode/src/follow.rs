@@ -1,0 +1,354 @@
+//! The apply thread: takes fetched diffs in order, verifies each against the open group,
+//! optionally re-executes its block, writes it, and commits groups by count and age.
+//!
+//! What "applied" means: a block is reported (to [`SyncState`], the RPC, `/metrics`) only
+//! once the group holding it is committed, so a kill at any instant loses nothing reported;
+//! the open group is lost whole and fetched again from the durable head at the next start.
+//!
+//! A rejected diff changes nothing: [`Applier::verify`] decodes against the open group
+//! without writing, and only a verified diff reaches the writer. The thread then commits what
+//! it holds, marks the node halted (logs, `gigas_fullnode_halted`, `eth_syncing`), waits a
+//! backoff and moves the fetcher's cursor back to the block after its tip, so the same
+//! block is fetched again: a corrupt copy in a cache may be replaced, a forged one never
+//! gets through, and the node never advances past a block it could not verify.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alloy_primitives::Address;
+use gigas_statedb::{StateDb, StateDbError, WriterOptions};
+use gigas_statediff::{BlockFile, ChainTip};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, error, info, warn};
+
+use crate::apply::{Applier, ApplyError};
+use crate::fetch::{Cursor, Fetched};
+use crate::metrics::FollowerMetrics;
+use crate::status::SyncState;
+
+/// What the apply thread is configured with.
+#[derive(Debug, Clone)]
+pub struct FollowConfig {
+    /// Group bounds and the root interval.
+    pub writer: WriterOptions,
+    /// The address every header must be signed by.
+    pub sequencer: Address,
+    /// Re-execute every block and compare with its diff.
+    pub verify_execution: bool,
+    /// The fork schedule re-execution runs under.
+    pub spec: gigas_primitives::ChainSpec,
+    /// Wait after a rejection before fetching the block again.
+    pub retry_after_rejection: Duration,
+}
+
+/// Why the apply thread stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StateDbError),
+    /// Reading or writing the local state failed while applying a diff.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// Re-execution disagreed with a diff: the sequencer published a wrong state transition.
+    #[error("block {block}: re-execution disagrees with the diff: {detail}")]
+    ExecutionMismatch {
+        /// The block.
+        block: u64,
+        /// The first differing key and both values.
+        detail: String,
+    },
+    /// The apply thread panicked (a bug: the log has its message).
+    #[error("the apply thread panicked")]
+    Panicked,
+    /// Re-execution itself failed.
+    #[error("block {block}: re-execution failed: {detail}")]
+    Reexecution {
+        /// The block.
+        block: u64,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// Called after each commit with the new durable tip (publishes heads to subscribers).
+pub type OnCommit = Box<dyn FnMut(&StateDb, ChainTip) + Send>;
+
+/// The apply thread's connections to the rest of the node.
+#[derive(Debug)]
+pub struct ThreadIo {
+    /// The runtime the channels and timers belong to.
+    pub handle: tokio::runtime::Handle,
+    /// Diffs from the fetcher, in order.
+    pub input: mpsc::Receiver<Fetched>,
+    /// Where the fetcher should be (moved back after a rejection).
+    pub cursor: watch::Sender<Cursor>,
+    /// Turns true when the node stops.
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Why a block could not be applied, as the loop acts on it.
+enum Refusal {
+    /// Fetch it again after a backoff; the node is held meanwhile.
+    Refetch {
+        reason: &'static str,
+        message: String,
+    },
+    /// Stop the node.
+    Fatal(FollowError),
+}
+
+struct ApplyLoop<'db> {
+    db: &'db StateDb,
+    config: FollowConfig,
+    io: ThreadIo,
+    sync: Arc<SyncState>,
+    metrics: FollowerMetrics,
+    on_commit: OnCommit,
+    applier: Applier<'db>,
+    epoch: u64,
+    last_commit: Instant,
+    changes_since_commit: u64,
+    /// When the oldest block not yet durable arrived, for the lag in seconds.
+    first_pending_arrival: Option<Instant>,
+}
+
+/// Runs the apply thread until the fetcher's channel closes or `stop` turns true; commits
+/// the open group before returning.
+pub fn run(
+    db: Arc<StateDb>,
+    config: FollowConfig,
+    io: ThreadIo,
+    sync: Arc<SyncState>,
+    metrics: FollowerMetrics,
+    on_commit: OnCommit,
+) -> Result<(), FollowError> {
+    let applier = Applier::new(&db, config.writer, config.sequencer)?;
+    let epoch = io.cursor.borrow().epoch;
+    let mut this = ApplyLoop {
+        db: &db,
+        config,
+        io,
+        sync,
+        metrics,
+        on_commit,
+        applier,
+        epoch,
+        last_commit: Instant::now(),
+        changes_since_commit: 0,
+        first_pending_arrival: None,
+    };
+    let result = this.run();
+    // Whatever verified is made durable, also when the loop stops on an error.
+    let committed = this.commit();
+    info!(
+        head = this.applier.committed_tip().number,
+        "apply thread stopped"
+    );
+    result.and(committed)
+}
+
+impl ApplyLoop<'_> {
+    fn commit(&mut self) -> Result<(), FollowError> {
+        let Some(info) = self.applier.commit()? else {
+            return Ok(());
+        };
+        let seconds = self.last_commit.elapsed().as_secs_f64();
+        if seconds > 0.0 {
+            self.metrics
+                .apply_changes_per_second
+                .set(self.changes_since_commit as f64 / seconds);
+        }
+        self.changes_since_commit = 0;
+        self.last_commit = Instant::now();
+        self.first_pending_arrival = None;
+        self.metrics.group_blocks.observe(info.blocks as f64);
+        let tip = self.applier.committed_tip();
+        self.sync.set_applied(tip.number, tip.hash);
+        self.metrics
+            .applied_block
+            .set(i64::try_from(tip.number).unwrap_or(i64::MAX));
+        debug!(
+            head = info.head,
+            blocks = info.blocks,
+            changes = info.changes,
+            commit_ms = info.commit_seconds * 1e3,
+            "group committed"
+        );
+        (self.on_commit)(self.db, tip);
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<(), FollowError> {
+        loop {
+            if *self.io.stop.borrow() {
+                return Ok(());
+            }
+            let wait = match self.applier.writer().group_age() {
+                Some(age) => self.config.writer.max_group_age.saturating_sub(age),
+                None => Duration::from_millis(250),
+            };
+            let input = &mut self.io.input;
+            let received = self
+                .io
+                .handle
+                .block_on(async { tokio::time::timeout(wait, input.recv()).await });
+            update_lag(&self.sync, &self.metrics, self.first_pending_arrival);
+            let item = match received {
+                Ok(Some(item)) => item,
+                Ok(None) => return Ok(()),
+                Err(_) => {
+                    if self.applier.should_commit() {
+                        self.commit()?;
+                    }
+                    continue;
+                }
+            };
+            let tip = self.applier.tip();
+            if item.epoch != self.epoch || item.number <= tip.number {
+                // Queued before a cursor reset, or already applied (a resent range).
+                continue;
+            }
+            if item.number != tip.number + 1 {
+                warn!(
+                    expected = tip.number + 1,
+                    got = item.number,
+                    "a gap in the fetched diffs; fetching again from the tip"
+                );
+                self.reset_cursor(tip.number + 1);
+                continue;
+            }
+            self.first_pending_arrival.get_or_insert(item.received);
+            match self.apply(&item) {
+                Ok(()) => {}
+                Err(Refusal::Fatal(e)) => return Err(e),
+                Err(Refusal::Refetch { reason, message }) => {
+                    self.hold(item.number, reason, message)?
+                }
+            }
+            if self.applier.should_commit() {
+                self.commit()?;
+            }
+        }
+    }
+
+    /// Verifies (and re-executes, if asked) then writes one block.
+    fn apply(&mut self, item: &Fetched) -> Result<(), Refusal> {
+        let started = Instant::now();
+        let verified = match self.applier.verify(&item.diff) {
+            Ok(v) => v,
+            Err(ApplyError::Rejected(e)) => {
+                return Err(Refusal::Refetch {
+                    reason: crate::apply::rejection_reason(&e.kind),
+                    message: e.to_string(),
+                })
+            }
+            Err(e) => return Err(Refusal::Fatal(e.into())),
+        };
+        self.metrics
+            .verify_seconds
+            .observe(started.elapsed().as_secs_f64());
+        if self.config.verify_execution {
+            self.check_execution(&verified, item.block.as_deref())?;
+            self.metrics.reexecuted_blocks.inc();
+        }
+        if self.sync.halted().is_some() {
+            info!(block = item.number, "the block verified; following again");
+            self.sync.set_halted(None);
+            self.metrics.halted.set(0);
+        }
+        let applied = self
+            .applier
+            .write(&verified)
+            .map_err(|e| Refusal::Fatal(e.into()))?;
+        self.changes_since_commit += applied.changes;
+        if let Some(root) = &applied.root {
+            debug!(block = root.block, root = %root.root, ms = root.seconds * 1e3, "state root");
+        }
+        Ok(())
+    }
+
+    /// Re-executes the block over the open group and compares with its diff. A bad block
+    /// file is fetched again; a disagreement stops the node.
+    fn check_execution(
+        &self,
+        diff: &gigas_statediff::VerifiedDiff,
+        block: Option<&[u8]>,
+    ) -> Result<(), Refusal> {
+        use crate::reexec::{ReexecError, VerifyError};
+        let number = diff.header.number;
+        let refetch = |message: String| Refusal::Refetch {
+            reason: "block_file",
+            message,
+        };
+        let file = BlockFile::decode(block.unwrap_or_default())
+            .map_err(|e| refetch(format!("block {number}'s transactions file: {e}")))?;
+        match crate::reexec::verify_block(
+            self.applier.writer(),
+            &self.config.spec,
+            &diff.header,
+            &file,
+            &diff.changes,
+        ) {
+            Ok(_) => Ok(()),
+            Err(VerifyError::Reexec(
+                e @ (ReexecError::WrongBlock { .. } | ReexecError::Transactions { .. }),
+            )) => Err(refetch(e.to_string())),
+            Err(VerifyError::Reexec(e)) => Err(Refusal::Fatal(FollowError::Reexecution {
+                block: number,
+                detail: e.to_string(),
+            })),
+            Err(VerifyError::Mismatch(m)) => Err(Refusal::Fatal(FollowError::ExecutionMismatch {
+                block: number,
+                detail: m.to_string(),
+            })),
+        }
+    }
+
+    /// A block that did not verify: count it, say so, keep what verified before it, wait,
+    /// and fetch it again. The node does not go past it.
+    fn hold(
+        &mut self,
+        number: u64,
+        reason: &'static str,
+        message: String,
+    ) -> Result<(), FollowError> {
+        self.metrics.rejected(reason);
+        self.metrics.halted.set(1);
+        error!(block = number, reason, error = %message, "block rejected; nothing of it was applied, and the node will not go past it");
+        self.sync.set_halted(Some(format!(
+            "block {number} rejected ({reason}): {message}"
+        )));
+        self.commit()?;
+        let mut stop = self.io.stop.clone();
+        let retry = self.config.retry_after_rejection;
+        self.io.handle.block_on(async {
+            tokio::select! {
+                _ = tokio::time::sleep(retry) => {}
+                _ = stop.changed() => {}
+            }
+        });
+        self.reset_cursor(self.applier.tip().number + 1);
+        Ok(())
+    }
+
+    fn reset_cursor(&mut self, next: u64) {
+        self.epoch += 1;
+        let _ = self.io.cursor.send(Cursor {
+            epoch: self.epoch,
+            next,
+        });
+    }
+}
+
+fn update_lag(sync: &SyncState, metrics: &FollowerMetrics, pending: Option<Instant>) {
+    let lag = sync.lag();
+    metrics
+        .lag_blocks
+        .set(i64::try_from(lag).unwrap_or(i64::MAX));
+    metrics.lag_seconds.set(match (lag, pending) {
+        (0, _) => 0.0,
+        (_, Some(since)) => since.elapsed().as_secs_f64(),
+        (_, None) => 0.0,
+    });
+}

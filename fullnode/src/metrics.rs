@@ -1,0 +1,257 @@
+//! The follower's metrics (`gigas_fullnode_*`); the database's own are `gigas_statedb_*`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use std::sync::atomic::AtomicU64;
+
+/// A label naming why a diff was rejected (see [`crate::apply::rejection_reason`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// The reason.
+    pub reason: String,
+}
+
+/// A label naming how diffs were fetched: `range`, `file` or `stream`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// The way.
+    pub source: String,
+}
+
+/// The follower's metrics.
+#[derive(Debug, Clone)]
+pub struct FollowerMetrics {
+    /// Blocks the sequencer has that this node has not made durable.
+    pub lag_blocks: Gauge,
+    /// How long the oldest block not yet durable here has been known to this node (0 when
+    /// caught up), in seconds.
+    pub lag_seconds: Gauge<f64, AtomicU64>,
+    /// The last durable block.
+    pub applied_block: Gauge,
+    /// The sequencer's head as last seen.
+    pub sequencer_head: Gauge,
+    /// Diffs received, by how.
+    pub diffs_fetched: Family<SourceLabel, Counter>,
+    /// Diffs rejected by verification, by reason.
+    pub diffs_rejected: Family<ReasonLabel, Counter>,
+    /// Bytes of diff files received.
+    pub bytes_received: Counter,
+    /// HTTP or WebSocket failures (each followed by a backoff).
+    pub fetch_errors: Counter,
+    /// 1 while a verification failure holds the node.
+    pub halted: Gauge,
+    /// State changes per second over the last commit interval.
+    pub apply_changes_per_second: Gauge<f64, AtomicU64>,
+    /// Seconds per block to decode and verify a diff (reads of prior values included).
+    pub verify_seconds: Histogram,
+    /// Blocks per group commit.
+    pub group_blocks: Histogram,
+    /// Resident memory, bytes.
+    pub resident_bytes: Gauge,
+    /// Resident memory that is file-backed (the MDBX map's pages in the page cache), bytes.
+    pub resident_file_bytes: Gauge,
+    /// Anonymous resident memory (heap), bytes.
+    pub resident_anon_bytes: Gauge,
+    /// Major page faults since the start (pages read from disk).
+    pub major_faults: Gauge,
+    /// Re-executions that matched their diff.
+    pub reexecuted_blocks: Counter,
+}
+
+impl Default for FollowerMetrics {
+    fn default() -> Self {
+        Self {
+            lag_blocks: Gauge::default(),
+            lag_seconds: Gauge::default(),
+            applied_block: Gauge::default(),
+            sequencer_head: Gauge::default(),
+            diffs_fetched: Family::default(),
+            diffs_rejected: Family::default(),
+            bytes_received: Counter::default(),
+            fetch_errors: Counter::default(),
+            halted: Gauge::default(),
+            apply_changes_per_second: Gauge::default(),
+            // 20 us to about 2 minutes in steps of 1.5x.
+            verify_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 40)),
+            group_blocks: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            resident_bytes: Gauge::default(),
+            resident_file_bytes: Gauge::default(),
+            resident_anon_bytes: Gauge::default(),
+            major_faults: Gauge::default(),
+            reexecuted_blocks: Counter::default(),
+        }
+    }
+}
+
+impl FollowerMetrics {
+    /// Counts a rejection.
+    pub fn rejected(&self, reason: &str) {
+        self.diffs_rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a received diff of `bytes` bytes.
+    pub fn fetched(&self, source: &str, bytes: usize) {
+        self.diffs_fetched
+            .get_or_create(&SourceLabel {
+                source: source.to_string(),
+            })
+            .inc();
+        self.bytes_received.inc_by(bytes as u64);
+    }
+
+    /// Reads resident memory and major faults of this process from `/proc/self`.
+    pub fn sample_memory(&self) {
+        let Some(mem) = ProcessMemory::read() else {
+            return;
+        };
+        let set = |g: &Gauge, v: u64| {
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        set(&self.resident_bytes, mem.resident);
+        set(&self.resident_file_bytes, mem.file);
+        set(&self.resident_anon_bytes, mem.anon);
+        set(&self.major_faults, mem.major_faults);
+    }
+
+    /// Registers every metric under `gigas_fullnode_*`.
+    pub fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("gigas_fullnode");
+        sub.register(
+            "lag_blocks",
+            "Blocks the sequencer has that this node has not made durable",
+            self.lag_blocks.clone(),
+        );
+        sub.register(
+            "lag_seconds",
+            "Seconds the oldest block not yet durable here has been known (0 when caught up)",
+            self.lag_seconds.clone(),
+        );
+        sub.register(
+            "applied_block",
+            "The last durable block",
+            self.applied_block.clone(),
+        );
+        sub.register(
+            "sequencer_head",
+            "The sequencer's head as last seen",
+            self.sequencer_head.clone(),
+        );
+        sub.register(
+            "diffs_fetched",
+            "Diff files received, by source (range, file, stream)",
+            self.diffs_fetched.clone(),
+        );
+        sub.register(
+            "diffs_rejected",
+            "Diffs rejected by verification, by reason",
+            self.diffs_rejected.clone(),
+        );
+        sub.register(
+            "received_bytes",
+            "Bytes of diff files received",
+            self.bytes_received.clone(),
+        );
+        sub.register(
+            "fetch_errors",
+            "HTTP and WebSocket failures, each followed by a backoff",
+            self.fetch_errors.clone(),
+        );
+        sub.register(
+            "halted",
+            "1 while a rejected diff holds the node at its head",
+            self.halted.clone(),
+        );
+        sub.register(
+            "apply_changes_per_second",
+            "State changes per second over the last commit interval",
+            self.apply_changes_per_second.clone(),
+        );
+        sub.register(
+            "verify_seconds",
+            "Seconds per block to decode and verify its diff (prior-value reads included)",
+            self.verify_seconds.clone(),
+        );
+        sub.register(
+            "group_blocks",
+            "Blocks per group commit",
+            self.group_blocks.clone(),
+        );
+        sub.register(
+            "resident_bytes",
+            "Resident memory of the process",
+            self.resident_bytes.clone(),
+        );
+        sub.register(
+            "resident_file_bytes",
+            "File-backed resident memory (mapped database pages in the page cache)",
+            self.resident_file_bytes.clone(),
+        );
+        sub.register(
+            "resident_anon_bytes",
+            "Anonymous resident memory (heap)",
+            self.resident_anon_bytes.clone(),
+        );
+        sub.register(
+            "major_faults",
+            "Major page faults since start (pages read from disk)",
+            self.major_faults.clone(),
+        );
+        sub.register(
+            "reexecuted_blocks",
+            "Blocks re-executed whose result matched their diff",
+            self.reexecuted_blocks.clone(),
+        );
+    }
+}
+
+/// Memory of this process as the kernel reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessMemory {
+    /// VmRSS, bytes.
+    pub resident: u64,
+    /// RssFile + RssShmem, bytes.
+    pub file: u64,
+    /// RssAnon, bytes.
+    pub anon: u64,
+    /// Major faults (`/proc/self/stat` field 12).
+    pub major_faults: u64,
+}
+
+impl ProcessMemory {
+    /// Reads `/proc/self/status` and `/proc/self/stat`; `None` where they do not exist.
+    pub fn read() -> Option<Self> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let kib = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .map_or(0, |v| v * 1024)
+        };
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The command name (field 2) may hold spaces; fields after its ')' are plain.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest)?;
+        // After ')' come field 3 (state), ..., so field 12 is the 10th of them.
+        let major_faults = after
+            .split_whitespace()
+            .nth(9)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Some(Self {
+            resident: kib("VmRSS:"),
+            file: kib("RssFile:") + kib("RssShmem:"),
+            anon: kib("RssAnon:"),
+            major_faults,
+        })
+    }
+}
