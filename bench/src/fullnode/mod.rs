@@ -84,6 +84,30 @@ impl DurabilityArg {
     }
 }
 
+/// What the page cache holds of a run's database when its clock starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PageCache {
+    /// The whole file, as the copy's buffered writes left it (in large folios on ext4 with
+    /// Linux 6.16 and later: a 4 KiB write through the map then dirties a whole folio).
+    Copy,
+    /// Nothing: evicted after the copy (the run reads every page it needs from the disk).
+    Cold,
+    /// The whole file in 4 KiB pages: evicted, then read back a page at a time with readahead
+    /// off, as MDBX's own faults would have loaded it.
+    Warm,
+}
+
+impl PageCache {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Copy => "the copy as written (large folios)",
+            Self::Cold => "evicted after the copy (cold)",
+            Self::Warm => "evicted after the copy, then read back in 4 KiB pages with readahead off (warm, base pages)",
+        }
+    }
+}
+
 /// `gigas-bench fullnode`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FullnodeArgs {
@@ -133,6 +157,9 @@ pub struct FullnodeArgs {
     /// Sync of the replay's commits.
     #[arg(long, value_enum, default_value = "durable")]
     pub durability: DurabilityArg,
+    /// What the page cache holds of each run's database when its clock starts.
+    #[arg(long, value_enum, default_value = "warm")]
+    pub page_cache: PageCache,
     /// Do not check the live mode's root against one recomputed from scratch (a read of the
     /// whole state, done on the last live run).
     #[arg(long)]

@@ -12,8 +12,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, TARGET_BATCHED,
-    TARGET_LIVE,
+    FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, PageCache,
+    TARGET_BATCHED, TARGET_LIVE,
 };
 
 /// A mode of applying.
@@ -137,7 +137,8 @@ pub struct RunResult {
     pub mode: Mode,
     /// Its label.
     pub label: String,
-    /// Seconds to copy and sync the genesis database into the run's directory.
+    /// Seconds to copy and sync the genesis database into the run's directory (and to evict
+    /// and re-read it, per `--page-cache`).
     pub copy_seconds: f64,
     /// Seconds applying blocks `first_loaded..=last`, every commit included (the final root
     /// of the batched mode apart).
@@ -324,8 +325,9 @@ pub(super) fn ensure_genesis_db(
 }
 
 /// Copies the database files of `from` into a new `to` and syncs them, so that no write-back
-/// of the copy lands in the measured run. The lock file is left for MDBX to create.
-fn copy_db(from: &Path, to: &Path) -> Result<f64> {
+/// of the copy lands in the measured run, then leaves the copy in the page cache as `cache`
+/// says. The lock file is left for MDBX to create.
+fn copy_db(from: &Path, to: &Path, cache: PageCache) -> Result<f64> {
     let started = Instant::now();
     std::fs::create_dir_all(to).wrap_err_with(|| format!("creating {}", to.display()))?;
     for entry in std::fs::read_dir(from).wrap_err_with(|| format!("listing {}", from.display()))? {
@@ -341,11 +343,68 @@ fn copy_db(from: &Path, to: &Path) -> Result<f64> {
         std::fs::File::open(&target)
             .and_then(|f| f.sync_all())
             .wrap_err_with(|| format!("syncing {}", target.display()))?;
+        if cache != PageCache::Copy {
+            recache(&target, cache == PageCache::Warm)
+                .wrap_err_with(|| format!("evicting {} from the page cache", target.display()))?;
+        }
     }
     std::fs::File::open(to)
         .and_then(|f| f.sync_all())
         .wrap_err_with(|| format!("syncing {}", to.display()))?;
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// Evicts the (synced, so clean) pages of `path` from the page cache, then with `warm` reads
+/// them back 4 KiB at a time with readahead off, so that the cache holds the file in base
+/// pages, as MDBX's own page faults (readahead off) would have left it. A copy's buffered
+/// writes leave it in large folios (ext4 on Linux 6.16 and later), and a 4 KiB write through
+/// MDBX's map then dirties, and the commit's sync writes back, a whole folio.
+fn recache(path: &Path, warm: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)?;
+    let fd = file.as_raw_fd();
+    // SAFETY: fadvise on a descriptor this function owns.
+    let rc = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    if !warm {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    let len = i64::try_from(file.metadata()?.len()).map_err(std::io::Error::other)?;
+    let mut page = vec![0u8; 4096];
+    let mut pos = 0i64;
+    while pos < len {
+        // SAFETY: lseek on a descriptor this function owns.
+        let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break;
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut at = data as u64;
+        while at < hole as u64 {
+            if file.read_at(&mut page, at)? == 0 {
+                break;
+            }
+            at += page.len() as u64;
+        }
+        pos = hole;
+    }
+    Ok(())
 }
 
 /// Copies `from` to `to` keeping its holes: MDBX grows its file in large sparse steps, and a
@@ -510,7 +569,7 @@ impl Replay<'_> {
 
     fn run_in(&self, dir: &Path, round: usize, mode: Mode, check_root: bool) -> Result<RunResult> {
         let m = self.recording;
-        let copy_seconds = copy_db(&self.genesis.dir, dir)?;
+        let copy_seconds = copy_db(&self.genesis.dir, dir, self.args.page_cache)?;
         let db = StateDb::open(dir, self.options.clone())?;
         let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
         let diff = |n: u64| -> Result<&[u8]> {
@@ -698,9 +757,10 @@ pub(super) fn run_all(
             WriterOptions::default().hashed_writes
         ),
         scratch: format!(
-            "{} ({}); each run into a fresh copy of the genesis database, copied and synced before the clock starts",
+            "{} ({}); each run into a fresh copy of the genesis database, copied and synced before the clock starts; page cache: {}",
             scratch.display(),
-            filesystem_of(scratch)
+            filesystem_of(scratch),
+            args.page_cache.describe()
         ),
         source: super::git_revision(),
     };
