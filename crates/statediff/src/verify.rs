@@ -77,7 +77,14 @@ where
     I: KeyIndex + ?Sized,
     P: PriorState + ?Sized,
 {
-    verify_and_decode_timed(tip, sequencer, bytes, index, prior, &mut VerifyTimings::default())
+    verify_and_decode_timed(
+        tip,
+        sequencer,
+        bytes,
+        index,
+        prior,
+        &mut VerifyTimings::default(),
+    )
 }
 
 /// Where [`verify_and_decode_timed`] spent its time, in seconds, added to what the fields
