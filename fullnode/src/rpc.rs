@@ -24,19 +24,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use alloy_consensus::Header;
-use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
+use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
     Block, BlockOverrides, BlockTransactions, EIP1186AccountProofResponse, EIP1186StorageProof,
     FeeHistory, Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction,
     TransactionReceipt, TransactionRequest,
 };
+use gigas_evm::call::{CallError, CallRequest};
 use gigas_evm::revm::context::result::ExecutionResult;
-use gigas_evm::revm::context::{BlockEnv, TxEnv};
-use gigas_evm::revm::database::CacheDB;
-use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
-use gigas_evm::revm::state::Bytecode;
+use gigas_evm::revm::database_interface::DatabaseRef;
 use gigas_evm::TxError;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
@@ -113,129 +110,11 @@ fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
     }
 }
 
-fn tx_failure(e: TxError) -> RpcError {
+fn call_failure(e: CallError) -> RpcError {
     match e {
-        TxError::Invalid(reason) => RpcError::ExecutionFailed(reason.to_string()),
+        CallError::Tx(TxError::Invalid(reason)) => RpcError::ExecutionFailed(reason.to_string()),
         other => internal(other),
     }
-}
-
-/// The block environment of a call in block `header`, with `overrides` applied.
-fn call_env(spec: &ChainSpec, header: &Header, overrides: Option<&BlockOverrides>) -> BlockEnv {
-    let fork = spec.fork_at(header.number, header.timestamp);
-    let mut env = gigas_evm::env::block_env_of(header, fork);
-    if let Some(o) = overrides {
-        if let Some(n) = o.number {
-            env.number = n;
-        }
-        if let Some(t) = o.time {
-            env.timestamp = U256::from(t);
-        }
-        if let Some(g) = o.gas_limit {
-            env.gas_limit = g;
-        }
-        if let Some(c) = o.coinbase {
-            env.beneficiary = c;
-        }
-        if let Some(r) = o.random {
-            env.prevrandao = Some(r);
-        }
-        if let Some(b) = o.base_fee {
-            env.basefee = b.saturating_to();
-        }
-    }
-    env
-}
-
-/// The transaction environment of a call request with `gas_limit`.
-fn tx_env(chain_id: u64, req: &TransactionRequest, gas_limit: u64) -> TxEnv {
-    let gas_price = req.gas_price.or(req.max_fee_per_gas).unwrap_or_default();
-    let tx_type = if req.authorization_list.is_some() {
-        4
-    } else if req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some() {
-        2
-    } else if req.access_list.is_some() {
-        1
-    } else {
-        0
-    };
-    TxEnv {
-        tx_type,
-        caller: req.from.unwrap_or_default(),
-        gas_limit,
-        gas_price,
-        gas_priority_fee: req.max_priority_fee_per_gas,
-        kind: req.to.unwrap_or(TxKind::Create),
-        value: req.value.unwrap_or_default(),
-        data: req.input.input().cloned().unwrap_or_default(),
-        nonce: req.nonce.unwrap_or_default(),
-        chain_id: Some(chain_id),
-        access_list: req.access_list.clone().unwrap_or_default(),
-        authorization_list: req
-            .authorization_list
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(gigas_evm::revm::context_interface::either::Either::Left)
-            .collect(),
-        ..Default::default()
-    }
-}
-
-/// Lays `overrides` over the cached state of a call.
-fn apply_overrides<DB>(cache: &mut CacheDB<DB>, overrides: &StateOverride) -> Result<(), RpcError>
-where
-    DB: DatabaseRef,
-    DB::Error: std::fmt::Display,
-{
-    use gigas_evm::revm::database_interface::Database;
-    let failed = |e: &dyn std::fmt::Display| internal(format!("state override: {e}"));
-    for (address, o) in overrides.iter() {
-        let mut info = cache
-            .basic(*address)
-            .map_err(|e| failed(&e))?
-            .unwrap_or_default();
-        if let Some(balance) = o.balance {
-            info.balance = balance;
-        }
-        if let Some(nonce) = o.nonce {
-            info.nonce = nonce;
-        }
-        if let Some(code) = &o.code {
-            let code = Bytecode::new_raw(code.clone());
-            info.code_hash = code.hash_slow();
-            info.code = Some(code);
-        }
-        cache.insert_account_info(*address, info);
-        if let Some(state) = &o.state {
-            let slots = state
-                .iter()
-                .map(|(k, v)| (U256::from_be_bytes(k.0), U256::from_be_bytes(v.0)));
-            cache
-                .replace_account_storage(*address, slots.collect())
-                .map_err(|e| failed(&e))?;
-        }
-        if let Some(diff) = &o.state_diff {
-            for (k, v) in diff {
-                cache
-                    .insert_account_storage(
-                        *address,
-                        U256::from_be_bytes(k.0),
-                        U256::from_be_bytes(v.0),
-                    )
-                    .map_err(|e| failed(&e))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A call ready to run any number of times (estimates run it at several gas limits).
-struct PreparedCall<'a> {
-    header: Header,
-    req: &'a TransactionRequest,
-    state: Option<&'a StateOverride>,
-    block: Option<&'a BlockOverrides>,
 }
 
 impl FullNodeBackend {
@@ -408,32 +287,6 @@ impl FullNodeBackend {
         })
     }
 
-    /// Runs `call` over `view` with `gas`.
-    fn run_call(
-        &self,
-        view: &StateView<'_>,
-        call: &PreparedCall<'_>,
-        gas: u64,
-    ) -> Result<ExecutionResult, RpcError> {
-        let req = call.req;
-        let env = call_env(&self.spec, &call.header, call.block);
-        // No price given: the call pays no gas and the base fee is not charged (geth, reth).
-        let free = req.gas_price.is_none()
-            && req.max_fee_per_gas.is_none()
-            && req.max_priority_fee_per_gas.is_none();
-        let prepared = gigas_evm::call::call_block(&self.spec, env, free);
-        let mut tx = tx_env(self.chain_id, req, gas);
-        if free {
-            tx.gas_price = 0;
-            tx.gas_priority_fee = None;
-        }
-        let mut cache = CacheDB::new(WrapDatabaseRef(view));
-        if let Some(overrides) = call.state {
-            apply_overrides(&mut cache, overrides)?;
-        }
-        gigas_evm::call::call(&mut cache, &prepared, tx).map_err(tx_failure)
-    }
-
     /// `eth_call` at the head `at`; the gas is capped at the block's gas limit.
     pub fn call(
         &self,
@@ -445,18 +298,12 @@ impl FullNodeBackend {
         let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
         let cap = header.gas_limit;
-        let call = PreparedCall {
-            header,
-            req,
-            state,
-            block,
-        };
+        let call = CallRequest::new(&self.spec, &header, req, state, block);
         let gas = req.gas.unwrap_or(cap).min(cap);
-        call_outcome(self.run_call(&view, &call, gas)?).map(|(out, _)| out)
+        call_outcome(call.run(&view, gas).map_err(call_failure)?).map(|(out, _)| out)
     }
 
-    /// `eth_estimateGas` at the head `at`: the least gas with which the call succeeds, by
-    /// binary search between what it used and the block's gas limit (as geth), all over one
+    /// `eth_estimateGas` at the head `at` (see [`CallRequest::estimate`]), all over one
     /// snapshot.
     pub fn estimate_gas(
         &self,
@@ -467,35 +314,13 @@ impl FullNodeBackend {
     ) -> Result<u64, RpcError> {
         let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
-        let mut hi = req.gas.unwrap_or(header.gas_limit);
-        let call = PreparedCall {
-            header,
-            req,
-            state,
-            block,
-        };
-        // A call that fails with all the gas it may have fails with less: answer its error.
-        let (_, used) = call_outcome(self.run_call(&view, &call, hi)?)?;
-        let mut lo = used.saturating_sub(1);
-        // Most calls succeed with what they used plus the 1/64 kept back at each call.
-        let optimistic = (used + 2_300) * 64 / 63;
-        if optimistic < hi {
-            match self.run_call(&view, &call, optimistic)? {
-                ExecutionResult::Success { .. } => hi = optimistic,
-                _ => lo = optimistic,
-            }
+        let cap = req.gas.unwrap_or(header.gas_limit);
+        let call = CallRequest::new(&self.spec, &header, req, state, block);
+        match call.estimate(&view, cap).map_err(call_failure)? {
+            Ok(gas) => Ok(gas),
+            // A call that fails with all the gas it may have: answer its error.
+            Err(failed) => call_outcome(failed).map(|(_, used)| used),
         }
-        while lo + 1 < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.run_call(&view, &call, mid) {
-                Ok(ExecutionResult::Success { .. }) => hi = mid,
-                Ok(_) => lo = mid,
-                // Too little gas for the intrinsic cost is "invalid", not a failure.
-                Err(RpcError::ExecutionFailed(_)) => lo = mid,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(hi)
     }
 
     /// Block `number` as the database holds it: the header (see [`rpc_header`]) and no

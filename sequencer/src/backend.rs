@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex};
 
 use alloy_consensus::transaction::Recovered;
 use alloy_consensus::{ReceiptEnvelope, Transaction as _, TxEnvelope};
-use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
+use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
     Block, BlockOverrides, BlockTransactions, FeeHistory, Filter, Header as RpcHeader, Log,
     Transaction, TransactionReceipt, TransactionRequest,
 };
+use gigas_evm::call::{CallError, CallRequest};
 use gigas_evm::revm::context::result::ExecutionResult;
-use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::CacheDB;
 use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
@@ -175,9 +175,9 @@ fn call_failure(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
     }
 }
 
-fn tx_failure(e: TxError) -> RpcError {
+fn call_error(e: CallError) -> RpcError {
     match e {
-        TxError::Invalid(reason) => RpcError::ExecutionFailed(reason.to_string()),
+        CallError::Tx(TxError::Invalid(reason)) => RpcError::ExecutionFailed(reason.to_string()),
         other => internal(other),
     }
 }
@@ -503,96 +503,6 @@ impl SequencerBackend {
         self.at(at, |db| Ok(B256::from(db.storage_ref(address, slot)?)))
     }
 
-    /// The environment of a call at block `at`: block `at`'s own, with `overrides` applied.
-    fn call_env(&self, at: u64, overrides: Option<&BlockOverrides>) -> Result<BlockEnv, RpcError> {
-        let header = self.header(at)?;
-        let mut env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
-        if let Some(o) = overrides {
-            if let Some(n) = o.number {
-                env.number = n;
-            }
-            if let Some(t) = o.time {
-                env.timestamp = U256::from(t);
-            }
-            if let Some(g) = o.gas_limit {
-                env.gas_limit = g;
-            }
-            if let Some(c) = o.coinbase {
-                env.beneficiary = c;
-            }
-            if let Some(r) = o.random {
-                env.prevrandao = Some(r);
-            }
-            if let Some(b) = o.base_fee {
-                env.basefee = b.saturating_to();
-            }
-        }
-        Ok(env)
-    }
-
-    fn tx_env(&self, req: &TransactionRequest, gas_limit: u64) -> TxEnv {
-        let chain_id = self.node.config().chain.chain_id;
-        let gas_price = req.gas_price.or(req.max_fee_per_gas).unwrap_or_default();
-        TxEnv {
-            tx_type: if req.authorization_list.is_some() {
-                4
-            } else if req.max_fee_per_gas.is_some() || req.max_priority_fee_per_gas.is_some() {
-                2
-            } else if req.access_list.is_some() {
-                1
-            } else {
-                0
-            },
-            caller: req.from.unwrap_or_default(),
-            gas_limit,
-            gas_price,
-            gas_priority_fee: req.max_priority_fee_per_gas,
-            kind: req.to.unwrap_or(TxKind::Create),
-            value: req.value.unwrap_or_default(),
-            data: req.input.input().cloned().unwrap_or_default(),
-            nonce: req.nonce.unwrap_or_default(),
-            chain_id: Some(chain_id),
-            access_list: req.access_list.clone().unwrap_or_default(),
-            authorization_list: req
-                .authorization_list
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .map(gigas_evm::revm::context_interface::either::Either::Left)
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    /// Runs `req` at block `at` with `gas` and returns its result.
-    fn run_call(
-        &self,
-        req: &TransactionRequest,
-        at: u64,
-        gas: u64,
-        state: Option<&StateOverride>,
-        block: Option<&BlockOverrides>,
-    ) -> Result<ExecutionResult, RpcError> {
-        let env = self.call_env(at, block)?;
-        let free = req.gas_price.is_none()
-            && req.max_fee_per_gas.is_none()
-            && req.max_priority_fee_per_gas.is_none();
-        let prepared = gigas_evm::call::call_block(self.node.spec(), env, free);
-        let mut tx = self.tx_env(req, gas);
-        if free {
-            tx.gas_price = 0;
-            tx.gas_priority_fee = None;
-        }
-        self.at(at, |db| {
-            let mut cache = CacheDB::new(WrapDatabaseRef(db));
-            if let Some(overrides) = state {
-                apply_overrides(&mut cache, overrides)?;
-            }
-            Ok(gigas_evm::call::call(&mut cache, &prepared, tx))
-        })?
-        .map_err(tx_failure)
-    }
-
     /// `eth_call`.
     pub fn call(
         &self,
@@ -601,18 +511,16 @@ impl SequencerBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
-        let cap = self.gas_cap(at)?;
+        let header = self.header(at)?;
+        let cap = header.gas_limit;
         let gas = req.gas.unwrap_or(cap).min(cap);
-        call_failure(self.run_call(req, at, gas, state, block)?).map(|(out, _)| out)
+        let call = CallRequest::new(self.node.spec(), &header, req, state, block);
+        let result = self.at(at, |db| Ok(call.run(db, gas)))?;
+        call_failure(result.map_err(call_error)?).map(|(out, _)| out)
     }
 
-    /// The most gas a call at block `at` may use: the block's gas limit, as for a transaction.
-    fn gas_cap(&self, at: u64) -> Result<u64, RpcError> {
-        Ok(self.header(at)?.gas_limit)
-    }
-
-    /// `eth_estimateGas`: the least gas with which the call succeeds, by binary search
-    /// between the gas it used and the block's limit (as geth).
+    /// `eth_estimateGas` (see [`CallRequest::estimate`]), all over one snapshot of block
+    /// `at`'s state.
     pub fn estimate_gas(
         &self,
         req: &TransactionRequest,
@@ -620,29 +528,17 @@ impl SequencerBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
-        let mut hi = req.gas.unwrap_or(self.gas_cap(at)?);
-        // A call that fails with all the gas it may have fails with less: answer its error.
-        let (_, used) = call_failure(self.run_call(req, at, hi, state, block)?)?;
-        let mut lo = used.saturating_sub(1);
-        // Most calls succeed with what they used plus the 1/64 kept back at each call.
-        let optimistic = (used + 2_300) * 64 / 63;
-        if optimistic < hi {
-            match self.run_call(req, at, optimistic, state, block)? {
-                ExecutionResult::Success { .. } => hi = optimistic,
-                _ => lo = optimistic,
-            }
+        let header = self.header(at)?;
+        let cap = req.gas.unwrap_or(header.gas_limit);
+        let call = CallRequest::new(self.node.spec(), &header, req, state, block);
+        match self
+            .at(at, |db| Ok(call.estimate(db, cap)))?
+            .map_err(call_error)?
+        {
+            Ok(gas) => Ok(gas),
+            // A call that fails with all the gas it may have: answer its error.
+            Err(failed) => call_failure(failed).map(|(_, used)| used),
         }
-        while lo + 1 < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.run_call(req, at, mid, state, block) {
-                Ok(ExecutionResult::Success { .. }) => hi = mid,
-                Ok(_) => lo = mid,
-                // Too little gas for the intrinsic cost is "invalid", not a failure.
-                Err(RpcError::InvalidParams(_)) => lo = mid,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(hi)
     }
 
     /// `eth_maxPriorityFeePerGas`, as geth's oracle suggests it: the median of the three
@@ -880,54 +776,6 @@ fn rewards(
             by_tip.last().map_or(0, |(t, _)| *t)
         })
         .collect()
-}
-
-fn apply_overrides<DB: DatabaseRef>(
-    cache: &mut CacheDB<DB>,
-    overrides: &StateOverride,
-) -> Result<(), crate::state::StateError>
-where
-    DB::Error: std::fmt::Display,
-{
-    use gigas_evm::revm::database_interface::Database;
-    for (address, o) in overrides.iter() {
-        let mut info = cache
-            .basic(*address)
-            .map_err(|e| crate::state::StateError::History(format!("override: {e}")))?
-            .unwrap_or_default();
-        if let Some(balance) = o.balance {
-            info.balance = balance;
-        }
-        if let Some(nonce) = o.nonce {
-            info.nonce = nonce;
-        }
-        if let Some(code) = &o.code {
-            let code = Bytecode::new_raw(code.clone());
-            info.code_hash = code.hash_slow();
-            info.code = Some(code);
-        }
-        cache.insert_account_info(*address, info);
-        if let Some(state) = &o.state {
-            let slots = state
-                .iter()
-                .map(|(k, v)| (U256::from_be_bytes(k.0), U256::from_be_bytes(v.0)));
-            cache
-                .replace_account_storage(*address, slots.collect())
-                .map_err(|e| crate::state::StateError::History(format!("override: {e}")))?;
-        }
-        if let Some(diff) = &o.state_diff {
-            for (k, v) in diff {
-                cache
-                    .insert_account_storage(
-                        *address,
-                        U256::from_be_bytes(k.0),
-                        U256::from_be_bytes(v.0),
-                    )
-                    .map_err(|e| crate::state::StateError::History(format!("override: {e}")))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 impl Backend for SequencerBackend {
