@@ -92,6 +92,12 @@ pub fn rejection_reason(kind: &DiffErrorKind) -> &'static str {
     }
 }
 
+/// Whether decoding failed reading the local index or state rather than on the diff's bytes.
+fn is_local_read(e: &DiffError) -> bool {
+    matches!(&e.kind, DiffErrorKind::Body(b)
+        if matches!(b.kind, BodyErrorKind::Index(_) | BodyErrorKind::Prior(_)))
+}
+
 /// What one applied block did.
 #[derive(Debug, Clone)]
 pub struct AppliedBlock {
@@ -175,16 +181,7 @@ impl<'db> Applier<'db> {
         match result {
             Ok(v) => Ok(v),
             // A failed read of the local database is not the diff's fault.
-            Err(
-                e @ DiffError {
-                    kind: DiffErrorKind::Body(_),
-                    ..
-                },
-            ) if matches!(&e.kind, DiffErrorKind::Body(b)
-                if matches!(b.kind, BodyErrorKind::Index(_) | BodyErrorKind::Prior(_))) =>
-            {
-                Err(ApplyError::Read(e))
-            }
+            Err(e) if is_local_read(&e) => Err(ApplyError::Read(e)),
             Err(e) => Err(ApplyError::Rejected(e)),
         }
     }

@@ -218,6 +218,8 @@ impl FollowerMetrics {
 pub struct ProcessMemory {
     /// VmRSS, bytes.
     pub resident: u64,
+    /// VmHWM: the peak of VmRSS (reset by writing 5 to `/proc/self/clear_refs`), bytes.
+    pub peak: u64,
     /// RssFile + RssShmem, bytes.
     pub file: u64,
     /// RssAnon, bytes.
@@ -249,6 +251,7 @@ impl ProcessMemory {
             .unwrap_or(0);
         Some(Self {
             resident: kib("VmRSS:"),
+            peak: kib("VmHWM:"),
             file: kib("RssFile:") + kib("RssShmem:"),
             anon: kib("RssAnon:"),
             major_faults,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use eyre::{bail, eyre, Result, WrapErr};
 use gigas_fullnode::apply::{Applier, ApplyTimings};
+use gigas_fullnode::metrics::ProcessMemory;
 use gigas_primitives::machine::Machine;
 use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -307,7 +308,7 @@ pub(super) fn ensure_genesis_db(
         state_root: outcome.state_root.to_string(),
         disk_bytes: disk_bytes(&db_dir),
         used_bytes: used,
-        peak_rss_bytes: proc_status_bytes("VmHWM:"),
+        peak_rss_bytes: ProcessMemory::read().map(|m| m.peak),
         built_at: unix_now(),
         built_now: true,
         copy_seconds: 0.0,
@@ -472,16 +473,6 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn proc_status_bytes(field: &str) -> Option<u64> {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|kib| kib * 1024)
-}
-
 /// CPU seconds, major faults, storage bytes read and written of this process.
 #[derive(Debug, Clone, Copy, Default)]
 struct Resources {
@@ -635,7 +626,7 @@ impl Replay<'_> {
         count_commit(applier.commit()?);
         let seconds = started.elapsed().as_secs_f64();
         let after = Resources::sample();
-        let peak_rss_bytes = proc_status_bytes("VmHWM:");
+        let peak_rss_bytes = ProcessMemory::read().map(|m| m.peak);
         bar.finish_and_clear();
         let timings = *applier.timings();
 
@@ -656,8 +647,9 @@ impl Replay<'_> {
                 None,
             ),
         };
-        let rss_anon_bytes = proc_status_bytes("RssAnon:");
-        let rss_file_bytes = proc_status_bytes("RssFile:");
+        let memory = ProcessMemory::read();
+        let rss_anon_bytes = memory.map(|m| m.anon);
+        let rss_file_bytes = memory.map(|m| m.file);
         drop(applier);
 
         let head = db.head()?;
