@@ -12,6 +12,7 @@
 //! of the apply thread).
 
 pub mod apply;
+pub mod cli;
 pub mod fetch;
 pub mod follow;
 pub mod genesis;

@@ -81,6 +81,7 @@
 
 pub mod backend;
 pub mod chain;
+pub mod cli;
 pub mod diffs;
 pub mod diffs_http;
 pub mod genesis;

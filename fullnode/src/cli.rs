@@ -1,0 +1,223 @@
+//! The `gigas-fullnode` command line as a library function, so that another binary (the one-command
+//! devnet) can run the node in a process of its own without `gigas-fullnode` being built.
+//!
+//! Owns: parsing the flags and starting the node (or building a genesis). Must not: install a
+//! global allocator (the binary that links it chooses one).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::fetch::{FetchConfig, SourceLayout};
+use crate::node::{FullNode, FullNodeConfig};
+use clap::Parser;
+use eyre::{bail, WrapErr};
+use gigas_sequencer::chain::ChainConfig;
+use gigas_statedb::{Durability, HashedWrites, StateDbOptions, WriterOptions};
+use tracing::info;
+
+/// A Gigas full node: follows the sequencer by applying its signed, compressed state diffs
+/// (no re-execution), keeps the Ethereum state root, and serves read-only JSON-RPC.
+///
+/// Examples:
+///   gigas-fullnode --dev                      follow a `gigas-sequencer --dev` on this machine
+///   gigas-fullnode --chain chain.json --datadir /data/fn --sequencer http://seq:8545
+#[derive(Debug, Parser)]
+#[command(name = "gigas-fullnode", version, verbatim_doc_comment)]
+struct Cli {
+    /// Follow a `gigas-sequencer --dev` (the dev chain; a temporary data directory unless
+    /// --datadir is given; the root kept every block).
+    #[arg(long)]
+    dev: bool,
+    /// The chain spec file (the sequencer's: genesis state and its address or key).
+    #[arg(long, value_name = "FILE", conflicts_with = "dev")]
+    chain: Option<PathBuf>,
+    /// Where the state lives (an MDBX environment in DIR/state).
+    #[arg(long, value_name = "DIR")]
+    datadir: Option<PathBuf>,
+    /// The sequencer (or any HTTP server or cache serving its diff archive).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8545")]
+    sequencer: String,
+    /// How the source serves diffs: `auto` detects, `sequencer` uses ranges and the
+    /// WebSocket push, `static` fetches files and polls `diffs/head`.
+    #[arg(long, value_enum, default_value_t = SourceLayout::Auto)]
+    source_layout: SourceLayout,
+    /// JSON-RPC address (HTTP and WebSocket on one port).
+    #[arg(long = "http.addr", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    http_addr: IpAddr,
+    /// JSON-RPC port (0 picks a free one).
+    #[arg(long = "http.port", default_value_t = 8546)]
+    http_port: u16,
+    /// Serve Prometheus metrics at ADDR/metrics (e.g. 127.0.0.1:9002).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Keep the MPT state root every K blocks (0: off, rebuilt on demand). Proofs are served
+    /// against the last root; K = 1 keeps `latest`'s root current.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    root_every: u64,
+    /// Commit after this many blocks in one write transaction...
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    commit_blocks: u64,
+    /// ...or once the oldest uncommitted block was applied this long ago (a block is served
+    /// only once committed).
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_duration)]
+    commit_interval: Duration,
+    /// Blocks per range request while catching up.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    fetch_range: u64,
+    /// Requests in flight while catching up.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    fetch_concurrency: usize,
+    /// Fetched diffs waiting for the apply thread, at most.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    fetch_queue: usize,
+    /// Re-execute every block over the state and halt on any difference with its diff.
+    #[arg(long)]
+    verify_execution: bool,
+    /// Turn MDBX readahead on (off by default: state reads are random point lookups).
+    #[arg(long = "db.readahead")]
+    db_readahead: bool,
+    /// Do not use MDBX's write map (dirty pages copied into heap buffers instead).
+    #[arg(long = "db.no-write-map")]
+    db_no_write_map: bool,
+    /// MDBX page size in bytes (default: the OS page size).
+    #[arg(long = "db.page-size", value_name = "BYTES")]
+    db_page_size: Option<usize>,
+    /// Sync mode: `durable` (a commit survives power loss), `no-meta-sync`, `safe-no-sync`.
+    #[arg(long = "db.sync", value_name = "MODE", default_value = "durable", value_parser = parse_sync)]
+    db_sync: Durability,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "ms"), |i| (&s[..i], &s[i..]));
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration such as 200ms or 2s"))?;
+    let millis = match unit {
+        "ms" => value,
+        "s" => value * 1e3,
+        _ => return Err(format!("'{s}': use ms or s, e.g. 200ms or 2s")),
+    };
+    if !(0.0..=3_600_000.0).contains(&millis) {
+        return Err(format!("'{s}' must be between 0 and 3600s"));
+    }
+    Ok(Duration::from_micros((millis * 1e3) as u64))
+}
+
+fn parse_sync(s: &str) -> Result<Durability, String> {
+    match s {
+        "durable" => Ok(Durability::Durable),
+        "no-meta-sync" => Ok(Durability::NoMetaSync),
+        "safe-no-sync" => Ok(Durability::SafeNoSync),
+        _ => Err(format!("'{s}': use durable, no-meta-sync or safe-no-sync")),
+    }
+}
+
+/// Runs `gigas-fullnode` with these arguments (the first is the program name, as in
+/// `std::env::args`), exactly as the binary does.
+///
+/// Logs go to stdout through `tracing` at `RUST_LOG` (default `info`); a
+/// subscriber already installed by the caller is kept.
+pub fn main_with_args<I, T>(args: I) -> eyre::Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    // try_init: a caller that installed its own subscriber keeps it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .try_init();
+    let cli = Cli::parse_from(args);
+    let chain = match (&cli.chain, cli.dev) {
+        (Some(path), _) => ChainConfig::load(path)
+            .wrap_err_with(|| format!("reading the chain spec {}", path.display()))?,
+        (None, true) => ChainConfig::dev(250)?,
+        (None, false) => {
+            bail!(
+                "give --dev to follow a dev sequencer, or --chain FILE --datadir DIR (see --help)"
+            )
+        }
+    };
+    let mut _temp = None;
+    let datadir = match (&cli.datadir, cli.dev) {
+        (Some(dir), _) => dir.clone(),
+        (None, true) => {
+            let dir = tempfile::Builder::new()
+                .prefix("gigas-fullnode-dev-")
+                .tempdir()
+                .wrap_err("creating a temporary data directory")?;
+            let path = dir.path().to_path_buf();
+            _temp = Some(dir);
+            path
+        }
+        (None, false) => bail!("--datadir DIR is required with --chain"),
+    };
+    let mut fetch = FetchConfig::new(cli.sequencer.clone());
+    fetch.layout = cli.source_layout;
+    fetch.range_blocks = cli.fetch_range.clamp(1, 1024);
+    fetch.concurrency = cli.fetch_concurrency.max(1);
+    fetch.queue_blocks = cli.fetch_queue.max(1);
+    let config = FullNodeConfig {
+        datadir: datadir.clone(),
+        chain,
+        fetch,
+        writer: WriterOptions {
+            root_every: cli.root_every,
+            max_group_blocks: cli.commit_blocks.max(1),
+            max_group_age: cli.commit_interval,
+            hashed_writes: HashedWrites::SortedPerGroup,
+        },
+        db: StateDbOptions {
+            readahead: cli.db_readahead,
+            write_map: !cli.db_no_write_map,
+            page_size: cli.db_page_size,
+            durability: cli.db_sync,
+            ..StateDbOptions::default()
+        },
+        verify_execution: cli.verify_execution,
+        rpc: gigas_rpc::RpcConfig {
+            listen: SocketAddr::new(cli.http_addr, cli.http_port),
+            ..gigas_rpc::RpcConfig::default()
+        },
+        metrics: cli.metrics,
+        sequencer_url: cli.sequencer.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .thread_name("gigas-fullnode")
+        .build()
+        .wrap_err("starting the async runtime")?;
+    info!(sequencer = %cli.sequencer, datadir = %datadir.display(), "starting the full node");
+    let node = FullNode::start(config, &runtime)
+        .wrap_err_with(|| format!("starting the full node in {}", datadir.display()))?;
+    // Machine-readable lines, for scripts and tests that start the node on port 0; the
+    // JSON-RPC line comes last.
+    if let Some(addr) = node.metrics_addr() {
+        println!("metrics on http://{addr}/metrics");
+    }
+    if let Some(addr) = node.rpc_addr() {
+        println!("JSON-RPC listening on http://{addr}");
+    }
+    {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    }
+    let stop = node.stop_handle();
+    runtime.spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        info!("stopping: the open group is committed first");
+        stop.stop();
+    });
+    node.join().wrap_err("the full node stopped")?;
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    info!("stopped");
+    Ok(())
+}

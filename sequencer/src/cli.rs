@@ -1,0 +1,449 @@
+//! The `gigas-sequencer` command line as a library function, so that another binary (the one-command
+//! devnet) can run the node in a process of its own without `gigas-sequencer` being built.
+//!
+//! Owns: parsing the flags and starting the node (or building a genesis). Must not: install a
+//! global allocator (the binary that links it chooses one).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::SequencerBackend;
+use crate::chain::{dev_accounts, ChainConfig};
+use crate::diffs::{DiffConfig, DiffWriter};
+use crate::{Node, NodeConfig};
+use alloy_primitives::U256;
+use clap::{Args, Parser, Subcommand};
+use eyre::{bail, WrapErr};
+use gigas_evm::jit::JitMode;
+use tracing::{error, info};
+
+/// The Gigas L2 sequencer: accepts signed Ethereum transactions over JSON-RPC (HTTP and
+/// WebSocket on one port), orders them into blocks every block time, executes them with
+/// Block-STM and a Cranelift JIT over revm, keeps state in Vilmo and chain history in MDBX.
+///
+/// Quick start: `gigas-sequencer --dev`, then point any Ethereum tool at
+/// http://127.0.0.1:8545 with one of the printed dev keys.
+#[derive(Debug, Parser)]
+#[command(name = "gigas-sequencer", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build a benchmark chain: N accounts derived from a seed (in parallel, once), written as
+    /// a chain spec plus an addresses file that a node starts on in seconds.
+    Genesis(GenesisArgs),
+}
+
+#[derive(Debug, Args)]
+struct GenesisArgs {
+    /// How many benchmark accounts.
+    #[arg(long, default_value_t = 1_000_000)]
+    accounts: u64,
+    /// The seed their keys derive from (keccak(seed ‖ index)).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Each account's balance, in ETH.
+    #[arg(long, default_value_t = 1_000)]
+    balance_eth: u64,
+    /// Block time written into the chain spec (e.g. 250ms, 1s).
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    block_time: Duration,
+    /// Gas limit of every block (default: the dev chain's 60,000,000).
+    #[arg(long)]
+    gas_limit: Option<u64>,
+    /// Also deploy WETH9 (its mainnet runtime code, from the fixtures' pre-state) at its
+    /// mainnet address, with --balance-eth WETH for every benchmark account: the ERC-20
+    /// workload of `gigas-bench load`.
+    #[arg(long)]
+    erc20: bool,
+    /// Mainnet fixtures to take WETH9's code from (default: ../shared/data/mainnet).
+    #[arg(long, value_name = "DIR", requires = "erc20")]
+    fixtures: Option<PathBuf>,
+    /// Output directory (chain.json and the addresses file).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Development chain: chain id 1337, ten accounts of the test mnemonic with 10,000 ETH
+    /// each (printed at start), a temporary data directory unless --datadir is given.
+    #[arg(long, conflicts_with = "chain")]
+    dev: bool,
+    /// Chain spec file (JSON: chain_id, block_time_ms, block_gas_limit, fork, base_fee,
+    /// sequencer_key or sequencer_key_file, alloc, bench_accounts).
+    #[arg(long, value_name = "FILE")]
+    chain: Option<PathBuf>,
+    /// Data directory (state/, history/, journal). Required without --dev.
+    #[arg(long, value_name = "DIR")]
+    datadir: Option<PathBuf>,
+    /// Address the JSON-RPC server (HTTP and WebSocket) listens on.
+    #[arg(long = "http.addr", default_value = "127.0.0.1")]
+    http_addr: IpAddr,
+    /// Port of the JSON-RPC server (HTTP and WebSocket on the same port).
+    #[arg(long = "http.port", default_value_t = 8545)]
+    http_port: u16,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
+    /// Time between blocks (e.g. 250ms, 2s); overrides the chain spec's.
+    #[arg(long, value_parser = parse_duration)]
+    block_time: Option<Duration>,
+    /// When compiled code runs: off (interpret), on (compile contracts once hot), eager
+    /// (compile every contract on first call).
+    #[arg(long, default_value = "on")]
+    jit: JitMode,
+    /// Block-STM workers per block (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Sender-recovery threads (default: the number of cores).
+    #[arg(long = "txpool.recovery-threads")]
+    recovery_threads: Option<usize>,
+    /// The most transactions the pool holds; the cheapest are evicted beyond it.
+    #[arg(long = "txpool.max-txs", default_value_t = 100_000)]
+    pool_max_txs: usize,
+    /// The most transactions of one sender the pool holds.
+    #[arg(long = "txpool.max-per-sender", default_value_t = 256)]
+    pool_max_per_sender: usize,
+    /// The smallest priority fee (tip) the pool accepts, in wei.
+    #[arg(long = "txpool.min-priority-fee", default_value_t = 0)]
+    min_priority_fee: u128,
+    /// The most transactions in one block.
+    #[arg(long = "builder.max-txs", default_value_t = 20_000)]
+    max_block_txs: usize,
+    /// Blocks whose state stays queryable (eth_getBalance at an older block, the prestate
+    /// tracer).
+    #[arg(long = "state-history", default_value_t = 10_000)]
+    state_history: u64,
+    /// Largest JSON-RPC request body, in bytes.
+    #[arg(long = "rpc.max-request-size", default_value_t = 10 << 20)]
+    rpc_max_request: u32,
+    /// Largest JSON-RPC response body, in bytes.
+    #[arg(long = "rpc.max-response-size", default_value_t = 100 << 20)]
+    rpc_max_response: u32,
+    /// Most simultaneous connections.
+    #[arg(long = "rpc.max-connections", default_value_t = 500)]
+    rpc_max_connections: u32,
+    /// Most calls in one batch request.
+    #[arg(long = "rpc.max-batch", default_value_t = 1_000)]
+    rpc_max_batch: u32,
+    /// Most subscriptions per WebSocket connection.
+    #[arg(long = "rpc.max-subscriptions", default_value_t = 1_024)]
+    rpc_max_subscriptions: u32,
+    /// Widest block range of one eth_getLogs.
+    #[arg(long = "rpc.max-logs-range", default_value_t = 10_000)]
+    rpc_max_logs_range: u64,
+    /// Most logs one eth_getLogs returns.
+    #[arg(long = "rpc.max-logs", default_value_t = 10_000)]
+    rpc_max_logs: usize,
+    /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
+    /// on the JSON-RPC port; copy it to any static web server to serve followers from there.
+    /// Default: DATADIR/archive.
+    #[arg(long = "diffs.dir", value_name = "DIR")]
+    diffs_dir: Option<PathBuf>,
+    /// Keep only the newest N blocks' diff and block files (0: keep everything).
+    #[arg(long = "diffs.retain", default_value_t = 0, value_name = "N")]
+    diffs_retain: u64,
+    /// zstd level of the archive's files (1-22; higher is smaller and slower to write).
+    #[arg(long = "diffs.zstd-level", default_value_t = gigas_statediff::Compression::DEFAULT_LEVEL,
+          value_parser = clap::value_parser!(i32).range(1..=22))]
+    diffs_zstd_level: i32,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "ms"), |i| (&s[..i], &s[i..]));
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration such as 250ms or 2s"))?;
+    let millis = match unit {
+        "ms" => value,
+        "s" => value * 1e3,
+        _ => return Err(format!("'{s}': use ms or s, e.g. 250ms or 2s")),
+    };
+    if !(1.0..=3_600_000.0).contains(&millis) {
+        return Err(format!("'{s}' must be between 1ms and 3600s"));
+    }
+    Ok(Duration::from_millis(millis as u64))
+}
+
+/// Runs `gigas-sequencer` with these arguments (the first is the program name, as in
+/// `std::env::args`), exactly as the binary does.
+///
+/// Logs go to stdout through `tracing` at `RUST_LOG` (default `info`); a
+/// subscriber already installed by the caller is kept.
+pub fn main_with_args<I, T>(args: I) -> eyre::Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    // try_init: a caller that installed its own subscriber keeps it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        // Colour codes only for a person at a terminal, not in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .try_init();
+    let cli = Cli::parse_from(args);
+    match cli.command {
+        Some(Command::Genesis(args)) => genesis(args),
+        None => run(cli.run),
+    }
+}
+
+fn genesis(args: GenesisArgs) -> eyre::Result<()> {
+    let bar = indicatif::ProgressBar::new(args.accounts);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "deriving accounts {bar:40} {pos}/{len} ({per_sec}, {eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let balance = U256::from(args.balance_eth) * U256::from(10u64).pow(U256::from(18));
+    let token = if args.erc20 {
+        let fixtures = args
+            .fixtures
+            .clone()
+            .unwrap_or_else(crate::genesis::default_fixtures_dir);
+        Some(crate::genesis::BenchToken::weth9(&fixtures, balance)?)
+    } else {
+        None
+    };
+    let spec = crate::genesis::build_bench_chain_with(
+        &args.out,
+        &crate::genesis::BenchGenesis {
+            count: args.accounts,
+            seed: args.seed,
+            balance,
+            block_time_ms: args.block_time.as_millis() as u64,
+            gas_limit: args.gas_limit,
+            token,
+        },
+        &|done| bar.set_position(done),
+    )?;
+    bar.finish_and_clear();
+    println!(
+        "{} accounts of seed {} in {:.1}s; start a node on it with:\n  gigas-sequencer --chain {} --datadir DIR",
+        args.accounts,
+        args.seed,
+        started.elapsed().as_secs_f64(),
+        spec.display()
+    );
+    Ok(())
+}
+
+fn run(args: RunArgs) -> eyre::Result<()> {
+    let mut chain = match (&args.chain, args.dev) {
+        (Some(path), _) => ChainConfig::load(path)?,
+        (None, true) => ChainConfig::dev(250)?,
+        (None, false) => bail!("give --dev for a development chain or --chain FILE (see --help)"),
+    };
+    if let Some(block_time) = args.block_time {
+        chain.block_time_ms = block_time.as_millis() as u64;
+    }
+    // A --dev node without --datadir lives in a temporary directory removed at exit.
+    let mut _temp = None;
+    let datadir = match (&args.datadir, args.dev) {
+        (Some(dir), _) => dir.clone(),
+        (None, true) => {
+            let dir = tempfile::Builder::new()
+                .prefix("gigas-dev-")
+                .tempdir()
+                .wrap_err("creating a temporary data directory")?;
+            let path = dir.path().to_path_buf();
+            _temp = Some(dir);
+            path
+        }
+        (None, false) => bail!("--datadir DIR is required with --chain"),
+    };
+    let mut config = NodeConfig::new(datadir.clone(), chain.clone());
+    config.jit = args.jit;
+    if let Some(threads) = args.threads {
+        config.threads = threads.max(1);
+    }
+    if let Some(threads) = args.recovery_threads {
+        config.recovery_threads = threads.max(1);
+    }
+    config.pool_max_txs = args.pool_max_txs;
+    config.pool_max_per_sender = args.pool_max_per_sender;
+    config.min_priority_fee = args.min_priority_fee;
+    config.max_block_txs = args.max_block_txs;
+    config.state_history_blocks = args.state_history;
+
+    let node = Node::open(config)
+        .wrap_err_with(|| format!("opening the node in {}", datadir.display()))?;
+    let head = node.head();
+    info!(
+        datadir = %datadir.display(),
+        chain_id = chain.chain_id,
+        head = head.header.number,
+        hash = %head.hash,
+        sequencer = %node.sequencer_address(),
+        block_time_ms = chain.block_time_ms,
+        jit = %args.jit,
+        "sequencer ready"
+    );
+    if args.dev && args.chain.is_none() {
+        print_dev_accounts()?;
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("gigas-rpc")
+        .build()
+        .wrap_err("starting the async runtime")?;
+    let rpc_config = gigas_rpc::RpcConfig {
+        listen: SocketAddr::new(args.http_addr, args.http_port),
+        max_request_body_bytes: args.rpc_max_request,
+        max_response_body_bytes: args.rpc_max_response,
+        max_connections: args.rpc_max_connections,
+        max_batch_size: args.rpc_max_batch,
+        max_subscriptions_per_connection: args.rpc_max_subscriptions,
+        max_log_block_range: args.rpc_max_logs_range,
+        max_log_results: args.rpc_max_logs,
+        ..gigas_rpc::RpcConfig::default()
+    };
+    let diff_config = DiffConfig {
+        dir: args
+            .diffs_dir
+            .clone()
+            .unwrap_or_else(|| datadir.join("archive")),
+        retain: (args.diffs_retain > 0).then_some(args.diffs_retain),
+        compression: gigas_statediff::Compression {
+            level: Some(args.diffs_zstd_level),
+        },
+    };
+    let (diff_writer, diff_archive) = DiffWriter::open(node.clone(), diff_config.clone())
+        .wrap_err_with(|| format!("opening the diff archive in {}", diff_config.dir.display()))?;
+    diff_archive.metrics().register(&mut node.registry());
+    let routes = gigas_rpc::HttpRoutes::new(crate::diffs_http::router(diff_archive.clone()))
+        .with_websocket_paths(["/diffs/stream"]);
+    let backend = Arc::new(SequencerBackend::new(node.clone()));
+    let rpc = runtime
+        .block_on(gigas_rpc::RpcServer::start_with_routes(
+            rpc_config,
+            backend.clone(),
+            routes,
+        ))
+        .wrap_err_with(|| {
+            format!(
+                "starting JSON-RPC on {}:{} (is the port in use? try --http.port)",
+                args.http_addr, args.http_port
+            )
+        })?;
+    info!(url = %format!("http://{}", rpc.local_addr()), "JSON-RPC (HTTP and WebSocket)");
+    // One machine-readable line, for scripts and tests that start the node on port 0.
+    println!("JSON-RPC listening on http://{}", rpc.local_addr());
+    {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    }
+    rpc.metrics().register(&mut node.registry());
+    runtime.spawn(backend.clone().forward_committed());
+    runtime.spawn(backend.clone().forward_pending());
+    if let Some(addr) = args.metrics {
+        let node = node.clone();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .wrap_err_with(|| format!("binding the metrics endpoint {addr}"))?;
+        info!(url = %format!("http://{addr}/metrics"), "metrics");
+        runtime.spawn(async move {
+            let app = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let node = node.clone();
+                    async move {
+                        let mut out = String::new();
+                        let _ =
+                            prometheus_client::encoding::text::encode(&mut out, &node.registry());
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            out,
+                        )
+                    }
+                }),
+            );
+            if let Err(e) = axum::serve(listener, app).await {
+                error!(error = %e, "metrics endpoint stopped");
+            }
+        });
+    }
+
+    let (stop_diffs, stop_diffs_rx) = tokio::sync::watch::channel(false);
+    let diff_task = {
+        let node = node.clone();
+        runtime.spawn(async move {
+            let result = diff_writer.run(stop_diffs_rx).await;
+            if let Err(e) = &result {
+                // Followers would stall behind a silent archive: stop the node with the cause.
+                error!(error = %e, "the diff writer failed; stopping the node");
+                node.stop();
+            }
+            result
+        })
+    };
+
+    let producer = {
+        let node = node.clone();
+        std::thread::Builder::new()
+            .name("gigas-producer".into())
+            .spawn(move || node.run_producer())
+            .wrap_err("starting the block producer")?
+    };
+    let stopper = node.clone();
+    runtime.spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        info!("stopping after the current block (Ctrl-C again to kill)");
+        stopper.stop();
+    });
+    let result = producer
+        .join()
+        .map_err(|_| eyre::eyre!("the block producer panicked"))?;
+    // The writer finishes the diffs of every committed block before the process exits.
+    let _ = stop_diffs.send(true);
+    match runtime.block_on(diff_task) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return Err(e)
+                .wrap_err("the diff writer failed (the next start rebuilds the missing diffs)")
+        }
+        Err(e) => error!(error = %e, "the diff writer panicked"),
+    }
+    rpc.stop();
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result.wrap_err("the block producer failed")?;
+    info!("stopped");
+    Ok(())
+}
+
+fn print_dev_accounts() -> eyre::Result<()> {
+    let accounts = dev_accounts()?;
+    println!("\nAvailable accounts (10,000 ETH each)\n====================================");
+    for (i, a) in accounts.iter().enumerate() {
+        println!("({i}) {}", a.address);
+    }
+    println!("\nPrivate keys\n============");
+    for (i, a) in accounts.iter().enumerate() {
+        println!("({i}) {}", a.key);
+    }
+    println!(
+        "\nMnemonic: {}\nDerivation path: m/44'/60'/0'/0/i\n",
+        crate::chain::DEV_MNEMONIC
+    );
+    Ok(())
+}
