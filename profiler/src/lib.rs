@@ -15,6 +15,7 @@ pub mod affinity;
 pub mod calibrate;
 pub mod category;
 pub mod chart;
+pub mod cli;
 pub mod fetch;
 pub mod replay;
 pub mod report;
