@@ -9,6 +9,7 @@
 
 pub mod blockstm;
 pub mod diffs;
+pub mod experiments;
 pub mod fullnode;
 pub mod jit;
 pub mod load;

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, diffs, fullnode, jit, load, storage};
+use gigas_bench::{blockstm, diffs, experiments, fullnode, jit, load, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -50,6 +50,10 @@ enum Command {
     /// (no root, a commit every N blocks) and live (root and commit every block), with the
     /// time split between decode, verify, read, write, trie and commit.
     Fullnode(fullnode::FullnodeArgs),
+    /// The MegaETH talk's experiments under memory limits (cgroups): keep-up (a full node's
+    /// lag behind a sequencer at full rate), memory-sweep (live apply from 512 MiB to 8 GiB,
+    /// Zipf and uniform) and sync-modes (batched against live, with and without 8 GiB).
+    Experiments(experiments::ExperimentsArgs),
 }
 
 fn main() -> Result<()> {
@@ -83,6 +87,9 @@ fn main() -> Result<()> {
         }
         Command::Fullnode(args) => {
             fullnode::run(&args)?;
+        }
+        Command::Experiments(args) => {
+            experiments::run(&args)?;
         }
     }
     Ok(())

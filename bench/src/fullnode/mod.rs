@@ -30,6 +30,7 @@
 //! Must not: re-implement any part of applying (it calls the node's `Applier`), or time
 //! anything but applying.
 
+mod limit;
 mod record;
 mod replay;
 mod report;
@@ -41,10 +42,12 @@ use eyre::{bail, Result, WrapErr};
 use gigas_primitives::machine::Machine;
 use serde::{Deserialize, Serialize};
 
-use crate::load::{genesis_cache_root, parse_duration, sequencer_bin, GenesisSpec};
+use crate::load::{
+    genesis_cache_root, parse_duration, sequencer_bin, Distribution, GenesisSpec, Workload,
+};
 
 pub use record::Manifest;
-pub use replay::{GenesisInfo, Mode, RunResult};
+pub use replay::{limit_label, CgroupFigures, GenesisInfo, Mode, RunResult};
 pub use report::markdown;
 
 /// The state changes per second the issue asks of the batched mode.
@@ -136,6 +139,35 @@ pub struct FullnodeArgs {
     /// Block gas limit of the benchmark genesis.
     #[arg(long, default_value_t = 1_000_000_000)]
     pub gas_limit: u64,
+    /// The recorded workload: `transfers` (ETH) or `mix` (half of them WETH9 transfers, so
+    /// the state has storage: the genesis then holds a WETH9 balance slot per account).
+    #[arg(long, value_enum, default_value = "transfers")]
+    pub workload: Workload,
+    /// How the recorded workload draws senders and receivers.
+    #[arg(long, value_enum, default_value = "zipf")]
+    pub distribution: Distribution,
+    /// MDBX page size of the genesis and run databases, in bytes (a power of two from 4096
+    /// to 65536; default: the OS page size). A genesis per page size is cached.
+    #[arg(long, value_name = "BYTES")]
+    pub page_size: Option<usize>,
+    /// Let the kernel read ahead around MDBX's page faults (off by default, as reth: each
+    /// fault then reads one page instead of a window the cache must make room for).
+    #[arg(long)]
+    pub readahead: bool,
+    /// Run every round under each of these memory limits (comma-separated, e.g.
+    /// `512MiB,1GiB,8GiB`; `none` for no limit): this process moves into a fresh memory
+    /// cgroup with the limit for each run, after the run's database was copied and evicted
+    /// from the page cache, so that every page the run reads is charged to its cgroup.
+    #[arg(long, value_delimiter = ',', value_name = "SIZE")]
+    pub memory_limit: Vec<String>,
+    /// Loaded blocks applied before each run's clock starts (they bring the workload's hot
+    /// accounts into memory, as a node that has been running holds them).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_blocks: u64,
+    /// Stop each run after this long (the figures cover the blocks applied by then; a run
+    /// under a small limit can otherwise take hours).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub max_run_time: Option<Duration>,
     /// The modes to run.
     #[arg(
         long,
@@ -201,6 +233,23 @@ impl FullnodeArgs {
             .unwrap_or(if self.quick { 1_000_000 } else { 10_000_000 })
     }
 
+    /// The memory limits to run under, in bytes (`None`: no limit); one `None` without
+    /// --memory-limit.
+    pub fn limits(&self) -> Result<Vec<Option<u64>>> {
+        if self.memory_limit.is_empty() {
+            return Ok(vec![None]);
+        }
+        self.memory_limit
+            .iter()
+            .map(|s| match s.trim() {
+                "none" | "" => Ok(None),
+                size => gigas_cgroup::parse_size(size)
+                    .map(Some)
+                    .map_err(|e| eyre::eyre!("--memory-limit {size}: {e}")),
+            })
+            .collect()
+    }
+
     /// The modes in the order of a round: every batched group, then live.
     pub fn mode_list(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
@@ -244,6 +293,8 @@ pub struct ModeSummary {
     pub mode: Mode,
     /// Its label.
     pub label: String,
+    /// The memory limit of these runs.
+    pub memory_limit_bytes: Option<u64>,
     /// Runs.
     pub runs: usize,
     /// Median state changes per second (account and slot changes applied / apply seconds).
@@ -306,8 +357,14 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
         accounts: args.accounts(),
         seed: args.seed,
         gas_limit: args.gas_limit,
-        erc20: false,
+        erc20: args.workload != Workload::Transfers,
     };
+    let limits = args.limits()?;
+    if let Some(size) = args.page_size {
+        if !size.is_power_of_two() || !(4096..=65536).contains(&size) {
+            bail!("--page-size must be a power of two from 4096 to 65536");
+        }
+    }
     let bin = sequencer_bin(args.sequencer_bin.as_deref());
     let target = match &bin {
         Ok(b) => genesis_cache_root(b)
@@ -326,7 +383,13 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
     std::fs::create_dir_all(&cache).wrap_err_with(|| format!("creating {}", cache.display()))?;
 
     let recording = record::ensure(args, &spec, bin.as_deref().ok(), &genesis_dir, &cache)?;
-    let genesis = replay::ensure_genesis_db(&recording, &cache, args.fresh_genesis, args.quiet)?;
+    let genesis = replay::ensure_genesis_db(
+        &recording,
+        &cache,
+        args.page_size,
+        args.fresh_genesis,
+        args.quiet,
+    )?;
     if args.record_only {
         println!(
             "recorded in {}; genesis database in {}",
@@ -339,7 +402,7 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
         .scratch_dir
         .clone()
         .unwrap_or_else(|| cache.join("scratch"));
-    let report = replay::run_all(args, &modes, &recording, genesis, &scratch)?;
+    let report = replay::run_all(args, &modes, &limits, &recording, genesis, &scratch)?;
     report::write(&report, &args.out)?;
     Ok(Some(report))
 }

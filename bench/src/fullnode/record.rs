@@ -12,7 +12,7 @@ use gigas_statediff::{BlockFile, DiffFile};
 use serde::{Deserialize, Serialize};
 
 use super::FullnodeArgs;
-use crate::load::{ensure_genesis, run_load, GenesisSpec, LoadArgs};
+use crate::load::{ensure_genesis, run_load, Distribution, GenesisSpec, LoadArgs, Workload};
 
 /// The manifest's file name in a recording directory (written last: a directory without it
 /// is an interrupted recording).
@@ -33,6 +33,12 @@ pub struct Manifest {
     pub seed: u64,
     /// Draw seed of the workload.
     pub workload_seed: u64,
+    /// The workload (older recordings: ETH transfers).
+    #[serde(default)]
+    pub workload: Workload,
+    /// How accounts were drawn (older recordings: Zipf).
+    #[serde(default)]
+    pub distribution: Distribution,
     /// The rate offered (transactions per second).
     pub rate: f64,
     /// The sequencer's block time (ms).
@@ -83,6 +89,8 @@ impl Manifest {
         self.accounts == args.accounts()
             && self.seed == args.seed
             && self.workload_seed == args.workload_seed
+            && self.workload == args.workload
+            && self.distribution == args.distribution
             && self.rate == args.rate
             && self.blocks_requested == args.blocks
             && u128::from(self.block_time_ms) == args.block_time.as_millis()
@@ -147,12 +155,22 @@ pub(super) fn ensure(
     genesis_dir: &Path,
     cache: &Path,
 ) -> Result<Manifest> {
+    // Suffixes only off the defaults, so that older recordings keep their names.
     let dir = cache.join(format!(
-        "recording-{}-{}-{}-{}",
+        "recording-{}-{}-{}-{}{}{}",
         args.accounts(),
         args.seed,
         args.blocks,
-        args.rate
+        args.rate,
+        match args.workload {
+            Workload::Transfers => "",
+            Workload::Erc20 => "-erc20",
+            Workload::Mix => "-mix",
+        },
+        match args.distribution {
+            Distribution::Zipf => "",
+            Distribution::Uniform => "-uniform",
+        }
     ));
     if !args.rerecord && dir.join(MANIFEST).is_file() {
         match Manifest::load(&dir) {
@@ -208,8 +226,10 @@ fn record(
 
     let duration_ms = (args.block_time.as_millis() as u64).saturating_mul(args.blocks);
     println!(
-        "recording: {} Zipf transfers/s into gigas-sequencer on {} accounts for {} blocks of {} ms ({:.0} s)",
+        "recording: {} {:?} transactions/s ({:?}) into gigas-sequencer on {} accounts for {} blocks of {} ms ({:.0} s)",
         args.rate,
+        args.workload,
+        args.distribution,
         args.accounts(),
         args.blocks,
         args.block_time.as_millis(),
@@ -218,7 +238,16 @@ fn record(
     let mut argv: Vec<String> = [
         "load",
         "--workload",
-        "transfers",
+        match args.workload {
+            Workload::Transfers => "transfers",
+            Workload::Erc20 => "erc20",
+            Workload::Mix => "mix",
+        },
+        "--distribution",
+        match args.distribution {
+            Distribution::Zipf => "zipf",
+            Distribution::Uniform => "uniform",
+        },
         "--rate",
         &args.rate.to_string(),
         "--duration",
@@ -350,6 +379,8 @@ fn record(
         accounts: args.accounts(),
         seed: args.seed,
         workload_seed: args.workload_seed,
+        workload: args.workload,
+        distribution: args.distribution,
         rate: args.rate,
         block_time_ms: args.block_time.as_millis() as u64,
         gas_limit: args.gas_limit,

@@ -201,6 +201,33 @@ pub struct RunResult {
     pub rss_anon_bytes: Option<u64>,
     /// File-backed resident memory (mapped database pages) at the end of the run.
     pub rss_file_bytes: Option<u64>,
+    /// The memory limit the run ran under (None: none).
+    pub memory_limit_bytes: Option<u64>,
+    /// The run's cgroup accounting at its end (with a limit).
+    pub cgroup: Option<CgroupFigures>,
+    /// The run applied every block of the recording (false: `--max-run-time` stopped it).
+    pub complete: bool,
+    /// Loaded blocks applied before the clock started (to bring the hot set into memory).
+    pub warmup_blocks: u64,
+}
+
+/// What a run's memory cgroup accounted.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CgroupFigures {
+    /// cgroup version (1 or 2).
+    pub version: u8,
+    /// The limit.
+    pub limit_bytes: u64,
+    /// Highest usage (page cache included) while the cgroup existed.
+    pub peak_bytes: u64,
+    /// Usage at the end.
+    pub usage_bytes: u64,
+    /// Anonymous memory at the end.
+    pub anon_bytes: u64,
+    /// Page cache charged at the end.
+    pub file_bytes: u64,
+    /// Major faults charged to the cgroup while applying (the clock's span).
+    pub major_faults: u64,
 }
 
 fn spinner(quiet: bool, message: String) -> ProgressBar {
@@ -246,13 +273,23 @@ fn unix_now() -> u64 {
 pub(super) fn ensure_genesis_db(
     recording: &Manifest,
     cache: &Path,
+    page_size: Option<usize>,
     fresh: bool,
     quiet: bool,
 ) -> Result<GenesisInfo> {
     let chain = recording.load_chain()?;
+    // Suffixes only off the defaults, so that older caches keep their names.
     let root = cache.join(format!(
-        "genesis-db-{}-{}-gas{}",
-        recording.accounts, recording.seed, recording.gas_limit
+        "genesis-db-{}-{}-gas{}{}{}",
+        recording.accounts,
+        recording.seed,
+        recording.gas_limit,
+        if recording.workload == crate::load::Workload::Transfers {
+            ""
+        } else {
+            "-erc20"
+        },
+        page_size.map_or_else(String::new, |p| format!("-page{p}"))
     ));
     let info_path = root.join("genesis.json");
     if !fresh && info_path.is_file() {
@@ -293,7 +330,13 @@ pub(super) fn ensure_genesis_db(
     );
     reset_peak_rss();
     let started = Instant::now();
-    let db = StateDb::open(&db_dir, StateDbOptions::default())?;
+    let db = StateDb::open(
+        &db_dir,
+        StateDbOptions {
+            page_size,
+            ..StateDbOptions::default()
+        },
+    )?;
     let (_, outcome) = gigas_fullnode::genesis::initialize(&db, &chain, &diff0)
         .map_err(|e| eyre!("writing the genesis: {e}"))?;
     let seconds = started.elapsed().as_secs_f64();
@@ -541,7 +584,13 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    fn run(&self, round: usize, mode: Mode, check_root: bool) -> Result<RunResult> {
+    fn run(
+        &self,
+        round: usize,
+        mode: Mode,
+        limit: Option<u64>,
+        check_root: bool,
+    ) -> Result<RunResult> {
         let dir = self.scratch.join(format!(
             "run-{}-{round}-{}",
             std::process::id(),
@@ -551,16 +600,39 @@ impl Replay<'_> {
             std::fs::remove_dir_all(&dir)
                 .wrap_err_with(|| format!("clearing {}", dir.display()))?;
         }
-        let result = self.run_in(&dir, round, mode, check_root);
+        let result = self.run_in(&dir, round, mode, limit, check_root);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             eprintln!("could not remove {}: {e}", dir.display());
         }
         result
     }
 
-    fn run_in(&self, dir: &Path, round: usize, mode: Mode, check_root: bool) -> Result<RunResult> {
+    fn run_in(
+        &self,
+        dir: &Path,
+        round: usize,
+        mode: Mode,
+        limit: Option<u64>,
+        check_root: bool,
+    ) -> Result<RunResult> {
         let m = self.recording;
-        let copy_seconds = copy_db(&self.genesis.dir, dir, self.args.page_cache)?;
+        // Under a limit the copy leaves nothing in the page cache: a page read back here
+        // would stay charged to this process's current cgroup, not to the run's.
+        let cache = if limit.is_some() {
+            PageCache::Cold
+        } else {
+            self.args.page_cache
+        };
+        let copy_seconds = copy_db(&self.genesis.dir, dir, cache)?;
+        // Entered before the database opens, so that every page the map faults in is charged
+        // to the limited cgroup; left (and removed) when `limited` drops.
+        let limited = match limit {
+            Some(bytes) => Some(super::limit::Limited::enter(
+                &format!("bench-{}-{round}", mode.short()),
+                bytes,
+            )?),
+            None => None,
+        };
         let db = StateDb::open(dir, self.options.clone())?;
         let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
         let diff = |n: u64| -> Result<&[u8]> {
@@ -580,12 +652,29 @@ impl Replay<'_> {
             }
         }
         applier.commit()?;
+        // Warm-up: the first loaded blocks, applied and committed outside the clock, bring
+        // the workload's hot accounts into the page cache as a node that has been running
+        // would have them.
+        let warmup = self
+            .args
+            .warmup_blocks
+            .min(m.loaded_blocks.saturating_sub(1));
+        let first_timed = m.first_loaded + warmup;
+        for n in m.first_loaded..first_timed {
+            applier
+                .apply(diff(n)?)
+                .wrap_err_with(|| format!("applying warm-up block {n}"))?;
+            if applier.should_commit() {
+                applier.commit()?;
+            }
+        }
+        applier.commit()?;
         applier.reset_timings();
 
         let bar = if self.args.quiet {
             ProgressBar::hidden()
         } else {
-            let bar = ProgressBar::new(m.loaded_blocks);
+            let bar = ProgressBar::new(m.last + 1 - first_timed);
             bar.set_style(
                 ProgressStyle::with_template(
                     "{prefix} [{bar:30}] {pos}/{len} blocks {per_sec} {msg}",
@@ -593,7 +682,11 @@ impl Replay<'_> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
             );
-            bar.set_prefix(format!("round {round}, {}", mode.short()));
+            bar.set_prefix(format!(
+                "round {round}, {}{}",
+                mode.short(),
+                limit.map_or_else(String::new, |l| format!(" under {}", limit_label(Some(l))))
+            ));
             bar
         };
         let (mut commits, mut mdbx_commit, mut roots, mut leaves, mut changed_accounts) =
@@ -607,8 +700,18 @@ impl Replay<'_> {
         };
         reset_peak_rss();
         let before = Resources::sample();
+        let faults_before = limited.as_ref().map(|l| l.major_faults()).transpose()?;
         let started = Instant::now();
-        for n in m.first_loaded..=m.last {
+        let mut complete = true;
+        for n in first_timed..=m.last {
+            if self
+                .args
+                .max_run_time
+                .is_some_and(|max| started.elapsed() >= max)
+            {
+                complete = false;
+                break;
+            }
             let applied = applier
                 .apply(diff(n)?)
                 .wrap_err_with(|| format!("applying block {n}"))?;
@@ -626,11 +729,18 @@ impl Replay<'_> {
         count_commit(applier.commit()?);
         let seconds = started.elapsed().as_secs_f64();
         let after = Resources::sample();
+        let cgroup = match (&limited, faults_before) {
+            (Some(l), Some(before)) => Some(l.figures(before)?),
+            _ => None,
+        };
         let peak_rss_bytes = ProcessMemory::read().map(|m| m.peak);
         bar.finish_and_clear();
         let timings = *applier.timings();
 
         let (final_root, final_root_seconds, final_root_commit_seconds) = match mode {
+            // A stopped run's root is of another block: not computed (it would read the
+            // whole state, and under a small limit take long).
+            _ if !complete => (alloy_primitives::B256::ZERO, None, None),
             Mode::Batched { .. } => {
                 let root = applier.compute_root()?;
                 let t = Instant::now();
@@ -653,9 +763,9 @@ impl Replay<'_> {
         drop(applier);
 
         let head = db.head()?;
-        let head_matches =
-            head.is_some_and(|h| h.number == m.last && h.hash.to_string() == m.last_hash);
-        let (root_from_scratch, root_from_scratch_seconds) = if check_root {
+        let head_matches = !complete
+            || head.is_some_and(|h| h.number == m.last && h.hash.to_string() == m.last_hash);
+        let (root_from_scratch, root_from_scratch_seconds) = if check_root && complete {
             let t = Instant::now();
             let root = db.view()?.state_root_from_scratch()?;
             (Some(root.to_string()), Some(t.elapsed().as_secs_f64()))
@@ -664,6 +774,7 @@ impl Replay<'_> {
         };
         let db_used_bytes = used_bytes(&db);
         drop(db);
+        drop(limited);
         let db_disk_bytes = disk_bytes(dir);
 
         let transfers = timings.gas_used as f64 / 21_000.0;
@@ -671,7 +782,7 @@ impl Replay<'_> {
         Ok(RunResult {
             round,
             mode,
-            label: mode.label(),
+            label: run_label(mode, limit),
             copy_seconds,
             seconds,
             blocks: timings.blocks,
@@ -701,6 +812,10 @@ impl Replay<'_> {
             peak_rss_bytes,
             rss_anon_bytes,
             rss_file_bytes,
+            memory_limit_bytes: limit,
+            cgroup,
+            complete,
+            warmup_blocks: warmup,
         })
     }
 }
@@ -709,6 +824,7 @@ impl Replay<'_> {
 pub(super) fn run_all(
     args: &FullnodeArgs,
     modes: &[Mode],
+    limits: &[Option<u64>],
     recording: &Manifest,
     mut genesis: GenesisInfo,
     scratch: &Path,
@@ -719,6 +835,8 @@ pub(super) fn run_all(
         .map_err(|e| eyre!("the recording's chain: {e}"))?;
     let options = StateDbOptions {
         durability: args.durability.to_statedb(),
+        page_size: args.page_size,
+        readahead: args.readahead,
         ..StateDbOptions::default()
     };
     let machine = Machine::current();
@@ -781,27 +899,35 @@ pub(super) fn run_all(
     };
     let mut runs: Vec<RunResult> = Vec::new();
     let last_live_round = args.runs;
-    for round in 1..=args.runs {
-        let order: Vec<Mode> = if round % 2 == 1 {
-            modes.to_vec()
-        } else {
-            modes.iter().rev().copied().collect()
-        };
-        for mode in order {
-            let check = !args.no_root_check && mode == Mode::Live && round == last_live_round;
-            let run = replay
-                .run(round, mode, check)
-                .wrap_err_with(|| format!("round {round}, {}", mode.label()))?;
-            print_run(&run);
-            runs.push(run);
+    for (i, &limit) in limits.iter().enumerate() {
+        for round in 1..=args.runs {
+            let order: Vec<Mode> = if round % 2 == 1 {
+                modes.to_vec()
+            } else {
+                modes.iter().rev().copied().collect()
+            };
+            for mode in order {
+                // The root from scratch reads the whole state: once, on the first limit's
+                // last live run.
+                let check =
+                    !args.no_root_check && i == 0 && mode == Mode::Live && round == last_live_round;
+                let run = replay
+                    .run(round, mode, limit, check)
+                    .wrap_err_with(|| format!("round {round}, {}", run_label(mode, limit)))?;
+                print_run(&run);
+                runs.push(run);
+            }
         }
     }
     drop(replay);
     genesis.copy_seconds = crate::median(runs.iter().map(|r| r.copy_seconds).collect());
 
-    let summary = summarize(modes, &runs);
+    let summary = summarize(modes, limits, &runs);
     let heads_match = runs.iter().all(|r| r.head_matches);
-    let roots_agree = runs.windows(2).all(|w| w[0].final_root == w[1].final_root);
+    let complete: Vec<&RunResult> = runs.iter().filter(|r| r.complete).collect();
+    let roots_agree = complete
+        .windows(2)
+        .all(|w| w[0].final_root == w[1].final_root);
     let live_root_from_scratch_matches = runs
         .iter()
         .find_map(|r| r.root_from_scratch.as_ref().map(|s| *s == r.final_root));
@@ -836,14 +962,33 @@ pub(super) fn run_all(
     })
 }
 
-fn summarize(modes: &[Mode], runs: &[RunResult]) -> Vec<ModeSummary> {
-    modes
+/// How a memory limit reads in labels: `512 MiB`, `8 GiB`, `no limit`.
+pub fn limit_label(limit: Option<u64>) -> String {
+    match limit {
+        None => "no limit".to_string(),
+        Some(b) if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        Some(b) if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        Some(b) => format!("{} MiB", b >> 20),
+    }
+}
+
+/// A run's label: the mode's, with the limit when there is one.
+fn run_label(mode: Mode, limit: Option<u64>) -> String {
+    match limit {
+        None => mode.label(),
+        Some(_) => format!("{}, under {}", mode.label(), limit_label(limit)),
+    }
+}
+
+fn summarize(modes: &[Mode], limits: &[Option<u64>], runs: &[RunResult]) -> Vec<ModeSummary> {
+    limits
         .iter()
-        .filter_map(|&mode| {
+        .flat_map(|&limit| modes.iter().map(move |&mode| (mode, limit)))
+        .filter_map(|(mode, limit)| {
             let of: Vec<(usize, &RunResult)> = runs
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| r.mode == mode)
+                .filter(|(_, r)| r.mode == mode && r.memory_limit_bytes == limit)
                 .collect();
             let rates: Vec<f64> = of.iter().map(|(_, r)| r.changes_per_second).collect();
             let median = crate::median(rates.clone());
@@ -855,7 +1000,8 @@ fn summarize(modes: &[Mode], runs: &[RunResult]) -> Vec<ModeSummary> {
             })?;
             Some(ModeSummary {
                 mode,
-                label: mode.label(),
+                label: run_label(mode, limit),
+                memory_limit_bytes: limit,
                 runs: of.len(),
                 changes_per_second: median,
                 changes_per_second_min: rates.iter().copied().fold(f64::INFINITY, f64::min),
@@ -908,9 +1054,9 @@ fn print_run(r: &RunResult) {
         .map(|p| format!("{} {:.0}%", p.name, p.share * 100.0))
         .collect();
     println!(
-        "round {} {}: {} blocks, {} changes in {:.2} s: {:.0} changes/s, {:.0} transfers/s, {:.1} blocks/s; {}{}",
+        "round {} {}: {} blocks, {} changes in {:.2} s: {:.0} changes/s, {:.0} transfers/s, {:.1} blocks/s; {}{}{}",
         r.round,
-        r.mode.short(),
+        r.label,
         r.blocks,
         r.changes,
         r.seconds,
@@ -921,6 +1067,18 @@ fn print_run(r: &RunResult) {
         match r.final_root_seconds {
             Some(s) => format!("; final root {s:.1} s"),
             None => String::new(),
+        },
+        match (&r.cgroup, r.complete) {
+            (Some(c), complete) => format!(
+                "; cgroup v{}: peak {:.0} MiB of {:.0} MiB, {} major faults{}",
+                c.version,
+                c.peak_bytes as f64 / 1048576.0,
+                c.limit_bytes as f64 / 1048576.0,
+                c.major_faults,
+                if complete { "" } else { "; stopped by --max-run-time" }
+            ),
+            (None, false) => "; stopped by --max-run-time".to_string(),
+            (None, true) => String::new(),
         }
     );
 }

@@ -178,9 +178,18 @@ pub fn markdown(r: &FullnodeReport) -> String {
     );
     let _ = writeln!(
         md,
-        "- every run's final root is the same (`{}`): {}",
-        r.runs.first().map_or("-", |x| x.final_root.as_str()),
-        if r.roots_agree { "yes" } else { "NO" }
+        "- every complete run's final root is the same (`{}`): {}{}",
+        r.runs
+            .iter()
+            .find(|x| x.complete)
+            .map_or("-", |x| x.final_root.as_str()),
+        if r.roots_agree { "yes" } else { "NO" },
+        match r.runs.iter().filter(|x| !x.complete).count() {
+            0 => String::new(),
+            n => format!(
+                " ({n} runs stopped by --max-run-time before the last block: not part of these two checks)"
+            ),
+        }
     );
     match (
         r.live_root_from_scratch_matches,

@@ -50,7 +50,7 @@ use alloy_primitives::B256;
 use eyre::{bail, eyre, Result, WrapErr};
 use gigas_primitives::machine::Machine;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -66,15 +66,28 @@ use send::{lock, Outcome, Pace, Tracker, Transport};
 use sign::{Generator, SignedTx};
 
 /// A workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// ETH transfers, senders and receivers Zipf-Mandelbrot over the accounts.
+    #[default]
     Transfers,
     /// WETH9 `transfer(to, amount)` calls, senders and receivers Zipf-Mandelbrot.
     Erc20,
     /// Both, `--erc20-share` of them ERC-20.
     Mix,
+}
+
+/// How senders and receivers are drawn among the benchmark accounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    /// Zipf-Mandelbrot (s = 1.0001, v = 2.7), the Vryx devnet's: a few hot accounts, the
+    /// temporal locality a page cache lives on.
+    #[default]
+    Zipf,
+    /// Uniform: every account as likely as any other, the worst case for a cache.
+    Uniform,
 }
 
 /// How batches reach the node.
@@ -115,6 +128,9 @@ pub struct CommonArgs {
     /// The workload.
     #[arg(long, value_enum, default_value = "transfers")]
     pub workload: Workload,
+    /// How senders and receivers are drawn.
+    #[arg(long, value_enum, default_value = "zipf")]
+    pub distribution: Distribution,
     /// Share of ERC-20 transfers in the `mix` workload.
     #[arg(long, default_value_t = 0.5)]
     pub erc20_share: f64,
@@ -439,6 +455,8 @@ pub struct RunConfig {
     pub plan: String,
     /// Workload.
     pub workload: Workload,
+    /// How accounts are drawn.
+    pub distribution: Distribution,
     /// ERC-20 share of `mix`.
     pub erc20_share: f64,
     /// Benchmark accounts.
@@ -595,6 +613,7 @@ fn run(
         command: command.to_string(),
         plan,
         workload: common.workload,
+        distribution: common.distribution,
         erc20_share: common.erc20_share,
         accounts: common.accounts,
         seed: common.seed,
@@ -633,6 +652,7 @@ fn run(
     let token = erc20.then_some(gigas_sequencer::genesis::WETH9);
     let generator = Generator::new(
         common.workload,
+        common.distribution,
         common.erc20_share,
         token,
         common.seed,

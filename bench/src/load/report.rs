@@ -26,18 +26,29 @@ fn transport_name(c: &RunConfig) -> &'static str {
     }
 }
 
+/// How a distribution reads in a report.
+pub(crate) fn distribution_label(d: super::Distribution) -> String {
+    match d {
+        super::Distribution::Zipf => format!(
+            "Zipf-Mandelbrot (s = {}, v = {})",
+            crate::zipf::DEVNET_S,
+            crate::zipf::DEVNET_V
+        ),
+        super::Distribution::Uniform => "uniform".to_string(),
+    }
+}
+
 pub(crate) fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str) {
     println!("gigas-bench {} configuration", c.command);
     println!(
-        "  workload   : {:?}{}; senders and receivers Zipf-Mandelbrot (s = {}, v = {}) over {} accounts of seed {}; draws seeded {}",
+        "  workload   : {:?}{}; senders and receivers {} over {} accounts of seed {}; draws seeded {}",
         c.workload,
         if c.workload == Workload::Mix {
             format!(" ({:.0}% ERC-20)", c.erc20_share * 100.0)
         } else {
             String::new()
         },
-        crate::zipf::DEVNET_S,
-        crate::zipf::DEVNET_V,
+        distribution_label(c.distribution),
         c.accounts,
         c.seed,
         c.workload_seed

@@ -10,7 +10,7 @@ use eyre::{eyre, Result};
 use gigas_sequencer::chain::bench_key;
 use rayon::prelude::*;
 
-use super::Workload;
+use super::{Distribution, Workload};
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
 
 /// Gas limit of an ERC-20 transfer: WETH9's `transfer` uses about 30,000 to 52,000.
@@ -53,6 +53,7 @@ pub(crate) struct SignedTx {
 #[derive(Debug)]
 pub(crate) struct Generator {
     workload: Workload,
+    distribution: Distribution,
     erc20_share: f64,
     token: Option<Address>,
     seed: u64,
@@ -73,6 +74,7 @@ impl Generator {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         workload: Workload,
+        distribution: Distribution,
         erc20_share: f64,
         token: Option<Address>,
         seed: u64,
@@ -94,6 +96,7 @@ impl Generator {
         let dist = ZipfMandelbrot::new(addresses.len(), DEVNET_S, DEVNET_V);
         Ok(Self {
             workload,
+            distribution,
             erc20_share,
             token,
             seed,
@@ -116,8 +119,8 @@ impl Generator {
     pub(crate) fn draw(&mut self, n: usize) -> Vec<Draft> {
         (0..n)
             .map(|_| {
-                let from = self.dist.rank(self.rng.next_f64()) as u32;
-                let to = self.dist.rank(self.rng.next_f64()) as u32;
+                let from = self.draw_account();
+                let to = self.draw_account();
                 let erc20 = match self.workload {
                     Workload::Transfers => false,
                     Workload::Erc20 => true,
@@ -134,6 +137,16 @@ impl Generator {
                 }
             })
             .collect()
+    }
+
+    /// One account index by the distribution.
+    fn draw_account(&mut self) -> u32 {
+        let u = self.rng.next_f64();
+        match self.distribution {
+            Distribution::Zipf => self.dist.rank(u) as u32,
+            // `u` < 1, so the product is below the count, which fits in u32 (checked in new).
+            Distribution::Uniform => (u * self.addresses.len() as f64) as u32,
+        }
     }
 
     /// Senders in `drafts` whose nonce is not known yet, each once.

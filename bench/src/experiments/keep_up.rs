@@ -1,0 +1,382 @@
+//! Keep up: a sequencer at the ramp's maximum sustained rate and a full node under a memory
+//! limit, both on this machine; the full node's lag behind the sequencer in blocks.
+//!
+//! Lag is sampled four times a second as the difference of the two nodes' `eth_blockNumber`
+//! (each read over its own HTTP connection; the two reads are a few milliseconds apart, so a
+//! sample can be one block off either way at a block boundary).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use eyre::{bail, eyre, Result, WrapErr};
+use serde::Serialize;
+
+use super::ExperimentsArgs;
+use crate::load::{
+    ensure_genesis, genesis_cache_root, run_load, sequencer_bin, GenesisSpec, LoadArgs,
+    Percentiles, SequencerProcess,
+};
+
+/// One lag sample.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LagSample {
+    /// Seconds since the load started.
+    pub t: f64,
+    /// The sequencer's head.
+    pub sequencer: u64,
+    /// The full node's head.
+    pub fullnode: u64,
+}
+
+impl LagSample {
+    fn lag(&self) -> u64 {
+        self.sequencer.saturating_sub(self.fullnode)
+    }
+}
+
+/// What the keep-up experiment writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeepUpReport {
+    /// How it was run.
+    pub config: Vec<(String, String)>,
+    /// Lag percentiles in blocks over the load (median, p90, p99, max).
+    pub lag: Percentiles,
+    /// The largest lag.
+    pub lag_max: u64,
+    /// Samples above 2 blocks.
+    pub samples_above_2: usize,
+    /// Included transactions per second the load measured.
+    pub included_tps: f64,
+    /// Whether the load step passed its criteria (the sequencer kept its block time).
+    pub load_passed: bool,
+    /// The full node's memory limit as its metrics reported it (None: not limited).
+    pub fullnode_limit_bytes: Option<u64>,
+    /// The full node's cgroup usage at the end (page cache included).
+    pub fullnode_cgroup_usage_bytes: Option<u64>,
+    /// The full node's resident memory at the end.
+    pub fullnode_rss_bytes: Option<u64>,
+    /// Every sample.
+    pub samples: Vec<LagSample>,
+}
+
+/// Kills and reaps a child when dropped.
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SIGTERM first, so that it removes its cgroup; SIGKILL after 10 s.
+            // SAFETY: kill(2) on the pid of a child this guard owns and has not reaped.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").wrap_err("finding a free loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// The `gigas-fullnode` binary beside the sequencer's.
+fn fullnode_bin(sequencer: &Path) -> Result<PathBuf> {
+    let path = sequencer.with_file_name(format!("gigas-fullnode{}", std::env::consts::EXE_SUFFIX));
+    if path.is_file() {
+        Ok(path)
+    } else {
+        bail!(
+            "no {} : build it with `cargo build --release -p gigas-fullnode`",
+            path.display()
+        )
+    }
+}
+
+async fn block_number(client: &reqwest::Client, url: &str) -> Result<u64> {
+    let body =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []});
+    // reqwest is built without its `json` feature here: the body is serialized by hand.
+    let text = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let reply: serde_json::Value = serde_json::from_str(&text)?;
+    let hex = reply
+        .get("result")
+        .and_then(|r| r.as_str())
+        .ok_or_else(|| eyre!("{url}: no result in {reply}"))?;
+    u64::from_str_radix(hex.trim_start_matches("0x"), 16)
+        .map_err(|e| eyre!("{url}: block number {hex}: {e}"))
+}
+
+/// A gauge's value from a Prometheus text body.
+fn metric(body: &str, name: &str) -> Option<f64> {
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let rest = l.strip_prefix(name)?;
+        let value = rest.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+#[derive(Debug, Parser)]
+struct LoadCli {
+    #[command(flatten)]
+    args: LoadArgs,
+}
+
+pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
+    std::fs::create_dir_all(out).wrap_err_with(|| format!("creating {}", out.display()))?;
+    let bin = sequencer_bin(None)?;
+    let fullnode = fullnode_bin(&bin)?;
+    let spec = GenesisSpec {
+        accounts: args.keep_up_accounts,
+        seed: 1,
+        gas_limit: 1_000_000_000,
+        erc20: false,
+    };
+    let genesis_dir = genesis_cache_root(&bin).join(spec.dir_name());
+    let (_, chain) = ensure_genesis(
+        Some(&bin),
+        &genesis_dir,
+        &spec,
+        &crate::shared_data("mainnet"),
+    )?;
+    let block_time = Duration::from_millis(250);
+    println!(
+        "keep-up: starting a sequencer on {} accounts and a full node under {}",
+        args.keep_up_accounts, args.keep_up_limit
+    );
+    let sequencer = SequencerProcess::start(
+        &bin,
+        &chain,
+        block_time,
+        &[],
+        None,
+        &out.join("sequencer.log"),
+    )?;
+
+    let datadir = tempfile::Builder::new()
+        .prefix("gigas-keep-up-fullnode-")
+        .tempdir()
+        .wrap_err("creating the full node's data directory")?;
+    let (http_port, metrics_port) = (free_port()?, free_port()?);
+    let log_path = out.join("fullnode.log");
+    let log = std::fs::File::create(&log_path)
+        .wrap_err_with(|| format!("creating {}", log_path.display()))?;
+    let child = Command::new(&fullnode)
+        .arg("--chain")
+        .arg(&chain)
+        .arg("--datadir")
+        .arg(datadir.path())
+        .args(["--sequencer", &sequencer.url])
+        .args(["--http.port", &http_port.to_string()])
+        .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
+        .args(["--memory-limit", &args.keep_up_limit])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .wrap_err_with(|| format!("starting {}", fullnode.display()))?;
+    let fullnode_guard = ChildGuard(Some(child));
+    let fullnode_url = format!("http://127.0.0.1:{http_port}");
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = reqwest::Client::new();
+    // The full node is up once its RPC answers (it wrote its genesis first).
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        if runtime
+            .block_on(block_number(&client, &fullnode_url))
+            .is_ok()
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the full node did not answer within 300 s; see {}",
+                log_path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let samples = Arc::new(Mutex::new(Vec::<LagSample>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (samples, stop) = (Arc::clone(&samples), Arc::clone(&stop));
+        let (seq_url, fn_url) = (sequencer.url.clone(), fullnode_url.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let client = reqwest::Client::new();
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let tick = Instant::now();
+                let (s, f) = runtime.block_on(async {
+                    tokio::join!(
+                        block_number(&client, &seq_url),
+                        block_number(&client, &fn_url)
+                    )
+                });
+                if let (Ok(sequencer), Ok(fullnode)) = (s, f) {
+                    if let Ok(mut v) = samples.lock() {
+                        v.push(LagSample {
+                            t: started.elapsed().as_secs_f64(),
+                            sequencer,
+                            fullnode,
+                        });
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(250).saturating_sub(tick.elapsed()));
+            }
+            Ok(())
+        })
+    };
+
+    let argv: Vec<String> = [
+        "load",
+        "--rate",
+        &args.keep_up_rate.to_string(),
+        "--duration",
+        &format!("{}ms", args.keep_up_duration.as_millis()),
+        "--accounts",
+        &args.keep_up_accounts.to_string(),
+        "--sequencer",
+        &sequencer.url,
+        "--metrics-url",
+        &sequencer.metrics,
+        "--sequencer-pid",
+        &sequencer.pid().to_string(),
+        "--out",
+        &out.join("load").display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(args.quiet.then(|| "--quiet".to_string()))
+    .collect();
+    let load = LoadCli::try_parse_from(&argv)
+        .map_err(|e| eyre!("the load arguments: {e}"))?
+        .args;
+    let load_result = run_load(&load);
+    stop.store(true, Ordering::Relaxed);
+    let sampled = sampler.join();
+    let report = load_result.wrap_err("the keep-up load")?;
+    match sampled {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.wrap_err("the lag sampler")),
+        Err(_) => bail!("the lag sampler panicked"),
+    }
+    let metrics_body = runtime
+        .block_on(async { client.get(&metrics_url).send().await?.text().await })
+        .unwrap_or_default();
+    drop(fullnode_guard);
+    sequencer.stop()?;
+
+    let samples = samples
+        .lock()
+        .map_err(|_| eyre!("the lag samples' lock was poisoned"))?
+        .clone();
+    let step = report.steps.first();
+    let lags: Vec<f64> = samples.iter().map(|s| s.lag() as f64).collect();
+    let lag_max = samples.iter().map(LagSample::lag).max().unwrap_or(0);
+    let out_report = KeepUpReport {
+        config: vec![
+            (
+                "sequencer".into(),
+                format!(
+                    "gigas-sequencer, {} benchmark accounts, 250 ms blocks, gas limit 1e9",
+                    args.keep_up_accounts
+                ),
+            ),
+            (
+                "load".into(),
+                format!(
+                    "gigas-bench load: Zipf ETH transfers at {} tx/s for {:.0} s (the ramp's maximum sustained rate over 1M accounts)",
+                    args.keep_up_rate,
+                    args.keep_up_duration.as_secs_f64()
+                ),
+            ),
+            (
+                "full node".into(),
+                format!(
+                    "gigas-fullnode --chain --sequencer --memory-limit {} (defaults: root every block, commit every 16 blocks or 200 ms)",
+                    args.keep_up_limit
+                ),
+            ),
+            (
+                "lag".into(),
+                "sequencer head - full node head, from eth_blockNumber of each, every 250 ms"
+                    .into(),
+            ),
+            (
+                "machine".into(),
+                "all three processes on the same 2 cores".into(),
+            ),
+        ],
+        lag: Percentiles::of(lags),
+        lag_max,
+        samples_above_2: samples.iter().filter(|s| s.lag() > 2).count(),
+        included_tps: step.map_or(0.0, |s| s.included_tps),
+        load_passed: step.is_some_and(|s| s.passed),
+        fullnode_limit_bytes: metric(&metrics_body, "gigas_memory_limit_bytes").map(|v| v as u64),
+        fullnode_cgroup_usage_bytes: metric(&metrics_body, "gigas_cgroup_memory_usage_bytes")
+            .map(|v| v as u64),
+        fullnode_rss_bytes: metric(&metrics_body, "gigas_fullnode_resident_bytes")
+            .map(|v| v as u64),
+        samples,
+    };
+    if let Err(e) = super::chart::keep_up(&out_report, &out.join("lag.svg")) {
+        eprintln!("{e:#}");
+    }
+    crate::write_report(out, "keep-up", &out_report, &markdown(&out_report))?;
+    Ok(out_report)
+}
+
+fn markdown(r: &KeepUpReport) -> String {
+    let mut md = String::from(
+        "# Keep up: a full node behind a sequencer at full rate\n\n## Configuration\n\n",
+    );
+    md += &super::config_lines(&r.config);
+    md += &format!(
+        "\n## Results\n\n- lag in blocks over {} samples: median {:.0}, p90 {:.0}, p99 {:.0}, max {} (target at most 2 throughout: {}); {} samples above 2\n- included {:.0} tx/s (load step {})\n- full node: limit {}, cgroup usage at the end {}, resident {}\n\n![lag](lag.svg)\n",
+        r.samples.len(),
+        r.lag.p50,
+        r.lag.p90,
+        r.lag.p99,
+        r.lag_max,
+        if r.lag_max <= 2 { "met" } else { "missed" },
+        r.samples_above_2,
+        r.included_tps,
+        if r.load_passed { "passed" } else { "failed its criteria" },
+        r.fullnode_limit_bytes
+            .map_or_else(|| "none reported".to_string(), |b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)),
+        r.fullnode_cgroup_usage_bytes
+            .map_or_else(|| "-".to_string(), |b| format!("{:.0} MiB", b as f64 / 1048576.0)),
+        r.fullnode_rss_bytes
+            .map_or_else(|| "-".to_string(), |b| format!("{:.0} MiB", b as f64 / 1048576.0)),
+    );
+    md
+}
