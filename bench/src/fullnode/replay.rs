@@ -844,10 +844,14 @@ pub(super) fn run_all(
         accounts: recording.accounts,
         seed: recording.seed,
         recording: format!(
-            "{}: Zipf-Mandelbrot (s = {}, v = {}) ETH transfers offered at {} tx/s to gigas-sequencer (block time {} ms, gas limit {}, draws seeded {}), blocks {}..={} ({} blocks, {} transactions, {:.1} MB of diffs, {:.0} B per transaction); recorded at {}",
+            "{}: {} {} offered at {} tx/s to gigas-sequencer (block time {} ms, gas limit {}, draws seeded {}), blocks {}..={} ({} blocks, {} transactions, {:.1} MB of diffs, {:.0} B per transaction); recorded at {}",
             recording.dir.display(),
-            crate::zipf::DEVNET_S,
-            crate::zipf::DEVNET_V,
+            crate::load::distribution_label(recording.distribution),
+            match recording.workload {
+                crate::load::Workload::Transfers => "ETH transfers",
+                crate::load::Workload::Erc20 => "WETH9 transfers",
+                crate::load::Workload::Mix => "ETH and WETH9 transfers",
+            },
             recording.rate,
             recording.block_time_ms,
             recording.gas_limit,

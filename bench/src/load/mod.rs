@@ -57,7 +57,7 @@ use tokio::time::Instant;
 
 pub use metrics::StageSplit;
 pub use node::{ensure_genesis, genesis_cache_root, sequencer_bin, GenesisSpec, SequencerProcess};
-pub use report::markdown;
+pub use report::{distribution_label, markdown};
 
 use metrics::Scrape;
 use report::{print_config, print_step, write_report};

@@ -27,7 +27,7 @@ fn transport_name(c: &RunConfig) -> &'static str {
 }
 
 /// How a distribution reads in a report.
-pub(crate) fn distribution_label(d: super::Distribution) -> String {
+pub fn distribution_label(d: super::Distribution) -> String {
     match d {
         super::Distribution::Zipf => format!(
             "Zipf-Mandelbrot (s = {}, v = {})",
