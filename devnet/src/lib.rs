@@ -62,6 +62,7 @@ pub const GENESIS: &str = "genesis";
 /// blocks (both heads sampled once a second: median, p99, maximum), state-diff bytes per
 /// transaction, the memory of each process (resident, anonymous, file-backed; the cgroup's
 /// usage where limited), whether the memory limit was applied, and where the reports are.
+/// The processes' logs go to OUT/logs/ (the nodes' level from GIGAS_NODE_LOG, default info).
 ///
 /// Examples:
 ///   gigas-devnet                                   the default minute at 1,000 tx/s
