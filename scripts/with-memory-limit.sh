@@ -176,7 +176,12 @@ fi
 for stale in "$PARENT"/gigas-*-*; do
 	[[ -d $stale ]] || continue
 	pid=${stale##*-}
-	[[ $pid =~ ^[0-9]+$ && $pid != "$$" && ! -d /proc/$pid ]] || continue
+	[[ $pid =~ ^[0-9]+$ && $pid != "$$" ]] || continue
+	# Running unless gone or a zombie (killed, not yet reaped: already out of the cgroup).
+	if state=$(cat "/proc/$pid/stat" 2>/dev/null); then
+		state=${state##*) }
+		[[ ${state%% *} == [ZX] ]] || continue
+	fi
 	if [[ -r $stale/cgroup.procs && -z $(<"$stale/cgroup.procs") ]]; then
 		rmdir "$stale" 2>/dev/null && echo "$PROG: removed the stale cgroup $stale" >&2 || true
 	fi

@@ -86,6 +86,8 @@ struct Cli {
     /// Sync mode: `durable` (a commit survives power loss), `no-meta-sync`, `safe-no-sync`.
     #[arg(long = "db.sync", value_name = "MODE", default_value = "durable", value_parser = parse_sync)]
     db_sync: Durability,
+    #[command(flatten)]
+    memory: gigas_cgroup::MemoryLimitArgs,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -135,6 +137,9 @@ where
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .try_init();
     let cli = Cli::parse_from(args);
+    // First, before any database is opened or thread started: pages are charged to the
+    // cgroup that first touches them. Held to the end; dropping it removes the cgroup.
+    let _memory_limit = cli.memory.apply("fullnode")?;
     let chain = match (&cli.chain, cli.dev) {
         (Some(path), _) => ChainConfig::load(path)
             .wrap_err_with(|| format!("reading the chain spec {}", path.display()))?,

@@ -122,8 +122,11 @@ impl FollowerMetrics {
         set(&self.major_faults, mem.major_faults);
     }
 
-    /// Registers every metric under `gigas_fullnode_*`.
+    /// Registers every metric under `gigas_fullnode_*`, and the cgroup's memory
+    /// (`gigas_memory_limit_bytes`, `gigas_cgroup_*`, read at scrape time) on `registry`
+    /// itself, which is the root one.
     pub fn register(&self, registry: &mut Registry) {
+        gigas_cgroup::MemoryCollector::register(registry);
         let sub = registry.sub_registry_with_prefix("gigas_fullnode");
         sub.register(
             "lag_blocks",

@@ -98,6 +98,9 @@ struct Args {
     /// Threads running state tests (defaults to the CPUs available).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+
+    #[command(flatten)]
+    memory: gigas_cgroup::MemoryLimitArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -335,6 +338,9 @@ where
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let args = Args::parse_from(args);
+    // First, before any block is read or thread started: pages are charged to the cgroup
+    // that first touches them. Held to the end; dropping it removes the cgroup.
+    let _memory_limit = args.memory.apply("profiler")?;
     if let Some(Command::Fetch(fetch_args)) = &args.command {
         return fetch(fetch_args);
     }

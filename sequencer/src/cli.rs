@@ -155,6 +155,8 @@ struct RunArgs {
     #[arg(long = "diffs.zstd-level", default_value_t = gigas_statediff::Compression::DEFAULT_LEVEL,
           value_parser = clap::value_parser!(i32).range(1..=22))]
     diffs_zstd_level: i32,
+    #[command(flatten)]
+    memory: gigas_cgroup::MemoryLimitArgs,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -245,6 +247,9 @@ fn genesis(args: GenesisArgs) -> eyre::Result<()> {
 }
 
 fn run(args: RunArgs) -> eyre::Result<()> {
+    // First, before any database is opened or thread started: pages are charged to the
+    // cgroup that first touches them. Held to the end of run; dropping it removes the cgroup.
+    let _memory_limit = args.memory.apply("sequencer")?;
     let mut chain = match (&args.chain, args.dev) {
         (Some(path), _) => ChainConfig::load(path)?,
         (None, true) => ChainConfig::dev(250)?,

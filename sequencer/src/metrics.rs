@@ -107,8 +107,10 @@ impl Default for NodeMetrics {
 }
 
 impl NodeMetrics {
-    /// Registers under `gigas_sequencer_*`.
+    /// Registers under `gigas_sequencer_*`, and the cgroup's memory (`gigas_memory_limit_bytes`,
+    /// `gigas_cgroup_*`, read at scrape time) on `registry` itself, which is the root one.
     pub fn register(&self, registry: &mut Registry) {
+        gigas_cgroup::MemoryCollector::register(registry);
         let sub = registry.sub_registry_with_prefix("gigas_sequencer");
         sub.register(
             "stage_seconds",

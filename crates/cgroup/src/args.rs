@@ -59,6 +59,13 @@ impl MemoryLimitArgs {
         });
         match placed {
             Ok(cgroup) => {
+                let me = std::process::id();
+                if !cgroup.pids()?.contains(&me) {
+                    tracing::warn!(
+                        "process {me} moved into {} but is not listed in its cgroup.procs",
+                        cgroup.path().display()
+                    );
+                }
                 tracing::info!(
                     "memory limit {} ({} bytes) in cgroup {} {}{}; process {} entered it",
                     format_size(cgroup.limit()),
@@ -70,7 +77,7 @@ impl MemoryLimitArgs {
                     } else {
                         ", swap not accounted"
                     },
-                    std::process::id(),
+                    me,
                 );
                 Ok(Some(cgroup))
             }

@@ -3,10 +3,12 @@
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::detect::{CgroupRoots, CgroupVersion, Located};
 use crate::error::CgroupError;
+use crate::size::{format_size, format_size_approx};
 use crate::stat::MemoryStat;
 
 /// Prefix of every cgroup this crate makes: `gigas-NAME-PID`.
@@ -42,6 +44,35 @@ pub struct MemoryCgroup {
     /// Processes placed here by this value (this process after `enter_self`).
     placed: Vec<u32>,
     removed: bool,
+    /// Declared last: released after Drop has removed the directory.
+    _claim: Claim,
+}
+
+/// The cgroup directories live values of this process use: two values must never share one
+/// (the first dropped would remove the other's).
+static CLAIMED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+#[derive(Debug)]
+struct Claim(PathBuf);
+
+impl Claim {
+    fn new(dir: &Path) -> Result<Self, CgroupError> {
+        let mut claimed = CLAIMED.lock().unwrap_or_else(|p| p.into_inner());
+        if claimed.iter().any(|d| d == dir) {
+            return Err(CgroupError::InUse {
+                path: dir.to_path_buf(),
+            });
+        }
+        claimed.push(dir.to_path_buf());
+        Ok(Claim(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut claimed = CLAIMED.lock().unwrap_or_else(|p| p.into_inner());
+        claimed.retain(|d| *d != self.0);
+    }
 }
 
 fn valid_name(name: &str) -> bool {
@@ -90,6 +121,14 @@ fn read_pids(path: &Path) -> Result<Vec<u32>, CgroupError> {
 }
 
 fn pid_running(pid: u32) -> bool {
+    // A zombie has already left its cgroup and holds no memory: not running. (A killed
+    // process whose parent has not reaped it yet is one.)
+    if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        return !matches!(state, Some("Z") | Some("X"));
+    }
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -207,6 +246,7 @@ impl MemoryCgroup {
         };
         sweep_stale(&parent);
         let dir = parent.join(format!("{CGROUP_PREFIX}{name}-{}", std::process::id()));
+        let claim = Claim::new(&dir)?;
         match fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -228,6 +268,7 @@ impl MemoryCgroup {
             swap_held: false,
             placed: Vec::new(),
             removed: false,
+            _claim: claim,
         };
         // On error the half-made cgroup is removed by Drop.
         cgroup.set_limit(limit_bytes)?;
@@ -245,10 +286,19 @@ impl MemoryCgroup {
         match self.version {
             CgroupVersion::V1 => {
                 let limit_file = self.dir.join("memory.limit_in_bytes");
-                write_control(&limit_file, &value, "set the memory limit in")?;
-                // memsw counts memory + swap; it must not be below the memory limit, which
-                // holds here since both start unlimited and memory is set first.
                 let memsw = self.dir.join("memory.memsw.limit_in_bytes");
+                // memsw counts memory + swap and may never be below the memory limit: a
+                // fresh cgroup has both unlimited (memory first works), a reused one may
+                // hold a smaller memsw (then memsw first).
+                match write_control(&limit_file, &value, "set the memory limit in") {
+                    Err(CgroupError::Io { source, .. })
+                        if source.raw_os_error() == Some(libc::EINVAL) && memsw.exists() =>
+                    {
+                        write_control(&memsw, &value, "set the memory+swap limit in")?;
+                        write_control(&limit_file, &value, "set the memory limit in")?;
+                    }
+                    other => other?,
+                }
                 if memsw.exists() {
                     write_control(&memsw, &value, "set the memory+swap limit in")?;
                     self.swap_held = true;
@@ -388,6 +438,21 @@ impl MemoryCgroup {
 
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
+        if !self.removed {
+            // The run's figures, once, where they are easiest to find: beside the removal.
+            if let Ok(s) = self.stat() {
+                tracing::info!(
+                    "removing cgroup {}: peak {} of the {} limit; now anon {}, file {}; {} major faults, {} OOM kills",
+                    self.dir.display(),
+                    s.peak.map_or_else(|| "unknown".to_string(), format_size_approx),
+                    format_size(self.limit),
+                    format_size_approx(s.anon),
+                    format_size_approx(s.file),
+                    s.major_faults,
+                    s.oom_kills.map_or_else(|| "unknown".to_string(), |k| k.to_string()),
+                );
+            }
+        }
         match self.remove_inner() {
             Ok(()) => tracing::debug!("removed cgroup {}", self.dir.display()),
             Err(e) => tracing::warn!("{e}"),
@@ -438,6 +503,24 @@ mod tests {
         // cgroup.procs unreadable: not known to be empty, left.
         assert_eq!(sweep_stale(dir.path()), 0);
         assert!(stale.exists() && alive.exists() && other.exists());
+    }
+
+    #[test]
+    fn a_zombie_is_not_running() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        assert!(pid_running(std::process::id()));
+        // Not reaped yet: a zombie once it has exited.
+        let start = std::time::Instant::now();
+        while pid_running(pid) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "true never exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.wait().unwrap();
+        assert!(!pid_running(pid));
     }
 
     fn dead_pid() -> u32 {

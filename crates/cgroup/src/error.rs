@@ -116,6 +116,17 @@ pub enum CgroupError {
         detail: String,
     },
 
+    /// This process already holds a live [`crate::MemoryCgroup`] of that name.
+    #[error(
+        "cgroup {path} is already in use by this process: drop the earlier MemoryCgroup of \
+         that name first, or give this one another name",
+        path = path.display()
+    )]
+    InUse {
+        /// The cgroup.
+        path: PathBuf,
+    },
+
     /// Processes are still in a cgroup being removed; it is left in place.
     #[error(
         "cgroup {path} still holds processes {pids:?}; left in place (the next start removes \
@@ -159,7 +170,7 @@ impl CgroupError {
     pub fn is_environment(&self) -> bool {
         !matches!(
             self,
-            CgroupError::InvalidName { .. } | CgroupError::ZeroLimit
+            CgroupError::InvalidName { .. } | CgroupError::ZeroLimit | CgroupError::InUse { .. }
         )
     }
 }

@@ -41,5 +41,5 @@ pub use cgroup::{MemoryCgroup, CGROUP_PREFIX};
 pub use detect::{CgroupRoots, CgroupVersion, ROOT_ENV};
 pub use error::{CgroupError, PageCacheError, HOW_TO_FIX};
 pub use metrics::MemoryCollector;
-pub use size::{format_size, parse_size, SizeError};
+pub use size::{format_size, format_size_approx, parse_size, SizeError};
 pub use stat::MemoryStat;

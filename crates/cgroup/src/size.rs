@@ -71,6 +71,16 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// Writes a byte count for people, rounded: `1.5 GiB`, `63.2 MiB`, `512 bytes`.
+pub fn format_size_approx(bytes: u64) -> String {
+    for (unit, name) in [(TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")] {
+        if bytes >= unit {
+            return format!("{:.1} {name}", bytes as f64 / unit as f64);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +124,7 @@ mod tests {
         assert_eq!(format_size(1536 * MIB), "1536 MiB");
         assert_eq!(format_size(4097), "4097 bytes");
         assert_eq!(format_size(0), "0 bytes");
+        assert_eq!(format_size_approx(3 * GIB / 2), "1.5 GiB");
+        assert_eq!(format_size_approx(100), "100 bytes");
     }
 }

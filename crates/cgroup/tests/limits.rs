@@ -507,3 +507,33 @@ fn an_unprivileged_user_is_told_how_to_fix() {
     }
     assert_eq!(child_value(&out, "optional").as_deref(), Some("true"));
 }
+
+#[test]
+fn one_name_one_live_cgroup_and_limits_can_change_on_reuse() {
+    let first = created("test-twice");
+    let e = MemoryCgroup::create("test-twice", LIMIT).unwrap_err();
+    assert!(matches!(e, CgroupError::InUse { .. }), "{e}");
+    let path = first.path().to_path_buf();
+    drop(first);
+    assert!(!path.exists());
+    // A directory of this PID left behind (as after PID reuse) is reused, whatever limits
+    // it held: here smaller ones, memory+swap included.
+    let dir = path
+        .parent()
+        .unwrap()
+        .join(format!("gigas-test-reuse-{}", std::process::id()));
+    fs::create_dir(&dir).unwrap();
+    for file in [
+        "memory.limit_in_bytes",
+        "memory.memsw.limit_in_bytes",
+        "memory.max",
+    ] {
+        if dir.join(file).exists() {
+            fs::write(dir.join(file), LIMIT.to_string()).unwrap();
+        }
+    }
+    let bigger = MemoryCgroup::create("test-reuse", 4 * LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(bigger.path(), dir);
+    assert_eq!(bigger.limit(), 4 * LIMIT);
+    assert_eq!(bigger.stat().unwrap().limit, Some(4 * LIMIT));
+}

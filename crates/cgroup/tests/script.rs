@@ -175,3 +175,26 @@ fn says_why_and_how_to_fix_when_no_cgroup_can_be_written() {
     assert!(String::from_utf8_lossy(&out.stdout)
         .contains("Usage: scripts/with-memory-limit.sh SIZE -- COMMAND"));
 }
+
+#[test]
+fn removes_what_a_killed_run_left() {
+    // Where the script makes its cgroups (beside its own in cgroup v2 when that holds
+    // processes): learnt from a first run.
+    let first = run(&["64M", "--", "true"], None);
+    assert!(first.status.success(), "{}", describe(&first));
+    let parent = announced_dir(&first).parent().unwrap().to_path_buf();
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let stale = parent.join(format!("gigas-killed-{dead_pid}"));
+    std::fs::create_dir(&stale).unwrap_or_else(|e| panic!("mkdir {}: {e}", stale.display()));
+    let out = run(&["64M", "--", "true"], None);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        !stale.exists(),
+        "{} was not swept: {}",
+        stale.display(),
+        describe(&out)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("removed the stale cgroup"));
+}
