@@ -31,12 +31,10 @@ use alloy_rpc_types_eth::{
     FeeHistory, Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction,
     TransactionReceipt, TransactionRequest,
 };
-use gigas_evm::call::{CallError, CallRequest};
-use gigas_evm::revm::context::result::ExecutionResult;
-use gigas_evm::revm::database_interface::DatabaseRef;
-use gigas_evm::TxError;
+use gigas_evm::revm::database_interface::DatabaseRef as _;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
+use gigas_sequencer::backend::{call_over, estimate_gas_over};
 use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
@@ -96,25 +94,6 @@ pub fn rpc_header(stored: &StoredHeader) -> RpcHeader {
         header.inner.state_root = root;
     }
     header
-}
-
-/// The revert reason or halt of a call, as an RPC error; the output and gas of a success.
-fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
-    let used = result.tx_gas_used();
-    match result {
-        ExecutionResult::Success { output, .. } => Ok((output.into_data(), used)),
-        ExecutionResult::Revert { output, .. } => Err(RpcError::revert(output)),
-        ExecutionResult::Halt { reason, .. } => Err(RpcError::ExecutionFailed(format!(
-            "execution halted: {reason:?}"
-        ))),
-    }
-}
-
-fn call_failure(e: CallError) -> RpcError {
-    match e {
-        CallError::Tx(TxError::Invalid(reason)) => RpcError::ExecutionFailed(reason.to_string()),
-        other => internal(other),
-    }
 }
 
 impl FullNodeBackend {
@@ -297,14 +276,11 @@ impl FullNodeBackend {
     ) -> Result<Bytes, RpcError> {
         let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
-        let cap = header.gas_limit;
-        let call = CallRequest::new(&self.spec, &header, req, state, block);
-        let gas = req.gas.unwrap_or(cap).min(cap);
-        call_outcome(call.run(&view, gas).map_err(call_failure)?).map(|(out, _)| out)
+        call_over(&self.spec, &header, &view, req, state, block)
     }
 
-    /// `eth_estimateGas` at the head `at` (see [`CallRequest::estimate`]), all over one
-    /// snapshot.
+    /// `eth_estimateGas` at the head `at` (see [`gigas_evm::call::CallRequest::estimate`]),
+    /// all over one snapshot.
     pub fn estimate_gas(
         &self,
         req: &TransactionRequest,
@@ -314,13 +290,7 @@ impl FullNodeBackend {
     ) -> Result<u64, RpcError> {
         let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
-        let cap = req.gas.unwrap_or(header.gas_limit);
-        let call = CallRequest::new(&self.spec, &header, req, state, block);
-        match call.estimate(&view, cap).map_err(call_failure)? {
-            Ok(gas) => Ok(gas),
-            // A call that fails with all the gas it may have: answer its error.
-            Err(failed) => call_outcome(failed).map(|(_, used)| used),
-        }
+        estimate_gas_over(&self.spec, &header, &view, req, state, block)
     }
 
     /// Block `number` as the database holds it: the header (see [`rpc_header`]) and no

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use alloy_consensus::transaction::Recovered;
-use alloy_consensus::{ReceiptEnvelope, Transaction as _, TxEnvelope};
+use alloy_consensus::{Header, ReceiptEnvelope, Transaction as _, TxEnvelope};
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
@@ -20,6 +20,7 @@ use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
 use gigas_evm::TxError;
 use gigas_history::{LogQuery, SealedHeader};
+use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateAccount, PrestateTrace, RpcError, SubscriptionHub};
 use tokio::sync::broadcast;
 
@@ -163,8 +164,51 @@ fn rpc_receipts(
         .collect()
 }
 
-/// The revert reason or halt of a failed call, as an RPC error.
-fn call_failure(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
+/// `eth_call` of `req` over `db`, the state after `header`'s block, under `spec`; the gas is
+/// capped at the block's gas limit. The full node answers with this too.
+pub fn call_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    state: Option<&StateOverride>,
+    block: Option<&BlockOverrides>,
+) -> Result<Bytes, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    let cap = header.gas_limit;
+    let gas = req.gas.unwrap_or(cap).min(cap);
+    let call = CallRequest::new(spec, header, req, state, block);
+    call_outcome(call.run(db, gas).map_err(call_error)?).map(|(out, _)| out)
+}
+
+/// `eth_estimateGas` of `req` over `db` as [`call_over`] (see [`CallRequest::estimate`]): every
+/// probe over the one state `db` holds.
+pub fn estimate_gas_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    state: Option<&StateOverride>,
+    block: Option<&BlockOverrides>,
+) -> Result<u64, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    let cap = req.gas.unwrap_or(header.gas_limit);
+    let call = CallRequest::new(spec, header, req, state, block);
+    match call.estimate(db, cap).map_err(call_error)? {
+        Ok(gas) => Ok(gas),
+        // A call that fails with all the gas it may have: answer its error.
+        Err(failed) => call_outcome(failed).map(|(_, used)| used),
+    }
+}
+
+/// The output and gas of a call that succeeded; its revert reason or halt as an RPC error.
+fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
     let used = result.tx_gas_used();
     match result {
         ExecutionResult::Success { output, .. } => Ok((output.into_data(), used)),
@@ -512,11 +556,9 @@ impl SequencerBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
         let header = self.header(at)?;
-        let cap = header.gas_limit;
-        let gas = req.gas.unwrap_or(cap).min(cap);
-        let call = CallRequest::new(self.node.spec(), &header, req, state, block);
-        let result = self.at(at, |db| Ok(call.run(db, gas)))?;
-        call_failure(result.map_err(call_error)?).map(|(out, _)| out)
+        self.at(at, |db| {
+            Ok(call_over(self.node.spec(), &header, db, req, state, block))
+        })?
     }
 
     /// `eth_estimateGas` (see [`CallRequest::estimate`]), all over one snapshot of block
@@ -529,16 +571,16 @@ impl SequencerBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
         let header = self.header(at)?;
-        let cap = req.gas.unwrap_or(header.gas_limit);
-        let call = CallRequest::new(self.node.spec(), &header, req, state, block);
-        match self
-            .at(at, |db| Ok(call.estimate(db, cap)))?
-            .map_err(call_error)?
-        {
-            Ok(gas) => Ok(gas),
-            // A call that fails with all the gas it may have: answer its error.
-            Err(failed) => call_failure(failed).map(|(_, used)| used),
-        }
+        self.at(at, |db| {
+            Ok(estimate_gas_over(
+                self.node.spec(),
+                &header,
+                db,
+                req,
+                state,
+                block,
+            ))
+        })?
     }
 
     /// `eth_maxPriorityFeePerGas`, as geth's oracle suggests it: the median of the three
