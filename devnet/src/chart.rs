@@ -3,34 +3,18 @@
 
 use std::path::Path;
 
-use eyre::{eyre, Result};
+use eyre::Result;
+use gigas_bench::chart::{self, draw_error, Line};
 use gigas_bench::load::{Percentiles, SecondPoint};
 use plotters::prelude::*;
 
 use crate::sample::Sample;
 
-/// One labelled line.
-#[derive(Debug)]
-struct Line {
-    label: String,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
-}
-
 const ORANGE: RGBColor = RGBColor(230, 130, 0);
 const GREY: RGBColor = RGBColor(120, 120, 120);
 
-/// The largest finite value (at least `floor`) with 10% headroom.
-fn top(lines: &[Line], floor: f64) -> f64 {
-    lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.1))
-        .filter(|v| v.is_finite())
-        .fold(floor, f64::max)
-        * 1.1
-}
-
-/// Lines over seconds, written to `file`.
+/// Lines over seconds since the load began, written to `file`; the y axis reaches the largest
+/// value (at least `floor`) with 10% headroom.
 fn line_chart(
     file: &Path,
     caption: &str,
@@ -38,48 +22,25 @@ fn line_chart(
     floor: f64,
     lines: Vec<Line>,
 ) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| eyre!("cannot draw {}: {e}", file.display());
-    let x_max = lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.0))
-        .fold(2.0, f64::max);
-    let y_max = top(&lines, floor);
+    let points = || lines.iter().flat_map(|l| l.points.iter());
+    let x_max = points().map(|p| p.0).fold(2.0, f64::max);
+    let y_max = points()
+        .map(|p| p.1)
+        .filter(|v| v.is_finite())
+        .fold(floor, f64::max)
+        * 1.1;
     let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since the load began")
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|e| err(&e))?;
-    for line in lines {
-        let color = line.color;
-        chart
-            .draw_series(LineSeries::new(
-                line.points.into_iter().filter(|(_, y)| y.is_finite()),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label(line.label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
+    chart::line_chart(
+        &root,
+        file,
+        caption,
+        20,
+        ("seconds since the load began", y_desc),
+        (x_max, y_max),
+        lines,
+    )?;
+    root.present().map_err(|e| draw_error(file, &e))
 }
 
 /// Offered, sent and included transactions per second.
@@ -155,11 +116,13 @@ pub fn memory(samples: &[Sample], limited: bool, file: &Path) -> Result<()> {
             .collect(),
     };
     let mut lines = vec![
-        proc_line("sequencer RSS", BLUE, |s| s.sequencer.map(|m| m.rss)),
-        proc_line("full node RSS", RED, |s| s.fullnode.map(|m| m.rss)),
+        proc_line("sequencer RSS", BLUE, |s| s.sequencer.map(|m| m.resident)),
+        proc_line("full node RSS", RED, |s| s.fullnode.map(|m| m.resident)),
         proc_line("full node anon", ORANGE, |s| s.fullnode.map(|m| m.anon)),
         proc_line("full node file", MAGENTA, |s| s.fullnode.map(|m| m.file)),
-        proc_line("load generator RSS", GREY, |s| s.generator.map(|m| m.rss)),
+        proc_line("load generator RSS", GREY, |s| {
+            s.generator.map(|m| m.resident)
+        }),
     ];
     if limited {
         lines.push(proc_line("full node cgroup usage", BLACK, |s| {

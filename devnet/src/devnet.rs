@@ -16,12 +16,12 @@ use gigas_primitives::Machine;
 
 use crate::http::Http;
 use crate::limit::LimitStatus;
-use crate::procfs::MemoryCgroup;
 use crate::prometheus::PromStatus;
 use crate::report::{self, Config, DevnetReport, ProfileOutcome, Results};
 use crate::sample::{Sampler, Targets};
 use crate::supervisor::Supervisor;
 use crate::{Args, FULLNODE, SEQUENCER};
+use gigas_cgroup::MemoryStat;
 
 /// A free loopback port (bound, read, released: another process could take it in between,
 /// which fails that start with a clear error).
@@ -167,22 +167,6 @@ struct LoadCli {
     load: LoadArgs,
 }
 
-/// The git revision of the working directory's checkout (`+dirty` with local changes).
-fn git_revision() -> String {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    format!("git {revision}{}", if dirty { "+dirty" } else { "" })
-}
-
 /// Runs the devnet.
 pub fn run(args: &Args) -> Result<()> {
     if !args.rate.is_finite() || args.rate <= 0.0 {
@@ -205,7 +189,6 @@ pub fn run(args: &Args) -> Result<()> {
         .unwrap_or_else(|| genesis_cache_root(&exe).join(spec.dir_name()));
     let limit_asked = (!args.memory_limit.eq_ignore_ascii_case("none"))
         .then(|| args.memory_limit.trim().to_string());
-    let takes_limit = limit_asked.is_some() && crate::limit::fullnode_takes_limit(&exe);
     let config = Config {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         rate: args.rate,
@@ -240,7 +223,7 @@ pub fn run(args: &Args) -> Result<()> {
                 args.profile_out.display()
             )
         },
-        source: git_revision(),
+        source: gigas_primitives::machine::source_revision(),
         build_profile: gigas_bench::build_profile().to_string(),
         machine: Machine::current(),
     };
@@ -306,7 +289,7 @@ pub fn run(args: &Args) -> Result<()> {
         "--sequencer".into(),
         sequencer.rpc.clone().into(),
     ];
-    if let (Some(limit), true) = (&limit_asked, takes_limit) {
+    if let Some(limit) = &limit_asked {
         fullnode_args.push("--memory-limit".into());
         fullnode_args.push(limit.into());
         if !args.memory_limit_required {
@@ -323,10 +306,6 @@ pub fn run(args: &Args) -> Result<()> {
     let http = Http::new(Duration::from_secs(5))?;
     let limit = match &limit_asked {
         None => LimitStatus::NotAsked,
-        Some(asked) if !takes_limit => LimitStatus::NotApplied {
-            asked: asked.clone(),
-            reason: "this build's gigas-fullnode has no --memory-limit flag".to_string(),
-        },
         Some(asked) => {
             let metrics = http.get(&fullnode.metrics_url()).ok().map(|(_, body)| body);
             crate::limit::check(asked, fullnode.pid, &fullnode.startup, metrics.as_deref())
@@ -343,10 +322,6 @@ pub fn run(args: &Args) -> Result<()> {
     if args.memory_limit_required && limit_asked.is_some() && !limit.applied() {
         bail!("--memory-limit-required: {}", limit.line());
     }
-    let fullnode_cgroup = limit
-        .applied()
-        .then(|| MemoryCgroup::of(fullnode.pid))
-        .flatten();
 
     let prometheus = if args.no_prometheus {
         PromStatus::Disabled
@@ -411,12 +386,16 @@ pub fn run(args: &Args) -> Result<()> {
         fullnode_rpc: fullnode.rpc.clone(),
         sequencer_pid: sequencer.pid,
         fullnode_pid: fullnode.pid,
-        fullnode_cgroup: fullnode_cgroup.clone(),
+        fullnode_limited: limit.applied(),
     })?;
     let load = gigas_bench::load::run_load(&load_args);
     let samples = sampler.finish()?;
     let load: LoadReport = load.wrap_err("the load generator failed")?;
-    let fullnode_cgroup_split = fullnode_cgroup.as_ref().and_then(MemoryCgroup::anon_file);
+    let fullnode_cgroup_split = limit
+        .applied()
+        .then(|| MemoryStat::of_pid(fullnode.pid).ok())
+        .flatten()
+        .map(|s| (s.anon, s.file));
 
     let catch_up = catch_up(&http, &sequencer, &fullnode);
     println!("catch-up   : {catch_up}");

@@ -28,7 +28,6 @@ pub mod chart;
 pub mod devnet;
 pub mod http;
 pub mod limit;
-pub mod procfs;
 pub mod prometheus;
 pub mod report;
 pub mod sample;
@@ -76,7 +75,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000.0)]
     pub rate: f64,
     /// How long the load runs (e.g. 60s, 2m).
-    #[arg(long, default_value = "60s", value_parser = gigas_bench::load::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = gigas_primitives::duration::parse_duration)]
     pub duration: Duration,
     /// Benchmark accounts in the genesis; senders and receivers are drawn Zipf-Mandelbrot
     /// among them.
@@ -86,7 +85,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// The sequencer's block time (e.g. 250ms, 1s).
-    #[arg(long, default_value = "250ms", value_parser = gigas_bench::load::parse_duration)]
+    #[arg(long, default_value = "250ms", value_parser = gigas_primitives::duration::parse_duration)]
     pub block_time: Duration,
     /// Block gas limit of the genesis.
     #[arg(long, default_value_t = 1_000_000_000)]

@@ -2,13 +2,10 @@
 //! shows it in, its `gigas_memory_limit_bytes` metric, and its own warning when it went on
 //! without one.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-
 use serde::Serialize;
 
-use crate::procfs::MemoryCgroup;
 use crate::report::bytes;
+use gigas_cgroup::{CgroupVersion, MemoryStat};
 
 /// What became of the memory limit asked for the full node.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,28 +68,22 @@ impl LimitStatus {
     }
 }
 
-/// Whether this build's full node takes `--memory-limit` (`gigas-devnet fullnode --help`).
-pub fn fullnode_takes_limit(exe: &Path) -> bool {
-    Command::new(exe)
-        .args([crate::FULLNODE, "--help"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--memory-limit"))
-}
-
 /// What became of `asked` for the node `pid`, given the lines it printed while starting and
 /// its metrics page.
 pub fn check(asked: &str, pid: u32, startup: &[String], metrics: Option<&str>) -> LimitStatus {
     let metric_bytes = metrics.and_then(|m| crate::http::metric(m, "gigas_memory_limit_bytes"));
-    let own = MemoryCgroup::of(std::process::id());
-    if let Some(cgroup) = MemoryCgroup::of(pid).filter(|c| Some(c) != own.as_ref()) {
-        if let Some(limit_bytes) = cgroup.limit() {
+    let own = MemoryStat::of_pid(std::process::id()).ok().map(|s| s.path);
+    if let Ok(node) = MemoryStat::of_pid(pid) {
+        // Its own cgroup, not the devnet's (whose limit, if any, would hold it too).
+        if let (Some(limit_bytes), true) = (node.limit, Some(&node.path) != own.as_ref()) {
             return LimitStatus::Applied {
                 asked: asked.to_string(),
                 limit_bytes,
-                cgroup: cgroup.dir.display().to_string(),
-                version: cgroup.version,
+                cgroup: node.path.display().to_string(),
+                version: match node.version {
+                    CgroupVersion::V1 => 1,
+                    CgroupVersion::V2 => 2,
+                },
                 metric_bytes,
             };
         }

@@ -10,9 +10,9 @@ use gigas_primitives::Machine;
 use serde::Serialize;
 
 use crate::limit::LimitStatus;
-use crate::procfs::ProcMem;
 use crate::prometheus::PromStatus;
 use crate::sample::Sample;
+use gigas_fullnode::metrics::ProcessMemory as ProcMem;
 
 /// `n` bytes for a person: B, KiB, MiB or GiB.
 pub fn bytes(n: u64) -> String {
@@ -135,7 +135,7 @@ impl ProcessMemory {
         let mut line = match self.end {
             Some(m) => format!(
                 "RSS {} (anon {}, file {}), peak {}, {} major faults",
-                bytes(m.rss),
+                bytes(m.resident),
                 bytes(m.anon),
                 bytes(m.file),
                 bytes(self.peak_rss),
@@ -267,7 +267,7 @@ impl Results {
                     peak_rss: samples
                         .iter()
                         .filter_map(of)
-                        .map(|m| m.peak_rss)
+                        .map(|m| m.peak)
                         .max()
                         .unwrap_or(0),
                     cgroup_end_bytes: cgroup.last().copied(),
@@ -527,7 +527,7 @@ impl DevnetReport {
             md,
             "\n## Lag and memory, once a second\n\n| s | sequencer head | full-node head | lag | sequencer RSS | full node RSS (anon / file) | full node cgroup | load generator RSS |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        let show = |m: Option<ProcMem>| m.map_or("-".to_string(), |m| bytes(m.rss));
+        let show = |m: Option<ProcMem>| m.map_or("-".to_string(), |m| bytes(m.resident));
         for s in &self.samples {
             let _ = writeln!(
                 md,
@@ -539,7 +539,7 @@ impl DevnetReport {
                 show(s.sequencer),
                 s.fullnode.map_or("-".to_string(), |m| format!(
                     "{} ({} / {})",
-                    bytes(m.rss),
+                    bytes(m.resident),
                     bytes(m.anon),
                     bytes(m.file)
                 )),

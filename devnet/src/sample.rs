@@ -10,7 +10,8 @@ use eyre::{eyre, Result, WrapErr};
 use serde::Serialize;
 
 use crate::http::Http;
-use crate::procfs::{MemoryCgroup, ProcMem};
+use gigas_cgroup::MemoryStat;
+use gigas_fullnode::metrics::ProcessMemory as ProcMem;
 
 /// One second's observation.
 #[derive(Debug, Clone, Serialize)]
@@ -44,8 +45,8 @@ pub struct Targets {
     pub sequencer_pid: u32,
     /// The full node's process id.
     pub fullnode_pid: u32,
-    /// The full node's own memory cgroup, when it has one.
-    pub fullnode_cgroup: Option<MemoryCgroup>,
+    /// The full node runs in a memory cgroup of its own (its limit was applied).
+    pub fullnode_limited: bool,
 }
 
 /// A running sampler.
@@ -103,12 +104,13 @@ fn sample(http: &Http, targets: &Targets, origin: Instant) -> Sample {
             (Some(s), Some(f)) => Some(s.saturating_sub(f)),
             _ => None,
         },
-        sequencer: ProcMem::read(targets.sequencer_pid),
-        fullnode: ProcMem::read(targets.fullnode_pid),
-        generator: ProcMem::read(std::process::id()),
+        sequencer: ProcMem::of(targets.sequencer_pid),
+        fullnode: ProcMem::of(targets.fullnode_pid),
+        generator: ProcMem::read(),
         fullnode_cgroup_bytes: targets
-            .fullnode_cgroup
-            .as_ref()
-            .and_then(MemoryCgroup::usage),
+            .fullnode_limited
+            .then(|| MemoryStat::of_pid(targets.fullnode_pid).ok())
+            .flatten()
+            .map(|s| s.usage),
     }
 }

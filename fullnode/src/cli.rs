@@ -12,6 +12,7 @@ use crate::fetch::{FetchConfig, SourceLayout};
 use crate::node::{FullNode, FullNodeConfig};
 use clap::Parser;
 use eyre::{bail, WrapErr};
+use gigas_primitives::duration::parse_duration;
 use gigas_sequencer::chain::ChainConfig;
 use gigas_statedb::{Durability, HashedWrites, StateDbOptions, WriterOptions};
 use tracing::info;
@@ -88,25 +89,6 @@ struct Cli {
     db_sync: Durability,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "ms"), |i| (&s[..i], &s[i..]));
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration such as 200ms or 2s"))?;
-    let millis = match unit {
-        "ms" => value,
-        "s" => value * 1e3,
-        _ => return Err(format!("'{s}': use ms or s, e.g. 200ms or 2s")),
-    };
-    if !(0.0..=3_600_000.0).contains(&millis) {
-        return Err(format!("'{s}' must be between 0 and 3600s"));
-    }
-    Ok(Duration::from_micros((millis * 1e3) as u64))
 }
 
 fn parse_sync(s: &str) -> Result<Durability, String> {

@@ -17,6 +17,7 @@ use alloy_primitives::U256;
 use clap::{Args, Parser, Subcommand};
 use eyre::{bail, WrapErr};
 use gigas_evm::jit::JitMode;
+use gigas_primitives::duration::parse_duration;
 use tracing::{error, info};
 
 /// The Gigas L2 sequencer: accepts signed Ethereum transactions over JSON-RPC (HTTP and
@@ -157,25 +158,6 @@ struct RunArgs {
     diffs_zstd_level: i32,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "ms"), |i| (&s[..i], &s[i..]));
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration such as 250ms or 2s"))?;
-    let millis = match unit {
-        "ms" => value,
-        "s" => value * 1e3,
-        _ => return Err(format!("'{s}': use ms or s, e.g. 250ms or 2s")),
-    };
-    if !(1.0..=3_600_000.0).contains(&millis) {
-        return Err(format!("'{s}' must be between 1ms and 3600s"));
-    }
-    Ok(Duration::from_millis(millis as u64))
 }
 
 /// Runs `gigas-sequencer` with these arguments (the first is the program name, as in

@@ -406,19 +406,3 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
     report::write(&report, &args.out)?;
     Ok(Some(report))
 }
-
-/// The git revision of the working directory's checkout, `+dirty` with local changes.
-fn git_revision() -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    format!("git {revision}{}", if dirty { "+dirty" } else { "" })
-}

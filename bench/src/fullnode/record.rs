@@ -395,7 +395,7 @@ fn record(
         genesis_diff_bytes,
         load_passed: step.passed,
         load_included_tps: step.included_tps,
-        source: super::git_revision(),
+        source: gigas_primitives::machine::source_revision(),
         recorded_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),

@@ -876,7 +876,7 @@ pub(super) fn run_all(
             filesystem_of(scratch),
             args.page_cache.describe()
         ),
-        source: super::git_revision(),
+        source: gigas_primitives::machine::source_revision(),
     };
     print_config(&config, &machine, &genesis);
 

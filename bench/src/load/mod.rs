@@ -34,10 +34,10 @@
 //! recovered, pooled, journaled, executed and committed by the node under test).
 
 mod chart;
-mod metrics;
+pub(crate) mod metrics;
 mod node;
 mod report;
-mod rpc;
+pub(crate) mod rpc;
 mod send;
 mod sign;
 
@@ -55,7 +55,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use gigas_primitives::duration::parse_duration;
 pub use metrics::StageSplit;
+pub(crate) use node::free_port;
 pub use node::{ensure_genesis, genesis_cache_root, sequencer_bin, GenesisSpec, SequencerProcess};
 pub use report::{distribution_label, markdown};
 
@@ -98,28 +100,6 @@ pub enum TransportKind {
     Http,
     /// WebSocket messages.
     Ws,
-}
-
-/// Parses `250ms`, `20s`, `2m` or a number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration such as 250ms, 20s or 2m"))?;
-    let seconds = match unit {
-        "ms" => value / 1e3,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("'{s}': use ms, s or m")),
-    };
-    if !(0.001..=86_400.0).contains(&seconds) {
-        return Err(format!("'{s}' must be between 1ms and 24h"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// What both commands share: the workload, the node, how to send, the pass criteria.
@@ -793,17 +773,6 @@ type Finished = (Vec<StepResult>, String, ReceiptCheck, Vec<SecondPoint>, u64);
 /// The git revision of the working directory's checkout and the binary's build time, so a
 /// figure names what it measured (best effort: "unknown" outside a checkout).
 fn source_description(bin: Option<&Path>) -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     let built = bin
         .and_then(|b| std::fs::metadata(b).ok()?.modified().ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -814,8 +783,8 @@ fn source_description(bin: Option<&Path>) -> String {
             format!("{age} s before the run")
         });
     format!(
-        "git {revision}{}; node binary built {built}",
-        if dirty { "+dirty" } else { "" }
+        "{}; node binary built {built}",
+        gigas_primitives::machine::source_revision()
     )
 }
 

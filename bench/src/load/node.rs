@@ -177,7 +177,7 @@ pub struct SequencerProcess {
 
 /// A free loopback port (bound, read, released: another process could take it in between,
 /// which only fails the start with a clear error).
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").wrap_err("finding a free loopback port")?;
     Ok(listener.local_addr()?.port())

@@ -168,6 +168,17 @@ impl MemoryStat {
         Self::of_self_in(&CgroupRoots::from_env())
     }
 
+    /// The accounting of the cgroup process `pid` is in now, found through its own
+    /// `/proc/PID/mountinfo` and `/proc/PID/cgroup` (`$GIGAS_CGROUP_ROOT` does not apply: it
+    /// stands for this process's view only).
+    pub fn of_pid(pid: u32) -> Result<Self, CgroupError> {
+        let proc = Path::new("/proc").join(pid.to_string());
+        Self::of_self_in(&CgroupRoots::from_proc_files(
+            proc.join("mountinfo"),
+            proc.join("cgroup"),
+        ))
+    }
+
     /// [`MemoryStat::of_self`] in the hierarchy `roots` finds.
     pub fn of_self_in(roots: &CgroupRoots) -> Result<Self, CgroupError> {
         let found = roots.locate()?;

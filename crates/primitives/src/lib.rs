@@ -13,6 +13,7 @@
 pub mod chainspec;
 pub mod changeset;
 pub mod checksum;
+pub mod duration;
 pub mod machine;
 pub mod state_keys;
 

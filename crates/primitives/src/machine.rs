@@ -58,3 +58,20 @@ fn proc_kib(file: &str, field: &str) -> Option<u64> {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|v| v.parse().ok())
 }
+
+/// The git revision of the working directory's checkout, `+dirty` with local changes to
+/// tracked files: what a report measured ("git unknown" outside a checkout or without git).
+pub fn source_revision() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    format!("git {revision}{}", if dirty { "+dirty" } else { "" })
+}
