@@ -5,42 +5,18 @@
 //! one recomputed from scratch; and that a second run takes the recording and the genesis
 //! database from the cache. No rate is asserted. (The real run is `gigas-bench fullnode`.)
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 
 use clap::Parser;
+use common::sequencer_binary;
 use gigas_bench::fullnode::{run, FullnodeArgs, Mode};
 
 #[derive(Debug, Parser)]
 struct Cli {
     #[command(flatten)]
     args: FullnodeArgs,
-}
-
-/// The `gigas-sequencer` binary of this build, built into the same target directory and
-/// profile (a no-op when it is fresh).
-fn sequencer_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test runs from target/<profile>/deps")
-        .to_path_buf();
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => "dev".to_string(),
-        Some(other) => other.to_string(),
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-p", "gigas-sequencer", "--bin", "gigas-sequencer"])
-        .args(["--profile", &profile])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "building gigas-sequencer failed");
-    let bin = profile_dir.join(format!("gigas-sequencer{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.is_file(), "no {}", bin.display());
-    bin
 }
 
 fn args(dir: &Path, bin: &Path, extra: &[&str]) -> FullnodeArgs {

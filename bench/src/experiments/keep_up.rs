@@ -16,8 +16,10 @@ use eyre::{bail, eyre, Result, WrapErr};
 use serde::Serialize;
 
 use super::ExperimentsArgs;
+use crate::load::metrics::Scrape;
+use crate::load::rpc::Rpc;
 use crate::load::{
-    ensure_genesis, genesis_cache_root, run_load, sequencer_bin, GenesisSpec, LoadArgs,
+    ensure_genesis, free_port, genesis_cache_root, run_load, sequencer_bin, GenesisSpec, LoadArgs,
     Percentiles, SequencerProcess,
 };
 
@@ -87,12 +89,6 @@ impl Drop for ChildGuard {
     }
 }
 
-fn free_port() -> Result<u16> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").wrap_err("finding a free loopback port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// The `gigas-fullnode` binary beside the sequencer's.
 fn fullnode_bin(sequencer: &Path) -> Result<PathBuf> {
     let path = sequencer.with_file_name(format!("gigas-fullnode{}", std::env::consts::EXE_SUFFIX));
@@ -104,37 +100,6 @@ fn fullnode_bin(sequencer: &Path) -> Result<PathBuf> {
             path.display()
         )
     }
-}
-
-async fn block_number(client: &reqwest::Client, url: &str) -> Result<u64> {
-    let body =
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []});
-    // reqwest is built without its `json` feature here: the body is serialized by hand.
-    let text = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    let reply: serde_json::Value = serde_json::from_str(&text)?;
-    let hex = reply
-        .get("result")
-        .and_then(|r| r.as_str())
-        .ok_or_else(|| eyre!("{url}: no result in {reply}"))?;
-    u64::from_str_radix(hex.trim_start_matches("0x"), 16)
-        .map_err(|e| eyre!("{url}: block number {hex}: {e}"))
-}
-
-/// A gauge's value from a Prometheus text body.
-fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let rest = l.strip_prefix(name)?;
-        let value = rest.strip_prefix(' ')?;
-        value.trim().parse().ok()
-    })
 }
 
 #[derive(Debug, Parser)]
@@ -203,14 +168,11 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let client = reqwest::Client::new();
+    let fullnode_rpc = Rpc::new(&fullnode_url, 1)?;
     // The full node is up once its RPC answers (it wrote its genesis first).
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        if runtime
-            .block_on(block_number(&client, &fullnode_url))
-            .is_ok()
-        {
+        if runtime.block_on(fullnode_rpc.block_number()).is_ok() {
             break;
         }
         if Instant::now() > deadline {
@@ -226,20 +188,16 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let (samples, stop) = (Arc::clone(&samples), Arc::clone(&stop));
-        let (seq_url, fn_url) = (sequencer.url.clone(), fullnode_url.clone());
+        let (seq_rpc, fn_rpc) = (Rpc::new(&sequencer.url, 1)?, Rpc::new(&fullnode_url, 1)?);
         std::thread::spawn(move || -> Result<()> {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let client = reqwest::Client::new();
             let started = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let tick = Instant::now();
                 let (s, f) = runtime.block_on(async {
-                    tokio::join!(
-                        block_number(&client, &seq_url),
-                        block_number(&client, &fn_url)
-                    )
+                    tokio::join!(seq_rpc.block_number(), fn_rpc.block_number())
                 });
                 if let (Ok(sequencer), Ok(fullnode)) = (s, f) {
                     if let Ok(mut v) = samples.lock() {
@@ -289,9 +247,11 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         Ok(Err(e)) => return Err(e.wrap_err("the lag sampler")),
         Err(_) => bail!("the lag sampler panicked"),
     }
-    let metrics_body = runtime
-        .block_on(async { client.get(&metrics_url).send().await?.text().await })
-        .unwrap_or_default();
+    let metrics = Scrape::parse(
+        &runtime
+            .block_on(fullnode_rpc.get_text(&metrics_url))
+            .unwrap_or_default(),
+    );
     drop(fullnode_guard);
     sequencer.stop()?;
 
@@ -341,10 +301,12 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         samples_above_2: samples.iter().filter(|s| s.lag() > 2).count(),
         included_tps: step.map_or(0.0, |s| s.included_tps),
         load_passed: step.is_some_and(|s| s.passed),
-        fullnode_limit_bytes: metric(&metrics_body, "gigas_memory_limit_bytes").map(|v| v as u64),
-        fullnode_cgroup_usage_bytes: metric(&metrics_body, "gigas_cgroup_memory_usage_bytes")
+        fullnode_limit_bytes: metrics.value("gigas_memory_limit_bytes").map(|v| v as u64),
+        fullnode_cgroup_usage_bytes: metrics
+            .value("gigas_cgroup_memory_usage_bytes")
             .map(|v| v as u64),
-        fullnode_rss_bytes: metric(&metrics_body, "gigas_fullnode_resident_bytes")
+        fullnode_rss_bytes: metrics
+            .value("gigas_fullnode_resident_bytes")
             .map(|v| v as u64),
         samples,
     };

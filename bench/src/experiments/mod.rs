@@ -94,17 +94,20 @@ struct FullnodeCli {
     args: FullnodeArgs,
 }
 
-/// A `gigas-bench fullnode` argument list, parsed as the command line would be.
-fn fullnode_args(argv: &[String]) -> Result<FullnodeArgs> {
-    let mut all = vec!["fullnode".to_string()];
-    all.extend(argv.iter().cloned());
+/// A `gigas-bench fullnode` argument list with its report in `out`, parsed as the command line
+/// would be.
+fn fullnode_args(argv: &[&str], out: &Path, quiet: bool) -> Result<FullnodeArgs> {
+    let mut all: Vec<String> = std::iter::once("fullnode")
+        .chain(argv.iter().copied())
+        .map(String::from)
+        .collect();
+    all.extend(["--out".to_string(), out.display().to_string()]);
+    if quiet {
+        all.push("--quiet".to_string());
+    }
     FullnodeCli::try_parse_from(&all)
         .map(|c| c.args)
         .map_err(|e| eyre!("the full-node benchmark's arguments {all:?}: {e}"))
-}
-
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
 }
 
 /// The talk's three parts of a run's time, in seconds: apply (decode, verify, read, write,
@@ -255,34 +258,27 @@ fn memory_sweep(args: &ExperimentsArgs, out: &Path) -> Result<SweepReport> {
     ];
     let mut state_disk_bytes = 0;
     for distribution in ["zipf", "uniform"] {
+        let (accounts, warmup) = (args.accounts.to_string(), args.warmup_blocks.to_string());
         let fargs = fullnode_args(
             &[
-                strings(&[
-                    "--accounts",
-                    &args.accounts.to_string(),
-                    "--distribution",
-                    distribution,
-                    "--modes",
-                    "live",
-                    "--runs",
-                    "1",
-                    "--memory-limit",
-                    &limits,
-                    "--warmup-blocks",
-                    &args.warmup_blocks.to_string(),
-                    "--max-run-time",
-                    &run_time,
-                    "--no-root-check",
-                    "--out",
-                ]),
-                vec![out.join(distribution).display().to_string()],
-                if args.quiet {
-                    strings(&["--quiet"])
-                } else {
-                    Vec::new()
-                },
-            ]
-            .concat(),
+                "--accounts",
+                &accounts,
+                "--distribution",
+                distribution,
+                "--modes",
+                "live",
+                "--runs",
+                "1",
+                "--memory-limit",
+                &limits,
+                "--warmup-blocks",
+                &warmup,
+                "--max-run-time",
+                &run_time,
+                "--no-root-check",
+            ],
+            &out.join(distribution),
+            args.quiet,
         )?;
         println!("memory sweep, {distribution}: gigas-bench fullnode over {limits}");
         let report =
@@ -427,30 +423,22 @@ pub struct SyncModeRow {
 fn sync_modes(args: &ExperimentsArgs, out: &Path) -> Result<SyncModesReport> {
     let fargs = fullnode_args(
         &[
-            strings(&[
-                "--accounts",
-                &args.accounts.to_string(),
-                "--modes",
-                "batched,live",
-                "--group",
-                "64",
-                "--runs",
-                "1",
-                "--memory-limit",
-                "none,8GiB",
-                "--page-cache",
-                "cold",
-                "--no-root-check",
-                "--out",
-            ]),
-            vec![out.join("fullnode").display().to_string()],
-            if args.quiet {
-                strings(&["--quiet"])
-            } else {
-                Vec::new()
-            },
-        ]
-        .concat(),
+            "--accounts",
+            &args.accounts.to_string(),
+            "--modes",
+            "batched,live",
+            "--group",
+            "64",
+            "--runs",
+            "1",
+            "--memory-limit",
+            "none,8GiB",
+            "--page-cache",
+            "cold",
+            "--no-root-check",
+        ],
+        &out.join("fullnode"),
+        args.quiet,
     )?;
     println!("sync modes: gigas-bench fullnode batched and live, no limit and 8 GiB");
     let report: FullnodeReport =

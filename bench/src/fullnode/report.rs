@@ -3,10 +3,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use eyre::{eyre, Result};
-use plotters::prelude::*;
-
 use super::FullnodeReport;
+use crate::chart::{stacked_bars, Bar};
+use eyre::{eyre, Result};
 
 const GB: f64 = 1e9;
 const MIB: f64 = (1u64 << 20) as f64;
@@ -211,97 +210,30 @@ pub fn markdown(r: &FullnodeReport) -> String {
 
 /// Microseconds per state change by phase, one stacked bar per mode (its median run).
 fn chart(r: &FullnodeReport, file: &Path) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| eyre!("cannot draw {}: {e}", file.display());
-    let bars: Vec<(&str, Vec<(&str, f64)>)> = r
+    let bars: Vec<Bar> = r
         .summary
         .iter()
         .filter_map(|s| {
             let run = r.runs.get(s.median_run)?;
-            Some((
-                s.label.as_str(),
-                run.split
+            Some(Bar {
+                label: s.label.clone(),
+                parts: run
+                    .split
                     .iter()
-                    .map(|p| (p.name, p.us_per_change))
+                    .map(|p| (p.name.to_string(), p.us_per_change))
                     .collect(),
-            ))
+            })
         })
         .collect();
-    let total = bars
-        .iter()
-        .map(|(_, p)| p.iter().map(|x| x.1).sum::<f64>())
-        .fold(0.1, f64::max);
-    let rows = bars.len().max(1);
-    let height = 160 + 70 * rows as u32;
-    let root = SVGBackend::new(file, (1100, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let labels: Vec<String> = bars.iter().map(|(l, _)| l.to_string()).collect();
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Apply time per state change by phase, {} accounts (median run of each mode)",
-                r.config.accounts
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(260)
-        .build_cartesian_2d(0.0..total * 1.15, -0.5..rows as f64 - 0.5)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(rows * 2 + 1)
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            if (y - i).abs() > 1e-6 || i < 0.0 {
-                return String::new();
-            }
-            labels.get(i as usize).cloned().unwrap_or_default()
-        })
-        .x_desc("microseconds per state change")
-        .draw()
-        .map_err(|e| err(&e))?;
-    let colors = [
-        RGBColor(0x4e, 0x79, 0xa7),
-        RGBColor(0xf2, 0x8e, 0x2b),
-        RGBColor(0xe1, 0x57, 0x59),
-        RGBColor(0x76, 0xb7, 0xb2),
-        RGBColor(0x59, 0xa1, 0x4f),
-        RGBColor(0xed, 0xc9, 0x48),
-        RGBColor(0xba, 0xb0, 0xac),
-    ];
-    let phases: Vec<&str> = bars
-        .first()
-        .map(|(_, p)| p.iter().map(|x| x.0).collect())
-        .unwrap_or_default();
-    for (k, phase) in phases.iter().enumerate() {
-        let color = colors[k % colors.len()];
-        let rects: Vec<Rectangle<(f64, f64)>> = bars
-            .iter()
-            .enumerate()
-            .map(|(i, (_, parts))| {
-                let x0: f64 = parts.iter().take(k).map(|x| x.1).sum();
-                let x1 = x0 + parts.get(k).map_or(0.0, |x| x.1);
-                let y = i as f64;
-                Rectangle::new([(x0, y - 0.3), (x1, y + 0.3)], color.filled())
-            })
-            .collect();
-        chart
-            .draw_series(rects)
-            .map_err(|e| err(&e))?
-            .label(*phase)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    stacked_bars(
+        file,
+        &format!(
+            "Apply time per state change by phase, {} accounts (median run of each mode)",
+            r.config.accounts
+        ),
+        "microseconds per state change",
+        &bars,
+    )
 }
 
 /// Writes `fullnode.json`, `fullnode.md` and `fullnode-split.svg` under `out`.

@@ -2,76 +2,15 @@
 
 use std::path::Path;
 
-use eyre::{eyre, Result};
-use plotters::coord::Shift;
+use eyre::Result;
 use plotters::prelude::*;
 
 use super::LoadReport;
-
-fn draw_error(file: &Path, e: &dyn std::fmt::Display) -> eyre::Report {
-    eyre!("cannot draw {}: {e}", file.display())
-}
-
-/// One labelled line of a chart.
-struct Line {
-    label: &'static str,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
-}
+use crate::chart::{draw_error, line_chart, Line};
 
 /// The largest finite value of `values` (at least 10), with 10% headroom: a chart's top.
 fn top(values: impl Iterator<Item = f64>) -> f64 {
     values.filter(|v| v.is_finite()).fold(10.0, f64::max) * 1.1
-}
-
-/// A chart of labelled lines over `0..x_max` x `0..y_max` on `area`, with its legend.
-fn line_chart<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    file: &Path,
-    caption: &str,
-    caption_size: u32,
-    (x_desc, y_desc): (&str, &str),
-    (x_max, y_max): (f64, f64),
-    lines: Vec<Line>,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let err = |e: &dyn std::fmt::Display| draw_error(file, e);
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", caption_size))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|e| err(&e))?;
-    for line in lines {
-        let color = line.color;
-        chart
-            .draw_series(LineSeries::new(
-                line.points.into_iter().filter(|(_, y)| y.is_finite()),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label(line.label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    Ok(())
 }
 
 /// Target, submitted and included transactions per second over the run.
@@ -79,8 +18,8 @@ pub(crate) fn tps(r: &LoadReport, file: &Path) -> Result<()> {
     let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
     let seconds = r.timeline.len().max(2) as f64;
-    let line = |label, color, value: fn(&super::SecondPoint) -> f64| Line {
-        label,
+    let line = |label: &str, color, value: fn(&super::SecondPoint) -> f64| Line {
+        label: label.to_string(),
         color,
         points: r.timeline.iter().map(|p| (p.t as f64, value(p))).collect(),
     };
@@ -114,8 +53,8 @@ pub(crate) fn latency(r: &LoadReport, file: &Path) -> Result<()> {
     let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
     let seconds = r.timeline.len().max(2) as f64;
-    let line = |label, color, value: fn(&super::Percentiles) -> f64| Line {
-        label,
+    let line = |label: &str, color, value: fn(&super::Percentiles) -> f64| Line {
+        label: label.to_string(),
         color,
         points: r
             .timeline
@@ -183,8 +122,8 @@ pub(crate) fn steps(r: &LoadReport, file: &Path) -> Result<()> {
             Circle::new((s.target_tps, s.included_tps), 5, color.filled())
         }))
         .map_err(|e| err(&e))?;
-    let line = |label, value: fn(&super::Percentiles) -> f64, color| Line {
-        label,
+    let line = |label: &str, value: fn(&super::Percentiles) -> f64, color| Line {
+        label: label.to_string(),
         color,
         points: r
             .steps
