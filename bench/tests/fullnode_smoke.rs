@@ -104,4 +104,34 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     assert!(!again.genesis.built_now);
     assert_eq!(again.runs.len(), 1);
     assert_eq!(again.runs[0].final_root, live.final_root);
+
+    // With --verify-execution: every timed block re-executed over the state (the recording
+    // holds the block files), and the figures account for every transaction.
+    let exec = run(&args(
+        dir.path(),
+        &bin,
+        &["--modes", "batched", "--verify-execution"],
+    ))
+    .expect("a replay with re-execution")
+    .expect("a report");
+    assert_eq!(exec.recording.recorded_at, m.recorded_at, "from the cache");
+    assert!(exec.recording.blocks && exec.recording.block_bytes > 0);
+    let run = &exec.runs[0];
+    assert_eq!(run.final_root, live.final_root);
+    let e = run.execution.as_ref().expect("execution figures");
+    assert_eq!(e.blocks, m.loaded_blocks);
+    assert_eq!(e.transactions, m.transactions);
+    assert_eq!(e.gas_used, m.gas_used);
+    // Each transfer asks for its sender and its receiver at least.
+    assert!(e.accesses >= 2 * m.transactions, "{e:?}");
+    assert!(e.reads > 0 && e.reads <= e.accesses, "{e:?}");
+    assert!(e.level1_miss_ratio > 0.0 && e.level1_miss_ratio <= 1.0);
+    assert!(e.faulting_reads <= e.reads);
+    let kinds: u64 = e.kinds.iter().map(|k| k.accesses).sum();
+    assert_eq!(kinds, e.accesses);
+    assert!(e.evm_seconds > 0.0 && e.state_loading_seconds > 0.0);
+    assert_eq!(run.split.len(), 8, "execute, six phases and the rest");
+    assert_eq!(run.split[0].name, "execute");
+    let md = std::fs::read_to_string(dir.path().join("out/fullnode.md")).expect("markdown");
+    assert!(md.contains("## Re-execution"));
 }

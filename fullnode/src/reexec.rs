@@ -31,7 +31,7 @@ use alloy_consensus::{Header, ReceiptEnvelope, TxEnvelope};
 use alloy_primitives::{Address, Bytes, B256, U256};
 use gigas_evm::receipts::{receipts_root_and_bloom, TxReceipt};
 use gigas_evm::revm::database::CacheDB;
-use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
+use gigas_evm::revm::database_interface::{Database, DatabaseCommit, DatabaseRef, WrapDatabaseRef};
 use gigas_evm::{execute_block, ExecutionError, PlainEvm, PreparedBlock, PreparedTx};
 use gigas_primitives::{AccountChange, ChainSpec, ChangeSet};
 use gigas_statediff::BlockFile;
@@ -244,20 +244,14 @@ fn recover_senders(number: u64, txs: &[TxEnvelope]) -> Result<Vec<Address>, Reex
     })
 }
 
-/// Re-executes `block` (the transactions of the block `header` seals) over `state`, the state
-/// after its parent (the follower's open write group, [`gigas_statedb::StateWriter`], which
-/// implements `DatabaseRef`), under `spec`, and returns its ChangeSet and receipts. Nothing is
-/// written to `state`.
-pub fn reexecute<DB>(
-    state: &DB,
+/// Checks that `block` is the block `header` seals (number, hash, `transactionsRoot`),
+/// recovers its senders, and builds the block environment the sequencer built (the header's
+/// own fields under the chain's fork): everything of a re-execution but the EVM.
+pub fn prepare(
     spec: &ChainSpec,
     header: &Header,
     block: &BlockFile,
-) -> Result<Reexecution, ReexecError>
-where
-    DB: DatabaseRef,
-    DB::Error: fmt::Display,
-{
+) -> Result<PreparedBlock, ReexecError> {
     let number = header.number;
     let hash = header.hash_slow();
     if block.number != number || block.hash != hash {
@@ -287,17 +281,45 @@ where
             env: gigas_evm::env::tx_env_from(tx, sender),
         })
         .collect();
-    // The sequencer's block environment: the header's own fields under the chain's fork.
     let fork = spec.fork_at(number, header.timestamp);
     let block_env = gigas_evm::env::block_env_of(header, fork);
-    let prepared = PreparedBlock::synthetic(spec, block_env, txs);
-    let mut evm = PlainEvm::new(CacheDB::new(WrapDatabaseRef(state)), &prepared);
-    let outcome = execute_block(&mut evm, &prepared)?;
+    Ok(PreparedBlock::synthetic(spec, block_env, txs))
+}
+
+/// Executes a [`prepare`]d block over `db`, which must answer with the state after the
+/// block's parent and keep what each transaction commits for the next (revm's `CacheDB` over
+/// the state does both; [`reexecute`] builds exactly that). Callers that measure the state
+/// loading wrap the layers themselves.
+pub fn execute_prepared<DB>(db: DB, prepared: &PreparedBlock) -> Result<Reexecution, ReexecError>
+where
+    DB: Database + DatabaseCommit,
+    DB::Error: fmt::Display,
+{
+    let mut evm = PlainEvm::new(db, prepared);
+    let outcome = execute_block(&mut evm, prepared)?;
     Ok(Reexecution {
-        number,
+        number: prepared.number,
         changes: outcome.changes,
         receipts: outcome.receipts,
     })
+}
+
+/// Re-executes `block` (the transactions of the block `header` seals) over `state`, the state
+/// after its parent (the follower's open write group, [`gigas_statedb::StateWriter`], which
+/// implements `DatabaseRef`), under `spec`, and returns its ChangeSet and receipts. Nothing is
+/// written to `state`.
+pub fn reexecute<DB>(
+    state: &DB,
+    spec: &ChainSpec,
+    header: &Header,
+    block: &BlockFile,
+) -> Result<Reexecution, ReexecError>
+where
+    DB: DatabaseRef,
+    DB::Error: fmt::Display,
+{
+    let prepared = prepare(spec, header, block)?;
+    execute_prepared(CacheDB::new(WrapDatabaseRef(state)), &prepared)
 }
 
 /// Checks the re-executed receipts against the block file's and the header's `gasUsed`,

@@ -18,17 +18,22 @@ fn log2_mib(bytes: u64) -> f64 {
     (bytes as f64 / 1048576.0).log2()
 }
 
-/// A line per access distribution of `value` against the limit.
-fn per_limit(
-    r: &SweepReport,
+/// One line of a chart against the memory limit: its label, colour and (limit, value) points.
+pub(super) type LimitSeries = (String, RGBColor, Vec<(u64, f64)>);
+
+/// A line per series against the limit (log2 axis).
+pub(super) fn against_limit(
     file: &Path,
     caption: &str,
     y_desc: &str,
-    value: fn(&super::SweepPoint) -> f64,
+    series: Vec<LimitSeries>,
 ) -> Result<()> {
     let root = SVGBackend::new(file, (900, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
-    let xs: Vec<f64> = r.points.iter().map(|p| log2_mib(p.limit_bytes)).collect();
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|(_, _, points)| points.iter().map(|p| log2_mib(p.0)))
+        .collect();
     let (x_min, x_max) = (
         xs.iter().copied().fold(f64::INFINITY, f64::min) - 0.3,
         xs.iter().copied().fold(f64::NEG_INFINITY, f64::max) + 0.3,
@@ -36,7 +41,11 @@ fn per_limit(
     if !x_min.is_finite() || !x_max.is_finite() {
         return Err(eyre!("no points to draw in {}", file.display()));
     }
-    let y_max = r.points.iter().map(value).fold(1.0, f64::max) * 1.15;
+    let y_max = series
+        .iter()
+        .flat_map(|(_, _, points)| points.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.15;
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 20))
         .margin(12)
@@ -55,12 +64,10 @@ fn per_limit(
         })
         .draw()
         .map_err(|e| draw_error(file, &e))?;
-    for (name, color) in SERIES {
-        let mut points: Vec<(f64, f64)> = r
-            .points
-            .iter()
-            .filter(|p| p.distribution == name)
-            .map(|p| (log2_mib(p.limit_bytes), value(p)))
+    for (name, color, points) in series {
+        let mut points: Vec<(f64, f64)> = points
+            .into_iter()
+            .map(|(limit, y)| (log2_mib(limit), y))
             .collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         if points.is_empty() {
@@ -89,6 +96,29 @@ fn per_limit(
         .draw()
         .map_err(|e| draw_error(file, &e))?;
     root.present().map_err(|e| draw_error(file, &e))
+}
+
+/// A line per access distribution of `value` against the limit.
+fn per_limit(
+    r: &SweepReport,
+    file: &Path,
+    caption: &str,
+    y_desc: &str,
+    value: fn(&super::SweepPoint) -> f64,
+) -> Result<()> {
+    let series = SERIES
+        .iter()
+        .map(|&(name, color)| {
+            let points = r
+                .points
+                .iter()
+                .filter(|p| p.distribution == name)
+                .map(|p| (p.limit_bytes, value(p)))
+                .collect();
+            (name.to_string(), color, points)
+        })
+        .collect();
+    against_limit(file, caption, y_desc, series)
 }
 
 /// State changes per second against the limit.

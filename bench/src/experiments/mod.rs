@@ -7,6 +7,9 @@
 //!   and commit every block, the talk's live sync) under limits from 512 MiB to 8 GiB, once with
 //!   Zipf-Mandelbrot accesses and once uniform: throughput against the limit, the split of
 //!   time and the major faults.
+//! - **execution**: the recorded blocks re-executed (the full node's `--verify-execution`) over
+//!   the state under limits from 512 MiB to 8 GiB: EVM work against state loading, the misses
+//!   at revm's cache and at the page cache, the mean miss penalty.
 //! - **sync-modes**: batched (no root, a commit every 64 blocks) against live, with no limit and
 //!   under 8 GiB, with the talk's breakdown: apply (decode, verify, read, write), merkleization
 //!   (trie) and persistence (commit).
@@ -21,6 +24,7 @@
 //! process or a cgroup behind.
 
 mod chart;
+mod execution;
 mod keep_up;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +38,7 @@ use serde::Serialize;
 use crate::fullnode::{self, limit_label, FullnodeArgs, FullnodeReport, RunResult};
 use crate::load::parse_duration;
 
+pub use execution::{ExecutionPoint, ExecutionReport};
 pub use keep_up::KeepUpReport;
 
 /// One experiment.
@@ -46,13 +51,16 @@ pub enum Experiment {
     MemorySweep,
     /// Batched against live, with no limit and under 8 GiB.
     SyncModes,
+    /// The recorded blocks re-executed over the state under limits from 512 MiB to 8 GiB:
+    /// EVM work against state loading, cache misses, miss penalty.
+    Execution,
 }
 
 /// `gigas-bench experiments`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExperimentsArgs {
     /// The experiments to run (all by default), in this order.
-    #[arg(value_enum, default_values_t = [Experiment::KeepUp, Experiment::MemorySweep, Experiment::SyncModes])]
+    #[arg(value_enum, default_values_t = [Experiment::KeepUp, Experiment::MemorySweep, Experiment::Execution, Experiment::SyncModes])]
     pub experiments: Vec<Experiment>,
     /// Accounts of the sweeps' state (10M: 2.8 GB in MDBX, larger than the smallest limits).
     #[arg(long, default_value_t = 10_000_000)]
@@ -530,6 +538,14 @@ pub fn run(args: &ExperimentsArgs) -> Result<()> {
                     r.zipf_slowdown_1g_vs_8g,
                     r.uniform_slowdown_1g_vs_8g,
                     args.out.join("memory-sweep").display()
+                );
+            }
+            Experiment::Execution => {
+                let r = execution::run(args, &args.out.join("execution"))?;
+                println!(
+                    "execution: {:?}x slower at the smallest limit than at the largest; report in {}",
+                    r.slowdown_smallest_vs_largest,
+                    args.out.join("execution").display()
                 );
             }
             Experiment::SyncModes => {

@@ -30,6 +30,7 @@
 //! Must not: re-implement any part of applying (it calls the node's `Applier`), or time
 //! anything but applying.
 
+mod execute;
 mod limit;
 mod record;
 mod replay;
@@ -46,6 +47,7 @@ use crate::load::{
     genesis_cache_root, parse_duration, sequencer_bin, Distribution, GenesisSpec, Workload,
 };
 
+pub use execute::{ExecutionFigures, RequestKind};
 pub use record::Manifest;
 pub use replay::{limit_label, CgroupFigures, GenesisInfo, Mode, RunResult};
 pub use report::markdown;
@@ -164,6 +166,12 @@ pub struct FullnodeArgs {
     /// accounts into memory, as a node that has been running holds them).
     #[arg(long, default_value_t = 0)]
     pub warmup_blocks: u64,
+    /// Re-execute every block before applying its diff, as `gigas-fullnode
+    /// --verify-execution` does, and split the re-execution into EVM work and state loading
+    /// with the misses at each cache level (needs a recording with block files: recorded
+    /// again if the cached one has none).
+    #[arg(long)]
+    pub verify_execution: bool,
     /// Stop each run after this long (the figures cover the blocks applied by then; a run
     /// under a small limit can otherwise take hours).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]

@@ -1,5 +1,5 @@
 //! The recording: a real sequencer under the load module's Zipf transfer workload, its diffs
-//! copied out of its archive with a manifest, its data directory deleted.
+//! and block files copied out of its archive with a manifest, its data directory deleted.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -64,6 +64,13 @@ pub struct Manifest {
     pub diff_bytes: u64,
     /// Bytes of diff 0 (the genesis header).
     pub genesis_diff_bytes: u64,
+    /// The block files (transactions and receipts) of blocks `1..=last` are in `blocks/`
+    /// (older recordings hold diffs only and cannot be re-executed).
+    #[serde(default)]
+    pub blocks: bool,
+    /// Bytes of block files `1..=last`.
+    #[serde(default)]
+    pub block_bytes: u64,
     /// Whether the load run's one step passed its criteria (if not, the sequencer was
     /// saturated and blocks may be uneven).
     pub load_passed: bool,
@@ -84,9 +91,16 @@ impl Manifest {
         self.dir.join("diffs").join(number.to_string())
     }
 
+    /// The path of the block file (transactions, receipts) of block `number`, if
+    /// [`Manifest::blocks`].
+    pub fn block_path(&self, number: u64) -> PathBuf {
+        self.dir.join("blocks").join(number.to_string())
+    }
+
     /// Whether this recording is the one `args` asks for.
     fn matches(&self, args: &FullnodeArgs) -> bool {
-        self.accounts == args.accounts()
+        (self.blocks || !args.verify_execution)
+            && self.accounts == args.accounts()
             && self.seed == args.seed
             && self.workload_seed == args.workload_seed
             && self.workload == args.workload
@@ -185,6 +199,10 @@ pub(super) fn ensure(
                 );
                 return Ok(m);
             }
+            Ok(m) if !m.blocks && args.verify_execution => eprintln!(
+                "{}: recorded without block files, which --verify-execution re-executes; recording again",
+                dir.display()
+            ),
             Ok(_) => eprintln!(
                 "{}: recorded with other settings or chain; recording again",
                 dir.display()
@@ -344,26 +362,36 @@ fn record(
     let last = last_loaded.min(first_loaded + args.blocks - 1);
 
     let diffs = partial.join("diffs");
-    std::fs::create_dir_all(&diffs).wrap_err_with(|| format!("creating {}", diffs.display()))?;
+    let blocks = partial.join("blocks");
+    for d in [&diffs, &blocks] {
+        std::fs::create_dir_all(d).wrap_err_with(|| format!("creating {}", d.display()))?;
+    }
     let (mut diff_bytes, mut genesis_diff_bytes, mut transactions, mut gas_used) = (0, 0, 0, 0);
+    let mut block_bytes = 0;
     for n in 0..=last {
         let bytes = read(FileKind::Diff, n)?;
         if n == 0 {
             genesis_diff_bytes = bytes.len() as u64;
         } else {
             diff_bytes += bytes.len() as u64;
-            let block = BlockFile::decode(&read(FileKind::Block, n)?)
+            let block_bytes_n = read(FileKind::Block, n)?;
+            let block = BlockFile::decode(&block_bytes_n)
                 .wrap_err_with(|| format!("decoding block file {n}"))?;
             transactions += block.transactions.len() as u64;
             gas_used += headers[(n - 1) as usize].gas_used;
+            block_bytes += block_bytes_n.len() as u64;
+            let path = blocks.join(n.to_string());
+            std::fs::write(&path, &block_bytes_n)
+                .wrap_err_with(|| format!("writing {}", path.display()))?;
         }
         let path = diffs.join(n.to_string());
         std::fs::write(&path, &bytes).wrap_err_with(|| format!("writing {}", path.display()))?;
     }
     let last_header = &headers[(last - 1) as usize];
     println!(
-        "copied diffs 0..={last} ({:.1} MB) in {:.1} s; deleting the sequencer's data directory",
+        "copied diffs 0..={last} ({:.1} MB) and block files ({:.1} MB) in {:.1} s; deleting the sequencer's data directory",
         diff_bytes as f64 / 1e6,
+        block_bytes as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
     drop(archive);
@@ -393,6 +421,8 @@ fn record(
         gas_used,
         diff_bytes,
         genesis_diff_bytes,
+        blocks: true,
+        block_bytes,
         load_passed: step.passed,
         load_included_tps: step.included_tps,
         source: gigas_primitives::machine::source_revision(),

@@ -12,6 +12,7 @@ use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use super::execute::{ExecutionFigures, Reexecutor};
 use super::{
     FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, PageCache,
     TARGET_BATCHED, TARGET_LIVE,
@@ -209,6 +210,8 @@ pub struct RunResult {
     pub complete: bool,
     /// Loaded blocks applied before the clock started (to bring the hot set into memory).
     pub warmup_blocks: u64,
+    /// With `--verify-execution`: the re-execution's split and its cache misses.
+    pub execution: Option<ExecutionFigures>,
 }
 
 /// What a run's memory cgroup accounted.
@@ -556,9 +559,9 @@ impl Resources {
     }
 }
 
-/// The split of `t` over `seconds` of applying, with what the phases do not account for as
-/// `other`.
-fn split(t: &ApplyTimings, seconds: f64) -> Vec<Phase> {
+/// The split of `t` over `seconds` of applying, with the re-execution's seconds as `execute`
+/// (with `--verify-execution`) and what the phases do not account for as `other`.
+fn split(t: &ApplyTimings, execute: Option<f64>, seconds: f64) -> Vec<Phase> {
     let changes = t.changes.max(1) as f64;
     let phase = |name, s: f64| Phase {
         name,
@@ -566,9 +569,26 @@ fn split(t: &ApplyTimings, seconds: f64) -> Vec<Phase> {
         share: if seconds > 0.0 { s / seconds } else { 0.0 },
         us_per_change: s / changes * 1e6,
     };
-    let mut phases: Vec<Phase> = t.phases().iter().map(|&(n, s)| phase(n, s)).collect();
-    phases.push(phase("other", (seconds - t.total()).max(0.0)));
+    let mut phases: Vec<Phase> = execute
+        .map(|s| phase("execute", s))
+        .into_iter()
+        .chain(t.phases().iter().map(|&(n, s)| phase(n, s)))
+        .collect();
+    phases.push(phase(
+        "other",
+        (seconds - t.total() - execute.unwrap_or(0.0)).max(0.0),
+    ));
     phases
+}
+
+/// What `--verify-execution` re-executes: the recording's block files and the diffs' headers,
+/// preloaded like the diffs.
+struct ToExecute {
+    spec: gigas_primitives::ChainSpec,
+    /// Block files `1..=last`, index `n - 1`.
+    blocks: Vec<Vec<u8>>,
+    /// The headers of diffs `1..=last`, index `n - 1`.
+    headers: Vec<alloy_consensus::Header>,
 }
 
 /// What one run needs beside its mode.
@@ -578,12 +598,51 @@ struct Replay<'a> {
     sequencer: alloy_primitives::Address,
     /// Diffs `1..=last`, index `n - 1`.
     diffs: Vec<Vec<u8>>,
+    /// With `--verify-execution`.
+    execute: Option<ToExecute>,
     genesis: &'a GenesisInfo,
     scratch: &'a Path,
     options: StateDbOptions,
 }
 
 impl Replay<'_> {
+    /// Diff `n` of the recording.
+    fn diff(&self, n: u64) -> Result<&[u8]> {
+        usize::try_from(n.wrapping_sub(1))
+            .ok()
+            .and_then(|i| self.diffs.get(i))
+            .map(Vec::as_slice)
+            .ok_or_else(|| eyre!("the recording has no diff {n}"))
+    }
+
+    /// Applies block `n`; with `--verify-execution`, re-executes it first over the state
+    /// before it (see `execute`'s module doc for why before the diff's verification).
+    fn step(
+        &self,
+        applier: &mut Applier<'_>,
+        reexecutor: Option<&mut Reexecutor>,
+        n: u64,
+    ) -> Result<gigas_fullnode::apply::AppliedBlock> {
+        let bytes = self.diff(n)?;
+        let (Some(r), Some(x)) = (reexecutor, &self.execute) else {
+            return applier
+                .apply(bytes)
+                .wrap_err_with(|| format!("applying block {n}"));
+        };
+        let i = usize::try_from(n.wrapping_sub(1)).unwrap_or(usize::MAX);
+        let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
+            bail!("the recording has no block file {n}");
+        };
+        let got = r.execute(applier.writer(), header, block)?;
+        let verified = applier
+            .verify(bytes)
+            .wrap_err_with(|| format!("verifying block {n}"))?;
+        r.compare(n, &verified.changes, &got)?;
+        applier
+            .write(&verified)
+            .wrap_err_with(|| format!("writing block {n}"))
+    }
+
     fn run(
         &self,
         round: usize,
@@ -635,18 +694,13 @@ impl Replay<'_> {
         };
         let db = StateDb::open(dir, self.options.clone())?;
         let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
-        let diff = |n: u64| -> Result<&[u8]> {
-            usize::try_from(n.wrapping_sub(1))
-                .ok()
-                .and_then(|i| self.diffs.get(i))
-                .map(Vec::as_slice)
-                .ok_or_else(|| eyre!("the recording has no diff {n}"))
-        };
+        let mut reexecutor = self
+            .execute
+            .as_ref()
+            .map(|x| Reexecutor::new(x.spec.clone()));
         // The empty blocks before the load, outside the clock.
         for n in 1..m.first_loaded {
-            applier
-                .apply(diff(n)?)
-                .wrap_err_with(|| format!("applying block {n}"))?;
+            self.step(&mut applier, reexecutor.as_mut(), n)?;
             if applier.should_commit() {
                 applier.commit()?;
             }
@@ -661,15 +715,17 @@ impl Replay<'_> {
             .min(m.loaded_blocks.saturating_sub(1));
         let first_timed = m.first_loaded + warmup;
         for n in m.first_loaded..first_timed {
-            applier
-                .apply(diff(n)?)
-                .wrap_err_with(|| format!("applying warm-up block {n}"))?;
+            self.step(&mut applier, reexecutor.as_mut(), n)
+                .wrap_err("a warm-up block")?;
             if applier.should_commit() {
                 applier.commit()?;
             }
         }
         applier.commit()?;
         applier.reset_timings();
+        if let Some(r) = reexecutor.as_mut() {
+            r.reset();
+        }
 
         let bar = if self.args.quiet {
             ProgressBar::hidden()
@@ -712,9 +768,7 @@ impl Replay<'_> {
                 complete = false;
                 break;
             }
-            let applied = applier
-                .apply(diff(n)?)
-                .wrap_err_with(|| format!("applying block {n}"))?;
+            let applied = self.step(&mut applier, reexecutor.as_mut(), n)?;
             if let Some(root) = applied.root {
                 roots += 1;
                 leaves += root.leaves;
@@ -736,6 +790,7 @@ impl Replay<'_> {
         let peak_rss_bytes = ProcessMemory::read().map(|m| m.peak);
         bar.finish_and_clear();
         let timings = *applier.timings();
+        let execution = reexecutor.as_ref().map(Reexecutor::figures);
 
         let (final_root, final_root_seconds, final_root_commit_seconds) = match mode {
             // A stopped run's root is of another block: not computed (it would read the
@@ -791,7 +846,8 @@ impl Replay<'_> {
             changes_per_second: per_second(timings.changes as f64),
             transfers_per_second: per_second(transfers),
             blocks_per_second: per_second(timings.blocks as f64),
-            split: split(&timings, seconds),
+            split: split(&timings, execution.as_ref().map(|e| e.seconds), seconds),
+            execution,
             commits,
             mdbx_commit_seconds: mdbx_commit,
             roots,
@@ -892,11 +948,17 @@ pub(super) fn run_all(
         recording.diff_bytes as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
+    let execute = if args.verify_execution {
+        preload_execution(recording, &diffs, chain.spec())?
+    } else {
+        None
+    };
     let replay = Replay {
         args,
         recording,
         sequencer,
         diffs,
+        execute,
         genesis: &genesis,
         scratch,
         options,
@@ -964,6 +1026,44 @@ pub(super) fn run_all(
         roots_agree,
         live_root_from_scratch_matches,
     })
+}
+
+/// The block files and the diffs' headers of `--verify-execution`, read before any clock.
+fn preload_execution(
+    recording: &Manifest,
+    diffs: &[Vec<u8>],
+    spec: gigas_primitives::ChainSpec,
+) -> Result<Option<ToExecute>> {
+    if !recording.blocks {
+        bail!(
+            "{} holds no block files to re-execute; record again (--rerecord)",
+            recording.dir.display()
+        );
+    }
+    let started = Instant::now();
+    let mut blocks = Vec::with_capacity(diffs.len());
+    let mut headers = Vec::with_capacity(diffs.len());
+    for (i, bytes) in diffs.iter().enumerate() {
+        let n = i as u64 + 1;
+        let path = recording.block_path(n);
+        blocks.push(std::fs::read(&path).wrap_err_with(|| format!("reading {}", path.display()))?);
+        headers.push(
+            gigas_statediff::DiffFile::decode(bytes)
+                .wrap_err_with(|| format!("decoding diff {n}"))?
+                .header,
+        );
+    }
+    println!(
+        "preloaded block files 1..={} ({:.1} MB) for --verify-execution in {:.1} s",
+        recording.last,
+        recording.block_bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Some(ToExecute {
+        spec,
+        blocks,
+        headers,
+    }))
 }
 
 /// How a memory limit reads in labels: `512 MiB`, `8 GiB`, `no limit`.
@@ -1085,4 +1185,28 @@ fn print_run(r: &RunResult) {
             (None, true) => String::new(),
         }
     );
+    if let Some(e) = &r.execution {
+        println!(
+            "  re-execution: {} blocks, {} transactions, {:.0} Mgas/s; EVM {:.2} s, state loading {:.2} s ({:.0}%), prepare {:.2} s, compare {:.2} s; misses: level 1 {:.1}% ({} reads of {} accesses), level 2 {:.1}% ({} reads with a major fault), {:.2}% to the disk; read {:.1} µs clean{}",
+            e.blocks,
+            e.transactions,
+            e.gas_per_second / 1e6,
+            e.evm_seconds,
+            e.state_loading_seconds,
+            e.state_loading_share * 100.0,
+            e.prepare_seconds,
+            e.compare_seconds,
+            e.level1_miss_ratio * 100.0,
+            e.reads,
+            e.accesses,
+            e.level2_miss_ratio * 100.0,
+            e.faulting_reads,
+            e.disk_ratio * 100.0,
+            e.clean_read_us,
+            match (e.faulting_read_us, e.miss_penalty_us) {
+                (Some(f), Some(p)) => format!(", {f:.1} µs with a fault: miss penalty {p:.1} µs"),
+                _ => String::new(),
+            }
+        );
+    }
 }

@@ -167,6 +167,41 @@ pub fn markdown(r: &FullnodeReport) -> String {
         );
     }
     let _ = writeln!(md);
+    if r.runs.iter().any(|run| run.execution.is_some()) {
+        let _ = writeln!(md, "## Re-execution (`--verify-execution`)\n");
+        let _ = writeln!(
+            md,
+            "Each timed block re-executed with `gigas_fullnode::reexec` over the state before it, then checked against the block file's receipts, the header and the diff's ChangeSet. Level 1: revm's `CacheDB` (a miss is a read of the database); level 2: the page cache (a miss is a read with a major fault). Miss penalty: mean µs of a faulting read minus that of a clean one.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| round | mode | blocks | Mgas/s | EVM s | state loading s (share) | prepare s | level-1 misses | level-2 misses | to the disk | clean read µs | miss penalty µs |\n|---:|---|---:|---:|---:|---|---:|---|---|---:|---:|---:|"
+        );
+        for run in &r.runs {
+            let Some(e) = &run.execution else { continue };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.0} | {:.2} | {:.2} ({:.0}%) | {:.2} | {:.1}% ({} of {}) | {:.1}% ({}) | {:.2}% | {:.2} | {} |",
+                run.round,
+                run.label,
+                e.blocks,
+                e.gas_per_second / 1e6,
+                e.evm_seconds,
+                e.state_loading_seconds,
+                e.state_loading_share * 100.0,
+                e.prepare_seconds,
+                e.level1_miss_ratio * 100.0,
+                e.reads,
+                e.accesses,
+                e.level2_miss_ratio * 100.0,
+                e.faulting_reads,
+                e.disk_ratio * 100.0,
+                e.clean_read_us,
+                e.miss_penalty_us.map_or_else(|| "-".to_string(), |p| format!("{p:.1}")),
+            );
+        }
+        let _ = writeln!(md);
+    }
     let _ = writeln!(md, "## Checks\n");
     let _ = writeln!(
         md,
