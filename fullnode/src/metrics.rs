@@ -60,7 +60,9 @@ pub struct FollowerMetrics {
     /// Anonymous resident memory (heap), bytes.
     pub resident_anon_bytes: Gauge,
     /// Major page faults since the start (pages read from disk).
-    pub major_faults: Gauge,
+    pub major_faults: Counter,
+    /// The process's count at the last sample (the counter advances by the difference).
+    last_major_faults: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Re-executions that matched their diff.
     pub reexecuted_blocks: Counter,
 }
@@ -84,7 +86,8 @@ impl Default for FollowerMetrics {
             resident_bytes: Gauge::default(),
             resident_file_bytes: Gauge::default(),
             resident_anon_bytes: Gauge::default(),
-            major_faults: Gauge::default(),
+            major_faults: Counter::default(),
+            last_major_faults: std::sync::Arc::default(),
             reexecuted_blocks: Counter::default(),
         }
     }
@@ -121,7 +124,11 @@ impl FollowerMetrics {
         set(&self.resident_bytes, mem.resident);
         set(&self.resident_file_bytes, mem.file);
         set(&self.resident_anon_bytes, mem.anon);
-        set(&self.major_faults, mem.major_faults);
+        let last = self
+            .last_major_faults
+            .fetch_max(mem.major_faults, std::sync::atomic::Ordering::Relaxed);
+        self.major_faults
+            .inc_by(mem.major_faults.saturating_sub(last));
     }
 
     /// Registers every metric under `gigas_fullnode_*`, and the cgroup's memory

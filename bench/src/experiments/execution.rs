@@ -97,6 +97,8 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<ExecutionReport>
         &[
             "--accounts",
             &args.accounts.to_string(),
+            "--workload",
+            super::workload_arg(args.workload),
             "--distribution",
             "zipf",
             "--modes",
@@ -136,8 +138,14 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<ExecutionReport>
             (
                 "state".to_string(),
                 format!(
-                    "{} benchmark accounts (balances and nonces, no storage: the recording's ETH transfers touch accounts only), {:.2} GB in MDBX",
-                    report.recording.accounts,
+                    "{} accounts and {} storage slots{}, {:.2} GB in MDBX",
+                    report.genesis.accounts,
+                    report.genesis.slots,
+                    if report.genesis.slots == 0 {
+                        " (the recording's ETH transfers touch accounts only)"
+                    } else {
+                        ""
+                    },
                     report.genesis.disk_bytes as f64 / 1e9
                 ),
             ),

@@ -36,7 +36,16 @@ use gigas_primitives::machine::Machine;
 use serde::Serialize;
 
 use crate::fullnode::{self, limit_label, FullnodeArgs, FullnodeReport, RunResult};
-use crate::load::parse_duration;
+use crate::load::{parse_duration, Workload};
+
+/// The `--workload` value the full-node benchmark takes.
+fn workload_arg(w: Workload) -> &'static str {
+    match w {
+        Workload::Transfers => "transfers",
+        Workload::Erc20 => "erc20",
+        Workload::Mix => "mix",
+    }
+}
 
 pub use execution::{ExecutionPoint, ExecutionReport};
 pub use keep_up::KeepUpReport;
@@ -65,6 +74,11 @@ pub struct ExperimentsArgs {
     /// Accounts of the sweeps' state (10M: 2.8 GB in MDBX, larger than the smallest limits).
     #[arg(long, default_value_t = 10_000_000)]
     pub accounts: u64,
+    /// The recorded workload of the sweeps: `transfers` (ETH: the state is accounts only) or
+    /// `mix` (half WETH9 transfers: the genesis then holds a WETH9 balance slot per account,
+    /// so the state has storage and execution runs contract code).
+    #[arg(long, value_enum, default_value = "transfers")]
+    pub workload: Workload,
     /// The sweep's memory limits.
     #[arg(long, value_delimiter = ',', default_value = "512MiB,1GiB,2GiB,8GiB")]
     pub limits: Vec<String>,
@@ -248,7 +262,11 @@ fn memory_sweep(args: &ExperimentsArgs, out: &Path) -> Result<SweepReport> {
     let mut config = vec![
         (
             "state".to_string(),
-            format!("{} benchmark accounts (gigas-bench fullnode's genesis database)", args.accounts),
+            format!(
+                "{} benchmark accounts (gigas-bench fullnode's genesis database); workload {}",
+                args.accounts,
+                workload_arg(args.workload)
+            ),
         ),
         (
             "mode".to_string(),
@@ -271,6 +289,8 @@ fn memory_sweep(args: &ExperimentsArgs, out: &Path) -> Result<SweepReport> {
             &[
                 "--accounts",
                 &accounts,
+                "--workload",
+                workload_arg(args.workload),
                 "--distribution",
                 distribution,
                 "--modes",
@@ -433,6 +453,8 @@ fn sync_modes(args: &ExperimentsArgs, out: &Path) -> Result<SyncModesReport> {
         &[
             "--accounts",
             &args.accounts.to_string(),
+            "--workload",
+            workload_arg(args.workload),
             "--modes",
             "batched,live",
             "--group",

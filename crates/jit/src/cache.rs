@@ -184,8 +184,10 @@ pub struct JitStats {
     pub failed: Counter,
     /// Compiles that ended in a panic of the compiler (counted in `failed` too).
     pub compile_panics: Counter,
-    /// Nanoseconds spent compiling.
+    /// Nanoseconds spent compiling (exact, for snapshots).
     pub compile_ns: Counter,
+    /// The same in seconds, as Prometheus names time (`gigas_jit_compile_seconds_total`).
+    pub compile_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Bytes of machine code compiled, in total (evicted code included).
     pub code_bytes: Counter,
     /// Bytes of EVM code compiled.
@@ -232,11 +234,6 @@ impl JitStats {
                 "compile_panics",
                 "Compiles that ended in a panic of the compiler (caught; counted as not compiled)",
                 &self.compile_panics,
-            ),
-            (
-                "compile_nanoseconds",
-                "Time spent compiling",
-                &self.compile_ns,
             ),
             (
                 "compiled_code_bytes",
@@ -286,6 +283,11 @@ impl JitStats {
         ] {
             sub.register(name, help, counter.clone());
         }
+        sub.register(
+            "compile_seconds",
+            "Time spent compiling",
+            self.compile_seconds.clone(),
+        );
         for (name, help, gauge) in [
             (
                 "resident_code_bytes",
@@ -999,7 +1001,9 @@ fn compile_loop(requests: mpsc::Receiver<Job>, shared: &Shared) {
         let kept = match result {
             Ok(code) => {
                 stats.compiled.inc();
-                stats.compile_ns.inc_by(started.elapsed().as_nanos() as u64);
+                let elapsed = started.elapsed();
+                stats.compile_ns.inc_by(elapsed.as_nanos() as u64);
+                stats.compile_seconds.inc_by(elapsed.as_secs_f64());
                 stats.code_bytes.inc_by(code.code_size() as u64);
                 stats.evm_bytes.inc_by(request.code.len() as u64);
                 table.admit(request.key, code, credit, &shared.config, stats)
