@@ -58,6 +58,16 @@ async fn tampered_forged_skipped_and_truncated_diffs_are_rejected_with_nothing_a
 
     // The recording: every diff up to `last`, and a block `k` that changes a touched account.
     let archive = Archive::open(&dir.path().join("seq/archive")).unwrap();
+    // The diff writer files a block's diff after the block is committed and reported by
+    // eth_blockNumber: wait for the last one to be in the archive.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while archive.read(FileKind::Diff, last).unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sequencer's archive never filed diff {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut diffs = HashMap::new();
     for n in 0..=last {
         diffs.insert(
