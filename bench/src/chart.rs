@@ -23,8 +23,98 @@ pub struct Line {
     pub points: Vec<(f64, f64)>,
 }
 
+/// A chart of labelled lines: its caption and axes.
+pub struct LineChart<'a> {
+    /// The caption.
+    pub caption: &'a str,
+    /// Its font size.
+    pub caption_size: u32,
+    /// What the x axis measures.
+    pub x_desc: &'a str,
+    /// What the y axis measures.
+    pub y_desc: &'a str,
+    /// The x range.
+    pub x: std::ops::Range<f64>,
+    /// The top of the y axis (it starts at 0).
+    pub y_max: f64,
+    /// How many x labels at most.
+    pub x_labels: usize,
+    /// How an x value reads (None: as a number).
+    pub x_label: Option<&'a dyn Fn(&f64) -> String>,
+    /// A dot at every point, for lines of a few measured points.
+    pub markers: bool,
+}
+
+impl std::fmt::Debug for LineChart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineChart")
+            .field("caption", &self.caption)
+            .field("x", &self.x)
+            .field("y_max", &self.y_max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LineChart<'_> {
+    /// Draws `lines` on `area`, with the legend in the upper left.
+    pub fn draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        file: &Path,
+        lines: Vec<Line>,
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let err = |e: &dyn std::fmt::Display| draw_error(file, e);
+        let mut chart = ChartBuilder::on(area)
+            .caption(self.caption, ("sans-serif", self.caption_size))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(self.x.clone(), 0.0..self.y_max)
+            .map_err(|e| err(&e))?;
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(self.x_desc)
+            .y_desc(self.y_desc)
+            .x_labels(self.x_labels);
+        if let Some(format) = self.x_label {
+            mesh.x_label_formatter(format);
+        }
+        mesh.draw().map_err(|e| err(&e))?;
+        for line in lines {
+            let color = line.color;
+            let points: Vec<(f64, f64)> = line
+                .points
+                .into_iter()
+                .filter(|(_, y)| y.is_finite())
+                .collect();
+            if self.markers {
+                chart
+                    .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                    .map_err(|e| err(&e))?;
+            }
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(line.label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        Ok(())
+    }
+}
+
 /// A chart of labelled lines over `0..x_max` x `0..y_max` on `area`, with its legend in the
-/// upper left.
+/// upper left (a [`LineChart`] with plain axes).
 pub fn line_chart<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     file: &Path,
@@ -37,41 +127,18 @@ pub fn line_chart<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let err = |e: &dyn std::fmt::Display| draw_error(file, e);
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", caption_size))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|e| err(&e))?;
-    for line in lines {
-        let color = line.color;
-        chart
-            .draw_series(LineSeries::new(
-                line.points.into_iter().filter(|(_, y)| y.is_finite()),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label(line.label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+    LineChart {
+        caption,
+        caption_size,
+        x_desc,
+        y_desc,
+        x: 0.0..x_max,
+        y_max,
+        x_labels: 10,
+        x_label: None,
+        markers: false,
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    Ok(())
+    .draw(area, file, lines)
 }
 
 /// One bar of a stacked bar chart: its label and its parts, in the same order in every bar

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use super::keep_up::KeepUpReport;
 use super::{SweepReport, SyncModesReport};
-use crate::chart::{draw_error, line_chart, stacked_bars, Bar, Line};
+use crate::chart::{draw_error, line_chart, stacked_bars, Bar, Line, LineChart};
 use crate::fullnode::limit_label;
 
 const SERIES: [(&str, RGBColor); 2] = [("zipf", BLUE), ("uniform", RED)];
@@ -28,73 +28,43 @@ pub(super) fn against_limit(
     y_desc: &str,
     series: Vec<LimitSeries>,
 ) -> Result<()> {
-    let root = SVGBackend::new(file, (900, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
-    let xs: Vec<f64> = series
-        .iter()
-        .flat_map(|(_, _, points)| points.iter().map(|p| log2_mib(p.0)))
+    let lines: Vec<Line> = series
+        .into_iter()
+        .map(|(label, color, points)| {
+            let mut points: Vec<(f64, f64)> = points
+                .into_iter()
+                .map(|(limit, y)| (log2_mib(limit), y))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Line {
+                label,
+                color,
+                points,
+            }
+        })
         .collect();
-    let (x_min, x_max) = (
-        xs.iter().copied().fold(f64::INFINITY, f64::min) - 0.3,
-        xs.iter().copied().fold(f64::NEG_INFINITY, f64::max) + 0.3,
-    );
+    let all = || lines.iter().flat_map(|l| l.points.iter());
+    let x_min = all().map(|p| p.0).fold(f64::INFINITY, f64::min) - 0.3;
+    let x_max = all().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max) + 0.3;
     if !x_min.is_finite() || !x_max.is_finite() {
         return Err(eyre!("no points to draw in {}", file.display()));
     }
-    let y_max = series
-        .iter()
-        .flat_map(|(_, _, points)| points.iter().map(|p| p.1))
-        .fold(1.0, f64::max)
-        * 1.15;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x_min..x_max, 0.0..y_max)
-        .map_err(|e| draw_error(file, &e))?;
-    chart
-        .configure_mesh()
-        .x_desc("memory limit (cgroup, page cache included)")
-        .y_desc(y_desc)
-        .x_labels(8)
-        .x_label_formatter(&|x| {
-            let bytes = (2f64.powf(*x) * 1048576.0).round() as u64;
-            limit_label(Some(bytes))
-        })
-        .draw()
-        .map_err(|e| draw_error(file, &e))?;
-    for (name, color, points) in series {
-        let mut points: Vec<(f64, f64)> = points
-            .into_iter()
-            .map(|(limit, y)| (log2_mib(limit), y))
-            .collect();
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if points.is_empty() {
-            continue;
-        }
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| draw_error(file, &e))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )
-            .map_err(|e| draw_error(file, &e))?;
+    let y_max = all().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let limit = |x: &f64| limit_label(Some((2f64.powf(*x) * 1048576.0).round() as u64));
+    let root = SVGBackend::new(file, (900, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
+    LineChart {
+        caption,
+        caption_size: 20,
+        x_desc: "memory limit (cgroup, page cache included)",
+        y_desc,
+        x: x_min..x_max,
+        y_max,
+        x_labels: 8,
+        x_label: Some(&limit),
+        markers: true,
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| draw_error(file, &e))?;
+    .draw(&root, file, lines)?;
     root.present().map_err(|e| draw_error(file, &e))
 }
 
@@ -247,4 +217,64 @@ pub(super) fn keep_up(r: &KeepUpReport, file: &Path) -> Result<()> {
         ],
     )?;
     root.present().map_err(|e| draw_error(file, &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::{Breakdown, SweepPoint};
+
+    fn point(distribution: &str, limit_mib: u64, rate: f64) -> SweepPoint {
+        SweepPoint {
+            distribution: distribution.to_string(),
+            limit_bytes: limit_mib << 20,
+            changes_per_second: rate,
+            blocks_per_second: rate / 5000.0,
+            blocks: 10,
+            complete: false,
+            split: vec![("read".into(), 1.0), ("trie".into(), 2.0)],
+            breakdown: Breakdown {
+                apply: 1.0,
+                merkleization: 2.0,
+                persistence: 0.5,
+            },
+            major_faults: 1000,
+            major_faults_per_block: 100.0,
+            peak_bytes: limit_mib << 20,
+            file_bytes: 0,
+            anon_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn the_sweep_chart_has_a_line_per_distribution_on_a_limit_axis() {
+        let report = SweepReport {
+            config: Vec::new(),
+            machine: gigas_primitives::machine::Machine::current(),
+            points: vec![
+                point("zipf", 512, 3000.0),
+                point("zipf", 8192, 6000.0),
+                point("uniform", 512, 2500.0),
+                point("uniform", 8192, 6400.0),
+            ],
+            zipf_slowdown_1g_vs_8g: None,
+            uniform_slowdown_1g_vs_8g: None,
+            state_disk_bytes: 0,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("throughput.svg");
+        sweep_throughput(&report, &file).expect("drawn");
+        let svg = std::fs::read_to_string(&file).expect("written");
+        for text in ["zipf", "uniform", "512 MiB", "8 GiB", "memory limit"] {
+            assert!(svg.contains(text), "{text} missing from the chart");
+        }
+        // A dot per measured point.
+        assert_eq!(svg.matches("<circle").count(), 4);
+
+        let empty = SweepReport {
+            points: Vec::new(),
+            ..report
+        };
+        assert!(sweep_throughput(&empty, &dir.path().join("empty.svg")).is_err());
+    }
 }

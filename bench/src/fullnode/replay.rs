@@ -581,6 +581,11 @@ fn split(t: &ApplyTimings, execute: Option<f64>, seconds: f64) -> Vec<Phase> {
     phases
 }
 
+/// Where block `n` (from 1) is in the preloaded vectors; past their end for block 0.
+fn preload_index(n: u64) -> usize {
+    usize::try_from(n.wrapping_sub(1)).unwrap_or(usize::MAX)
+}
+
 /// What `--verify-execution` re-executes: the recording's block files and the diffs' headers,
 /// preloaded like the diffs.
 struct ToExecute {
@@ -608,9 +613,8 @@ struct Replay<'a> {
 impl Replay<'_> {
     /// Diff `n` of the recording.
     fn diff(&self, n: u64) -> Result<&[u8]> {
-        usize::try_from(n.wrapping_sub(1))
-            .ok()
-            .and_then(|i| self.diffs.get(i))
+        self.diffs
+            .get(preload_index(n))
             .map(Vec::as_slice)
             .ok_or_else(|| eyre!("the recording has no diff {n}"))
     }
@@ -629,7 +633,7 @@ impl Replay<'_> {
                 .apply(bytes)
                 .wrap_err_with(|| format!("applying block {n}"));
         };
-        let i = usize::try_from(n.wrapping_sub(1)).unwrap_or(usize::MAX);
+        let i = preload_index(n);
         let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
             bail!("the recording has no block file {n}");
         };
@@ -949,7 +953,7 @@ pub(super) fn run_all(
         started.elapsed().as_secs_f64()
     );
     let execute = if args.verify_execution {
-        preload_execution(recording, &diffs, chain.spec())?
+        Some(preload_execution(recording, &diffs, chain.spec())?)
     } else {
         None
     };
@@ -1033,7 +1037,7 @@ fn preload_execution(
     recording: &Manifest,
     diffs: &[Vec<u8>],
     spec: gigas_primitives::ChainSpec,
-) -> Result<Option<ToExecute>> {
+) -> Result<ToExecute> {
     if !recording.blocks {
         bail!(
             "{} holds no block files to re-execute; record again (--rerecord)",
@@ -1059,11 +1063,11 @@ fn preload_execution(
         recording.block_bytes as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
-    Ok(Some(ToExecute {
+    Ok(ToExecute {
         spec,
         blocks,
         headers,
-    }))
+    })
 }
 
 /// How a memory limit reads in labels: `512 MiB`, `8 GiB`, `no limit`.

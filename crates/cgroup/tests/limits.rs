@@ -6,6 +6,9 @@
 //! The processes under a limit are this test binary run again as a child (`CHILD_ENV` names
 //! its role), so that nothing but the child is limited.
 
+mod common;
+
+use common::describe;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -74,15 +77,6 @@ fn child_value(out: &Output, key: &str) -> Option<String> {
             .and_then(|l| l.strip_prefix(' '))
             .map(str::to_string)
     })
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn swap_configured() -> bool {

@@ -1,6 +1,9 @@
 //! `scripts/with-memory-limit.sh` on this machine's real cgroups, and its error path on a
 //! fake root.
 
+mod common;
+
+use common::describe;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -17,15 +20,6 @@ fn run(args: &[&str], root: Option<&Path>) -> Output {
         None => cmd.env_remove(gigas_cgroup::ROOT_ENV),
     };
     cmd.output().expect("run bash (install bash)")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The cgroup directory the script announced on stderr.
