@@ -184,9 +184,7 @@ pub struct JitStats {
     pub failed: Counter,
     /// Compiles that ended in a panic of the compiler (counted in `failed` too).
     pub compile_panics: Counter,
-    /// Nanoseconds spent compiling (exact, for snapshots).
-    pub compile_ns: Counter,
-    /// The same in seconds, as Prometheus names time (`gigas_jit_compile_seconds_total`).
+    /// Seconds spent compiling (`gigas_jit_compile_seconds_total`).
     pub compile_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Bytes of machine code compiled, in total (evicted code included).
     pub code_bytes: Counter,
@@ -331,7 +329,7 @@ impl JitStats {
             compiled: self.compiled.get(),
             failed: self.failed.get(),
             compile_panics: self.compile_panics.get(),
-            compile_ns: self.compile_ns.get(),
+            compile_ns: (self.compile_seconds.get() * 1e9).round() as u64,
             code_bytes: self.code_bytes.get(),
             evm_bytes: self.evm_bytes.get(),
             compiled_frames: self.compiled_frames.get(),
@@ -1001,9 +999,9 @@ fn compile_loop(requests: mpsc::Receiver<Job>, shared: &Shared) {
         let kept = match result {
             Ok(code) => {
                 stats.compiled.inc();
-                let elapsed = started.elapsed();
-                stats.compile_ns.inc_by(elapsed.as_nanos() as u64);
-                stats.compile_seconds.inc_by(elapsed.as_secs_f64());
+                stats
+                    .compile_seconds
+                    .inc_by(started.elapsed().as_secs_f64());
                 stats.code_bytes.inc_by(code.code_size() as u64);
                 stats.evm_bytes.inc_by(request.code.len() as u64);
                 table.admit(request.key, code, credit, &shared.config, stats)
