@@ -49,7 +49,7 @@ impl PromStatus {
     pub fn line(&self) -> String {
         match self {
             Self::Disabled => "not started (--no-prometheus)".to_string(),
-            Self::NotInstalled => "not installed: `apt-get install -y prometheus` (Debian) to watch a run live with deploy/prometheus.yml and the Grafana dashboard in deploy/grafana/".to_string(),
+            Self::NotInstalled => "not installed: `scripts/prerequisites.sh devnet` (Debian's prometheus) to watch a run live with deploy/prometheus.yml and the Grafana dashboard in deploy/grafana/".to_string(),
             Self::NoConfig { path } => format!("not started: no configuration at {path} (give --prometheus-config FILE)"),
             Self::Running { url, .. } => format!(
                 "{url} (for the devnet's lifetime; try gigas_fullnode_lag_blocks or rate(gigas_sequencer_transactions_included_total[10s]) in {url}/graph)"

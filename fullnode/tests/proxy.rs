@@ -33,7 +33,7 @@ fn start_nginx(dir: &Path, upstream: &str) -> (Nginx, String) {
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .find(|p| Path::new(p).is_file())
-        .expect("nginx is not installed: `apt-get install -y nginx-light` (see the README)");
+        .expect("nginx is not installed: scripts/prerequisites.sh tests installs it (Debian's nginx-light)");
     let port = free_port();
     for sub in ["cache", "tmp"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();

@@ -32,24 +32,9 @@ const KEYS: [&str; 3] = [
     "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
 ];
 
-/// The sequencer binary beside this test executable (`target/<profile>/deps/..`), or the
-/// release one.
+/// The sequencer binary the workspace build made beside this test.
 fn sequencer_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    for dir in exe.ancestors().skip(1) {
-        for candidate in [
-            dir.join("gigas-sequencer"),
-            dir.join("release").join("gigas-sequencer"),
-        ] {
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    panic!(
-        "gigas-sequencer not found in the directories above {}: build it with cargo build --release -p gigas-sequencer",
-        exe.display()
-    );
+    gigas_test_support::workspace_binary("gigas-sequencer")
 }
 
 /// A dev sequencer, killed when dropped.

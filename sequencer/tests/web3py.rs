@@ -5,7 +5,7 @@
 //! The Python side is `tests/web3py/test_sequencer.py`. It runs in a virtual environment
 //! under the target directory (`web3-venv`), created by the first run with `python3 -m venv`
 //! and `pip install` and reused while its marker names the same pinned packages. A fresh
-//! Debian or Ubuntu machine needs `apt-get install -y python3-venv` for that.
+//! Debian or Ubuntu machine needs `python3-venv` for that, which `scripts/prerequisites.sh` installs.
 
 mod common;
 
@@ -98,7 +98,7 @@ fn web3_python() -> PathBuf {
     ) {
         panic!(
             "cannot create the web3.py virtual environment at {}: {e}\n\
-             On Debian or Ubuntu install the venv module first: apt-get install -y python3-venv",
+             The suite's prerequisites install the venv module: scripts/prerequisites.sh tests",
             venv.display()
         );
     }

@@ -30,6 +30,38 @@ pub fn shared_data(rest: &str) -> PathBuf {
     dir
 }
 
+/// A binary of this workspace (`gigas-sequencer`, `gigas-fullnode`, ...) as the build that made
+/// the running test made it: `target/<profile>/NAME`, beside the test's `deps/` directory.
+///
+/// A test can name only its own package's binaries (`CARGO_BIN_EXE_*`); `cargo test
+/// --workspace` builds every package's binaries before any test runs, so the others are there
+/// too. Tests never run `cargo build` themselves: `-p` resolves features differently from the
+/// workspace build and would rebuild for minutes. Panics, naming the command that builds it,
+/// when it is absent (a test run of one package alone).
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let file = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    let exe = std::env::current_exe().expect("the running test's own path");
+    // target/<profile>/deps/<test>: the binary is one or two levels up (two for a test run
+    // through a `deps` directory, one for a binary's own unit tests).
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join(&file))
+        .collect();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no {file} in {candidates:?}: the workspace's test command builds it \
+                 (`cargo test --workspace --release`, as scripts/test.sh runs it); a test run \
+                 of one package alone needs `cargo build --release --workspace --bins` first"
+            )
+        })
+}
+
 /// `shared/data/mainnet`: the 50 mainnet blocks with their pre-state.
 pub fn mainnet_dir() -> PathBuf {
     shared_data("mainnet")

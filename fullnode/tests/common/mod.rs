@@ -17,25 +17,9 @@ use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_signer_local::PrivateKeySigner;
 use gigas_sequencer::chain::dev_signer;
 
-/// The `gigas-sequencer` binary built beside this test (tests run from `target/*/deps`).
+/// The `gigas-sequencer` binary the workspace build made beside this test.
 pub fn sequencer_bin() -> PathBuf {
-    let name = format!("gigas-sequencer{}", std::env::consts::EXE_SUFFIX);
-    let exe = std::env::current_exe().expect("the test's own path");
-    let candidates = exe
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .map(|d| d.join(&name))
-        .collect::<Vec<_>>();
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "no {name} in {candidates:?}: run the workspace's tests (`cargo test --workspace --release`), or build it first with `cargo build --release -p gigas-sequencer`"
-            )
-        })
+    gigas_test_support::workspace_binary("gigas-sequencer")
 }
 
 /// A node process (sequencer or full node), killed when dropped.

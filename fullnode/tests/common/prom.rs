@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// What a missing tool's failure says.
 pub(crate) const INSTALL: &str =
-    "install Debian's prometheus package (apt-get install -y prometheus)";
+    "the suite's prerequisites install it: scripts/prerequisites.sh tests (Debian's prometheus package)";
 
 /// `name` on `PATH`, or a panic saying what to install (the kit is tested, never skipped).
 pub(crate) fn require_tool(name: &str) -> PathBuf {
