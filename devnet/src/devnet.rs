@@ -281,9 +281,13 @@ pub fn run(args: &Args) -> Result<()> {
         sequencer.log.display()
     );
 
+    // The follower gets the public spec: full nodes refuse one carrying the signing key.
+    let public_chain = tmp.join("public-chain.json");
+    gigas_sequencer::chain::write_public_spec(&chain, Some(&public_chain))
+        .wrap_err("writing the full node's public chain spec")?;
     let mut fullnode_args: Vec<OsString> = vec![
         "--chain".into(),
-        chain_file.clone().into(),
+        public_chain.into(),
         "--datadir".into(),
         tmp.join("fullnode").into(),
         "--sequencer".into(),

@@ -88,6 +88,8 @@ struct Cli {
     #[arg(long = "db.sync", value_name = "MODE", default_value = "durable", value_parser = parse_sync)]
     db_sync: Durability,
     #[command(flatten)]
+    rpc: gigas_sequencer::rpc_args::RpcArgs,
+    #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
 }
 
@@ -123,9 +125,25 @@ where
     // cgroup that first touches them. Held to the end; dropping it removes the cgroup.
     let _memory_limit = cli.memory.apply("fullnode")?;
     let chain = match (&cli.chain, cli.dev) {
-        (Some(path), _) => ChainConfig::load(path)
-            .wrap_err_with(|| format!("reading the chain spec {}", path.display()))?,
-        (None, true) => ChainConfig::dev(250)?,
+        (Some(path), _) => {
+            let chain = ChainConfig::load(path)
+                .wrap_err_with(|| format!("reading the chain spec {}", path.display()))?;
+            // A follower holds nothing that can sign blocks: a leaked full-node host must not
+            // be able to impersonate the sequencer.
+            if chain.has_signing_key() {
+                bail!(
+                    "{} carries the sequencer's signing key (sequencer_key or sequencer_key_file); \
+                     a full node must not hold it. Give it the public spec instead: \
+                     gigas-sequencer export-chain --chain {} --out public-chain.json",
+                    path.display(),
+                    path.display()
+                );
+            }
+            chain
+        }
+        // The dev chain's key is the public test mnemonic's, but the follower still gets
+        // only the address.
+        (None, true) => ChainConfig::dev(250)?.public()?,
         (None, false) => {
             bail!(
                 "give --dev to follow a dev sequencer, or --chain FILE --datadir DIR (see --help)"
@@ -169,10 +187,10 @@ where
             ..StateDbOptions::default()
         },
         verify_execution: cli.verify_execution,
-        rpc: gigas_rpc::RpcConfig {
-            listen: SocketAddr::new(cli.http_addr, cli.http_port),
-            ..gigas_rpc::RpcConfig::default()
-        },
+        rpc: cli
+            .rpc
+            .config(SocketAddr::new(cli.http_addr, cli.http_port)),
+        call_budget: cli.rpc.budget(),
         metrics: cli.metrics,
         sequencer_url: cli.sequencer.clone(),
     };

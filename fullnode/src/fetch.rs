@@ -166,7 +166,19 @@ pub struct Fetcher {
     ranges: Option<bool>,
     /// Whether the source pushes diffs over a WebSocket (learnt on the first try).
     push: Option<bool>,
+    /// When a source that refused the push is asked again, and the wait after that.
+    push_retry: Option<(Instant, Duration)>,
 }
+
+/// Whether an HTTP status means "try again later" (overloaded, restarting, rate-limited, a
+/// proxy's upstream down) rather than "this source does not serve that".
+fn is_transient(status: u16) -> bool {
+    status == 408 || status == 429 || status >= 500
+}
+
+/// The first wait before a source that refused the push is asked again, and the longest.
+const PUSH_RETRY_MIN: Duration = Duration::from_secs(30);
+const PUSH_RETRY_MAX: Duration = Duration::from_secs(600);
 
 impl Fetcher {
     /// A fetcher for `config`.
@@ -195,6 +207,7 @@ impl Fetcher {
             sync,
             ranges,
             push: None,
+            push_retry: None,
         })
     }
 
@@ -272,7 +285,9 @@ impl Fetcher {
             Ok(Some(body)) => body,
             // A static server: no such file, or a directory listing, or a redirect to one.
             Ok(None) => return Ok(None),
-            Err(FetchError::Status { status, .. }) if status != 410 && status < 500 => {
+            // Refused for good (no such route), not for now: 410 means the diffs are gone,
+            // and 5xx, 429 or 408 that the source is busy or restarting.
+            Err(FetchError::Status { status, .. }) if status != 410 && !is_transient(status) => {
                 return Ok(None)
             }
             Err(e) => return Err(e),
@@ -374,7 +389,14 @@ impl Fetcher {
                     continue;
                 }
             }
-            // Caught up: follow the push where there is one, else poll.
+            // Caught up: follow the push where there is one, else poll. A source that refused
+            // the push is asked again now and then: a proxy or a restarting sequencer may
+            // have refused it for the moment only.
+            if self.push == Some(false)
+                && self.push_retry.is_some_and(|(at, _)| Instant::now() >= at)
+            {
+                self.push = None;
+            }
             if self.push != Some(false) {
                 self.stream(at.epoch, &mut next, out, cursor).await?;
                 if self.push == Some(true) {
@@ -527,16 +549,30 @@ impl Fetcher {
             Ok(Ok((socket, _))) => socket,
             // Refused as a WebSocket (a static server, a proxy without upgrades): poll the
             // head from now on; a connection failure is an ordinary error.
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
-                info!(%url, status = response.status().as_u16(), "the source has no diff stream; polling its head");
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response)))
+                if !is_transient(response.status().as_u16()) =>
+            {
+                let wait = self
+                    .push_retry
+                    .map_or(PUSH_RETRY_MIN, |(_, last)| (last * 2).min(PUSH_RETRY_MAX));
+                info!(%url, status = response.status().as_u16(), retry_in_s = wait.as_secs(), "the source has no diff stream; polling its head");
                 self.push = Some(false);
+                self.push_retry = Some((Instant::now() + wait, wait));
                 return Ok(());
+            }
+            // Busy, rate-limited or restarting: an ordinary failure, retried with back-off.
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+                return Err(failed(format!(
+                    "the upgrade was refused with {} (transient)",
+                    response.status()
+                )))
             }
             Ok(Err(e)) => return Err(failed(e.to_string())),
             Err(_) => return Err(failed("timed out connecting".into())),
         };
         info!(%url, "following the diff stream");
         self.push = Some(true);
+        self.push_retry = None;
         // A block time is far shorter than `idle`: a silent stream is probed with a ping, and
         // a second silence means it is dead.
         let idle = self.config.request_timeout;

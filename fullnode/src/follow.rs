@@ -275,7 +275,7 @@ impl ApplyLoop<'_> {
         diff: &gigas_statediff::VerifiedDiff,
         block: Option<&[u8]>,
     ) -> Result<(), Refusal> {
-        use crate::reexec::{ReexecError, VerifyError};
+        use crate::reexec::VerifyError;
         let number = diff.header.number;
         let refetch = |message: String| Refusal::Refetch {
             reason: "block_file",
@@ -291,9 +291,7 @@ impl ApplyLoop<'_> {
             &diff.changes,
         ) {
             Ok(_) => Ok(()),
-            Err(VerifyError::Reexec(
-                e @ (ReexecError::WrongBlock { .. } | ReexecError::Transactions { .. }),
-            )) => Err(refetch(e.to_string())),
+            Err(VerifyError::Reexec(e)) if e.is_bad_file() => Err(refetch(e.to_string())),
             Err(VerifyError::Reexec(e)) => Err(Refusal::Fatal(FollowError::Reexecution {
                 block: number,
                 detail: e.to_string(),

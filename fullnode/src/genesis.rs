@@ -27,10 +27,7 @@ pub enum GenesisError {
 
 /// The address whose signature every header must carry: `sequencer_address`, else the key's.
 pub fn sequencer_address(chain: &ChainConfig) -> Result<Address, GenesisError> {
-    if let Some(address) = chain.sequencer_address {
-        return Ok(address);
-    }
-    chain.signer().map(|s| s.address()).map_err(|e| {
+    chain.sequencer().map_err(|e| {
         GenesisError::Chain(format!(
             "{e} (a follower needs `sequencer_address` in the chain spec)"
         ))

@@ -35,6 +35,8 @@ pub struct FullNodeConfig {
     pub verify_execution: bool,
     /// The JSON-RPC server (HTTP and WebSocket on one port).
     pub rpc: gigas_rpc::RpcConfig,
+    /// What one client execution (eth_call, eth_estimateGas) may use.
+    pub call_budget: gigas_evm::budget::CallBudget,
     /// Where to serve `/metrics`, if anywhere.
     pub metrics: Option<SocketAddr>,
     /// The sequencer's URL as users should be told it (in the errors of refused writes).
@@ -178,13 +180,16 @@ impl FullNode {
             spec: config.chain.spec(),
             retry_after_rejection: Duration::from_secs(1),
         };
-        let backend = Arc::new(crate::rpc::FullNodeBackend::new(
-            db.clone(),
-            &config.chain,
-            config.sequencer_url.clone(),
-            sync.clone(),
-            gigas_rpc::SubscriptionHub::new(gigas_rpc::SubscriptionBuffers::default()),
-        ));
+        let backend = Arc::new(
+            crate::rpc::FullNodeBackend::new(
+                db.clone(),
+                &config.chain,
+                config.sequencer_url.clone(),
+                sync.clone(),
+                gigas_rpc::SubscriptionHub::new(gigas_rpc::SubscriptionBuffers::default()),
+            )
+            .with_call_budget(config.call_budget),
+        );
         let rpc = runtime
             .block_on(gigas_rpc::RpcServer::start(
                 config.rpc.clone(),

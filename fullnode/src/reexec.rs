@@ -84,6 +84,17 @@ pub enum ReexecError {
         /// The root of the file's transactions.
         got: B256,
     },
+    /// The block file's receipts are not the ones the header commits to (its
+    /// `receiptsRoot`): the file is damaged or forged, not the block wrong.
+    #[error("block {block}: the block file's receipts give receiptsRoot {got}, the header says {expected}")]
+    Receipts {
+        /// The block.
+        block: u64,
+        /// The header's `receiptsRoot`.
+        expected: B256,
+        /// The root of the file's receipts.
+        got: B256,
+    },
     /// A transaction's signature does not recover a sender.
     #[error("block {block}, transaction {index} ({hash}): its sender does not recover: {reason}")]
     Sender {
@@ -201,6 +212,19 @@ pub enum VerifyError {
     /// Re-execution disagrees with what was published.
     #[error(transparent)]
     Mismatch(#[from] Mismatch),
+}
+
+impl ReexecError {
+    /// Whether the block file, not the block, is at fault: it is not the file of the block
+    /// the signed header seals. A follower fetches such a file again instead of halting.
+    pub fn is_bad_file(&self) -> bool {
+        matches!(
+            self,
+            ReexecError::WrongBlock { .. }
+                | ReexecError::Transactions { .. }
+                | ReexecError::Receipts { .. }
+        )
+    }
 }
 
 /// Recovers every sender, in parallel for large blocks.
@@ -540,7 +564,9 @@ pub fn compare(block: u64, expected: &ChangeSet, got: &ChangeSet) -> Result<(), 
     Ok(())
 }
 
-/// `--verify-execution` for one block: [`reexecute`] over `state` (the state after the
+/// `--verify-execution` for one block: the block file checked against the signed header
+/// (number, hash, `transactionsRoot`, `receiptsRoot`: a file that fails is to be fetched
+/// again, [`ReexecError::is_bad_file`]), [`reexecute`] over `state` (the state after the
 /// parent), then [`check_receipts`] and [`compare`] with `expected`, the diff's ChangeSet.
 /// Returns the re-execution when everything agrees.
 pub fn verify_block<DB>(
@@ -554,6 +580,18 @@ where
     DB: DatabaseRef,
     DB::Error: fmt::Display,
 {
+    // The file's receipts are compared with the re-execution's below: they must first be
+    // the ones the signed header commits to, or a damaged file would halt the node for a
+    // disagreement with unsigned data. (The transactions are checked by `prepare`.)
+    let receipts_root = alloy_consensus::proofs::calculate_receipt_root(&block.receipts);
+    if receipts_root != header.receipts_root {
+        return Err(ReexecError::Receipts {
+            block: header.number,
+            expected: header.receipts_root,
+            got: receipts_root,
+        }
+        .into());
+    }
     let got = reexecute(state, spec, header, block)?;
     check_receipts(header, block, &got)?;
     compare(header.number, expected, &got.changes)?;

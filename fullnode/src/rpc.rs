@@ -31,6 +31,7 @@ use alloy_rpc_types_eth::{
     FeeHistory, Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction,
     TransactionReceipt, TransactionRequest,
 };
+use gigas_evm::budget::CallBudget;
 use gigas_evm::revm::database_interface::DatabaseRef as _;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
@@ -63,6 +64,8 @@ pub struct FullNodeBackend {
     base_fee: BaseFeeConfig,
     /// The last head given to the `newHeads` channel.
     published: AtomicU64,
+    /// What one client execution may use.
+    budget: CallBudget,
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -116,7 +119,14 @@ impl FullNodeBackend {
             chain_id: chain.chain_id,
             spec: chain.spec(),
             base_fee: chain.base_fee,
+            budget: CallBudget::default(),
         }
+    }
+
+    /// Holds every client execution to `budget` instead of geth's defaults.
+    pub fn with_call_budget(mut self, budget: CallBudget) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// The subscription channels (`newHeads` is fed by [`Self::publish_heads`]; this node
@@ -266,7 +276,7 @@ impl FullNodeBackend {
         })
     }
 
-    /// `eth_call` at the head `at`; the gas is capped at the block's gas limit.
+    /// `eth_call` at the head `at`, held to the node's [`CallBudget`].
     pub fn call(
         &self,
         req: &TransactionRequest,
@@ -276,7 +286,7 @@ impl FullNodeBackend {
     ) -> Result<Bytes, RpcError> {
         let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
-        call_over(&self.spec, &header, &view, req, state, block)
+        call_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
     /// `eth_estimateGas` at the head `at` (see [`gigas_evm::call::CallRequest::estimate`]),
@@ -290,7 +300,7 @@ impl FullNodeBackend {
     ) -> Result<u64, RpcError> {
         let (view, at) = self.view_at(at)?;
         let header = Self::header_of(&view, at)?.header;
-        estimate_gas_over(&self.spec, &header, &view, req, state, block)
+        estimate_gas_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
     /// Block `number` as the database holds it: the header (see [`rpc_header`]) and no

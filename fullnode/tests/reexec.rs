@@ -387,6 +387,15 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
         }
     );
     assert_eq!(m.origin, Source::BlockFile);
+    // --verify-execution checks the file against the signed header first: a damaged receipt
+    // is a bad file (fetched again), not a disagreement with the sequencer (the node halts
+    // for good on those). Before the check it came back as the Mismatch above.
+    match verify_block(&view, &spec, &last.header, &bad_receipts, &last.changes) {
+        Err(VerifyError::Reexec(e @ ReexecError::Receipts { .. })) => {
+            assert!(e.is_bad_file(), "{e}");
+        }
+        other => panic!("expected a receipts root error, got {other:?}"),
+    }
 
     // A block file that is not the header's block, or whose transactions are not its own.
     let mut missing = file.clone();

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use alloy_consensus::transaction::Recovered;
 use alloy_consensus::{Header, ReceiptEnvelope, Transaction as _, TxEnvelope};
@@ -13,8 +14,9 @@ use alloy_rpc_types_eth::{
     Block, BlockOverrides, BlockTransactions, FeeHistory, Filter, Header as RpcHeader, Log,
     Transaction, TransactionReceipt, TransactionRequest,
 };
-use gigas_evm::call::{CallError, CallRequest};
-use gigas_evm::revm::context::result::ExecutionResult;
+use gigas_evm::budget::{CallBudget, Deadline};
+use gigas_evm::call::{CallError, CallRequest, Estimate};
+use gigas_evm::revm::context::result::{ExecutionResult, InvalidTransaction};
 use gigas_evm::revm::database::CacheDB;
 use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
@@ -34,6 +36,8 @@ pub struct SequencerBackend {
     hub: SubscriptionHub,
     /// Per recent block, the lowest tips it paid (see [`Self::max_priority_fee`]).
     tips: Mutex<BTreeMap<u64, Vec<u128>>>,
+    /// What one client execution may use.
+    budget: CallBudget,
 }
 
 /// Blocks the tip suggestion looks back over.
@@ -164,8 +168,8 @@ fn rpc_receipts(
         .collect()
 }
 
-/// `eth_call` of `req` over `db`, the state after `header`'s block, under `spec`; the gas is
-/// capped at the block's gas limit. The full node answers with this too.
+/// `eth_call` of `req` over `db`, the state after `header`'s block, under `spec`, held to
+/// `budget` (gas, memory, time). The full node answers with this too.
 pub fn call_over<DB>(
     spec: &ChainSpec,
     header: &Header,
@@ -173,19 +177,21 @@ pub fn call_over<DB>(
     req: &TransactionRequest,
     state: Option<&StateOverride>,
     block: Option<&BlockOverrides>,
+    budget: CallBudget,
 ) -> Result<Bytes, RpcError>
 where
     DB: DatabaseRef,
     DB::Error: std::fmt::Display,
 {
-    let cap = header.gas_limit;
-    let gas = req.gas.unwrap_or(cap).min(cap);
-    let call = CallRequest::new(spec, header, req, state, block);
-    call_outcome(call.run(db, gas).map_err(call_error)?).map(|(out, _)| out)
+    let call = CallRequest::new(spec, header, req, state, block, budget);
+    let result = call
+        .run(db, call.call_gas())
+        .map_err(|e| call_error(req, e))?;
+    call_outcome(result).map(|(out, _)| out)
 }
 
 /// `eth_estimateGas` of `req` over `db` as [`call_over`] (see [`CallRequest::estimate`]): every
-/// probe over the one state `db` holds.
+/// probe over the one state `db` holds, all within one budget.
 pub fn estimate_gas_over<DB>(
     spec: &ChainSpec,
     header: &Header,
@@ -193,17 +199,21 @@ pub fn estimate_gas_over<DB>(
     req: &TransactionRequest,
     state: Option<&StateOverride>,
     block: Option<&BlockOverrides>,
+    budget: CallBudget,
 ) -> Result<u64, RpcError>
 where
     DB: DatabaseRef,
     DB::Error: std::fmt::Display,
 {
-    let cap = req.gas.unwrap_or(header.gas_limit);
-    let call = CallRequest::new(spec, header, req, state, block);
-    match call.estimate(db, cap).map_err(call_error)? {
-        Ok(gas) => Ok(gas),
+    let call = CallRequest::new(spec, header, req, state, block, budget);
+    match call.estimate(db).map_err(|e| call_error(req, e))? {
+        Estimate::Gas(gas) => Ok(gas),
+        // geth's words: ethers, viem and web3.py show them as they are.
+        Estimate::ExceedsAllowance(allowance) => Err(RpcError::ExecutionFailed(format!(
+            "gas required exceeds allowance ({allowance})"
+        ))),
         // A call that fails with all the gas it may have: answer its error.
-        Err(failed) => call_outcome(failed).map(|(_, used)| used),
+        Estimate::Failed(failed) => call_outcome(failed).map(|(_, used)| used),
     }
 }
 
@@ -213,15 +223,28 @@ fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
     match result {
         ExecutionResult::Success { output, .. } => Ok((output.into_data(), used)),
         ExecutionResult::Revert { output, .. } => Err(RpcError::revert(output)),
-        ExecutionResult::Halt { reason, .. } => Err(RpcError::ExecutionFailed(format!(
-            "execution halted: {reason:?}"
-        ))),
+        // geth answers a halt with the EVM's error alone ("out of gas", "invalid jump
+        // destination", ...).
+        ExecutionResult::Halt { reason, .. } => Err(RpcError::ExecutionFailed(reason.to_string())),
     }
 }
 
-fn call_error(e: CallError) -> RpcError {
+/// A call that could not run, in the words Ethereum tools match: geth's "insufficient funds
+/// for gas * price + value" (ethers reports INSUFFICIENT_FUNDS on it, viem
+/// InsufficientFundsError), its timeout message, revm's reason otherwise.
+fn call_error(req: &TransactionRequest, e: CallError) -> RpcError {
     match e {
+        CallError::Tx(TxError::Invalid(InvalidTransaction::LackOfFundForMaxFee {
+            fee,
+            balance,
+        })) => RpcError::ExecutionFailed(format!(
+            "insufficient funds for gas * price + value: address {} have {balance} want {fee}",
+            req.from.unwrap_or_default()
+        )),
         CallError::Tx(TxError::Invalid(reason)) => RpcError::ExecutionFailed(reason.to_string()),
+        timeout @ CallError::Timeout(_) => RpcError::Timeout(timeout.to_string()),
+        // A state override that cannot be laid is the request's fault.
+        CallError::Override(reason) => RpcError::InvalidParams(format!("state override: {reason}")),
         other => internal(other),
     }
 }
@@ -233,7 +256,15 @@ impl SequencerBackend {
             node,
             hub: SubscriptionHub::default(),
             tips: Mutex::new(BTreeMap::new()),
+            budget: CallBudget::default(),
         }
+    }
+
+    /// Holds every client execution (calls, estimates, traces) to `budget` instead of geth's
+    /// defaults.
+    pub fn with_call_budget(mut self, budget: CallBudget) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// The node.
@@ -456,12 +487,18 @@ impl SequencerBackend {
             addresses: filter.address.iter().copied().collect(),
             topics,
         };
+        let deadline = gigas_rpc::deadline::remaining().map(|left| Instant::now() + left);
         let found = self
             .node
             .history()
-            .logs(&query, limit)
+            .logs_until(&query, limit, deadline)
             .map_err(|e| match e {
                 gigas_history::HistoryError::TooManyLogs { limit } => RpcError::TooManyLogs(limit),
+                timed_out @ gigas_history::HistoryError::LogScanTimedOut { .. } => {
+                    RpcError::Timeout(format!(
+                        "eth_getLogs: {timed_out}; ask for a narrower range"
+                    ))
+                }
                 other => internal(other),
             })?;
         let mut timestamps: BTreeMap<u64, u64> = BTreeMap::new();
@@ -519,14 +556,16 @@ impl SequencerBackend {
         })
     }
 
-    /// The next nonce of `address` counting its pending pool transactions.
+    /// The next nonce of `address` counting its pending pool transactions and those of blocks
+    /// sealed but not yet published (ethers and viem ask for it before every send).
+    ///
+    /// The pool is read before the tip: a transaction is in the pool until the producer has
+    /// put its block in flight, and in flight until the block is in the state, so whichever
+    /// moment the two reads fall on, one of them counts it.
     pub fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
-        let head = self.nonce(address, self.node.head_number())?;
-        Ok(self
-            .node
-            .pool()
-            .pending_nonce(address)
-            .map_or(head, |n| n.max(head)))
+        let pooled = self.node.pool().pending_nonce(address);
+        let tip = self.node.tip_nonce(address).map_err(internal)?;
+        Ok(pooled.map_or(tip, |n| n.max(tip)))
     }
 
     /// The code of `address` at block `at`.
@@ -557,7 +596,15 @@ impl SequencerBackend {
     ) -> Result<Bytes, RpcError> {
         let header = self.header(at)?;
         self.at(at, |db| {
-            Ok(call_over(self.node.spec(), &header, db, req, state, block))
+            Ok(call_over(
+                self.node.spec(),
+                &header,
+                db,
+                req,
+                state,
+                block,
+                self.budget,
+            ))
         })?
     }
 
@@ -579,6 +626,7 @@ impl SequencerBackend {
                 req,
                 state,
                 block,
+                self.budget,
             ))
         })?
     }
@@ -650,6 +698,7 @@ impl SequencerBackend {
         let mut reward = Vec::new();
         let mut last = None;
         for number in oldest..=newest {
+            gigas_rpc::deadline::check("eth_feeHistory")?;
             let Some(header) = self.sealed(number)? else {
                 continue;
             };
@@ -710,10 +759,22 @@ impl SequencerBackend {
             .unwrap_or_default();
         let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
         let prepared = gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new());
+        // A block's transactions re-executed for a client: the whole trace within one budget
+        // of time (a block of a billion gas would take minutes).
+        let deadline = Deadline::enter(self.budget.deadline_from_now());
+        let timed_out = || {
+            RpcError::Timeout(format!(
+                "debug_traceBlockByNumber of block {number}: {}",
+                CallError::Timeout(self.budget.timeout)
+            ))
+        };
         self.at(number - 1, |db| {
             let mut cache = CacheDB::new(WrapDatabaseRef(db));
             let mut out = Vec::with_capacity(txs.len());
             for tx in &txs {
+                if deadline.expired() {
+                    return Ok(Err(timed_out()));
+                }
                 let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
                 let done = gigas_evm::call::simulate(&mut cache, &prepared, env).map_err(|e| {
                     crate::state::StateError::History(format!(
@@ -764,8 +825,11 @@ impl SequencerBackend {
                     result,
                 });
             }
-            Ok(out)
-        })
+            if deadline.expired() {
+                return Ok(Err(timed_out()));
+            }
+            Ok(Ok(out))
+        })?
     }
 }
 

@@ -36,6 +36,14 @@ pub enum ChainError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A chain spec could not be written.
+    #[error("writing chain spec {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// The file is not a valid chain spec.
     #[error("chain spec {path} is not valid: {message}")]
     Parse {
@@ -284,6 +292,37 @@ impl ChainConfig {
         Ok(config)
     }
 
+    /// The chain spec a follower gets: everything but the sequencer's signing key, which is
+    /// replaced by its address (`sequencer_address`). A full node refuses a spec that carries
+    /// a key; `gigas-sequencer export-chain` writes this one.
+    pub fn public(&self) -> Result<Self, ChainError> {
+        let address = self.sequencer()?;
+        Ok(Self {
+            sequencer_key: None,
+            sequencer_key_file: None,
+            sequencer_address: Some(address),
+            ..self.clone()
+        })
+    }
+
+    /// Whether the spec carries the sequencer's signing key (inline or as a file).
+    pub fn has_signing_key(&self) -> bool {
+        self.sequencer_key.is_some() || self.sequencer_key_file.is_some()
+    }
+
+    /// The sequencer's address: the key's when the spec has one (checked against
+    /// `sequencer_address`), else `sequencer_address`.
+    pub fn sequencer(&self) -> Result<Address, ChainError> {
+        if self.has_signing_key() {
+            return self.signer().map(|s| s.address());
+        }
+        self.sequencer_address.ok_or_else(|| {
+            ChainError::Key(
+                "the chain spec names neither the sequencer's key nor its sequencer_address".into(),
+            )
+        })
+    }
+
     /// Checks ranges and consistency.
     pub fn validate(&self) -> Result<(), ChainError> {
         if self.block_time_ms == 0 || self.block_time_ms > 3_600_000 {
@@ -373,7 +412,7 @@ impl ChainConfig {
         // The key file's path is not the chain: the key is, through its address.
         spec.sequencer_key = None;
         spec.sequencer_key_file = None;
-        hasher.update(self.signer()?.address().as_slice());
+        hasher.update(self.sequencer()?.as_slice());
         let json = serde_json::to_vec(&spec).map_err(|e| ChainError::Invalid(e.to_string()))?;
         hasher.update(&json);
         Ok(B256::from(*hasher.finalize().as_bytes()))
@@ -425,4 +464,38 @@ impl ChainConfig {
         }
         Ok(writes)
     }
+}
+
+/// Writes `chain`'s public spec ([`ChainConfig::public`]) as JSON to `out` (when given) and
+/// returns the text. A benchmark chain's addresses file is named relative to `out`'s
+/// directory when it lies there, else by its absolute path, so that the spec opens from where
+/// it is written.
+pub fn write_public_spec(chain: &ChainConfig, out: Option<&Path>) -> Result<String, ChainError> {
+    let mut public = chain.public()?;
+    if let Some(bench) = public.bench_accounts.as_mut() {
+        let absolute = std::fs::canonicalize(&bench.file).unwrap_or_else(|_| bench.file.clone());
+        let out_dir = out
+            .and_then(Path::parent)
+            .map(|d| {
+                if d.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    d
+                }
+            })
+            .and_then(|d| std::fs::canonicalize(d).ok());
+        bench.file = match (&out_dir, absolute.parent(), absolute.file_name()) {
+            (Some(dir), Some(parent), Some(name)) if dir == parent => PathBuf::from(name),
+            _ => absolute,
+        };
+    }
+    let text = serde_json::to_string_pretty(&public)
+        .map_err(|e| ChainError::Invalid(format!("encoding the public spec: {e}")))?;
+    if let Some(path) = out {
+        std::fs::write(path, format!("{text}\n")).map_err(|source| ChainError::Write {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(text)
 }

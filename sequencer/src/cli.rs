@@ -40,6 +40,23 @@ enum Command {
     /// Build a benchmark chain: N accounts derived from a seed (in parallel, once), written as
     /// a chain spec plus an addresses file that a node starts on in seconds.
     Genesis(GenesisArgs),
+    /// Write the public chain spec a full node follows with: the chain spec without the
+    /// sequencer's signing key, naming its address instead. Full nodes refuse a spec that
+    /// carries the key.
+    ExportChain(ExportChainArgs),
+}
+
+#[derive(Debug, Args)]
+struct ExportChainArgs {
+    /// The sequencer's chain spec.
+    #[arg(long, value_name = "FILE", required_unless_present = "dev")]
+    chain: Option<PathBuf>,
+    /// The dev chain's spec (what `gigas-sequencer --dev` runs).
+    #[arg(long, conflicts_with = "chain")]
+    dev: bool,
+    /// Where to write it (default: standard output).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -123,27 +140,8 @@ struct RunArgs {
     /// tracer).
     #[arg(long = "state-history", default_value_t = 10_000)]
     state_history: u64,
-    /// Largest JSON-RPC request body, in bytes.
-    #[arg(long = "rpc.max-request-size", default_value_t = 10 << 20)]
-    rpc_max_request: u32,
-    /// Largest JSON-RPC response body, in bytes.
-    #[arg(long = "rpc.max-response-size", default_value_t = 100 << 20)]
-    rpc_max_response: u32,
-    /// Most simultaneous connections.
-    #[arg(long = "rpc.max-connections", default_value_t = 500)]
-    rpc_max_connections: u32,
-    /// Most calls in one batch request.
-    #[arg(long = "rpc.max-batch", default_value_t = 1_000)]
-    rpc_max_batch: u32,
-    /// Most subscriptions per WebSocket connection.
-    #[arg(long = "rpc.max-subscriptions", default_value_t = 1_024)]
-    rpc_max_subscriptions: u32,
-    /// Widest block range of one eth_getLogs.
-    #[arg(long = "rpc.max-logs-range", default_value_t = 10_000)]
-    rpc_max_logs_range: u64,
-    /// Most logs one eth_getLogs returns.
-    #[arg(long = "rpc.max-logs", default_value_t = 10_000)]
-    rpc_max_logs: usize,
+    #[command(flatten)]
+    rpc: crate::rpc_args::RpcArgs,
     /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
     /// on the JSON-RPC port; copy it to any static web server to serve followers from there.
     /// Default: DATADIR/archive.
@@ -182,8 +180,22 @@ where
     let cli = Cli::parse_from(args);
     match cli.command {
         Some(Command::Genesis(args)) => genesis(args),
+        Some(Command::ExportChain(args)) => export_chain(args),
         None => run(cli.run),
     }
+}
+
+fn export_chain(args: ExportChainArgs) -> eyre::Result<()> {
+    let chain = match &args.chain {
+        Some(path) => ChainConfig::load(path)
+            .wrap_err_with(|| format!("reading the chain spec {}", path.display()))?,
+        None => ChainConfig::dev(250)?,
+    };
+    let public = crate::chain::write_public_spec(&chain, args.out.as_deref())?;
+    if args.out.is_none() {
+        println!("{public}");
+    }
+    Ok(())
 }
 
 fn genesis(args: GenesisArgs) -> eyre::Result<()> {
@@ -291,17 +303,9 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         .thread_name("gigas-rpc")
         .build()
         .wrap_err("starting the async runtime")?;
-    let rpc_config = gigas_rpc::RpcConfig {
-        listen: SocketAddr::new(args.http_addr, args.http_port),
-        max_request_body_bytes: args.rpc_max_request,
-        max_response_body_bytes: args.rpc_max_response,
-        max_connections: args.rpc_max_connections,
-        max_batch_size: args.rpc_max_batch,
-        max_subscriptions_per_connection: args.rpc_max_subscriptions,
-        max_log_block_range: args.rpc_max_logs_range,
-        max_log_results: args.rpc_max_logs,
-        ..gigas_rpc::RpcConfig::default()
-    };
+    let rpc_config = args
+        .rpc
+        .config(SocketAddr::new(args.http_addr, args.http_port));
     let diff_config = DiffConfig {
         dir: args
             .diffs_dir
@@ -317,7 +321,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     diff_archive.metrics().register(&mut node.registry());
     let routes = gigas_rpc::HttpRoutes::new(crate::diffs_http::router(diff_archive.clone()))
         .with_websocket_paths(["/diffs/stream"]);
-    let backend = Arc::new(SequencerBackend::new(node.clone()));
+    let backend = Arc::new(SequencerBackend::new(node.clone()).with_call_budget(args.rpc.budget()));
     let rpc = runtime
         .block_on(gigas_rpc::RpcServer::start_with_routes(
             rpc_config,

@@ -87,6 +87,7 @@ pub mod diffs_http;
 pub mod genesis;
 pub mod metrics;
 pub mod node;
+pub mod rpc_args;
 pub mod state;
 
 pub use chain::ChainConfig;

@@ -468,7 +468,9 @@ impl Node {
                 // A rewrite can leave a transaction twice; "already known" and "nonce too
                 // low" (included by a durable block) are expected here.
                 let Ok(tx) = tx else { continue };
-                if self.pool.add(tx, &view, base_fee).is_ok() {
+                // Readmitted without the price checks: the base fee may have risen since the
+                // transaction was accepted (see `TxPool::readmit`).
+                if self.pool.readmit(tx, &view, base_fee).is_ok() {
                     kept += 1;
                 }
             }
@@ -564,22 +566,47 @@ impl Node {
         }
     }
 
-    /// Runs `f` over the state at the end of block `block` (the head's or an older one).
+    /// Runs `f` over the state at the end of block `block` (the head's or an older one). No
+    /// lock is held across `f`: each read takes the store's for itself (see
+    /// [`crate::state::At`]), so a long execution never stalls block commits.
     pub fn with_state_at<T>(
         &self,
         block: u64,
         f: impl FnOnce(&StateDb<'_, crate::state::At<'_>>) -> T,
     ) -> T {
-        let vilmo = self.vilmo_read();
         let db = StateDb {
             source: crate::state::At {
-                vilmo: &vilmo,
+                vilmo: &self.vilmo,
                 history: &self.history,
                 block,
             },
             hashes: &self.history,
         };
         f(&db)
+    }
+
+    /// The nonce of `address` at the producer's tip: the published head with the blocks sealed
+    /// since laid over it. A transaction leaves the pool when its block is sealed and shows
+    /// in the head only once that block is published; the tip holds it in between.
+    pub fn tip_nonce(&self, address: Address) -> Result<u64, NodeError> {
+        // Vilmo first, then the blocks in flight (as in `submit`): a block leaves the
+        // in-flight list only after it is in Vilmo.
+        let vilmo = self.vilmo_read();
+        let pending = self
+            .pending
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let tip = crate::state::Tip {
+            vilmo: &vilmo,
+            pending: &pending,
+            history: &self.history,
+        };
+        let db = StateDb {
+            source: tip,
+            hashes: &self.history,
+        };
+        Ok(db.account(&address)?.map_or(0, |a| a.state.nonce))
     }
 
     /// Accepts a raw signed transaction: recovers its sender off the caller's thread, checks

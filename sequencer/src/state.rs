@@ -208,9 +208,17 @@ impl gigas_primitives::state_keys::StateReader for Tip<'_> {
 
 /// The state at the end of block `block`: a key's old value from the history when a later
 /// block changed it, else its value at the head.
+///
+/// Every read takes the store's read lock for itself alone, so that an execution reading
+/// state for seconds (a client's `eth_call`) never holds off the committer, and copies the
+/// value out. That is consistent because the committer writes a block's old values to the
+/// history before it writes the block's state to Vilmo: a read takes Vilmo's value *first*
+/// and asks the history second, so a block committed between the two is always seen in the
+/// history, whose old value then wins. Every read therefore answers for `block`, whichever
+/// blocks commit meanwhile.
 pub struct At<'a> {
     /// The head state.
-    pub vilmo: &'a Vilmo,
+    pub vilmo: &'a std::sync::RwLock<Vilmo>,
     /// The history with the old values.
     pub history: &'a History,
     /// The block.
@@ -223,12 +231,24 @@ impl fmt::Debug for At<'_> {
     }
 }
 
+impl At<'_> {
+    /// Vilmo's value of `key` now, copied out under a read lock held for this read alone.
+    fn head_value(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.vilmo
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .map(<[u8]>::to_vec)
+    }
+}
+
 impl StateSource for At<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, StateError> {
+        let head = self.head_value(key);
         // Code is never deleted and its key is its hash: the head holds every code ever
         // stored.
         if key.first() == Some(&gigas_primitives::state_keys::CODE_PREFIX) {
-            return Ok(self.vilmo.get(key).map(Cow::Borrowed));
+            return Ok(head.map(Cow::Owned));
         }
         match self
             .history
@@ -236,7 +256,7 @@ impl StateSource for At<'_> {
             .map_err(|e| StateError::History(e.to_string()))?
         {
             HistoricValue::Changed(old) => Ok(old.map(Cow::Owned)),
-            HistoricValue::Unchanged => Ok(self.vilmo.get(key).map(Cow::Borrowed)),
+            HistoricValue::Unchanged => Ok(head.map(Cow::Owned)),
             HistoricValue::Pruned { oldest } => Err(StateError::Pruned {
                 block: self.block,
                 oldest,

@@ -6,18 +6,24 @@
 //! base fee check is off) so that a call needs no funds for gas. The balance is still checked
 //! when the call pays for gas or moves value, so that estimates fail as the real transaction
 //! would.
+//!
+//! Every execution here is bounded by a [`CallBudget`] (gas cap, EVM memory, wall clock): see
+//! [`crate::budget`]. The block's gas limit does not bound a call (the cap does, as in geth),
+//! so a block override cannot lift it.
 
 use alloy_consensus::Header;
 use alloy_primitives::{TxKind, U256};
 use alloy_rpc_types_eth::state::StateOverride;
 use alloy_rpc_types_eth::{BlockOverrides, TransactionRequest};
-use revm::context::result::{ExecutionResult, ResultAndState};
+use revm::context::result::{ExecutionResult, HaltReason, OutOfGasError, ResultAndState};
 use revm::context::{BlockEnv, TxEnv};
 use revm::database::CacheDB;
 use revm::database_interface::{Database, DatabaseCommit, DatabaseRef, WrapDatabaseRef};
 use revm::state::Bytecode;
 use std::fmt;
+use std::time::{Duration, Instant};
 
+use crate::budget::{CallBudget, Deadline};
 use crate::executor::{BlockEvm, PlainEvm, PreparedBlock, TxError};
 use gigas_primitives::ChainSpec;
 
@@ -32,13 +38,14 @@ pub fn call_block(chain: &ChainSpec, block_env: BlockEnv, free: bool) -> Prepare
 }
 
 /// Executes `tx` in `block` (from [`call_block`]) over `db` without committing, and returns
-/// its result and state changes.
+/// its result and state changes. The loops and calls it runs check the deadline of this
+/// thread's [`Deadline`] guard, if one is entered.
 pub fn simulate<DB>(db: DB, block: &PreparedBlock, tx: TxEnv) -> Result<ResultAndState, TxError>
 where
     DB: Database + DatabaseCommit,
     DB::Error: fmt::Display,
 {
-    let mut evm = PlainEvm::new(db, block);
+    let mut evm = PlainEvm::with_deadline_checks(db, block);
     BlockEvm::transact(&mut evm, tx).map_err(TxError::from)
 }
 
@@ -61,12 +68,41 @@ pub enum CallError {
     /// revm refused or failed the transaction.
     #[error(transparent)]
     Tx(#[from] TxError),
+    /// The request ran out of its wall-clock budget ([`CallBudget::timeout`]); the words are
+    /// geth's.
+    #[error("execution aborted (timeout = {})", format_timeout(*.0))]
+    Timeout(Duration),
+}
+
+/// A timeout as geth prints one ("5s", "500ms").
+fn format_timeout(t: Duration) -> String {
+    if t.subsec_millis() == 0 {
+        format!("{}s", t.as_secs())
+    } else {
+        format!("{}ms", t.as_millis())
+    }
+}
+
+/// What an estimate found, short of an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Estimate {
+    /// The least gas with which the request succeeds.
+    Gas(u64),
+    /// The request fails with all the gas it may have for a reason other than gas (a revert
+    /// or another halt): its result, which the caller reports.
+    Failed(ExecutionResult),
+    /// The request runs out of gas with all it may have: the cap, the block's gas limit, the
+    /// request's own gas or what the sender's balance pays for (geth's "gas required exceeds
+    /// allowance (N)").
+    ExceedsAllowance(u64),
 }
 
 /// An `eth_call` request prepared once and run at any gas limit (an estimate runs it many
 /// times): the block environment of the block it reads, with the request's block overrides,
 /// and the call relaxations of [`call_block`]. With no gas price given the call pays no gas
-/// and the base fee is off, as in geth and reth.
+/// and the base fee is off, as in geth and reth. Every run is held to the request's
+/// [`CallBudget`]; its deadline is fixed when the request is prepared, so that all the runs
+/// of an estimate share one.
 #[derive(Debug)]
 pub struct CallRequest<'a> {
     block: PreparedBlock,
@@ -74,74 +110,179 @@ pub struct CallRequest<'a> {
     state: Option<&'a StateOverride>,
     chain_id: u64,
     free: bool,
+    budget: CallBudget,
+    deadline: Option<Instant>,
 }
 
+/// The least gas a transaction can have.
+const MIN_TX_GAS: u64 = 21_000;
+
 impl<'a> CallRequest<'a> {
-    /// `req` in the block of `header` on `chain`, with the request's overrides.
+    /// `req` in the block of `header` on `chain`, with the request's overrides, bounded by
+    /// `budget` from now on.
     pub fn new(
         chain: &ChainSpec,
         header: &Header,
         req: &'a TransactionRequest,
         state: Option<&'a StateOverride>,
         block: Option<&BlockOverrides>,
+        budget: CallBudget,
     ) -> Self {
         let free = req.gas_price.is_none()
             && req.max_fee_per_gas.is_none()
             && req.max_priority_fee_per_gas.is_none();
         let env = block_env_with(chain, header, block);
+        let mut block = call_block(chain, env, free);
+        // The cap bounds a call's gas, not the block's limit (which an override could lift).
+        block.cfg.disable_block_gas_limit = true;
+        block.cfg.memory_limit = budget.memory_limit;
         Self {
-            block: call_block(chain, env, free),
+            block,
             req,
             state,
             chain_id: chain.chain_id,
             free,
+            budget,
+            deadline: budget.deadline_from_now(),
         }
     }
 
-    /// Runs the request with `gas` over `db` (overrides laid over it in a cache; nothing is
-    /// written to `db`).
+    /// The gas an `eth_call` runs with: the request's, else the block's gas limit, never
+    /// above the cap.
+    pub fn call_gas(&self) -> u64 {
+        self.budget
+            .clamp_gas(self.req.gas.unwrap_or(self.block.block_env.gas_limit))
+    }
+
+    /// Runs the request with `gas` (held to the cap) over `db` (overrides laid over it in a
+    /// cache; nothing is written to `db`). [`CallError::Timeout`] once the request's deadline
+    /// has passed, during this run or before it.
     pub fn run<DB>(&self, db: &DB, gas: u64) -> Result<ExecutionResult, CallError>
     where
         DB: DatabaseRef,
         DB::Error: fmt::Display,
     {
-        let mut tx = tx_env_of(self.chain_id, self.req, gas);
-        if self.free {
-            tx.gas_price = 0;
-            tx.gas_priority_fee = None;
-        }
-        let mut cache = CacheDB::new(WrapDatabaseRef(db));
-        if let Some(overrides) = self.state {
-            apply_state_overrides(&mut cache, overrides)?;
-        }
-        Ok(call(&mut cache, &self.block, tx)?)
+        let mut cache = self.overlaid(db)?;
+        self.run_over(&mut cache, gas)
     }
 
-    /// `eth_estimateGas`: the least gas with which the request succeeds, at most `cap`, by
-    /// binary search between the gas it used and `cap` (as geth), all over `db`. A request
-    /// that fails with `cap` gives its failing result, which the caller reports.
-    pub fn estimate<DB>(&self, db: &DB, cap: u64) -> Result<Result<u64, ExecutionResult>, CallError>
+    /// `db` with the request's state overrides laid over it.
+    fn overlaid<'d, DB>(&self, db: &'d DB) -> Result<CacheDB<WrapDatabaseRef<&'d DB>>, CallError>
     where
         DB: DatabaseRef,
         DB::Error: fmt::Display,
     {
-        let first = self.run(db, cap)?;
-        if !first.is_success() {
-            return Ok(Err(first));
+        let mut cache = CacheDB::new(WrapDatabaseRef(db));
+        if let Some(overrides) = self.state {
+            apply_state_overrides(&mut cache, overrides)?;
+        }
+        Ok(cache)
+    }
+
+    /// One run over a cache holding the overrides. The cache is shared by the runs of an
+    /// estimate: it is only read (nothing is committed into it), and what it keeps of the
+    /// state read spares the later runs the reads.
+    fn run_over<DB>(&self, cache: &mut CacheDB<DB>, gas: u64) -> Result<ExecutionResult, CallError>
+    where
+        DB: DatabaseRef,
+        DB::Error: fmt::Display,
+    {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(CallError::Timeout(self.budget.timeout));
+        }
+        let mut tx = tx_env_of(self.chain_id, self.req, self.budget.clamp_gas(gas));
+        if self.free {
+            tx.gas_price = 0;
+            tx.gas_priority_fee = None;
+        }
+        let deadline = Deadline::enter(self.deadline);
+        let result = call(&mut *cache, &self.block, tx);
+        if deadline.expired() {
+            return Err(CallError::Timeout(self.budget.timeout));
+        }
+        Ok(result?)
+    }
+
+    /// The most gas an estimate may find, as geth's `DoEstimateGas`: the request's gas when it
+    /// gives at least 21,000, else the block's gas limit; no more than the sender's balance
+    /// pays for at the request's fee cap (after its value); never above the cap.
+    fn allowance<DB>(&self, cache: &mut CacheDB<DB>) -> Result<u64, CallError>
+    where
+        DB: DatabaseRef,
+        DB::Error: fmt::Display,
+    {
+        let mut hi = match self.req.gas {
+            Some(gas) if gas >= MIN_TX_GAS => gas,
+            _ => self.block.block_env.gas_limit,
+        };
+        let fee_cap = self
+            .req
+            .gas_price
+            .or(self.req.max_fee_per_gas)
+            .unwrap_or_default();
+        if fee_cap != 0 {
+            let from = self.req.from.unwrap_or_default();
+            let balance = Database::basic(cache, from)
+                .map_err(|e| CallError::Tx(TxError::Database(e.to_string())))?
+                .map(|a| a.balance)
+                .unwrap_or_default();
+            let value = self.req.value.unwrap_or_default();
+            if value > balance {
+                return Err(CallError::Tx(TxError::Invalid(
+                    revm::context::result::InvalidTransaction::LackOfFundForMaxFee {
+                        fee: Box::new(value),
+                        balance: Box::new(balance),
+                    },
+                )));
+            }
+            let allowance = (balance - value) / U256::from(fee_cap);
+            hi = hi.min(allowance.saturating_to::<u64>());
+        }
+        Ok(self.budget.clamp_gas(hi))
+    }
+
+    /// `eth_estimateGas`: the least gas with which the request succeeds, by binary search
+    /// between the gas it used and its allowance (see [`Estimate`]), all over `db` and within
+    /// the request's deadline.
+    pub fn estimate<DB>(&self, db: &DB) -> Result<Estimate, CallError>
+    where
+        DB: DatabaseRef,
+        DB::Error: fmt::Display,
+    {
+        let mut cache = self.overlaid(db)?;
+        let hi = self.allowance(&mut cache)?;
+        let first = match self.run_over(&mut cache, hi) {
+            Ok(result) => result,
+            // Too little for the intrinsic cost: no gas the sender can have is enough.
+            Err(CallError::Tx(TxError::Invalid(
+                revm::context::result::InvalidTransaction::CallGasCostMoreThanGasLimit { .. }
+                | revm::context::result::InvalidTransaction::GasFloorMoreThanGasLimit { .. },
+            ))) => return Ok(Estimate::ExceedsAllowance(hi)),
+            Err(e) => return Err(e),
+        };
+        match &first {
+            ExecutionResult::Success { .. } => {}
+            // More gas would not lift the memory limit: that halt is reported as it is.
+            ExecutionResult::Halt {
+                reason: HaltReason::OutOfGas(kind),
+                ..
+            } if *kind != OutOfGasError::MemoryLimit => return Ok(Estimate::ExceedsAllowance(hi)),
+            _ => return Ok(Estimate::Failed(first)),
         }
         let used = first.tx_gas_used();
-        let (mut lo, mut hi) = (used.saturating_sub(1), cap);
+        let (mut lo, mut hi) = (used.saturating_sub(1), hi);
         // Most calls succeed with what they used plus the 1/64 kept back at each call.
         let optimistic = (used + 2_300) * 64 / 63;
         if optimistic < hi {
-            match self.run(db, optimistic)? {
-                ExecutionResult::Success { .. } => hi = optimistic,
-                _ => lo = optimistic,
+            match self.run_over(&mut cache, optimistic) {
+                Ok(ExecutionResult::Success { .. }) => hi = optimistic,
+                Ok(_) | Err(CallError::Tx(TxError::Invalid(_))) => lo = optimistic,
+                Err(e) => return Err(e),
             }
         }
         while lo + 1 < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.run(db, mid) {
+            match self.run_over(&mut cache, mid) {
                 Ok(ExecutionResult::Success { .. }) => hi = mid,
                 Ok(_) => lo = mid,
                 // Too little gas for the intrinsic cost is refused as invalid: too low.
@@ -149,7 +290,7 @@ impl<'a> CallRequest<'a> {
                 Err(e) => return Err(e),
             }
         }
-        Ok(Ok(hi))
+        Ok(Estimate::Gas(hi))
     }
 }
 

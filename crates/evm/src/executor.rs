@@ -354,6 +354,15 @@ impl<DB: Database> PlainEvm<DB> {
         }
     }
 
+    /// An EVM for `block` over `db` that interprets every frame and whose loops and calls
+    /// check the executing thread's deadline ([`crate::budget`]): for executions a client
+    /// asked for, which must end on time whatever their code does.
+    pub fn with_deadline_checks(db: DB, block: &PreparedBlock) -> Self {
+        let mut evm = Self::new(db, block);
+        crate::budget::guard_instructions(&mut evm.evm.inner.instruction);
+        evm
+    }
+
     /// An EVM for `block` over `db` whose frames run compiled code from `cache` (as its
     /// mode decides; `JitMode::Off` interprets everything).
     pub fn with_jit(db: DB, block: &PreparedBlock, cache: Arc<CodeCache>) -> Self {

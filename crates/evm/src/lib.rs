@@ -5,13 +5,15 @@
 //! `shared/data/mainnet` ([`fixture`]), executing a block sequentially and checking it against
 //! its header ([`executor`], [`receipts`]), and the low-cost instrumentation hooks the profiler
 //! uses ([`probe`]), compiled code ([`jit`]) and the state-test runner that checks it
-//! ([`statetest`]).
+//! ([`statetest`]), and executions for RPC clients ([`call`]) under the bounds of
+//! [`budget`].
 //!
 //! Must not: know about reports, storage engines or networking. Every other crate that runs
 //! the EVM goes through this one, so that a fork or gas rule is configured exactly once.
 
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod call;
 pub mod changeset;
 pub mod env;

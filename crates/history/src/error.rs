@@ -97,6 +97,16 @@ pub enum HistoryError {
         /// The limit.
         limit: usize,
     },
+    /// A log scan ran past its deadline.
+    #[error("the log scan of blocks {from}..={to} ran out of time at block {reached}")]
+    LogScanTimedOut {
+        /// The first block asked for.
+        from: u64,
+        /// The block the scan had reached.
+        reached: u64,
+        /// The last block asked for.
+        to: u64,
+    },
 }
 
 impl From<gigas_mdbx::OpenError> for HistoryError {

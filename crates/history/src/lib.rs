@@ -141,7 +141,8 @@ pub use metrics::{CommitPhase, HistoryMetrics, PhaseLabel};
 pub use store::{History, TableStats};
 pub use tables::{Dup, Table};
 pub use types::{
-    BlockRecord, HistoricValue, HistoryOptions, IndexedLog, LogQuery, SealedHeader, TxLocation,
+    BlockRecord, HistoricValue, HistoryOptions, IndexedLog, LogMatcher, LogQuery, SealedHeader,
+    TxLocation,
 };
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use signet_libmdbx::tx::aliases::RoTxUnsync;
 use signet_libmdbx::Cursor;
@@ -23,7 +24,7 @@ use crate::codec::{self, block_key};
 use crate::error::HistoryError;
 use crate::store::History;
 use crate::tables::Table;
-use crate::types::{IndexedLog, LogQuery};
+use crate::types::{IndexedLog, LogMatcher, LogQuery};
 
 /// One group of the conjunction: index keys in one DUPSORT table, OR-ed.
 struct Group {
@@ -133,6 +134,7 @@ pub(crate) fn run(
     txn: &RoTxUnsync,
     query: &LogQuery,
     limit: usize,
+    deadline: Option<Instant>,
 ) -> Result<Vec<IndexedLog>, HistoryError> {
     let mut out = Vec::new();
     if query.from > query.to {
@@ -149,22 +151,51 @@ pub(crate) fn run(
         log_blocks: cursor(Table::LogBlocks)?,
         seeks: 0,
     };
-    let result = scan(history, txn, query, limit, &groups, &mut index, &mut out);
+    let scope = Scope {
+        query,
+        matcher: query.matcher(),
+        limit,
+        deadline,
+    };
+    let result = scan(history, txn, &scope, &groups, &mut index, &mut out);
     history.metrics().log_index_seeks.inc_by(index.seeks);
     result.map(|()| out)
 }
 
+/// What one scan looks for and how far it may go.
+struct Scope<'q> {
+    query: &'q LogQuery,
+    matcher: LogMatcher,
+    limit: usize,
+    deadline: Option<Instant>,
+}
+
+/// Candidate blocks between two readings of the clock.
+const BLOCKS_PER_DEADLINE_CHECK: u32 = 64;
+
 fn scan(
     history: &History,
     txn: &RoTxUnsync,
-    query: &LogQuery,
-    limit: usize,
+    scope: &Scope<'_>,
     groups: &[Group],
     index: &mut Index<'_>,
     out: &mut Vec<IndexedLog>,
 ) -> Result<(), HistoryError> {
+    let (query, limit) = (scope.query, scope.limit);
     let mut from = query.from;
+    let mut until_check = 0u32;
     while from <= query.to {
+        if until_check == 0 {
+            until_check = BLOCKS_PER_DEADLINE_CHECK;
+            if scope.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(HistoryError::LogScanTimedOut {
+                    from: query.from,
+                    reached: from,
+                    to: query.to,
+                });
+            }
+        }
+        until_check -= 1;
         let Some(block) = index.next_candidate(groups, from)? else {
             break;
         };
@@ -177,7 +208,7 @@ fn scan(
         for (tx_index, receipt) in (0u32..).zip(&receipts) {
             let mut tx_hash = None;
             for log in receipt.logs() {
-                if query.matches(log) {
+                if scope.matcher.matches(log) {
                     if out.len() >= limit {
                         return Err(HistoryError::TooManyLogs { limit });
                     }

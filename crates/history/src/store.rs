@@ -647,9 +647,20 @@ impl History {
     /// [`HistoryError::TooManyLogs`]). Walks the log index, and reads the receipts of only
     /// the blocks the index names for every part of the filter.
     pub fn logs(&self, query: &LogQuery, limit: usize) -> Result<Vec<IndexedLog>, HistoryError> {
+        self.logs_until(query, limit, None)
+    }
+
+    /// [`Self::logs`], stopping with [`HistoryError::LogScanTimedOut`] once `deadline` has
+    /// passed (checked every few dozen candidate blocks).
+    pub fn logs_until(
+        &self,
+        query: &LogQuery,
+        limit: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<IndexedLog>, HistoryError> {
         self.metrics.log_queries.inc();
         let txn = self.read_txn()?;
-        crate::logs::run(self, &txn, query, limit)
+        crate::logs::run(self, &txn, query, limit, deadline)
     }
 
     /// Rows and bytes of every table.

@@ -2,6 +2,8 @@
 
 use alloy_consensus::transaction::Recovered;
 use alloy_consensus::{Header, ReceiptEnvelope, TxEnvelope};
+use std::collections::HashSet;
+
 use alloy_primitives::{Address, Log, Signature, B256};
 
 /// How the history is opened.
@@ -114,10 +116,46 @@ pub struct LogQuery {
 }
 
 impl LogQuery {
+    /// Whether `log` passes the filter (blocks aside). Each call searches the lists; a scan
+    /// over many logs builds a [`LogMatcher`] once instead.
+    pub fn matches(&self, log: &Log) -> bool {
+        self.matcher().matches(log)
+    }
+
+    /// The filter as sets, for matching many logs: a log is checked in time independent of
+    /// how many addresses and topics the query names (a client may send thousands).
+    pub fn matcher(&self) -> LogMatcher {
+        let set_of = |list: &Option<Vec<B256>>| match list {
+            Some(list) if !list.is_empty() => Some(list.iter().copied().collect()),
+            _ => None,
+        };
+        LogMatcher {
+            addresses: (!self.addresses.is_empty())
+                .then(|| self.addresses.iter().copied().collect()),
+            topics: [
+                set_of(&self.topics[0]),
+                set_of(&self.topics[1]),
+                set_of(&self.topics[2]),
+                set_of(&self.topics[3]),
+            ],
+        }
+    }
+}
+
+/// A [`LogQuery`]'s filter as hash sets (`None`: anything matches there).
+#[derive(Debug, Clone)]
+pub struct LogMatcher {
+    addresses: Option<HashSet<Address>>,
+    topics: [Option<HashSet<B256>>; 4],
+}
+
+impl LogMatcher {
     /// Whether `log` passes the filter (blocks aside).
     pub fn matches(&self, log: &Log) -> bool {
-        if !self.addresses.is_empty() && !self.addresses.contains(&log.address) {
-            return false;
+        if let Some(addresses) = &self.addresses {
+            if !addresses.contains(&log.address) {
+                return false;
+            }
         }
         let topics = log.topics();
         self.topics
@@ -125,8 +163,7 @@ impl LogQuery {
             .enumerate()
             .all(|(i, wanted)| match wanted {
                 None => true,
-                Some(list) if list.is_empty() => true,
-                Some(list) => topics.get(i).is_some_and(|t| list.contains(t)),
+                Some(set) => topics.get(i).is_some_and(|t| set.contains(t)),
             })
     }
 }

@@ -63,7 +63,8 @@ pub enum RpcError {
     /// `eth_sendRawTransaction`). Code -32601, naming the method.
     #[error("the method {0} is not available on this node")]
     MethodNotSupported(&'static str),
-    /// The block asked for is not known (beyond the head, or an unknown hash). Code -32001.
+    /// The block asked for is not known (beyond the head, or an unknown hash). Code -32000 with
+    /// geth's words, which tools match on.
     #[error("header not found")]
     HeaderNotFound,
     /// Another resource is not known. Code -32001.
@@ -83,6 +84,10 @@ pub enum RpcError {
     /// `eth_getLogs` matched more logs than allowed. Code -32005.
     #[error("query returned more than {0} results")]
     TooManyLogs(usize),
+    /// The request ran past its execution timeout and was stopped; the text says what
+    /// stopped, e.g. geth's "execution aborted (timeout = 5s)". Code -32000.
+    #[error("{0}")]
+    Timeout(String),
     /// The node failed (storage error, a panicking backend). Code -32603.
     #[error("internal error: {0}")]
     Internal(String),
@@ -120,13 +125,15 @@ impl RpcError {
         match self {
             RpcError::TxRejected(_)
             | RpcError::ExecutionFailed(_)
-            | RpcError::StatePruned { .. } => codes::SERVER_ERROR,
+            | RpcError::StatePruned { .. }
+            | RpcError::Timeout(_)
+            | RpcError::HeaderNotFound => codes::SERVER_ERROR,
             RpcError::Reverted { .. } => codes::EXECUTION_REVERTED,
             RpcError::InvalidParams(_) => codes::INVALID_PARAMS,
             RpcError::MethodNotFound(_) | RpcError::MethodNotSupported(_) => {
                 codes::METHOD_NOT_FOUND
             }
-            RpcError::HeaderNotFound | RpcError::ResourceNotFound(_) => codes::RESOURCE_NOT_FOUND,
+            RpcError::ResourceNotFound(_) => codes::RESOURCE_NOT_FOUND,
             RpcError::LogRangeTooLarge(_) | RpcError::TooManyLogs(_) => codes::LIMIT_EXCEEDED,
             RpcError::Internal(_) | RpcError::Bind { .. } => codes::INTERNAL_ERROR,
         }
@@ -200,7 +207,7 @@ mod tests {
             "query returned more than 10000 results"
         );
         assert_eq!(RpcError::TooManyLogs(1).code(), -32005);
-        assert_eq!(RpcError::HeaderNotFound.code(), -32001);
+        assert_eq!(RpcError::HeaderNotFound.code(), -32000);
         assert_eq!(RpcError::MethodNotSupported("eth_x").code(), -32601);
     }
 }

@@ -2,6 +2,7 @@
 //! limits, blocking-pool dispatch and subscriptions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use alloy_eips::{BlockId, BlockNumberOrTag};
 use alloy_primitives::{Address, Bytes, B256, U256, U64};
@@ -35,6 +36,17 @@ pub struct Limits {
     /// Most `eth_call`, `eth_estimateGas`, `eth_getLogs`, `eth_feeHistory` and
     /// `debug_traceBlockByNumber` running at once; further ones wait.
     pub max_concurrent_executions: usize,
+    /// How long one of those may run (scans check it between blocks, see
+    /// [`crate::deadline`]).
+    pub execution_timeout: Duration,
+    /// Most whole blocks and block receipts being read and built at once (each may be
+    /// thousands of transactions); further ones wait. Kept apart from executions, so that
+    /// long calls do not hold up explorers reading blocks.
+    pub max_concurrent_block_reads: usize,
+    /// Most addresses one log filter may name (geth: 1,000).
+    pub max_log_addresses: usize,
+    /// Most topics one position of a log filter may name (geth: 1,000).
+    pub max_log_topics: usize,
 }
 
 impl Default for Limits {
@@ -45,9 +57,16 @@ impl Default for Limits {
             max_fee_history_blocks: 1024,
             max_fee_history_percentiles: 100,
             max_concurrent_executions: default_executions(),
+            execution_timeout: DEFAULT_EXECUTION_TIMEOUT,
+            max_concurrent_block_reads: 4 * default_executions(),
+            max_log_addresses: 1_000,
+            max_log_topics: 1_000,
         }
     }
 }
+
+/// geth's `--rpc.evmtimeout` default, for every kind of execution.
+pub const DEFAULT_EXECUTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most storage keys one `eth_getProof` may ask for: each costs a walk of the account's storage
 /// trie, and the answer grows by a proof (a few kilobytes) per key.
@@ -68,6 +87,7 @@ pub struct EthRpc<B> {
     backend: Arc<B>,
     limits: Limits,
     executions: Arc<Semaphore>,
+    block_reads: Arc<Semaphore>,
     metrics: Arc<RpcMetrics>,
 }
 
@@ -77,6 +97,7 @@ impl<B> Clone for EthRpc<B> {
             backend: self.backend.clone(),
             limits: self.limits,
             executions: self.executions.clone(),
+            block_reads: self.block_reads.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -88,6 +109,7 @@ impl<B: Backend> EthRpc<B> {
         EthRpc {
             backend,
             executions: Arc::new(Semaphore::new(limits.max_concurrent_executions.max(1))),
+            block_reads: Arc::new(Semaphore::new(limits.max_concurrent_block_reads.max(1))),
             limits,
             metrics,
         }
@@ -121,18 +143,73 @@ impl<B: Backend> EthRpc<B> {
     }
 
     /// As [`Self::blocking`], for work that executes transactions or scans many blocks: at most
-    /// `max_concurrent_executions` run at once.
+    /// `max_concurrent_executions` run at once, and each within the execution timeout.
+    ///
+    /// The permit travels into the blocking task and is released when the work ends, not when
+    /// the caller stops waiting: a client that disconnects (and so drops this future) does not
+    /// free a slot while its execution still runs. The work sees its deadline through
+    /// [`crate::deadline`], which scans check as they go; EVM executions carry their own
+    /// budget from the backend.
     async fn execution<T, F>(&self, f: F) -> Result<T, RpcError>
     where
         T: Send + 'static,
         F: FnOnce(&B) -> Result<T, RpcError> + Send + 'static,
     {
-        let _permit = self
-            .executions
-            .acquire()
+        self.bounded(&self.executions, f).await
+    }
+
+    /// As [`Self::execution`], under the permits of whole-block reads.
+    async fn block_read<T, F>(&self, f: F) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T, RpcError> + Send + 'static,
+    {
+        self.bounded(&self.block_reads, f).await
+    }
+
+    async fn bounded<T, F>(&self, permits: &Arc<Semaphore>, f: F) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T, RpcError> + Send + 'static,
+    {
+        let permit = permits
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| RpcError::Internal("the server is shutting down".into()))?;
-        self.blocking(f).await
+        let timeout = self.limits.execution_timeout;
+        let backend = self.backend.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let _deadline = crate::deadline::RequestDeadline::enter(timeout);
+            f(&backend)
+        })
+        .await
+        .map_err(|e| RpcError::Internal(format!("backend task failed: {e}")))?
+    }
+
+    /// Refuses a log filter naming more addresses or topics than allowed, in geth's words.
+    fn check_filter(&self, filter: &Filter) -> Result<(), RpcError> {
+        if filter.address.len() > self.limits.max_log_addresses {
+            return Err(RpcError::InvalidParams(format!(
+                "exceed max addresses: {} (at most {})",
+                filter.address.len(),
+                self.limits.max_log_addresses
+            )));
+        }
+        if let Some((position, topics)) = filter
+            .topics
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.len() > self.limits.max_log_topics)
+        {
+            return Err(RpcError::InvalidParams(format!(
+                "exceed max topics: {} at position {position} (at most {})",
+                topics.len(),
+                self.limits.max_log_topics
+            )));
+        }
+        Ok(())
     }
 
     /// The number a tag names (no storage access).
@@ -179,7 +256,7 @@ impl<B: Backend> EthRpc<B> {
 
     async fn block_at(&self, number: Option<u64>, full: bool) -> Result<Option<Block>, RpcError> {
         match number {
-            Some(n) => self.blocking(move |b| b.block(n, full)).await,
+            Some(n) => self.block_read(move |b| b.block(n, full)).await,
             None => Ok(None),
         }
     }
@@ -406,7 +483,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
 
     async fn block_receipts(&self, block: BlockId) -> RpcResult<Option<Vec<TransactionReceipt>>> {
         match self.resolve(block).await? {
-            Some(n) => Ok(self.blocking(move |b| b.block_receipts(n)).await?),
+            Some(n) => Ok(self.block_read(move |b| b.block_receipts(n)).await?),
             None => Ok(None),
         }
     }
@@ -439,6 +516,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
     }
 
     async fn logs(&self, filter: Filter) -> RpcResult<Vec<Log>> {
+        self.check_filter(&filter)?;
         let Some((from, to)) = self.log_range(&filter).await? else {
             return Ok(Vec::new());
         };
@@ -470,6 +548,10 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
                     Params::Logs(filter) => *filter,
                     _ => Filter::default(),
                 };
+                if let Err(e) = self.check_filter(&filter) {
+                    pending.reject(e).await;
+                    return Ok(());
+                }
                 let rx = self.backend.subscriptions().subscribe_logs();
                 let sink = pending.accept().await?;
                 self.forward(sink, rx, "logs", move |logs: Arc<Vec<Log>>| {

@@ -41,6 +41,7 @@
 
 pub mod api;
 mod backend;
+pub mod deadline;
 mod error;
 mod handler;
 mod metrics;
@@ -51,7 +52,7 @@ pub use backend::{
     Backend, PrestateAccount, PrestateTrace, SubscriptionBuffers, SubscriptionHub, LATEST_STATE,
 };
 pub use error::{codes, RpcError};
-pub use handler::{EthRpc, Limits};
+pub use handler::{EthRpc, Limits, DEFAULT_EXECUTION_TIMEOUT};
 pub use metrics::RpcMetrics;
 pub use middleware::HttpRoutes;
 pub use server::{RpcConfig, RpcHandle, RpcServer};

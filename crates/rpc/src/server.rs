@@ -52,6 +52,9 @@ pub struct RpcConfig {
     /// `debug_traceBlockByNumber` executing at once; more wait their turn without a thread.
     /// Default: one per core, at least 2.
     pub max_concurrent_executions: usize,
+    /// How long one of those may run before it is stopped with an error. Default 5 s (geth's
+    /// `--rpc.evmtimeout`); EVM executions are held to their own budget by the backend.
+    pub execution_timeout: std::time::Duration,
 }
 
 impl Default for RpcConfig {
@@ -69,6 +72,7 @@ impl Default for RpcConfig {
             max_log_results: limits.max_log_results,
             max_fee_history_blocks: limits.max_fee_history_blocks,
             max_concurrent_executions: limits.max_concurrent_executions,
+            execution_timeout: limits.execution_timeout,
         }
     }
 }
@@ -81,6 +85,7 @@ impl RpcConfig {
             max_log_results: self.max_log_results,
             max_fee_history_blocks: self.max_fee_history_blocks,
             max_concurrent_executions: self.max_concurrent_executions.max(1),
+            execution_timeout: self.execution_timeout,
             ..Limits::default()
         }
     }

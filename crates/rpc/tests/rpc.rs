@@ -86,7 +86,7 @@ async fn every_method_through_the_alloy_provider_over_http() {
         .block_id(BlockId::number(50))
         .await
         .expect_err("no state beyond the head");
-    assert_eq!(code_of(&future), (-32001, "header not found".into()));
+    assert_eq!(code_of(&future), (-32000, "header not found".into()));
     assert_eq!(
         provider.get_transaction_count(sender).await.expect("nonce"),
         3

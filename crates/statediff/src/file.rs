@@ -202,7 +202,14 @@ impl<'a> Fields<'a> {
         }
         let at = self.at;
         let payload = self.take(len)?;
-        let extra = self.bytes.len() - self.at - 4;
+        // Fewer than the CRC's four bytes left (a zero length at the end of a short file).
+        let Some(extra) = (self.bytes.len() - self.at).checked_sub(4) else {
+            return Err(self.error(DiffErrorKind::Truncated {
+                at: self.at,
+                need: 4,
+                len: self.bytes.len(),
+            }));
+        };
         if extra > 0 {
             return Err(self.error(DiffErrorKind::Trailing { at: self.at, extra }));
         }
@@ -285,8 +292,31 @@ impl DiffFile {
     }
 
     /// Parses and decompresses a diff file. Checks its framing, CRC, header and signature
-    /// encoding; whether the diff verifies is [`crate::verify_and_decode`]'s business.
+    /// encoding; whether the diff verifies is [`crate::verify_and_decode`]'s business, which
+    /// checks the signature before it decompresses anything ([`FramedDiff`]).
     pub fn decode(bytes: &[u8]) -> Result<Self, DiffError> {
+        FramedDiff::parse(bytes)?.decompress()
+    }
+}
+
+/// A diff file whose framing, CRC, header and signature encoding checked out, with its body
+/// still compressed: what a follower checks the signature of before it spends any work on
+/// the body (decompressing allocates up to [`MAX_CONTENT_LEN`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FramedDiff<'a> {
+    /// The sealed header.
+    pub header: Header,
+    /// The sequencer's signature over the header's hash.
+    pub signature: Signature,
+    flags: u8,
+    payload_at: usize,
+    payload: &'a [u8],
+    declared: usize,
+}
+
+impl<'a> FramedDiff<'a> {
+    /// Parses everything but the body.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, DiffError> {
         let mut f = Fields {
             bytes,
             at: 0,
@@ -339,10 +369,33 @@ impl DiffFile {
             U256::from_be_slice(&signature[32..64]),
             parity,
         );
-        let body = decompress(f.block, payload_at, flags, payload, declared)?;
         Ok(Self {
             header,
             signature,
+            flags,
+            payload_at,
+            payload,
+            declared,
+        })
+    }
+
+    /// The compressed body's length in bytes.
+    pub fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// Decompresses the body.
+    pub fn decompress(self) -> Result<DiffFile, DiffError> {
+        let body = decompress(
+            Some(self.header.number),
+            self.payload_at,
+            self.flags,
+            self.payload,
+            self.declared,
+        )?;
+        Ok(DiffFile {
+            header: self.header,
+            signature: self.signature,
             body,
         })
     }

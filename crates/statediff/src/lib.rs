@@ -27,8 +27,8 @@ pub use alloy_consensus::Header;
 pub use body::{decode_body, encode_body, DecodedBody, PackedBody};
 pub use error::{BodyError, BodyErrorKind, DiffError, DiffErrorKind, Section, StoreError};
 pub use file::{
-    BlockFile, Compression, DiffFile, BLOCK_MAGIC, DIFF_MAGIC, FORMAT_VERSION, MAX_CONTENT_LEN,
-    MAX_HEADER_LEN,
+    BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC, FORMAT_VERSION,
+    MAX_CONTENT_LEN, MAX_HEADER_LEN,
 };
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};

@@ -9,7 +9,7 @@ use gigas_primitives::{state_checksum, ChangeSet};
 
 use crate::body::{decode_body, encode_body};
 use crate::error::{DiffError, DiffErrorKind};
-use crate::file::{Compression, DiffFile};
+use crate::file::{Compression, DiffFile, FramedDiff};
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::PriorState;
 
@@ -121,25 +121,28 @@ where
         *slot += now.duration_since(clock).as_secs_f64();
         clock = now;
     };
-    let file = DiffFile::decode(bytes)?;
+    // The signature is checked on the header before the body is decompressed: a peer that
+    // is not the sequencer cannot make a follower decompress anything.
+    let framed = FramedDiff::parse(bytes)?;
     lap(&mut timings.parse);
-    let number = file.header.number;
+    let number = framed.header.number;
     let fail = |kind| Err(DiffError::new(Some(number), kind));
     if Some(number) != tip.number.checked_add(1) {
         return fail(DiffErrorKind::NotNext {
             expected: tip.number.wrapping_add(1),
         });
     }
-    if file.header.parent_hash != tip.hash {
+    if framed.header.parent_hash != tip.hash {
         return fail(DiffErrorKind::WrongParent {
             expected: tip.hash,
-            found: file.header.parent_hash,
+            found: framed.header.parent_hash,
         });
     }
-    let hash = file.header.hash_slow();
+    let hash = framed.header.hash_slow();
     // EIP-2's low-s rule: one signature per header, so a diff's bytes cannot be varied
     // through the signature.
-    let recovered = alloy_consensus::crypto::secp256k1::recover_signer(&file.signature, hash).ok();
+    let recovered =
+        alloy_consensus::crypto::secp256k1::recover_signer(&framed.signature, hash).ok();
     lap(&mut timings.signature);
     if recovered != Some(sequencer) {
         return fail(DiffErrorKind::WrongSigner {
@@ -147,6 +150,8 @@ where
             recovered,
         });
     }
+    let file = framed.decompress()?;
+    lap(&mut timings.parse);
     let decoded = decode_body(&file.body, index, prior)
         .map_err(|e| DiffError::new(Some(number), DiffErrorKind::Body(e)))?;
     lap(&mut timings.decode);

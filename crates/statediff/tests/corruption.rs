@@ -128,6 +128,51 @@ fn oversized_lengths_are_refused_before_anything_is_reserved() {
     println!("{e}");
 }
 
+/// A file that ends right after a zero payload length, with fewer than the CRC's four bytes
+/// left: before the fix the count of trailing bytes was computed as `left - 4` and wrapped
+/// (a panic in a debug build, "18446744073709551613 trailing bytes" in a release build).
+#[test]
+fn a_zero_payload_length_at_the_end_of_a_file_is_a_truncation() {
+    let chain = chain();
+    let p = &chain[0];
+    let header_len = u32::from_le_bytes(p.bytes[13..17].try_into().unwrap()) as usize;
+    let payload_len_at = 17 + header_len + 65 + 4;
+    for left in 0..4 {
+        let mut bytes = p.bytes[..payload_len_at].to_vec();
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend(std::iter::repeat_n(0u8, left));
+        let e = DiffFile::decode(&bytes).unwrap_err();
+        assert!(
+            matches!(e.kind, DiffErrorKind::Truncated { need: 4, .. }),
+            "{left} bytes after a zero payload length: {e}"
+        );
+        let e = verify(p, &bytes).unwrap_err();
+        assert!(matches!(e.kind, DiffErrorKind::Truncated { .. }), "{e}");
+    }
+}
+
+/// A diff not signed by the sequencer is refused before its body is decompressed: a body
+/// that would not even decompress (its declared length is wrong) gives the signature error.
+#[test]
+fn the_signature_is_checked_before_the_body_is_decompressed() {
+    let chain = chain();
+    let p = &chain[0];
+    let header_len = u32::from_le_bytes(p.bytes[13..17].try_into().unwrap()) as usize;
+    let signature_at = 17 + header_len;
+    let body_len_at = signature_at + 65;
+    let mut bytes = p.bytes.clone();
+    // A different (valid-looking) signature, and a body that cannot decompress.
+    bytes[signature_at] ^= 0x01;
+    let declared = u32::from_le_bytes(bytes[body_len_at..body_len_at + 4].try_into().unwrap());
+    bytes[body_len_at..body_len_at + 4].copy_from_slice(&(declared + 1000).to_le_bytes());
+    fix_crc(&mut bytes);
+    let e = verify(p, &bytes).unwrap_err();
+    assert!(
+        matches!(e.kind, DiffErrorKind::WrongSigner { .. }),
+        "expected the signature to be refused first, got: {e}"
+    );
+}
+
 /// A block whose first writes are two accounts and two slots of one address, all new.
 fn fresh_block() -> ChangeSet {
     let mut b = ChangeSetBuilder::new();

@@ -364,11 +364,42 @@ impl TxPool {
         result
     }
 
+    /// Adds a transaction the node accepted before a restart (replayed from the journal):
+    /// the checks of [`Self::add`] except the price checks, the fee cap against the base fee
+    /// and the tip against the minimum. It was given a hash, so it must come back: the base
+    /// fee may have risen since (it does under load), and the pool holds a transaction whose
+    /// fee cap is below the base fee until the base fee falls (block selection skips it).
+    pub fn readmit(
+        &self,
+        tx: PooledTx,
+        state: &impl StateView,
+        base_fee: u64,
+    ) -> Result<AddOutcome, TxPoolError> {
+        let result = self.add_inner(tx, state, base_fee, false);
+        if let Ok(outcome) = &result {
+            self.metrics.accepted.inc();
+            if matches!(outcome, AddOutcome::Replaced { .. }) {
+                self.metrics.replaced.inc();
+            }
+        }
+        result
+    }
+
     fn add_checked(
         &self,
         tx: PooledTx,
         state: &impl StateView,
         base_fee: u64,
+    ) -> Result<AddOutcome, TxPoolError> {
+        self.add_inner(tx, state, base_fee, true)
+    }
+
+    fn add_inner(
+        &self,
+        tx: PooledTx,
+        state: &impl StateView,
+        base_fee: u64,
+        price_checks: bool,
     ) -> Result<AddOutcome, TxPoolError> {
         if self.contains(tx.hash) {
             return Err(TxPoolError::AlreadyKnown);
@@ -380,13 +411,13 @@ impl TxPool {
                 tx: tx.nonce,
             });
         }
-        if tx.max_priority_fee_per_gas < self.config.min_priority_fee {
+        if price_checks && tx.max_priority_fee_per_gas < self.config.min_priority_fee {
             return Err(TxPoolError::Underpriced {
                 tip: tx.max_priority_fee_per_gas,
                 min: self.config.min_priority_fee,
             });
         }
-        if tx.max_fee_per_gas < u128::from(base_fee) {
+        if price_checks && tx.max_fee_per_gas < u128::from(base_fee) {
             return Err(TxPoolError::FeeCapBelowBaseFee {
                 address: tx.sender,
                 max_fee_per_gas: tx.max_fee_per_gas,

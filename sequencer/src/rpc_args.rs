@@ -1,0 +1,120 @@
+//! The JSON-RPC flags both nodes share (`--rpc.*`): the server's bounds and the budget of every
+//! execution a client asks for. The sequencer and the full node flatten [`RpcArgs`] into their
+//! command lines, so that a flag means the same on both and has one default.
+
+use std::time::Duration;
+
+use gigas_evm::budget::{CallBudget, DEFAULT_GAS_CAP, DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT};
+use gigas_primitives::duration::parse_duration;
+
+/// `--rpc.*` flags, for `#[command(flatten)]`.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct RpcArgs {
+    /// Largest JSON-RPC request body, in bytes.
+    #[arg(long = "rpc.max-request-size", default_value_t = 10 << 20, value_name = "BYTES")]
+    pub max_request: u32,
+    /// Largest JSON-RPC response body, in bytes.
+    #[arg(long = "rpc.max-response-size", default_value_t = 100 << 20, value_name = "BYTES")]
+    pub max_response: u32,
+    /// Most simultaneous connections (HTTP requests in flight plus WebSocket sessions).
+    #[arg(long = "rpc.max-connections", default_value_t = 500, value_name = "N")]
+    pub max_connections: u32,
+    /// Most calls in one batch request.
+    #[arg(long = "rpc.max-batch", default_value_t = 1_000, value_name = "N")]
+    pub max_batch: u32,
+    /// Most subscriptions per WebSocket connection.
+    #[arg(
+        long = "rpc.max-subscriptions",
+        default_value_t = 1_024,
+        value_name = "N"
+    )]
+    pub max_subscriptions: u32,
+    /// Widest block range of one eth_getLogs.
+    #[arg(
+        long = "rpc.max-logs-range",
+        default_value_t = 10_000,
+        value_name = "BLOCKS"
+    )]
+    pub max_logs_range: u64,
+    /// Most logs one eth_getLogs returns.
+    #[arg(long = "rpc.max-logs", default_value_t = 10_000, value_name = "N")]
+    pub max_logs: usize,
+    /// Most executions (eth_call, eth_estimateGas, traces, log scans, fee history, proofs)
+    /// running at once; more wait their turn. Default: one per core, at least 2.
+    #[arg(long = "rpc.max-executions", value_name = "N")]
+    pub max_executions: Option<usize>,
+    /// Most gas one eth_call, eth_estimateGas or trace may use, whatever the request and its
+    /// block overrides say (geth's flag and default).
+    #[arg(long = "rpc.gascap", default_value_t = DEFAULT_GAS_CAP, value_name = "GAS",
+          value_parser = clap::value_parser!(u64).range(21_000..))]
+    pub gas_cap: u64,
+    /// Wall-clock time one eth_call, eth_estimateGas (all its runs) or trace may take before it
+    /// is stopped and answered with an error (geth's flag and default).
+    #[arg(long = "rpc.evmtimeout", default_value = "5s", value_name = "DURATION",
+          value_parser = parse_duration)]
+    pub evm_timeout: Duration,
+    /// Most EVM memory one execution may use, all call frames together (e.g. 64MiB); a frame
+    /// growing past it halts out of gas.
+    #[arg(long = "rpc.evmmemory", default_value = "64MiB", value_name = "SIZE",
+          value_parser = parse_memory)]
+    pub evm_memory: u64,
+}
+
+impl Default for RpcArgs {
+    fn default() -> Self {
+        let config = gigas_rpc::RpcConfig::default();
+        Self {
+            max_request: config.max_request_body_bytes,
+            max_response: 100 << 20,
+            max_connections: config.max_connections,
+            max_batch: config.max_batch_size,
+            max_subscriptions: config.max_subscriptions_per_connection,
+            max_logs_range: config.max_log_block_range,
+            max_logs: config.max_log_results,
+            max_executions: None,
+            gas_cap: DEFAULT_GAS_CAP,
+            evm_timeout: DEFAULT_TIMEOUT,
+            evm_memory: DEFAULT_MEMORY_LIMIT,
+        }
+    }
+}
+
+/// A size of at least 1 MiB (a contract's memory grows a page at a time; less is a typo).
+fn parse_memory(s: &str) -> Result<u64, String> {
+    let bytes = gigas_cgroup::parse_size(s).map_err(|e| e.to_string())?;
+    if bytes < 1 << 20 {
+        return Err(format!("{s} is less than 1MiB"));
+    }
+    Ok(bytes)
+}
+
+impl RpcArgs {
+    /// The server's configuration listening on `listen`.
+    pub fn config(&self, listen: std::net::SocketAddr) -> gigas_rpc::RpcConfig {
+        let defaults = gigas_rpc::RpcConfig::default();
+        gigas_rpc::RpcConfig {
+            listen,
+            max_request_body_bytes: self.max_request,
+            max_response_body_bytes: self.max_response,
+            max_connections: self.max_connections,
+            max_batch_size: self.max_batch,
+            max_subscriptions_per_connection: self.max_subscriptions,
+            max_log_block_range: self.max_logs_range,
+            max_log_results: self.max_logs,
+            max_concurrent_executions: self
+                .max_executions
+                .unwrap_or(defaults.max_concurrent_executions),
+            execution_timeout: self.evm_timeout,
+            ..defaults
+        }
+    }
+
+    /// The budget of every execution a client asks for.
+    pub fn budget(&self) -> CallBudget {
+        CallBudget {
+            gas_cap: self.gas_cap,
+            memory_limit: self.evm_memory,
+            timeout: self.evm_timeout,
+        }
+    }
+}
