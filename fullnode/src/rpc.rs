@@ -26,16 +26,21 @@ use std::sync::Arc;
 
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
+use alloy_rpc_types_eth::AccessListResult;
 use alloy_rpc_types_eth::{
     Block, BlockOverrides, BlockTransactions, EIP1186AccountProofResponse, EIP1186StorageProof,
     FeeHistory, Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction,
     TransactionReceipt, TransactionRequest,
 };
+use alloy_rpc_types_trace::geth::{
+    GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
+};
+use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolStatus};
 use gigas_evm::budget::CallBudget;
 use gigas_evm::revm::database_interface::DatabaseRef as _;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
-use gigas_sequencer::backend::{call_over, estimate_gas_over};
+use gigas_sequencer::backend::{access_list_over, call_over, estimate_gas_over, trace_call_over};
 use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
@@ -160,6 +165,13 @@ impl FullNodeBackend {
     }
 
     /// The refusal of a method this node cannot serve, naming the sequencer.
+    fn pool_refused(&self) -> RpcError {
+        RpcError::ResourceNotFound(format!(
+            "this full node has no transaction pool; ask the sequencer at {}",
+            self.sequencer_url
+        ))
+    }
+
     fn history_refused(&self, what: &str) -> RpcError {
         RpcError::ResourceNotFound(format!(
             "this full node keeps state and headers, not {what}; ask the sequencer at {}",
@@ -572,5 +584,66 @@ impl Backend for FullNodeBackend {
 
     fn trace_block_prestate(&self, _number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
         Err(self.history_refused("old state to trace blocks over"))
+    }
+
+    fn raw_transaction(&self, _hash: B256) -> Result<Option<Bytes>, RpcError> {
+        Err(self.history_refused("transactions"))
+    }
+
+    fn transaction_by_block_and_index(
+        &self,
+        _number: u64,
+        _index: usize,
+    ) -> Result<Option<Transaction>, RpcError> {
+        Err(self.history_refused("transactions"))
+    }
+
+    fn create_access_list(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        state: Option<StateOverride>,
+    ) -> Result<AccessListResult, RpcError> {
+        let (view, at) = self.view_at(at)?;
+        let header = Self::header_of(&view, at)?.header;
+        access_list_over(
+            &self.spec,
+            &header,
+            &view,
+            &request,
+            state.as_ref(),
+            self.budget,
+        )
+    }
+
+    fn txpool_status(&self) -> Result<TxpoolStatus, RpcError> {
+        Err(self.pool_refused())
+    }
+
+    fn txpool_content(&self, _from: Option<Address>) -> Result<TxpoolContent, RpcError> {
+        Err(self.pool_refused())
+    }
+
+    fn txpool_inspect(&self) -> Result<TxpoolInspect, RpcError> {
+        Err(self.pool_refused())
+    }
+
+    fn trace_transaction(
+        &self,
+        _hash: B256,
+        _options: GethDebugTracingOptions,
+    ) -> Result<GethTrace, RpcError> {
+        Err(self.history_refused("transactions to trace"))
+    }
+
+    fn trace_call(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        options: GethDebugTracingCallOptions,
+    ) -> Result<GethTrace, RpcError> {
+        let (view, at) = self.view_at(at)?;
+        let header = Self::header_of(&view, at)?.header;
+        trace_call_over(&self.spec, &header, &view, &request, &options, self.budget)
     }
 }

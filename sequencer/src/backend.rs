@@ -11,15 +11,20 @@ use alloy_consensus::{Header, ReceiptEnvelope, Transaction as _, TxEnvelope};
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
-    Block, BlockOverrides, BlockTransactions, FeeHistory, Filter, Header as RpcHeader, Log,
-    Transaction, TransactionReceipt, TransactionRequest,
+    AccessListResult, Block, BlockOverrides, BlockTransactions, FeeHistory, Filter,
+    Header as RpcHeader, Log, Transaction, TransactionReceipt, TransactionRequest,
 };
+use alloy_rpc_types_trace::geth::{
+    GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
+};
+use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolInspectSummary, TxpoolStatus};
 use gigas_evm::budget::{CallBudget, Deadline};
 use gigas_evm::call::{CallError, CallRequest, Estimate};
 use gigas_evm::revm::context::result::{ExecutionResult, InvalidTransaction};
 use gigas_evm::revm::database::CacheDB;
 use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
+use gigas_evm::trace::{TraceCaps, Tracer};
 use gigas_evm::TxError;
 use gigas_history::{LogQuery, SealedHeader};
 use gigas_primitives::ChainSpec;
@@ -217,6 +222,68 @@ where
     }
 }
 
+/// `eth_createAccessList` of `req` over `db` as [`call_over`]: the list, the gas with it, and
+/// the call's failure beside them when it reverted or halted (as geth answers).
+pub fn access_list_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    state: Option<&StateOverride>,
+    budget: CallBudget,
+) -> Result<AccessListResult, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    let call = CallRequest::new(spec, header, req, state, None, budget);
+    let found = call.access_list(db).map_err(|e| call_error(req, e))?;
+    let error = match call_outcome(found.result) {
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    };
+    Ok(AccessListResult {
+        access_list: found.access_list,
+        gas_used: U256::from(found.gas_used),
+        error,
+    })
+}
+
+/// `debug_traceCall` of `req` over `db` as [`call_over`], with the options' state and block
+/// overrides; the trace within `caps`.
+pub fn trace_call_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    options: &GethDebugTracingCallOptions,
+    budget: CallBudget,
+) -> Result<GethTrace, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    if options.tx_index.is_some() {
+        return Err(RpcError::InvalidParams(
+            "debug_traceCall with txIndex is not supported: the call runs on the state after \
+             the block"
+                .into(),
+        ));
+    }
+    let tracer = Tracer::from_options(&options.tracing_options)
+        .map_err(|e| RpcError::InvalidParams(e.to_string()))?;
+    let call = CallRequest::new(
+        spec,
+        header,
+        req,
+        options.state_overrides.as_ref(),
+        options.block_overrides.as_ref(),
+        budget,
+    );
+    call.trace(db, &tracer, TraceCaps::default())
+        .map_err(|e| call_error(req, e))
+}
+
 /// The output and gas of a call that succeeded; its revert reason or halt as an RPC error.
 fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
     let used = result.tx_gas_used();
@@ -243,6 +310,7 @@ fn call_error(req: &TransactionRequest, e: CallError) -> RpcError {
         )),
         CallError::Tx(TxError::Invalid(reason)) => RpcError::ExecutionFailed(reason.to_string()),
         timeout @ CallError::Timeout(_) => RpcError::Timeout(timeout.to_string()),
+        CallError::Trace(reason) => RpcError::LimitExceeded(reason),
         // A state override that cannot be laid is the request's fault.
         CallError::Override(reason) => RpcError::InvalidParams(format!("state override: {reason}")),
         other => internal(other),
@@ -833,6 +901,154 @@ impl SequencerBackend {
     }
 }
 
+impl SequencerBackend {
+    /// `debug_traceTransaction`: the block's transactions before it re-executed over the
+    /// state after its parent, then the transaction traced, all within the budget.
+    pub fn trace_transaction(
+        &self,
+        hash: B256,
+        options: &GethDebugTracingOptions,
+    ) -> Result<GethTrace, RpcError> {
+        let tracer =
+            Tracer::from_options(options).map_err(|e| RpcError::InvalidParams(e.to_string()))?;
+        let history = self.node.history();
+        let Some((location, _)) = history.transaction(hash).map_err(internal)? else {
+            return Err(RpcError::ResourceNotFound(format!(
+                "transaction {hash} not found (a pending transaction cannot be traced)"
+            )));
+        };
+        let number = location.block;
+        let index = location.index as usize;
+        let header = self.header(number)?;
+        let txs = history
+            .transactions(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        if index >= txs.len() || number == 0 {
+            return Err(internal(format!(
+                "block {number} has {} transactions, {hash} is at index {index}",
+                txs.len()
+            )));
+        }
+        let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
+        let prepared = gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new());
+        let deadline = Deadline::enter(self.budget.deadline_from_now());
+        let timed_out = || {
+            RpcError::Timeout(format!(
+                "debug_traceTransaction of {hash}: {}",
+                CallError::Timeout(self.budget.timeout)
+            ))
+        };
+        self.at(number - 1, |db| {
+            let mut cache = CacheDB::new(WrapDatabaseRef(db));
+            for tx in &txs[..index] {
+                if deadline.expired() {
+                    return Ok(Err(timed_out()));
+                }
+                let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
+                let done = gigas_evm::call::simulate(&mut cache, &prepared, env).map_err(|e| {
+                    crate::state::StateError::History(format!(
+                        "re-executing {}: {e}",
+                        tx.inner().tx_hash()
+                    ))
+                })?;
+                use gigas_evm::revm::database_interface::DatabaseCommit;
+                cache.commit(done.state);
+            }
+            let tx = &txs[index];
+            let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
+            let traced =
+                gigas_evm::trace::trace(&mut cache, &prepared, env, &tracer, TraceCaps::default());
+            if deadline.expired() {
+                return Ok(Err(timed_out()));
+            }
+            Ok(traced.map(|(trace, _)| trace).map_err(|e| match e {
+                gigas_evm::trace::TraceError::TooLarge { .. } => {
+                    RpcError::LimitExceeded(e.to_string())
+                }
+                other => internal(format!("tracing {hash}: {other}")),
+            }))
+        })?
+    }
+
+    /// `txpool_status`.
+    pub fn txpool_status(&self) -> TxpoolStatus {
+        let stats = self.node.pool().stats();
+        TxpoolStatus {
+            pending: stats.pending as u64,
+            queued: stats.queued as u64,
+        }
+    }
+
+    /// `txpool_content`, of every sender or of `from`. The whole pool (up to
+    /// `--txpool.max-txs` transactions) is bounded by the response size.
+    pub fn txpool_content(&self, from: Option<Address>) -> TxpoolContent {
+        let content = self.node.pool().content(from);
+        let group = |list: Vec<(Address, Arc<gigas_txpool::PooledTx>)>| {
+            let mut out: BTreeMap<Address, BTreeMap<String, Transaction>> = BTreeMap::new();
+            for (sender, tx) in list {
+                out.entry(sender).or_default().insert(
+                    tx.nonce.to_string(),
+                    Transaction {
+                        inner: tx.tx.clone(),
+                        block_hash: None,
+                        block_number: None,
+                        transaction_index: None,
+                        effective_gas_price: None,
+                        block_timestamp: None,
+                    },
+                );
+            }
+            out
+        };
+        TxpoolContent {
+            pending: group(content.pending),
+            queued: group(content.queued),
+        }
+    }
+
+    /// `txpool_inspect`.
+    pub fn txpool_inspect(&self) -> TxpoolInspect {
+        let content = self.node.pool().content(None);
+        let group = |list: Vec<(Address, Arc<gigas_txpool::PooledTx>)>| {
+            let mut out: BTreeMap<Address, BTreeMap<String, TxpoolInspectSummary>> =
+                BTreeMap::new();
+            for (sender, tx) in list {
+                out.entry(sender).or_default().insert(
+                    tx.nonce.to_string(),
+                    TxpoolInspectSummary::from_tx(tx.tx.inner().clone()),
+                );
+            }
+            out
+        };
+        TxpoolInspect {
+            pending: group(content.pending),
+            queued: group(content.queued),
+        }
+    }
+
+    /// Transaction `index` of published block `number`.
+    pub fn transaction_by_block_and_index(
+        &self,
+        number: u64,
+        index: usize,
+    ) -> Result<Option<Transaction>, RpcError> {
+        let Some(header) = self.sealed(number)? else {
+            return Ok(None);
+        };
+        let txs = self
+            .node
+            .history()
+            .transactions(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        Ok(txs
+            .into_iter()
+            .nth(index)
+            .map(|tx| rpc_transaction(tx, &header, index)))
+    }
+}
+
 fn state_error(e: crate::state::StateError) -> RpcError {
     match e {
         crate::state::StateError::Pruned { block, oldest } => {
@@ -1018,5 +1234,85 @@ impl Backend for SequencerBackend {
 
     fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
         SequencerBackend::trace_block_prestate(self, number)
+    }
+
+    fn block_hash(&self, number: u64) -> Result<Option<B256>, RpcError> {
+        Ok(self.sealed(number)?.map(|h| h.hash))
+    }
+
+    fn transaction_by_block_and_index(
+        &self,
+        number: u64,
+        index: usize,
+    ) -> Result<Option<Transaction>, RpcError> {
+        SequencerBackend::transaction_by_block_and_index(self, number, index)
+    }
+
+    fn raw_transaction(&self, hash: B256) -> Result<Option<Bytes>, RpcError> {
+        if let Some(pooled) = self.node.pool().get(hash) {
+            return Ok(Some(pooled.encoded.clone()));
+        }
+        use alloy_eips::eip2718::Encodable2718;
+        Ok(self
+            .transaction_by_hash(hash)?
+            .map(|tx| tx.inner.inner().encoded_2718().into()))
+    }
+
+    fn create_access_list(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        state: Option<StateOverride>,
+    ) -> Result<AccessListResult, RpcError> {
+        let header = self.header(at)?;
+        self.at(at, |db| {
+            Ok(access_list_over(
+                self.node.spec(),
+                &header,
+                db,
+                &request,
+                state.as_ref(),
+                self.budget,
+            ))
+        })?
+    }
+
+    fn txpool_status(&self) -> Result<TxpoolStatus, RpcError> {
+        Ok(SequencerBackend::txpool_status(self))
+    }
+
+    fn txpool_content(&self, from: Option<Address>) -> Result<TxpoolContent, RpcError> {
+        Ok(SequencerBackend::txpool_content(self, from))
+    }
+
+    fn txpool_inspect(&self) -> Result<TxpoolInspect, RpcError> {
+        Ok(SequencerBackend::txpool_inspect(self))
+    }
+
+    fn trace_transaction(
+        &self,
+        hash: B256,
+        options: GethDebugTracingOptions,
+    ) -> Result<GethTrace, RpcError> {
+        SequencerBackend::trace_transaction(self, hash, &options)
+    }
+
+    fn trace_call(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        options: GethDebugTracingCallOptions,
+    ) -> Result<GethTrace, RpcError> {
+        let header = self.header(at)?;
+        self.at(at, |db| {
+            Ok(trace_call_over(
+                self.node.spec(),
+                &header,
+                db,
+                &request,
+                &options,
+                self.budget,
+            ))
+        })?
     }
 }

@@ -58,6 +58,14 @@ pub struct RpcArgs {
     #[arg(long = "rpc.evmmemory", default_value = "64MiB", value_name = "SIZE",
           value_parser = parse_memory)]
     pub evm_memory: u64,
+    /// Origins browsers may call the node from (CORS), comma-separated, or `*` for any
+    /// (geth's flag). Default: none.
+    #[arg(
+        long = "http.corsdomain",
+        value_name = "ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_domain: Vec<String>,
 }
 
 impl Default for RpcArgs {
@@ -75,6 +83,7 @@ impl Default for RpcArgs {
             gas_cap: DEFAULT_GAS_CAP,
             evm_timeout: DEFAULT_TIMEOUT,
             evm_memory: DEFAULT_MEMORY_LIMIT,
+            cors_domain: Vec::new(),
         }
     }
 }
@@ -105,6 +114,7 @@ impl RpcArgs {
                 .max_executions
                 .unwrap_or(defaults.max_concurrent_executions),
             execution_timeout: self.evm_timeout,
+            cors_origins: self.cors_domain.clone(),
             ..defaults
         }
     }

@@ -68,6 +68,9 @@ pub enum CallError {
     /// revm refused or failed the transaction.
     #[error(transparent)]
     Tx(#[from] TxError),
+    /// A trace could not be made (an unsupported tracer, or one larger than the node records).
+    #[error("{0}")]
+    Trace(String),
     /// The request ran out of its wall-clock budget ([`CallBudget::timeout`]); the words are
     /// geth's.
     #[error("execution aborted (timeout = {})", format_timeout(*.0))]
@@ -187,20 +190,8 @@ impl<'a> CallRequest<'a> {
         DB: DatabaseRef,
         DB::Error: fmt::Display,
     {
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(CallError::Timeout(self.budget.timeout));
-        }
-        let mut tx = tx_env_of(self.chain_id, self.req, self.budget.clamp_gas(gas));
-        if self.free {
-            tx.gas_price = 0;
-            tx.gas_priority_fee = None;
-        }
-        let deadline = Deadline::enter(self.deadline);
-        let result = call(&mut *cache, &self.block, tx);
-        if deadline.expired() {
-            return Err(CallError::Timeout(self.budget.timeout));
-        }
-        Ok(result?)
+        let tx = self.tx_env(gas, None);
+        self.run_tx(cache, tx)
     }
 
     /// The most gas an estimate may find, as geth's `DoEstimateGas`: the request's gas when it
@@ -239,6 +230,119 @@ impl<'a> CallRequest<'a> {
             hi = hi.min(allowance.saturating_to::<u64>());
         }
         Ok(self.budget.clamp_gas(hi))
+    }
+
+    /// `debug_traceCall`: the request traced with `tracer` at its call gas, within the
+    /// request's deadline.
+    pub fn trace<DB>(
+        &self,
+        db: &DB,
+        tracer: &crate::trace::Tracer,
+        caps: crate::trace::TraceCaps,
+    ) -> Result<alloy_rpc_types_trace::geth::GethTrace, CallError>
+    where
+        DB: DatabaseRef,
+        DB::Error: fmt::Display,
+    {
+        let mut cache = self.overlaid(db)?;
+        let tx = self.tx_env(self.call_gas(), None);
+        self.before_run()?;
+        let deadline = Deadline::enter(self.deadline);
+        let traced = crate::trace::trace(&mut cache, &self.block, tx, tracer, caps);
+        if deadline.expired() {
+            return Err(CallError::Timeout(self.budget.timeout));
+        }
+        match traced {
+            Ok((trace, _)) => Ok(trace),
+            Err(crate::trace::TraceError::Tx(e)) => Err(CallError::Tx(e)),
+            Err(other) => Err(CallError::Trace(other.to_string())),
+        }
+    }
+
+    /// `eth_createAccessList`: the accounts and slots the request touches (beyond its sender,
+    /// recipient and the precompiles), found by running it until the list it runs with is the
+    /// list it touches (as geth), and the gas it uses with that list. A call that fails still
+    /// answers its list, with the failure.
+    pub fn access_list<DB>(&self, db: &DB) -> Result<AccessListOutcome, CallError>
+    where
+        DB: DatabaseRef,
+        DB::Error: fmt::Display,
+    {
+        use revm_inspectors::access_list::AccessListInspector;
+        let mut cache = self.overlaid(db)?;
+        let mut list = self.req.access_list.clone().unwrap_or_default();
+        // Each round can only add what the previous list made reachable; a handful of rounds
+        // settles any real call, and the deadline bounds the rest.
+        for _ in 0..8 {
+            let tx = self.tx_env(self.call_gas(), Some(list.clone()));
+            self.before_run()?;
+            let deadline = Deadline::enter(self.deadline);
+            let (outcome, inspector) = crate::trace::inspect(
+                &mut cache,
+                &self.block,
+                tx,
+                AccessListInspector::new(list.clone()),
+            );
+            if deadline.expired() {
+                return Err(CallError::Timeout(self.budget.timeout));
+            }
+            let result = outcome.map_err(TxError::from)?.result;
+            let touched = inspector.into_access_list();
+            if touched == list {
+                return Ok(AccessListOutcome {
+                    access_list: list,
+                    gas_used: result.tx_gas_used(),
+                    result,
+                });
+            }
+            list = touched;
+        }
+        let tx = self.tx_env(self.call_gas(), Some(list.clone()));
+        let result = self.run_tx(&mut cache, tx)?;
+        Ok(AccessListOutcome {
+            access_list: list,
+            gas_used: result.tx_gas_used(),
+            result,
+        })
+    }
+
+    /// [`CallError::Timeout`] once the request's deadline has passed.
+    fn before_run(&self) -> Result<(), CallError> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(CallError::Timeout(self.budget.timeout));
+        }
+        Ok(())
+    }
+
+    /// The request's transaction with `gas` (held to the cap), and `access_list` in place of
+    /// its own when given.
+    fn tx_env(&self, gas: u64, access_list: Option<alloy_eips::eip2930::AccessList>) -> TxEnv {
+        let mut tx = tx_env_of(self.chain_id, self.req, self.budget.clamp_gas(gas));
+        if self.free {
+            tx.gas_price = 0;
+            tx.gas_priority_fee = None;
+        }
+        if let Some(list) = access_list {
+            if tx.tx_type == 0 {
+                tx.tx_type = 1;
+            }
+            tx.access_list = list;
+        }
+        tx
+    }
+
+    fn run_tx<DB>(&self, cache: &mut CacheDB<DB>, tx: TxEnv) -> Result<ExecutionResult, CallError>
+    where
+        DB: DatabaseRef,
+        DB::Error: fmt::Display,
+    {
+        self.before_run()?;
+        let deadline = Deadline::enter(self.deadline);
+        let result = call(&mut *cache, &self.block, tx);
+        if deadline.expired() {
+            return Err(CallError::Timeout(self.budget.timeout));
+        }
+        Ok(result?)
     }
 
     /// `eth_estimateGas`: the least gas with which the request succeeds, by binary search
@@ -292,6 +396,17 @@ impl<'a> CallRequest<'a> {
         }
         Ok(Estimate::Gas(hi))
     }
+}
+
+/// What [`CallRequest::access_list`] found.
+#[derive(Debug, Clone)]
+pub struct AccessListOutcome {
+    /// The accounts and slots the call touches.
+    pub access_list: alloy_eips::eip2930::AccessList,
+    /// The gas it uses with that list.
+    pub gas_used: u64,
+    /// How the last run ended (a revert or halt is reported beside the list).
+    pub result: ExecutionResult,
 }
 
 /// The block environment of a call in the block of `header`, with `overrides` applied.

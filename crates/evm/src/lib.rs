@@ -25,6 +25,7 @@ pub mod program;
 pub mod receipts;
 pub mod spec;
 pub mod statetest;
+pub mod trace;
 
 pub use changeset::BlockChanges;
 pub use executor::{

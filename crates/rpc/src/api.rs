@@ -10,9 +10,14 @@ use alloy_primitives::{Address, Bytes, B256, U256, U64};
 use alloy_rpc_types_eth::pubsub::{Params, SubscriptionKind};
 use alloy_rpc_types_eth::state::StateOverride;
 use alloy_rpc_types_eth::{
-    Block, BlockOverrides, EIP1186AccountProofResponse, FeeHistory, Filter, Log, SyncStatus,
-    Transaction, TransactionReceipt, TransactionRequest,
+    AccessListResult, Block, BlockOverrides, EIP1186AccountProofResponse, FeeHistory, Filter,
+    FilterChanges, Header, Index, Log, SyncStatus, Transaction, TransactionReceipt,
+    TransactionRequest,
 };
+use alloy_rpc_types_trace::geth::{
+    GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
+};
+use alloy_rpc_types_txpool::{TxpoolContent, TxpoolContentFrom, TxpoolInspect, TxpoolStatus};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
 use serde::{Deserialize, Serialize};
@@ -150,6 +155,95 @@ pub trait EthApi {
     #[method(name = "getLogs")]
     async fn logs(&self, filter: Filter) -> RpcResult<Vec<Log>>;
 
+    /// `eth_getTransactionByBlockNumberAndIndex`.
+    #[method(name = "getTransactionByBlockNumberAndIndex")]
+    async fn transaction_by_block_number_and_index(
+        &self,
+        number: BlockNumberOrTag,
+        index: Index,
+    ) -> RpcResult<Option<Transaction>>;
+
+    /// `eth_getTransactionByBlockHashAndIndex`.
+    #[method(name = "getTransactionByBlockHashAndIndex")]
+    async fn transaction_by_block_hash_and_index(
+        &self,
+        hash: B256,
+        index: Index,
+    ) -> RpcResult<Option<Transaction>>;
+
+    /// `eth_getRawTransactionByHash`: the EIP-2718 bytes of a mined or pooled transaction.
+    #[method(name = "getRawTransactionByHash")]
+    async fn raw_transaction_by_hash(&self, hash: B256) -> RpcResult<Option<Bytes>>;
+
+    /// `eth_getUncleCountByBlockNumber`: 0 for every block (a rollup has no uncles), null for
+    /// an unknown one.
+    #[method(name = "getUncleCountByBlockNumber")]
+    async fn uncle_count_by_block_number(&self, number: BlockNumberOrTag)
+        -> RpcResult<Option<U64>>;
+
+    /// `eth_getUncleCountByBlockHash`.
+    #[method(name = "getUncleCountByBlockHash")]
+    async fn uncle_count_by_block_hash(&self, hash: B256) -> RpcResult<Option<U64>>;
+
+    /// `eth_getUncleByBlockNumberAndIndex`: always null.
+    #[method(name = "getUncleByBlockNumberAndIndex")]
+    async fn uncle_by_block_number_and_index(
+        &self,
+        number: BlockNumberOrTag,
+        index: Index,
+    ) -> RpcResult<Option<Block>>;
+
+    /// `eth_getUncleByBlockHashAndIndex`: always null.
+    #[method(name = "getUncleByBlockHashAndIndex")]
+    async fn uncle_by_block_hash_and_index(
+        &self,
+        hash: B256,
+        index: Index,
+    ) -> RpcResult<Option<Block>>;
+
+    /// `eth_getHeaderByNumber`.
+    #[method(name = "getHeaderByNumber")]
+    async fn header_by_number(&self, number: BlockNumberOrTag) -> RpcResult<Option<Header>>;
+
+    /// `eth_getHeaderByHash`.
+    #[method(name = "getHeaderByHash")]
+    async fn header_by_hash(&self, hash: B256) -> RpcResult<Option<Header>>;
+
+    /// `eth_createAccessList`: the accounts and slots the call touches, and its gas with that
+    /// list.
+    #[method(name = "createAccessList")]
+    async fn create_access_list(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        state_overrides: Option<StateOverride>,
+    ) -> RpcResult<AccessListResult>;
+
+    /// `eth_newFilter`: a log filter polled with `eth_getFilterChanges`; expires after five
+    /// minutes without a poll.
+    #[method(name = "newFilter")]
+    async fn new_filter(&self, filter: Filter) -> RpcResult<String>;
+
+    /// `eth_newBlockFilter`.
+    #[method(name = "newBlockFilter")]
+    async fn new_block_filter(&self) -> RpcResult<String>;
+
+    /// `eth_newPendingTransactionFilter`.
+    #[method(name = "newPendingTransactionFilter")]
+    async fn new_pending_transaction_filter(&self, full: Option<bool>) -> RpcResult<String>;
+
+    /// `eth_getFilterChanges`: what arrived since the last poll.
+    #[method(name = "getFilterChanges")]
+    async fn filter_changes(&self, id: String) -> RpcResult<FilterChanges>;
+
+    /// `eth_getFilterLogs`: every log a log filter matches over its whole range.
+    #[method(name = "getFilterLogs")]
+    async fn filter_logs(&self, id: String) -> RpcResult<Vec<Log>>;
+
+    /// `eth_uninstallFilter`.
+    #[method(name = "uninstallFilter")]
+    async fn uninstall_filter(&self, id: String) -> RpcResult<bool>;
+
     /// `eth_subscribe` (`newHeads`, `logs` with a filter, `newPendingTransactions`) and
     /// `eth_unsubscribe`; notifications are `eth_subscription`.
     #[subscription(
@@ -167,6 +261,14 @@ pub trait NetApi {
     /// `net_version`: the chain id in decimal.
     #[method(name = "version")]
     async fn version(&self) -> RpcResult<String>;
+
+    /// `net_listening`: true while the server runs.
+    #[method(name = "listening")]
+    async fn listening(&self) -> RpcResult<bool>;
+
+    /// `net_peerCount`: 0, a Gigas node has no peer-to-peer network.
+    #[method(name = "peerCount")]
+    async fn peer_count(&self) -> RpcResult<U64>;
 }
 
 /// The `web3_` namespace.
@@ -175,6 +277,38 @@ pub trait Web3Api {
     /// `web3_clientVersion`.
     #[method(name = "clientVersion")]
     async fn client_version(&self) -> RpcResult<String>;
+
+    /// `web3_sha3`: keccak-256 of the given bytes.
+    #[method(name = "sha3")]
+    async fn sha3(&self, data: Bytes) -> RpcResult<B256>;
+}
+
+/// The `rpc_` namespace.
+#[rpc(server, namespace = "rpc")]
+pub trait RpcModulesApi {
+    /// `rpc_modules`: the namespaces served, with their versions.
+    #[method(name = "modules")]
+    async fn modules(&self) -> RpcResult<std::collections::BTreeMap<String, String>>;
+}
+
+/// The `txpool_` namespace (the sequencer's pool; a full node has none and says so).
+#[rpc(server, namespace = "txpool")]
+pub trait TxpoolApi {
+    /// `txpool_status`: how many transactions are pending and queued.
+    #[method(name = "status")]
+    async fn status(&self) -> RpcResult<TxpoolStatus>;
+
+    /// `txpool_content`: every pooled transaction by sender and nonce.
+    #[method(name = "content")]
+    async fn content(&self) -> RpcResult<TxpoolContent>;
+
+    /// `txpool_contentFrom`: one sender's pooled transactions.
+    #[method(name = "contentFrom")]
+    async fn content_from(&self, address: Address) -> RpcResult<TxpoolContentFrom>;
+
+    /// `txpool_inspect`: a one-line summary of every pooled transaction.
+    #[method(name = "inspect")]
+    async fn inspect(&self) -> RpcResult<TxpoolInspect>;
 }
 
 /// The `debug_` namespace.
@@ -187,6 +321,24 @@ pub trait DebugApi {
         block: BlockNumberOrTag,
         options: Option<TracerOptions>,
     ) -> RpcResult<Vec<PrestateTrace>>;
+
+    /// `debug_traceTransaction` with the `callTracer`, the default struct logger or the
+    /// `noopTracer`.
+    #[method(name = "traceTransaction")]
+    async fn trace_transaction(
+        &self,
+        hash: B256,
+        options: Option<GethDebugTracingOptions>,
+    ) -> RpcResult<GethTrace>;
+
+    /// `debug_traceCall`: a call request traced as `debug_traceTransaction` traces.
+    #[method(name = "traceCall")]
+    async fn trace_call(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        options: Option<GethDebugTracingCallOptions>,
+    ) -> RpcResult<GethTrace>;
 }
 
 /// The options object of geth's `debug_trace*` methods, as far as this node reads it; unknown

@@ -5,12 +5,18 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
+use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::EvmOverrides;
+use alloy_rpc_types_eth::state::StateOverride;
 use alloy_rpc_types_eth::{
-    Block, EIP1186AccountProofResponse, FeeHistory, Filter, Header, Log, SyncStatus, Transaction,
-    TransactionReceipt, TransactionRequest,
+    AccessListResult, Block, BlockTransactions, EIP1186AccountProofResponse, FeeHistory, Filter,
+    Header, Log, SyncStatus, Transaction, TransactionReceipt, TransactionRequest,
 };
+use alloy_rpc_types_trace::geth::{
+    GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
+};
+use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolStatus};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
@@ -158,6 +164,74 @@ pub trait Backend: Send + Sync + 'static {
     /// `debug_traceBlockByNumber` with the `prestateTracer`: per transaction, the accounts and
     /// slots it touched, as they were before it ran.
     fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError>;
+
+    /// The hash of block `number`, if the node has it; the default builds the block.
+    fn block_hash(&self, number: u64) -> Result<Option<B256>, RpcError> {
+        Ok(self.block(number, false)?.map(|block| block.header.hash))
+    }
+    /// Transaction `index` of block `number`; the default builds the block with full
+    /// transactions.
+    fn transaction_by_block_and_index(
+        &self,
+        number: u64,
+        index: usize,
+    ) -> Result<Option<Transaction>, RpcError> {
+        Ok(self
+            .block(number, true)?
+            .and_then(|block| match block.transactions {
+                BlockTransactions::Full(txs) => txs.into_iter().nth(index),
+                _ => None,
+            }))
+    }
+    /// The EIP-2718 bytes of a transaction by hash; the default encodes
+    /// [`Backend::transaction_by_hash`]'s answer.
+    fn raw_transaction(&self, hash: B256) -> Result<Option<Bytes>, RpcError> {
+        Ok(self
+            .transaction_by_hash(hash)?
+            .map(|tx| tx.inner.inner().encoded_2718().into()))
+    }
+    /// `eth_createAccessList` on the state after block `at`.
+    fn create_access_list(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        state: Option<StateOverride>,
+    ) -> Result<AccessListResult, RpcError> {
+        let _ = (request, at, state);
+        Err(RpcError::MethodNotSupported("eth_createAccessList"))
+    }
+    /// `txpool_status`; a node without a pool refuses.
+    fn txpool_status(&self) -> Result<TxpoolStatus, RpcError> {
+        Err(RpcError::MethodNotSupported("txpool_status"))
+    }
+    /// `txpool_content` (every sender, or only `from`); a node without a pool refuses.
+    fn txpool_content(&self, from: Option<Address>) -> Result<TxpoolContent, RpcError> {
+        let _ = from;
+        Err(RpcError::MethodNotSupported("txpool_content"))
+    }
+    /// `txpool_inspect`; a node without a pool refuses.
+    fn txpool_inspect(&self) -> Result<TxpoolInspect, RpcError> {
+        Err(RpcError::MethodNotSupported("txpool_inspect"))
+    }
+    /// `debug_traceTransaction`.
+    fn trace_transaction(
+        &self,
+        hash: B256,
+        options: GethDebugTracingOptions,
+    ) -> Result<GethTrace, RpcError> {
+        let _ = (hash, options);
+        Err(RpcError::MethodNotSupported("debug_traceTransaction"))
+    }
+    /// `debug_traceCall` on the state after block `at`.
+    fn trace_call(
+        &self,
+        request: TransactionRequest,
+        at: u64,
+        options: GethDebugTracingCallOptions,
+    ) -> Result<GethTrace, RpcError> {
+        let _ = (request, at, options);
+        Err(RpcError::MethodNotSupported("debug_traceCall"))
+    }
 }
 
 /// How many messages each subscription channel keeps for its slowest subscriber. A subscriber

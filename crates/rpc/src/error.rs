@@ -81,6 +81,10 @@ pub enum RpcError {
     /// `eth_getLogs` asked for more blocks than allowed. Code -32005.
     #[error("query exceeds max block range {0}")]
     LogRangeTooLarge(u64),
+    /// A request would go past another of the node's bounds (filters installed, ...); the
+    /// text says which. Code -32005.
+    #[error("{0}")]
+    LimitExceeded(String),
     /// `eth_getLogs` matched more logs than allowed. Code -32005.
     #[error("query returned more than {0} results")]
     TooManyLogs(usize),
@@ -134,7 +138,9 @@ impl RpcError {
                 codes::METHOD_NOT_FOUND
             }
             RpcError::ResourceNotFound(_) => codes::RESOURCE_NOT_FOUND,
-            RpcError::LogRangeTooLarge(_) | RpcError::TooManyLogs(_) => codes::LIMIT_EXCEEDED,
+            RpcError::LogRangeTooLarge(_)
+            | RpcError::TooManyLogs(_)
+            | RpcError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
             RpcError::Internal(_) | RpcError::Bind { .. } => codes::INTERNAL_ERROR,
         }
     }

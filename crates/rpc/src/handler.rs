@@ -9,16 +9,25 @@ use alloy_primitives::{Address, Bytes, B256, U256, U64};
 use alloy_rpc_types_eth::pubsub::{Params, SubscriptionKind};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
-    Block, BlockOverrides, EIP1186AccountProofResponse, FeeHistory, Filter, FilterBlockOption, Log,
-    SyncStatus, Transaction, TransactionReceipt, TransactionRequest,
+    AccessListResult, Block, BlockOverrides, EIP1186AccountProofResponse, FeeHistory, Filter,
+    FilterBlockOption, FilterChanges, Header, Index, Log, SyncStatus, Transaction,
+    TransactionReceipt, TransactionRequest,
 };
+use alloy_rpc_types_trace::geth::{
+    GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
+};
+use alloy_rpc_types_txpool::{TxpoolContent, TxpoolContentFrom, TxpoolInspect, TxpoolStatus};
 use jsonrpsee::core::{async_trait, to_json_raw_value, RpcResult, SubscriptionResult};
 use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionSink};
 use jsonrpsee::RpcModule;
 use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
 
-use crate::api::{DebugApiServer, EthApiServer, NetApiServer, TracerOptions, Web3ApiServer};
+use crate::api::{
+    DebugApiServer, EthApiServer, NetApiServer, RpcModulesApiServer, TracerOptions,
+    TxpoolApiServer, Web3ApiServer,
+};
+use crate::filters::{drain_pending, FilterKind, FilterLimits, FilterStore};
 use crate::metrics::RpcMetrics;
 use crate::{Backend, PrestateTrace, RpcError};
 
@@ -47,6 +56,8 @@ pub struct Limits {
     pub max_log_addresses: usize,
     /// Most topics one position of a log filter may name (geth: 1,000).
     pub max_log_topics: usize,
+    /// The bounds of installed filters (`eth_newFilter` and friends).
+    pub filters: FilterLimits,
 }
 
 impl Default for Limits {
@@ -61,6 +72,7 @@ impl Default for Limits {
             max_concurrent_block_reads: 4 * default_executions(),
             max_log_addresses: 1_000,
             max_log_topics: 1_000,
+            filters: FilterLimits::default(),
         }
     }
 }
@@ -88,6 +100,7 @@ pub struct EthRpc<B> {
     limits: Limits,
     executions: Arc<Semaphore>,
     block_reads: Arc<Semaphore>,
+    filters: Arc<FilterStore>,
     metrics: Arc<RpcMetrics>,
 }
 
@@ -98,6 +111,7 @@ impl<B> Clone for EthRpc<B> {
             limits: self.limits,
             executions: self.executions.clone(),
             block_reads: self.block_reads.clone(),
+            filters: self.filters.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -110,6 +124,7 @@ impl<B: Backend> EthRpc<B> {
             backend,
             executions: Arc::new(Semaphore::new(limits.max_concurrent_executions.max(1))),
             block_reads: Arc::new(Semaphore::new(limits.max_concurrent_block_reads.max(1))),
+            filters: Arc::new(FilterStore::new(limits.filters)),
             limits,
             metrics,
         }
@@ -126,6 +141,8 @@ impl<B: Backend> EthRpc<B> {
         merge(&mut module, EthApiServer::into_rpc(self.clone()))?;
         merge(&mut module, NetApiServer::into_rpc(self.clone()))?;
         merge(&mut module, Web3ApiServer::into_rpc(self.clone()))?;
+        merge(&mut module, RpcModulesApiServer::into_rpc(self.clone()))?;
+        merge(&mut module, TxpoolApiServer::into_rpc(self.clone()))?;
         merge(&mut module, DebugApiServer::into_rpc(self))?;
         Ok(module)
     }
@@ -186,6 +203,57 @@ impl<B: Backend> EthRpc<B> {
         })
         .await
         .map_err(|e| RpcError::Internal(format!("backend task failed: {e}")))?
+    }
+
+    /// The block number a hash names, if the node has it.
+    async fn number_of_hash(&self, hash: B256) -> Result<Option<u64>, RpcError> {
+        self.resolve(BlockId::from(hash)).await
+    }
+
+    async fn transaction_at(
+        &self,
+        number: Option<u64>,
+        index: Index,
+    ) -> Result<Option<Transaction>, RpcError> {
+        let Some(n) = number else { return Ok(None) };
+        let index = index.0;
+        self.block_read(move |b| b.transaction_by_block_and_index(n, index))
+            .await
+    }
+
+    async fn uncle_count(&self, number: Option<u64>) -> Result<Option<U64>, RpcError> {
+        // A rollup block has no uncles: 0 for a block the node has, null otherwise.
+        Ok(number.map(|_| U64::ZERO))
+    }
+
+    async fn header_at(&self, number: Option<u64>) -> Result<Option<Header>, RpcError> {
+        Ok(self
+            .block_at(number, false)
+            .await?
+            .map(|block| block.header))
+    }
+
+    /// Logs of blocks `from..=to` for a filter, under the bounds of `eth_getLogs`.
+    async fn filter_logs_in(
+        &self,
+        filter: Filter,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Log>, RpcError> {
+        if from > to {
+            return Ok(Vec::new());
+        }
+        if to - from >= self.limits.max_log_block_range {
+            return Err(RpcError::LogRangeTooLarge(self.limits.max_log_block_range));
+        }
+        let limit = self.limits.max_log_results;
+        let logs = self
+            .execution(move |b| b.logs(from, to, &filter, limit))
+            .await?;
+        if logs.len() > limit {
+            return Err(RpcError::TooManyLogs(limit));
+        }
+        Ok(logs)
     }
 
     /// Refuses a log filter naming more addresses or topics than allowed, in geth's words.
@@ -530,6 +598,190 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
         Ok(logs)
     }
 
+    async fn transaction_by_block_number_and_index(
+        &self,
+        number: BlockNumberOrTag,
+        index: Index,
+    ) -> RpcResult<Option<Transaction>> {
+        Ok(self.transaction_at(self.existing(number), index).await?)
+    }
+
+    async fn transaction_by_block_hash_and_index(
+        &self,
+        hash: B256,
+        index: Index,
+    ) -> RpcResult<Option<Transaction>> {
+        let number = self.number_of_hash(hash).await?;
+        Ok(self.transaction_at(number, index).await?)
+    }
+
+    async fn raw_transaction_by_hash(&self, hash: B256) -> RpcResult<Option<Bytes>> {
+        Ok(self.blocking(move |b| b.raw_transaction(hash)).await?)
+    }
+
+    async fn uncle_count_by_block_number(
+        &self,
+        number: BlockNumberOrTag,
+    ) -> RpcResult<Option<U64>> {
+        Ok(self.uncle_count(self.existing(number)).await?)
+    }
+
+    async fn uncle_count_by_block_hash(&self, hash: B256) -> RpcResult<Option<U64>> {
+        let number = self.number_of_hash(hash).await?;
+        Ok(self.uncle_count(number).await?)
+    }
+
+    async fn uncle_by_block_number_and_index(
+        &self,
+        _number: BlockNumberOrTag,
+        _index: Index,
+    ) -> RpcResult<Option<Block>> {
+        Ok(None)
+    }
+
+    async fn uncle_by_block_hash_and_index(
+        &self,
+        _hash: B256,
+        _index: Index,
+    ) -> RpcResult<Option<Block>> {
+        Ok(None)
+    }
+
+    async fn header_by_number(&self, number: BlockNumberOrTag) -> RpcResult<Option<Header>> {
+        Ok(self.header_at(self.existing(number)).await?)
+    }
+
+    async fn header_by_hash(&self, hash: B256) -> RpcResult<Option<Header>> {
+        let number = self.number_of_hash(hash).await?;
+        Ok(self.header_at(number).await?)
+    }
+
+    async fn create_access_list(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        state_overrides: Option<StateOverride>,
+    ) -> RpcResult<AccessListResult> {
+        let at = self.state_block(block).await?;
+        Ok(self
+            .execution(move |b| b.create_access_list(request, at, state_overrides))
+            .await?)
+    }
+
+    async fn new_filter(&self, filter: Filter) -> RpcResult<String> {
+        self.check_filter(&filter)?;
+        let head = self.backend.latest();
+        // A filter's changes start after the head it was installed at, or at its fromBlock
+        // when that is later (geth).
+        let next = match filter.block_option {
+            FilterBlockOption::Range {
+                from_block: Some(from),
+                ..
+            } if !matches!(from, BlockNumberOrTag::Latest | BlockNumberOrTag::Pending) => {
+                self.tag_number(from).max(head + 1)
+            }
+            _ => head + 1,
+        };
+        Ok(self.filters.install(FilterKind::Logs {
+            filter: Box::new(filter),
+            next,
+        })?)
+    }
+
+    async fn new_block_filter(&self) -> RpcResult<String> {
+        let next = self.backend.latest() + 1;
+        Ok(self.filters.install(FilterKind::Blocks { next })?)
+    }
+
+    async fn new_pending_transaction_filter(&self, full: Option<bool>) -> RpcResult<String> {
+        if full == Some(true) {
+            return Err(RpcError::InvalidParams(
+                "pending transaction filters with full transactions are not supported; \
+                 install one for hashes"
+                    .into(),
+            )
+            .into());
+        }
+        let hashes = self.backend.subscriptions().subscribe_pending();
+        Ok(self.filters.install(FilterKind::Pending { hashes })?)
+    }
+
+    async fn filter_changes(&self, id: String) -> RpcResult<FilterChanges> {
+        let head = self.backend.latest();
+        let max_hashes = self.filters.limits().max_hashes;
+        // Take what the poll needs and move the filter on under the lock; read the chain
+        // after it.
+        enum Poll {
+            Blocks(u64, u64),
+            Logs(Box<Filter>, u64, u64),
+            Pending(Vec<B256>),
+        }
+        let range = self.limits.max_log_block_range;
+        let poll = self.filters.with(&id, |kind| match kind {
+            FilterKind::Blocks { next } => {
+                let from = (*next).max((head + 1).saturating_sub(max_hashes as u64));
+                let poll = Poll::Blocks(from, head);
+                *next = (*next).max(head + 1);
+                poll
+            }
+            FilterKind::Logs { filter, next } => {
+                // A filter polled after more blocks than one query may span answers the
+                // newest span; the blocks before are skipped, as a lagging subscription is.
+                let from = (*next).max((head + 1).saturating_sub(range));
+                let to = match filter.block_option {
+                    FilterBlockOption::Range {
+                        to_block: Some(to), ..
+                    } if !matches!(to, BlockNumberOrTag::Latest | BlockNumberOrTag::Pending) => {
+                        self.tag_number(to).min(head)
+                    }
+                    _ => head,
+                };
+                let poll = Poll::Logs(filter.clone(), from, to);
+                *next = (*next).max(head + 1);
+                poll
+            }
+            FilterKind::Pending { hashes } => Poll::Pending(drain_pending(hashes, max_hashes)),
+        })?;
+        match poll {
+            Poll::Blocks(from, to) => {
+                if from > to {
+                    return Ok(FilterChanges::Hashes(Vec::new()));
+                }
+                let hashes = self
+                    .block_read(move |b| {
+                        let mut out = Vec::with_capacity((to - from + 1) as usize);
+                        for n in from..=to {
+                            crate::deadline::check("eth_getFilterChanges")?;
+                            if let Some(hash) = b.block_hash(n)? {
+                                out.push(hash);
+                            }
+                        }
+                        Ok(out)
+                    })
+                    .await?;
+                Ok(FilterChanges::Hashes(hashes))
+            }
+            Poll::Logs(filter, from, to) => Ok(FilterChanges::Logs(
+                self.filter_logs_in(*filter, from, to).await?,
+            )),
+            Poll::Pending(hashes) => Ok(FilterChanges::Hashes(hashes)),
+        }
+    }
+
+    async fn filter_logs(&self, id: String) -> RpcResult<Vec<Log>> {
+        let filter = self.filters.with(&id, |kind| match kind {
+            FilterKind::Logs { filter, .. } => Ok(filter.clone()),
+            _ => Err(RpcError::InvalidParams(
+                "filter is not a log filter: eth_getFilterLogs answers log filters".into(),
+            )),
+        })??;
+        EthApiServer::logs(self, *filter).await
+    }
+
+    async fn uninstall_filter(&self, id: String) -> RpcResult<bool> {
+        Ok(self.filters.uninstall(&id))
+    }
+
     async fn subscribe(
         &self,
         pending: PendingSubscriptionSink,
@@ -655,12 +907,56 @@ impl<B: Backend> NetApiServer for EthRpc<B> {
     async fn version(&self) -> RpcResult<String> {
         Ok(self.backend.chain_id().to_string())
     }
+
+    async fn listening(&self) -> RpcResult<bool> {
+        Ok(true)
+    }
+
+    async fn peer_count(&self) -> RpcResult<U64> {
+        Ok(U64::ZERO)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> RpcModulesApiServer for EthRpc<B> {
+    async fn modules(&self) -> RpcResult<std::collections::BTreeMap<String, String>> {
+        Ok(["eth", "net", "web3", "debug", "txpool", "rpc"]
+            .into_iter()
+            .map(|m| (m.to_string(), "1.0".to_string()))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl<B: Backend> TxpoolApiServer for EthRpc<B> {
+    async fn status(&self) -> RpcResult<TxpoolStatus> {
+        Ok(self.blocking(|b| b.txpool_status()).await?)
+    }
+
+    async fn content(&self) -> RpcResult<TxpoolContent> {
+        Ok(self.block_read(|b| b.txpool_content(None)).await?)
+    }
+
+    async fn content_from(&self, address: Address) -> RpcResult<TxpoolContentFrom> {
+        let mut content = self
+            .block_read(move |b| b.txpool_content(Some(address)))
+            .await?;
+        Ok(content.remove_from(&address))
+    }
+
+    async fn inspect(&self) -> RpcResult<TxpoolInspect> {
+        Ok(self.block_read(|b| b.txpool_inspect()).await?)
+    }
 }
 
 #[async_trait]
 impl<B: Backend> Web3ApiServer for EthRpc<B> {
     async fn client_version(&self) -> RpcResult<String> {
         Ok(self.backend.client_version())
+    }
+
+    async fn sha3(&self, data: Bytes) -> RpcResult<B256> {
+        Ok(alloy_primitives::keccak256(&data))
     }
 }
 
@@ -707,6 +1003,30 @@ impl<B: Backend> DebugApiServer for EthRpc<B> {
         let number = self.existing(block).ok_or(RpcError::HeaderNotFound)?;
         Ok(self
             .execution(move |b| b.trace_block_prestate(number))
+            .await?)
+    }
+
+    async fn trace_transaction(
+        &self,
+        hash: B256,
+        options: Option<GethDebugTracingOptions>,
+    ) -> RpcResult<GethTrace> {
+        let options = options.unwrap_or_default();
+        Ok(self
+            .execution(move |b| b.trace_transaction(hash, options))
+            .await?)
+    }
+
+    async fn trace_call(
+        &self,
+        request: TransactionRequest,
+        block: Option<BlockId>,
+        options: Option<GethDebugTracingCallOptions>,
+    ) -> RpcResult<GethTrace> {
+        let at = self.state_block(block).await?;
+        let options = options.unwrap_or_default();
+        Ok(self
+            .execution(move |b| b.trace_call(request, at, options))
             .await?)
     }
 }

@@ -43,6 +43,7 @@ pub mod api;
 mod backend;
 pub mod deadline;
 mod error;
+mod filters;
 mod handler;
 mod metrics;
 mod middleware;
@@ -52,6 +53,7 @@ pub use backend::{
     Backend, PrestateAccount, PrestateTrace, SubscriptionBuffers, SubscriptionHub, LATEST_STATE,
 };
 pub use error::{codes, RpcError};
+pub use filters::FilterLimits;
 pub use handler::{EthRpc, Limits, DEFAULT_EXECUTION_TIMEOUT};
 pub use metrics::RpcMetrics;
 pub use middleware::HttpRoutes;

@@ -55,6 +55,10 @@ pub struct RpcConfig {
     /// How long one of those may run before it is stopped with an error. Default 5 s (geth's
     /// `--rpc.evmtimeout`); EVM executions are held to their own budget by the backend.
     pub execution_timeout: std::time::Duration,
+    /// Origins a browser may call from (CORS), as geth's `--http.corsdomain`: `*` for any,
+    /// or a list of origins (`https://app.example`). Empty: no CORS headers, so browsers
+    /// refuse pages of other origins.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for RpcConfig {
@@ -73,6 +77,7 @@ impl Default for RpcConfig {
             max_fee_history_blocks: limits.max_fee_history_blocks,
             max_concurrent_executions: limits.max_concurrent_executions,
             execution_timeout: limits.execution_timeout,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -147,10 +152,13 @@ impl RpcServer {
             metrics: call_metrics.clone(),
             max_response_body_size,
         });
-        let http_middleware = tower::ServiceBuilder::new().layer(HttpLayer {
-            routes,
-            metrics: metrics.clone(),
-        });
+        let cors = cors_layer(&config.cors_origins)?;
+        let http_middleware = tower::ServiceBuilder::new()
+            .option_layer(cors)
+            .layer(HttpLayer {
+                routes,
+                metrics: metrics.clone(),
+            });
 
         let server = Server::builder()
             .set_config(server_config)
@@ -174,6 +182,41 @@ impl RpcServer {
             metrics,
         })
     }
+}
+
+/// The CORS layer of `origins` (geth's `--http.corsdomain`), `None` for none. Preflight
+/// requests are answered by the layer; the methods are those a JSON-RPC or archive client
+/// uses, and any request header is allowed (browsers send `content-type`).
+fn cors_layer(origins: &[String]) -> Result<Option<tower_http::cors::CorsLayer>, RpcError> {
+    use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+    let origins: Vec<&str> = origins
+        .iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+        .collect();
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.contains(&"*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|o| {
+                http::HeaderValue::from_str(o).map_err(|_| {
+                    RpcError::InvalidParams(format!("--http.corsdomain: {o:?} is not an origin"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([http::Method::GET, http::Method::POST, http::Method::OPTIONS])
+            .allow_headers(Any)
+            .max_age(std::time::Duration::from_secs(3600)),
+    ))
 }
 
 /// Subscription ids as geth makes them: "0x" and 16 random bytes in hex. jsonrpsee's default

@@ -52,7 +52,7 @@ pub use config::PoolConfig;
 pub use error::TxPoolError;
 pub use journal::{Journal, JournalError, JournalMetrics, DEFAULT_QUEUE as DEFAULT_JOURNAL_QUEUE};
 pub use metrics::{Metrics, ReasonLabel};
-pub use pool::{AddOutcome, PoolStats, StateView, TxPool};
+pub use pool::{AddOutcome, PoolContent, PoolStats, StateView, TxPool};
 pub use recover::Recoverer;
 pub use validate::{
     decode_and_recover, decode_and_recover_all, decode_and_recover_bytes, PooledTx,

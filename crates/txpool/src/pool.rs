@@ -32,6 +32,15 @@ pub enum AddOutcome {
     },
 }
 
+/// The pool's transactions by kind ([`TxPool::content`]), each sender's in nonce order.
+#[derive(Debug, Default, Clone)]
+pub struct PoolContent {
+    /// Executable now.
+    pub pending: Vec<(Address, Arc<PooledTx>)>,
+    /// Waiting for a missing nonce before them.
+    pub queued: Vec<(Address, Arc<PooledTx>)>,
+}
+
 /// Sizes of the pool.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolStats {
@@ -741,6 +750,38 @@ impl TxPool {
     /// Sizes of the pool.
     pub fn stats(&self) -> PoolStats {
         self.read().stats()
+    }
+
+    /// The pooled transactions of every sender (or of `from` alone), each sender's in nonce
+    /// order, split into pending (executable now) and queued (after a nonce gap): what
+    /// `txpool_content` and `txpool_inspect` show. Clones only the pointers, under the read
+    /// lock.
+    pub fn content(&self, from: Option<Address>) -> PoolContent {
+        let inner = self.read();
+        let mut content = PoolContent::default();
+        let mut add = |address: &Address, queue: &SenderQueue| {
+            for (nonce, entry) in &queue.txs {
+                let list = if *nonce < queue.pending_end {
+                    &mut content.pending
+                } else {
+                    &mut content.queued
+                };
+                list.push((*address, Arc::clone(&entry.tx)));
+            }
+        };
+        match from {
+            Some(address) => {
+                if let Some(queue) = inner.senders.get(&address) {
+                    add(&address, queue);
+                }
+            }
+            None => {
+                for (address, queue) in &inner.senders {
+                    add(address, queue);
+                }
+            }
+        }
+        content
     }
 
     /// Every pooled transaction's encoding, each sender's in nonce order (what a journal

@@ -359,6 +359,125 @@ async def subscriptions(ws_url: str, contract: str, nonce: int) -> None:
         ok("eth_unsubscribe", "both")
 
 
+def forwarder_init_code(target: str) -> bytes:
+    """A contract that CALLs `target` with its own calldata and returns the first word back:
+    a transaction to it makes a call tree of two frames."""
+    runtime = bytes([0x36, 0x5F, 0x5F, 0x37])  # CALLDATACOPY(0, 0, CALLDATASIZE)
+    # CALL(GAS, target, 0, 0, CALLDATASIZE, 0, 32)
+    runtime += bytes([0x60, 0x20, 0x5F, 0x36, 0x5F, 0x5F, 0x73]) + bytes.fromhex(target[2:])
+    runtime += bytes([0x5A, 0xF1, 0x50])  # GAS CALL POP
+    runtime += bytes([0x60, 0x20, 0x5F, 0xF3])  # RETURN(0, 32)
+    return bytes([0x60, len(runtime), 0x80, 0x60, 0x09, 0x5F, 0x39, 0x5F, 0xF3]) + runtime
+
+
+def wait_for(what: str, poll):
+    """Calls `poll` until it returns something truthy, for at most TIMEOUT seconds."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        got = poll()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def filters_and_traces(w3: Web3, contract: str) -> None:
+    """Installed filters (web3.py's filter objects over eth_newFilter, eth_newBlockFilter,
+    eth_newPendingTransactionFilter and eth_getFilterChanges), then a call tree read back
+    with debug_traceTransaction and the callTracer, and the default struct logger."""
+    start = w3.eth.block_number
+    logs = w3.eth.filter({"address": contract, "fromBlock": start})
+    blocks = w3.eth.filter("latest")
+    pending = w3.eth.filter("pending")
+    check(logs.get_new_entries() == [], "a new log filter has no changes yet")
+    ok("eth_newFilter / newBlockFilter / newPending", f"{logs.filter_id[:10]}.., from block {start}")
+
+    cap, tip = fees(w3)
+    nonce = w3.eth.get_transaction_count(ALICE.address, "pending")
+    deploy = {
+        "type": 2,
+        "chainId": CHAIN_ID,
+        "nonce": nonce,
+        "maxFeePerGas": cap,
+        "maxPriorityFeePerGas": tip,
+        "gas": 200_000,
+        "data": forwarder_init_code(contract),
+        "value": 0,
+    }
+    receipt(w3, send(w3, ALICE, deploy))
+    forwarder = get_create_address(ALICE.address, nonce)
+    word = (0xF11E).to_bytes(32, "big")
+    call = {
+        "type": 2,
+        "chainId": CHAIN_ID,
+        "nonce": nonce + 1,
+        "maxFeePerGas": cap,
+        "maxPriorityFeePerGas": tip,
+        "gas": 200_000,
+        "to": forwarder,
+        "data": word,
+        "value": 0,
+    }
+    sent = send(w3, ALICE, call)
+    r = receipt(w3, sent)
+
+    entries = wait_for("the log filter's change", logs.get_new_entries)
+    check(len(entries) == 1, f"one log, got {len(entries)}")
+    check(entries[0]["transactionHash"] == sent, "the log filter's log is the call's")
+    check(HexBytes(entries[0]["data"]) == HexBytes(word), "the log's data")
+    check(logs.get_new_entries() == [], "a second poll has nothing new")
+    every = logs.get_all_entries()
+    check(any(e["transactionHash"] == sent for e in every), "eth_getFilterLogs has the log")
+    ok("filter get_new_entries (logs)", f"the call's log in block {entries[0]['blockNumber']}")
+    block_hashes = []
+    wait_for(
+        "the block filter to report the call's block",
+        lambda: block_hashes.extend(blocks.get_new_entries()) or r["blockHash"] in block_hashes,
+    )
+    numbers = [w3.eth.get_block(h)["number"] for h in block_hashes]
+    check(
+        numbers[0] > start and numbers == list(range(numbers[0], numbers[0] + len(numbers))),
+        f"every block after the filter, in order: {numbers}",
+    )
+    ok("filter get_new_entries (blocks)", f"{len(block_hashes)} hashes, blocks {numbers[0]}..{numbers[-1]}")
+    seen = pending.get_new_entries()
+    check(sent in seen, f"the pending filter saw the call ({len(seen)} hashes)")
+    ok("filter get_new_entries (pending)", f"{len(seen)} transaction hashes")
+    check(w3.eth.uninstall_filter(logs.filter_id), "eth_uninstallFilter")
+    try:
+        logs.get_new_entries()
+        raise AssertionError("an uninstalled filter still answers")
+    except Web3RPCError as e:
+        check("filter not found" in str(e), f"uninstalled: {e}")
+    ok("eth_uninstallFilter", "then 'filter not found'")
+
+    trace = w3.manager.request_blocking("debug_traceTransaction", [sent, {"tracer": "callTracer"}])
+    check(trace["type"] == "CALL", f"root frame {trace['type']}")
+    check(trace["from"].lower() == ALICE.address.lower(), f"root from {trace['from']}")
+    check(trace["to"].lower() == forwarder.lower(), f"root to {trace['to']}")
+    check(int(trace["gasUsed"], 16) == r["gasUsed"], f"root gas {trace['gasUsed']} vs receipt {r['gasUsed']}")
+    calls = trace.get("calls") or []
+    check(len(calls) == 1, f"one inner call, got {len(calls)}")
+    inner = calls[0]
+    check(inner["type"] == "CALL", f"inner {inner['type']}")
+    check(inner["from"].lower() == forwarder.lower(), f"inner from {inner['from']}")
+    check(inner["to"].lower() == contract.lower(), f"inner to {inner['to']}")
+    check(HexBytes(inner["input"]) == HexBytes(word), "inner input is the forwarded word")
+    check(HexBytes(inner["output"]) == HexBytes(word), "the logging contract returns slot 0")
+    ok("debug_traceTransaction callTracer", f"{trace['to'][:10]}.. -> {inner['to'][:10]}.., gas {r['gasUsed']}")
+    structs = w3.manager.request_blocking("debug_traceTransaction", [sent, {"disableStorage": True}])
+    check(structs["gas"] == r["gasUsed"], f"struct log gas {structs['gas']} vs {r['gasUsed']}")
+    ops = [s["op"] for s in structs["structLogs"]]
+    check(ops.count("CALL") == 1 and "LOG2" in ops, f"the struct log's CALL and LOG2: {len(ops)} steps")
+    ok("debug_traceTransaction struct logger", f"{len(ops)} steps")
+    traced_call = w3.manager.request_blocking(
+        "debug_traceCall",
+        [{"from": ALICE.address, "to": forwarder, "data": "0x" + word.hex()}, "latest", {"tracer": "callTracer"}],
+    )
+    check(len(traced_call.get("calls") or []) == 1, "debug_traceCall's call tree")
+    ok("debug_traceCall callTracer", "one inner call")
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: test_sequencer.py http://127.0.0.1:PORT")
@@ -370,6 +489,7 @@ def main() -> None:
     w3 = Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": TIMEOUT}))
     contract, nonce = http_checks(w3)
     asyncio.run(subscriptions(url.replace("http://", "ws://", 1), contract, nonce))
+    filters_and_traces(w3, contract)
     print(f"all checks passed in {time.monotonic() - started:.1f} s", flush=True)
 
 
