@@ -78,6 +78,20 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::Internal(e.to_string())
 }
 
+/// The RLP length of the block of `header` with `txs`, no ommers and an empty withdrawals
+/// list: what `size` reports.
+pub fn block_size(header: &Header, txs: &[Recovered<TxEnvelope>]) -> usize {
+    let block = alloy_consensus::Block {
+        header: header.clone(),
+        body: alloy_consensus::BlockBody {
+            transactions: txs.iter().map(|tx| tx.inner().clone()).collect::<Vec<_>>(),
+            ommers: Vec::new(),
+            withdrawals: Some(Default::default()),
+        },
+    };
+    alloy_rlp::Encodable::length(&block)
+}
+
 /// The RPC header of a sealed header.
 pub fn rpc_header(header: &alloy_consensus::Header, hash: B256) -> RpcHeader {
     let size = alloy_rlp::Encodable::length(header);
@@ -417,6 +431,7 @@ impl SequencerBackend {
             .transactions(number)
             .map_err(internal)?
             .unwrap_or_default();
+        let size = block_size(&header.header, &txs);
         let transactions = if full {
             BlockTransactions::Full(
                 txs.into_iter()
@@ -427,8 +442,12 @@ impl SequencerBackend {
         } else {
             BlockTransactions::Hashes(txs.iter().map(|tx| *tx.inner().tx_hash()).collect())
         };
+        let mut rpc = rpc_header(&header.header, header.hash);
+        // `size` is the block's RLP length (header, transactions, no ommers, no withdrawals),
+        // as geth reports it, not the header's alone.
+        rpc.size = Some(U256::from(size));
         Ok(Some(Block {
-            header: rpc_header(&header.header, header.hash),
+            header: rpc,
             uncles: Vec::new(),
             transactions,
             withdrawals: Some(Default::default()),
@@ -1199,6 +1218,14 @@ impl Backend for SequencerBackend {
 
     async fn send_raw_transaction(&self, raw: Bytes) -> Result<B256, RpcError> {
         self.node.submit(raw).await.map_err(|e| match e {
+            // The node could not read the sender's account: its failure, not a rejection
+            // (a wallet would otherwise tell its user the transaction is wrong).
+            crate::node::SubmitError::Rejected(gigas_txpool::TxPoolError::State(reason)) => {
+                RpcError::Internal(format!(
+                    "reading the sender's account failed, so the transaction was not accepted: \
+                     {reason}"
+                ))
+            }
             crate::node::SubmitError::Rejected(e) => RpcError::TxRejected(e.to_string()),
             crate::node::SubmitError::Journal(e) => RpcError::Internal(format!(
                 "the transaction journal failed, so the transaction was not accepted: {e}"

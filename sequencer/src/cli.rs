@@ -138,7 +138,8 @@ struct RunArgs {
     max_block_txs: usize,
     /// Blocks whose state stays queryable (eth_getBalance at an older block, the prestate
     /// tracer).
-    #[arg(long = "state-history", default_value_t = 10_000)]
+    /// At least 1,288: the diff writer re-encodes blocks after a restart from this state.
+    #[arg(long = "state-history", default_value_t = 10_000, value_parser = parse_state_history)]
     state_history: u64,
     #[command(flatten)]
     rpc: crate::rpc_args::RpcArgs,
@@ -183,6 +184,24 @@ where
         Some(Command::ExportChain(args)) => export_chain(args),
         None => run(cli.run),
     }
+}
+
+/// `--state-history`, refusing windows too short for recovery and the diff writer.
+fn parse_state_history(s: &str) -> Result<u64, String> {
+    let blocks: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of blocks"))?;
+    let min = crate::diffs::MIN_STATE_HISTORY;
+    if blocks < min {
+        return Err(format!(
+            "{blocks} blocks is too short: at least {min} (after a restart the diff writer \
+             re-encodes up to {} blocks from the state before each, and recovery replays up to {})",
+            crate::diffs::MARK_EVERY + crate::diffs::SYNC_EVERY,
+            crate::node::MAX_GROUP
+        ));
+    }
+    Ok(blocks)
 }
 
 fn export_chain(args: ExportChainArgs) -> eyre::Result<()> {

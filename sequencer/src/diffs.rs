@@ -37,6 +37,16 @@ use crate::node::{CommittedBlock, Node};
 /// A block without new keys still gets an (empty) index-log record this often.
 pub const MARK_EVERY: u64 = 1024;
 
+/// The index log is synced at least this often (in blocks) while the writer runs, so that a
+/// power loss costs at most this many records, which a restart re-encodes from the history.
+pub const SYNC_EVERY: u64 = 256;
+
+/// The least `--state-history` the diff writer can live with: a restart re-encodes every block
+/// after the log's last durable record (up to [`SYNC_EVERY`] + [`MARK_EVERY`] blocks back),
+/// and each needs the state before it; recovery replays up to [`crate::node::MAX_GROUP`]
+/// blocks more.
+pub const MIN_STATE_HISTORY: u64 = MARK_EVERY + SYNC_EVERY + crate::node::MAX_GROUP as u64;
+
 /// Why the diff writer stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DiffWriterError {
@@ -215,6 +225,8 @@ pub struct DiffWriter {
     /// The next block to write.
     next: u64,
     last_record: u64,
+    /// The last block whose index record is known durable.
+    last_synced: u64,
 }
 
 fn encode_keys(keys: &[StateKey]) -> Vec<u8> {
@@ -326,6 +338,7 @@ impl DiffWriter {
                 config,
                 next,
                 last_record: next.saturating_sub(1),
+                last_synced: next.saturating_sub(1),
             },
             handle,
         ))
@@ -485,6 +498,12 @@ impl DiffWriter {
         if !diff.new_keys.is_empty() || number >= self.last_record + MARK_EVERY {
             self.log.append(number, &encode_keys(&diff.new_keys))?;
             self.last_record = number;
+            // Off the producer's path: a sync every few hundred blocks bounds what a power
+            // loss can take from the log (see MIN_STATE_HISTORY).
+            if number >= self.last_synced + SYNC_EVERY {
+                self.log.sync()?;
+                self.last_synced = number;
+            }
         }
         self.index
             .extend(&diff.new_keys)

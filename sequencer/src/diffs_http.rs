@@ -30,9 +30,16 @@ use crate::diffs::DiffArchive;
 /// The most diffs one range request returns.
 pub const MAX_RANGE_BLOCKS: u64 = 1024;
 /// The most bytes one range request returns (the range is cut short before it).
-pub const MAX_RANGE_BYTES: usize = 64 << 20;
+pub const MAX_RANGE_BYTES: usize = 16 << 20;
+/// The most range requests answered at once; more get 503 with `Retry-After` (a follower
+/// backs off and asks again). With [`MAX_RANGE_BYTES`], what ranges hold in memory at once
+/// is bounded (256 MiB at the very worst).
+pub const MAX_RANGES: usize = 16;
 /// The most open `/diffs/stream` connections.
 pub const MAX_STREAMS: usize = 256;
+/// How long a stream may wait for its client to take a message: one that does not read is
+/// closed instead of holding the server's buffers.
+pub const STREAM_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
@@ -40,6 +47,7 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 struct AppState {
     diffs: Arc<DiffArchive>,
     streams: Arc<Semaphore>,
+    ranges: Arc<Semaphore>,
 }
 
 /// The routes, to hand to `gigas_rpc::HttpRoutes::new(..).with_websocket_paths(["/diffs/stream"])`.
@@ -54,6 +62,7 @@ pub fn router(diffs: Arc<DiffArchive>) -> Router {
         .with_state(AppState {
             diffs,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            ranges: Arc::new(Semaphore::new(MAX_RANGES)),
         })
 }
 
@@ -272,6 +281,16 @@ async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
     if let Some(response) = unavailable(&state.diffs, from) {
         return response;
     }
+    let Ok(_permit) = state.ranges.clone().try_acquire_owned() else {
+        let mut response = json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("{MAX_RANGES} range requests are being answered; try again shortly"),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    };
     let head = state.diffs.head().map_or(0, |h| h.number);
     let last = to.min(head);
     let diffs = state.diffs.clone();
@@ -352,6 +371,18 @@ async fn stream(
                 &format!("block {from} was removed by retention"),
             );
         }
+        // A stream from far beyond the head would hold a connection for nothing: it may
+        // start at the next block at most.
+        let next = state.diffs.head().map_or(0, |h| h.number + 1);
+        if from > next {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "block {from} is not produced yet; a stream starts at the next block ({next}) \
+                     at the latest"
+                ),
+            );
+        }
     }
     let Ok(permit) = state.streams.clone().try_acquire_owned() else {
         return json_error(
@@ -365,6 +396,18 @@ async fn stream(
             tracing::debug!(error = %e, "diff stream closed");
         }
     })
+}
+
+/// Sends one message, closing the stream when the client has not taken it within
+/// [`STREAM_SEND_TIMEOUT`].
+async fn send_bounded(socket: &mut WebSocket, message: Message) -> Result<(), axum::Error> {
+    match tokio::time::timeout(STREAM_SEND_TIMEOUT, socket.send(message)).await {
+        Ok(sent) => sent,
+        Err(_) => Err(axum::Error::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read the stream",
+        ))),
+    }
 }
 
 /// Sends diffs from `from` (or the next one) on, in order, reading from the archive whatever
@@ -381,7 +424,7 @@ async fn send_stream(
         while diffs.head().is_some_and(|h| h.number >= next) {
             match read_file(&diffs, FileKind::Diff, next).await {
                 Ok(Some(bytes)) => {
-                    socket.send(Message::Binary(bytes.into())).await?;
+                    send_bounded(&mut socket, Message::Binary(bytes.into())).await?;
                     next += 1;
                 }
                 // Removed by retention while the follower was behind: it must start again.
@@ -399,7 +442,7 @@ async fn send_stream(
         tokio::select! {
             received = live.recv() => match received {
                 Ok(diff) if diff.number == next => {
-                    socket.send(Message::Binary(diff.bytes.0)).await?;
+                    send_bounded(&mut socket, Message::Binary(diff.bytes.0)).await?;
                     next += 1;
                 }
                 // Older: already sent. Newer: the loop reads the gap from the files.

@@ -375,6 +375,17 @@ impl Node {
     pub fn open(config: NodeConfig) -> Result<Arc<Self>, NodeError> {
         let chain = &config.chain;
         chain.validate()?;
+        if config.state_history_blocks < crate::diffs::MIN_STATE_HISTORY {
+            return Err(NodeError::Inconsistent {
+                dir: config.datadir.clone(),
+                message: format!(
+                    "a state history of {} blocks is too short: recovery and the diff writer \
+                     need at least {}",
+                    config.state_history_blocks,
+                    crate::diffs::MIN_STATE_HISTORY
+                ),
+            });
+        }
         let signer = chain.signer()?;
         let spec = chain.spec();
         let dir = &config.datadir;
@@ -637,9 +648,17 @@ impl Node {
             self.pool.add(tx, &view, base_fee)?;
         }
         if let Err(e) = self.journal.append(raw).await {
-            // Not durable, so not accepted: take it back out.
-            self.pool.remove_invalid(hash, "journal failed");
             tracing::error!(error = %e, "the transaction journal failed: transactions are refused until a restart");
+            // Not durable, so not accepted: take it back out, alone (its sender's later
+            // transactions were accepted and journaled). If a block took it first, it is as
+            // durable as that block: refusing it would tell the client a mined transaction
+            // was not accepted.
+            if !self.pool.withdraw(hash)
+                && (self.in_flight_transaction(hash).is_some()
+                    || self.history.transaction(hash).ok().flatten().is_some())
+            {
+                return Ok(hash);
+            }
             return Err(SubmitError::Journal(e));
         }
         Ok(hash)

@@ -216,6 +216,17 @@ impl HttpRoutes {
     }
 }
 
+/// 503 for a route request beyond the connection limit, with a JSON error and `Retry-After`.
+fn busy() -> HttpResponse {
+    let body = r#"{"error":"too many requests in flight; try again shortly"}"#;
+    http::Response::builder()
+        .status(http::StatusCode::SERVICE_UNAVAILABLE)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::RETRY_AFTER, "1")
+        .body(HttpBody::from(body))
+        .unwrap_or_else(|_| http::Response::new(HttpBody::from(body)))
+}
+
 /// Marks a connection open while any copy lives. The HTTP service holds one for the TCP
 /// connection; a WebSocket upgrade stores another in the request's extensions, which jsonrpsee
 /// keeps for the whole WebSocket session, so the count follows the upgraded connection too.
@@ -227,6 +238,9 @@ struct OpenConnection(#[allow(dead_code)] Arc<GaugeGuard>);
 pub(crate) struct HttpLayer {
     pub(crate) routes: Option<HttpRoutes>,
     pub(crate) metrics: Arc<RpcMetrics>,
+    /// Requests to the extra routes in flight, all connections together: jsonrpsee counts
+    /// only its own against `max_connections`, and the routes must not go past it either.
+    pub(crate) route_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl<S> Layer<S> for HttpLayer {
@@ -237,6 +251,7 @@ impl<S> Layer<S> for HttpLayer {
             inner,
             routes: self.routes.clone(),
             connection: OpenConnection(Arc::new(self.metrics.connection_opened())),
+            route_permits: self.route_permits.clone(),
         }
     }
 }
@@ -247,6 +262,7 @@ pub(crate) struct HttpService<S> {
     inner: S,
     routes: Option<HttpRoutes>,
     connection: OpenConnection,
+    route_permits: Arc<tokio::sync::Semaphore>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -276,8 +292,12 @@ where
         }
         if to_routes {
             if let Some(routes) = &self.routes {
+                let Ok(permit) = self.route_permits.clone().try_acquire_owned() else {
+                    return Box::pin(async { Ok(busy()) });
+                };
                 let routes = routes.service.clone();
                 return Box::pin(async move {
+                    let _permit = permit;
                     match routes.oneshot(request).await {
                         Ok(response) => Ok(response),
                         Err(never) => match never {},

@@ -158,6 +158,9 @@ impl RpcServer {
             .layer(HttpLayer {
                 routes,
                 metrics: metrics.clone(),
+                route_permits: Arc::new(tokio::sync::Semaphore::new(
+                    config.max_connections.max(1) as usize
+                )),
             });
 
         let server = Server::builder()

@@ -688,6 +688,27 @@ impl TxPool {
         self.announce(promoted);
     }
 
+    /// Takes back one transaction that was added but could not be made durable (its journal
+    /// append failed): only that one, so its sender's later transactions stay (queued behind
+    /// the gap until it is sent again). Returns whether it was still in the pool: `false`
+    /// when a block has already taken it (or it was replaced or evicted meanwhile).
+    pub fn withdraw(&self, hash: B256) -> bool {
+        let mut promoted = Vec::new();
+        {
+            let mut inner = self.write();
+            let Some(tx) = inner.by_hash.get(&hash).cloned() else {
+                return false;
+            };
+            let sender = tx.sender;
+            let old_end = inner.detach(&sender);
+            inner.take(&sender, tx.nonce);
+            inner.attach(&sender, old_end, &mut promoted);
+            self.update_gauges(&inner);
+        }
+        self.announce(promoted);
+        true
+    }
+
     /// Drops a transaction the block builder found invalid, and every later transaction of its
     /// sender (they could not execute before it). Returns how many were removed.
     pub fn remove_invalid(&self, hash: B256, reason: &str) -> usize {

@@ -270,6 +270,54 @@ fn remove_invalid_drops_the_rest_of_the_sender() {
     assert_eq!(pool.metrics().invalid.get(), 3);
 }
 
+/// A transaction whose journal append failed is taken back alone: the sender's later
+/// transactions were accepted and stay, queued behind the gap (before, the node used
+/// `remove_invalid`, which drops them all).
+#[test]
+fn withdraw_takes_back_one_transaction_and_keeps_the_later_ones() {
+    let key = signer(0);
+    let state = MemState::funded([key.address()], U256::from(ETH));
+    let pool = TxPool::new(config());
+    let txs: Vec<_> = (0..4).map(|n| pooled(&transfer(&key, n, 10, 1))).collect();
+    for tx in &txs {
+        pool.add(tx.clone(), &state, 1).expect("valid");
+    }
+    assert!(pool.withdraw(txs[1].hash));
+    assert!(!pool.withdraw(txs[1].hash), "already withdrawn");
+    assert!(!pool.contains(txs[1].hash));
+    assert!(pool.contains(txs[2].hash) && pool.contains(txs[3].hash));
+    assert_eq!(pool.stats().pending, 1);
+    assert_eq!(pool.stats().queued, 2);
+    assert_eq!(pool.pending_nonce(key.address()), Some(1));
+    // Sent again, it closes the gap and promotes the rest.
+    assert_eq!(pool.add(txs[1].clone(), &state, 1), Ok(AddOutcome::Pending));
+    assert_eq!(pool.stats().pending, 4);
+}
+
+/// A transaction the pool holds while its fee cap is below the base fee comes back after a
+/// restart: `readmit` skips the price checks that `add` makes at the door (before, journal
+/// replay used `add` and dropped it for good when the base fee had risen).
+#[test]
+fn readmit_keeps_a_journaled_transaction_under_a_risen_base_fee() {
+    let key = signer(0);
+    let state = MemState::funded([key.address()], U256::from(ETH));
+    let pool = TxPool::new(config());
+    let tx = pooled(&transfer(&key, 0, 10, 1));
+    assert!(matches!(
+        pool.add(tx.clone(), &state, 50),
+        Err(TxPoolError::FeeCapBelowBaseFee { .. })
+    ));
+    assert_eq!(
+        pool.readmit(tx.clone(), &state, 50),
+        Ok(AddOutcome::Pending)
+    );
+    assert!(
+        pool.best(50, BLOCK_GAS, 100).is_empty(),
+        "not selected under the base fee"
+    );
+    assert_eq!(hashes(&pool.best(5, BLOCK_GAS, 100)), vec![tx.hash]);
+}
+
 #[test]
 fn all_encoded_rebuilds_the_same_pool() {
     let keys: Vec<_> = (0..5).map(signer).collect();
