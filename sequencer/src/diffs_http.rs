@@ -35,6 +35,9 @@ pub const MAX_RANGE_BYTES: usize = 16 << 20;
 /// backs off and asks again). With [`MAX_RANGE_BYTES`], what ranges hold in memory at once
 /// is bounded (256 MiB at the very worst).
 pub const MAX_RANGES: usize = 16;
+/// How far past the archive's next block a stream may start (a follower that is ahead of an
+/// archive catching up after a restart); further is refused.
+pub const MAX_STREAM_AHEAD: u64 = 4096;
 /// The most open `/diffs/stream` connections.
 pub const MAX_STREAMS: usize = 256;
 /// How long a stream may wait for its client to take a message: one that does not read is
@@ -371,15 +374,16 @@ async fn stream(
                 &format!("block {from} was removed by retention"),
             );
         }
-        // A stream from far beyond the head would hold a connection for nothing: it may
-        // start at the next block at most.
+        // A stream from far beyond the head would hold a connection for nothing. A little
+        // ahead is fine: after a restart the archive catches up with blocks a follower
+        // already has.
         let next = state.diffs.head().map_or(0, |h| h.number + 1);
-        if from > next {
+        if from > next.saturating_add(MAX_STREAM_AHEAD) {
             return json_error(
                 StatusCode::NOT_FOUND,
                 &format!(
-                    "block {from} is not produced yet; a stream starts at the next block ({next}) \
-                     at the latest"
+                    "block {from} is not produced yet; the archive's next block is {next}, and a \
+                     stream starts at most {MAX_STREAM_AHEAD} blocks after it"
                 ),
             );
         }

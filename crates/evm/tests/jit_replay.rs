@@ -60,7 +60,7 @@ fn every_shipped_block_replays_exactly_with_compiled_code() {
         // called is compiled; in the background, those whose frames spent enough gas (about
         // 240 of these blocks' contracts after two passes).
         let (min_compiled, min_frames) = match mode {
-            JitMode::Eager => (100, 1_000),
+            JitMode::Eager => (100, 500),
             _ => (100, 3_000),
         };
         assert!(
