@@ -914,3 +914,82 @@ async fn port_zero_reports_the_bound_port_and_a_taken_port_is_a_typed_error() {
     assert!(matches!(err, gigas_rpc::RpcError::Bind { .. }), "{err}");
     handle.stop();
 }
+
+/// One HTTP request over a plain socket: the status line and headers, lower-cased.
+fn raw_request(addr: SocketAddr, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.to_ascii_lowercase()
+}
+
+/// `--http.corsdomain`: a browser page of an allowed origin gets its preflight answered and
+/// the CORS headers on the call; another origin gets none, so the browser refuses it; with
+/// no origin configured nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_headers_follow_the_configured_origins() {
+    let backend = TestBackend::new(1, SubscriptionBuffers::default());
+    let handle = start(
+        RpcConfig {
+            cors_origins: vec!["https://app.example".into()],
+            ..config()
+        },
+        backend.clone(),
+    )
+    .await;
+    let addr = handle.local_addr();
+    let preflight = move |origin: &str| {
+        format!(
+            "OPTIONS / HTTP/1.1\r\nHost: {addr}\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: content-type\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let allowed =
+        tokio::task::spawn_blocking(move || raw_request(addr, &preflight("https://app.example")))
+            .await
+            .unwrap();
+    assert!(
+        allowed.contains("access-control-allow-origin: https://app.example"),
+        "{allowed}"
+    );
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+    let call = move |origin: &'static str| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nOrigin: {origin}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let answer =
+        tokio::task::spawn_blocking(move || raw_request(addr, &call("https://app.example")))
+            .await
+            .unwrap();
+    assert!(
+        answer.contains("access-control-allow-origin: https://app.example"),
+        "{answer}"
+    );
+    assert!(answer.contains("\"result\""), "{answer}");
+    let other =
+        tokio::task::spawn_blocking(move || raw_request(addr, &call("https://evil.example")))
+            .await
+            .unwrap();
+    assert!(!other.contains("access-control-allow-origin"), "{other}");
+
+    let plain = start(config(), backend).await;
+    let addr = plain.local_addr();
+    let answer = tokio::task::spawn_blocking(move || {
+        raw_request(
+            addr,
+            &format!(
+                "POST / HTTP/1.1\r\nHost: {addr}\r\nOrigin: https://app.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(!answer.contains("access-control-allow-origin"), "{answer}");
+}
