@@ -420,8 +420,11 @@ impl SequencerBackend {
         self.node.history().sealed_header(number).map_err(internal)
     }
 
-    /// The block by number, with hashes or full transactions.
-    pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+    /// A published block's header and transactions.
+    fn sealed_with_transactions(
+        &self,
+        number: u64,
+    ) -> Result<Option<(SealedHeader, BlockTransactionsOf)>, RpcError> {
         let Some(header) = self.sealed(number)? else {
             return Ok(None);
         };
@@ -431,6 +434,14 @@ impl SequencerBackend {
             .transactions(number)
             .map_err(internal)?
             .unwrap_or_default();
+        Ok(Some((header, txs)))
+    }
+
+    /// The block by number, with hashes or full transactions.
+    pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
+            return Ok(None);
+        };
         let size = block_size(&header.header, &txs);
         let transactions = if full {
             BlockTransactions::Full(
@@ -832,43 +843,18 @@ impl SequencerBackend {
     /// `debug_traceBlockByNumber` with the prestate tracer: for each transaction of block
     /// `number`, the accounts and slots it read or wrote as they were before it.
     pub fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
-        if number == 0 {
-            return Err(RpcError::InvalidParams(
-                "the genesis block has no transactions to trace".into(),
-            ));
-        }
-        let header = self.header(number)?;
-        let txs = self
-            .node
-            .history()
-            .transactions(number)
-            .map_err(internal)?
-            .unwrap_or_default();
-        let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
-        let prepared = gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new());
-        // A block's transactions re-executed for a client: the whole trace within one budget
-        // of time (a block of a billion gas would take minutes).
-        let deadline = Deadline::enter(self.budget.deadline_from_now());
-        let timed_out = || {
-            RpcError::Timeout(format!(
-                "debug_traceBlockByNumber of block {number}: {}",
-                CallError::Timeout(self.budget.timeout)
-            ))
-        };
+        let replay = self.replay(
+            number,
+            format!("debug_traceBlockByNumber of block {number}"),
+        )?;
         self.at(number - 1, |db| {
             let mut cache = CacheDB::new(WrapDatabaseRef(db));
-            let mut out = Vec::with_capacity(txs.len());
-            for tx in &txs {
-                if deadline.expired() {
-                    return Ok(Err(timed_out()));
+            let mut out = Vec::with_capacity(replay.txs.len());
+            for tx in &replay.txs {
+                if let Err(e) = replay.check() {
+                    return Ok(Err(e));
                 }
-                let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
-                let done = gigas_evm::call::simulate(&mut cache, &prepared, env).map_err(|e| {
-                    crate::state::StateError::History(format!(
-                        "re-executing {}: {e}",
-                        tx.inner().tx_hash()
-                    ))
-                })?;
+                let done = replay.run(&mut cache, tx)?;
                 let mut result = BTreeMap::new();
                 for (address, account) in &done.state {
                     use gigas_evm::revm::database_interface::Database;
@@ -912,8 +898,8 @@ impl SequencerBackend {
                     result,
                 });
             }
-            if deadline.expired() {
-                return Ok(Err(timed_out()));
+            if let Err(e) = replay.check() {
+                return Ok(Err(e));
             }
             Ok(Ok(out))
         })?
@@ -921,6 +907,32 @@ impl SequencerBackend {
 }
 
 impl SequencerBackend {
+    /// Block `number` (not the genesis) prepared for [`Replay`], its deadline starting now;
+    /// `what` names the request in a timeout.
+    fn replay(&self, number: u64, what: String) -> Result<Replay, RpcError> {
+        if number == 0 {
+            return Err(RpcError::InvalidParams(
+                "the genesis block has no transactions to trace".into(),
+            ));
+        }
+        let header = self.header(number)?;
+        let txs = self
+            .node
+            .history()
+            .transactions(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
+        Ok(Replay {
+            txs,
+            prepared: gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new()),
+            // A block of a billion gas would take minutes: the whole trace within one budget.
+            deadline: Deadline::enter(self.budget.deadline_from_now()),
+            timeout: self.budget.timeout,
+            what,
+        })
+    }
+
     /// `debug_traceTransaction`: the block's transactions before it re-executed over the
     /// state after its parent, then the transaction traced, all within the budget.
     pub fn trace_transaction(
@@ -938,48 +950,34 @@ impl SequencerBackend {
         };
         let number = location.block;
         let index = location.index as usize;
-        let header = self.header(number)?;
-        let txs = history
-            .transactions(number)
-            .map_err(internal)?
-            .unwrap_or_default();
-        if index >= txs.len() || number == 0 {
+        let replay = self.replay(number, format!("debug_traceTransaction of {hash}"))?;
+        if index >= replay.txs.len() {
             return Err(internal(format!(
                 "block {number} has {} transactions, {hash} is at index {index}",
-                txs.len()
+                replay.txs.len()
             )));
         }
-        let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
-        let prepared = gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new());
-        let deadline = Deadline::enter(self.budget.deadline_from_now());
-        let timed_out = || {
-            RpcError::Timeout(format!(
-                "debug_traceTransaction of {hash}: {}",
-                CallError::Timeout(self.budget.timeout)
-            ))
-        };
         self.at(number - 1, |db| {
             let mut cache = CacheDB::new(WrapDatabaseRef(db));
-            for tx in &txs[..index] {
-                if deadline.expired() {
-                    return Ok(Err(timed_out()));
+            for tx in &replay.txs[..index] {
+                if let Err(e) = replay.check() {
+                    return Ok(Err(e));
                 }
-                let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
-                let done = gigas_evm::call::simulate(&mut cache, &prepared, env).map_err(|e| {
-                    crate::state::StateError::History(format!(
-                        "re-executing {}: {e}",
-                        tx.inner().tx_hash()
-                    ))
-                })?;
+                let done = replay.run(&mut cache, tx)?;
                 use gigas_evm::revm::database_interface::DatabaseCommit;
                 cache.commit(done.state);
             }
-            let tx = &txs[index];
+            let tx = &replay.txs[index];
             let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
-            let traced =
-                gigas_evm::trace::trace(&mut cache, &prepared, env, &tracer, TraceCaps::default());
-            if deadline.expired() {
-                return Ok(Err(timed_out()));
+            let traced = gigas_evm::trace::trace(
+                &mut cache,
+                &replay.prepared,
+                env,
+                &tracer,
+                TraceCaps::default(),
+            );
+            if let Err(e) = replay.check() {
+                return Ok(Err(e));
             }
             Ok(traced.map(|(trace, _)| trace).map_err(|e| match e {
                 gigas_evm::trace::TraceError::TooLarge { .. } => {
@@ -1052,19 +1050,56 @@ impl SequencerBackend {
         number: u64,
         index: usize,
     ) -> Result<Option<Transaction>, RpcError> {
-        let Some(header) = self.sealed(number)? else {
+        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
             return Ok(None);
         };
-        let txs = self
-            .node
-            .history()
-            .transactions(number)
-            .map_err(internal)?
-            .unwrap_or_default();
         Ok(txs
             .into_iter()
             .nth(index)
             .map(|tx| rpc_transaction(tx, &header, index)))
+    }
+}
+
+/// A block's transactions with their senders, as the history returns them.
+type BlockTransactionsOf = Vec<Recovered<TxEnvelope>>;
+
+/// A published block's transactions ready to be re-executed for a client (a trace) over the
+/// state after its parent, within the call budget.
+struct Replay {
+    txs: Vec<Recovered<TxEnvelope>>,
+    prepared: gigas_evm::PreparedBlock,
+    deadline: Deadline,
+    timeout: std::time::Duration,
+    what: String,
+}
+
+impl Replay {
+    /// The deadline's error, once it has passed.
+    fn check(&self) -> Result<(), RpcError> {
+        if self.deadline.expired() {
+            return Err(RpcError::Timeout(format!(
+                "{}: {}",
+                self.what,
+                CallError::Timeout(self.timeout)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Re-executes `tx` over `cache` and returns what it did (not committed).
+    fn run<DB>(
+        &self,
+        cache: &mut CacheDB<DB>,
+        tx: &Recovered<TxEnvelope>,
+    ) -> Result<gigas_evm::revm::context::result::ResultAndState, crate::state::StateError>
+    where
+        DB: DatabaseRef,
+        DB::Error: std::fmt::Display,
+    {
+        let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
+        gigas_evm::call::simulate(&mut *cache, &self.prepared, env).map_err(|e| {
+            crate::state::StateError::History(format!("re-executing {}: {e}", tx.inner().tx_hash()))
+        })
     }
 }
 

@@ -596,12 +596,11 @@ impl Node {
         f(&db)
     }
 
-    /// The nonce of `address` at the producer's tip: the published head with the blocks sealed
-    /// since laid over it. A transaction leaves the pool when its block is sealed and shows
-    /// in the head only once that block is published; the tip holds it in between.
-    pub fn tip_nonce(&self, address: Address) -> Result<u64, NodeError> {
-        // Vilmo first, then the blocks in flight (as in `submit`): a block leaves the
-        // in-flight list only after it is in Vilmo.
+    /// Runs `f` over the producer's tip: the published head with the blocks sealed since laid
+    /// over it (what submissions are checked against).
+    fn with_tip<T>(&self, f: impl FnOnce(StateDb<'_, crate::state::Tip<'_>>) -> T) -> T {
+        // Vilmo first, then the blocks in flight: a block leaves the in-flight list only
+        // after it is in Vilmo, so no block is missed between the two reads.
         let vilmo = self.vilmo_read();
         let pending = self
             .pending
@@ -613,11 +612,17 @@ impl Node {
             pending: &pending,
             history: &self.history,
         };
-        let db = StateDb {
+        f(StateDb {
             source: tip,
             hashes: &self.history,
-        };
-        Ok(db.account(&address)?.map_or(0, |a| a.state.nonce))
+        })
+    }
+
+    /// The nonce of `address` at the producer's tip. A transaction leaves the pool when its
+    /// block is sealed and shows in the head only once that block is published; the tip
+    /// holds it in between.
+    pub fn tip_nonce(&self, address: Address) -> Result<u64, NodeError> {
+        self.with_tip(|db| Ok(db.account(&address)?.map_or(0, |a| a.state.nonce)))
     }
 
     /// Accepts a raw signed transaction: recovers its sender off the caller's thread, checks
@@ -626,27 +631,8 @@ impl Node {
     pub async fn submit(&self, raw: Bytes) -> Result<B256, SubmitError> {
         let tx = self.recoverer.recover(raw.clone()).await?;
         let hash = tx.hash;
-        {
-            let base_fee = self.next_base_fee();
-            // Vilmo first, then the blocks in flight: a block leaves the in-flight list only
-            // after it is in Vilmo, so no block is missed between the two reads.
-            let vilmo = self.vilmo_read();
-            let pending = self
-                .pending
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            let tip = crate::state::Tip {
-                vilmo: &vilmo,
-                pending: &pending,
-                history: &self.history,
-            };
-            let view = PoolView(StateDb {
-                source: tip,
-                hashes: &self.history,
-            });
-            self.pool.add(tx, &view, base_fee)?;
-        }
+        let base_fee = self.next_base_fee();
+        self.with_tip(|db| self.pool.add(tx, &PoolView(db), base_fee))?;
         if let Err(e) = self.journal.append(raw).await {
             tracing::error!(error = %e, "the transaction journal failed: transactions are refused until a restart");
             // Not durable, so not accepted: take it back out, alone (its sender's later
