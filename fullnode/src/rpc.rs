@@ -586,10 +586,6 @@ impl Backend for FullNodeBackend {
         Err(self.history_refused("old state to trace blocks over"))
     }
 
-    fn raw_transaction(&self, _hash: B256) -> Result<Option<Bytes>, RpcError> {
-        Err(self.history_refused("transactions"))
-    }
-
     fn transaction_by_block_and_index(
         &self,
         _number: u64,

@@ -81,15 +81,21 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
 /// The RLP length of the block of `header` with `txs`, no ommers and an empty withdrawals
 /// list: what `size` reports.
 pub fn block_size(header: &Header, txs: &[Recovered<TxEnvelope>]) -> usize {
-    let block = alloy_consensus::Block {
-        header: header.clone(),
-        body: alloy_consensus::BlockBody {
-            transactions: txs.iter().map(|tx| tx.inner().clone()).collect::<Vec<_>>(),
-            ommers: Vec::new(),
-            withdrawals: Some(Default::default()),
-        },
+    // Summed from the parts' lengths: building the block to encode it would copy every
+    // transaction on each block request.
+    let list = |payload_length: usize| {
+        alloy_rlp::Header {
+            list: true,
+            payload_length,
+        }
+        .length_with_payload()
     };
-    alloy_rlp::Encodable::length(&block)
+    let txs: usize = txs
+        .iter()
+        .map(|tx| alloy_rlp::Encodable::length(tx.inner()))
+        .sum();
+    // header, transactions, ommers (none), withdrawals (none)
+    list(alloy_rlp::Encodable::length(header) + list(txs) + list(0) + list(0))
 }
 
 /// The RPC header of a sealed header.
@@ -1308,16 +1314,6 @@ impl Backend for SequencerBackend {
         index: usize,
     ) -> Result<Option<Transaction>, RpcError> {
         SequencerBackend::transaction_by_block_and_index(self, number, index)
-    }
-
-    fn raw_transaction(&self, hash: B256) -> Result<Option<Bytes>, RpcError> {
-        if let Some(pooled) = self.node.pool().get(hash) {
-            return Ok(Some(pooled.encoded.clone()));
-        }
-        use alloy_eips::eip2718::Encodable2718;
-        Ok(self
-            .transaction_by_hash(hash)?
-            .map(|tx| tx.inner.inner().encoded_2718().into()))
     }
 
     fn create_access_list(

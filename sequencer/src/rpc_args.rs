@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use gigas_evm::budget::{CallBudget, DEFAULT_GAS_CAP, DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT};
+use gigas_evm::budget::{CallBudget, DEFAULT_GAS_CAP};
 use gigas_primitives::duration::parse_duration;
 
 /// `--rpc.*` flags, for `#[command(flatten)]`.
@@ -66,26 +66,6 @@ pub struct RpcArgs {
         value_delimiter = ','
     )]
     pub cors_domain: Vec<String>,
-}
-
-impl Default for RpcArgs {
-    fn default() -> Self {
-        let config = gigas_rpc::RpcConfig::default();
-        Self {
-            max_request: config.max_request_body_bytes,
-            max_response: 100 << 20,
-            max_connections: config.max_connections,
-            max_batch: config.max_batch_size,
-            max_subscriptions: config.max_subscriptions_per_connection,
-            max_logs_range: config.max_log_block_range,
-            max_logs: config.max_log_results,
-            max_executions: None,
-            gas_cap: DEFAULT_GAS_CAP,
-            evm_timeout: DEFAULT_TIMEOUT,
-            evm_memory: DEFAULT_MEMORY_LIMIT,
-            cors_domain: Vec::new(),
-        }
-    }
 }
 
 /// A size of at least 1 MiB (a contract's memory grows a page at a time; less is a typo).

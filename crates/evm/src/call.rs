@@ -73,17 +73,8 @@ pub enum CallError {
     Trace(String),
     /// The request ran out of its wall-clock budget ([`CallBudget::timeout`]); the words are
     /// geth's.
-    #[error("execution aborted (timeout = {})", format_timeout(*.0))]
+    #[error("execution aborted (timeout = {})", gigas_primitives::duration::format_duration(*.0))]
     Timeout(Duration),
-}
-
-/// A timeout as geth prints one ("5s", "500ms").
-fn format_timeout(t: Duration) -> String {
-    if t.subsec_millis() == 0 {
-        format!("{}s", t.as_secs())
-    } else {
-        format!("{}ms", t.as_millis())
-    }
 }
 
 /// What an estimate found, short of an error.

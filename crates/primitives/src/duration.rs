@@ -27,6 +27,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// A duration as geth prints a timeout and [`parse_duration`] reads it back: whole seconds as
+/// `5s`, anything else in milliseconds (`300ms`).
+pub fn format_duration(t: Duration) -> String {
+    if t.subsec_millis() == 0 {
+        format!("{}s", t.as_secs())
+    } else {
+        format!("{}ms", t.as_millis())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,7 +45,7 @@ pub fn check(what: &str) -> Result<(), RpcError> {
     match DEADLINE.with(Cell::get) {
         Some((at, timeout)) if Instant::now() >= at => Err(RpcError::Timeout(format!(
             "{what}: aborted after the {} execution timeout",
-            humanize(timeout)
+            gigas_primitives::duration::format_duration(timeout)
         ))),
         _ => Ok(()),
     }
@@ -56,14 +56,6 @@ pub fn remaining() -> Option<Duration> {
     DEADLINE
         .with(Cell::get)
         .map(|(at, _)| at.saturating_duration_since(Instant::now()))
-}
-
-fn humanize(t: Duration) -> String {
-    if t.subsec_millis() == 0 {
-        format!("{}s", t.as_secs())
-    } else {
-        format!("{}ms", t.as_millis())
-    }
 }
 
 #[cfg(test)]

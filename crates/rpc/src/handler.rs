@@ -588,14 +588,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
         let Some((from, to)) = self.log_range(&filter).await? else {
             return Ok(Vec::new());
         };
-        let limit = self.limits.max_log_results;
-        let logs = self
-            .execution(move |b| b.logs(from, to, &filter, limit))
-            .await?;
-        if logs.len() > limit {
-            return Err(RpcError::TooManyLogs(limit).into());
-        }
-        Ok(logs)
+        Ok(self.filter_logs_in(filter, from, to).await?)
     }
 
     async fn transaction_by_block_number_and_index(
