@@ -12,5 +12,6 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/prerequisites.sh tests
 cargo clippy --release --workspace --all-targets -- -D warnings
-cargo test --workspace --release "$@"
+# --no-fail-fast: one failing test binary must not hide the results of the others.
+cargo test --workspace --release --no-fail-fast "$@"
 echo "scripts/test.sh: passed in $(( $(date +%s) - start )) s"

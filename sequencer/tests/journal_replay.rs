@@ -30,7 +30,10 @@ fn transfer(from: u32, nonce: u64, max_fee: u128) -> Bytes {
 #[test]
 fn a_journaled_transaction_survives_a_restart_under_a_risen_base_fee() {
     let dir = tempfile::tempdir().unwrap();
-    let chain = ChainConfig::dev(50).unwrap();
+    // Long blocks: the first block takes the whole load and raises the base fee; the empty
+    // ones after it lower it again, so the producer must be stopped before the second. At
+    // 50 ms blocks a slow CI machine's poll missed that window.
+    let chain = ChainConfig::dev(1_500).unwrap();
     let config = NodeConfig {
         threads: 2,
         recovery_threads: 1,
