@@ -77,13 +77,11 @@ pub struct NodeMetrics {
     pub head: Gauge,
     /// Transactions included in blocks.
     pub transactions_included: Counter,
-    /// Transactions the executor found invalid at their turn in a block (dropped from it and
-    /// from the pool).
+    /// Transactions the executor found invalid at their turn in a block: left out of it in
+    /// place (and out of the pool unless they wait behind a nonce gap).
     pub transactions_dropped: Counter,
     /// Blocks produced.
     pub blocks: Counter,
-    /// Journal rewrites.
-    pub journal_rewrites: Counter,
     /// Blocks per history group commit.
     pub commit_group_blocks: Histogram,
 }
@@ -100,7 +98,6 @@ impl Default for NodeMetrics {
             transactions_included: Counter::default(),
             transactions_dropped: Counter::default(),
             blocks: Counter::default(),
-            journal_rewrites: Counter::default(),
             commit_group_blocks: Histogram::new(exponential_buckets(1.0, 2.0, 5)),
         }
     }
@@ -141,15 +138,10 @@ impl NodeMetrics {
         );
         sub.register(
             "transactions_dropped",
-            "Transactions found invalid at their turn in a block and dropped",
+            "Transactions found invalid at their turn in a block and left out of it",
             self.transactions_dropped.clone(),
         );
         sub.register("blocks", "Blocks produced", self.blocks.clone());
-        sub.register(
-            "journal_rewrites",
-            "Rewrites of the transaction journal to the pool's contents",
-            self.journal_rewrites.clone(),
-        );
         sub.register(
             "commit_group_blocks",
             "Blocks written to the history per durable transaction (more when the disk lags)",

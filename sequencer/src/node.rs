@@ -24,7 +24,7 @@ use gigas_txpool::{Journal, PoolConfig, Recoverer, StateView, TxPool};
 use gigas_vilmo::{Batch, Options as VilmoOptions, Vilmo};
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::chain::ChainConfig;
 use crate::metrics::{NodeMetrics, Stage};
@@ -287,21 +287,6 @@ impl Pipeline {
             .unwrap_or_else(|| NodeError::Pipeline("the committer thread stopped".into())))
     }
 
-    /// Waits until every block sent is committed and published.
-    fn drain(&mut self, node: &Node) -> Result<(), NodeError> {
-        let tip = self.tip.header.number;
-        while node.committed_through.load(Ordering::SeqCst) < tip {
-            if self.committer.as_ref().is_none_or(|c| c.is_finished()) {
-                return Err(self.join().err().unwrap_or_else(|| {
-                    NodeError::Pipeline("the committer thread stopped".into())
-                }));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.forget_committed(node);
-        Ok(())
-    }
-
     /// Closes the channel and waits for the committer to commit what it holds.
     fn finish(mut self) -> Result<(), NodeError> {
         self.sender = None;
@@ -525,6 +510,11 @@ impl Node {
         &self.pool
     }
 
+    /// What Block-STM did in the blocks this node built.
+    pub fn blockstm_metrics(&self) -> &BlockStmMetrics {
+        &self.blockstm
+    }
+
     /// The JIT code cache.
     pub fn jit(&self) -> &Arc<CodeCache> {
         &self.jit
@@ -659,8 +649,9 @@ impl Node {
     /// thread (see [`Pipeline`]). Runs on its own thread; returns the first error of either.
     pub fn run_producer(self: &Arc<Self>) -> Result<(), NodeError> {
         let block_time = Duration::from_millis(self.config.chain.block_time_ms);
-        let mut executor =
-            ParallelExecutor::new(self.config.threads).with_jit(Some(self.jit.clone()));
+        let mut executor = ParallelExecutor::new(self.config.threads)
+            .with_jit(Some(self.jit.clone()))
+            .building();
         let policy = Policy::default();
         let mut pipeline = Pipeline::start(self)?;
         let mut next = Instant::now() + block_time;
@@ -684,6 +675,41 @@ impl Node {
         result.and(finished)
     }
 
+    /// Takes the transactions the block left out (invalid where they stood: a nonce or a
+    /// balance an earlier transaction of the block changed) out of `selected`, and out of the
+    /// pool unless they may become valid: only the skipped transaction goes, never its
+    /// sender's later ones (an EIP-7702 authorization that bumped a victim's nonce makes the
+    /// victim's next transaction the valid one). A nonce too high waits in the pool behind
+    /// its gap (its predecessor was skipped here).
+    fn drop_skipped(
+        &self,
+        number: u64,
+        skipped: &[gigas_blockstm::Skipped],
+        selected: &mut Vec<Arc<gigas_txpool::PooledTx>>,
+    ) {
+        for s in skipped {
+            let Some(tx) = selected.get(s.index) else {
+                continue;
+            };
+            let gap = matches!(
+                s.reason,
+                gigas_evm::revm::context::result::InvalidTransaction::NonceTooHigh { .. }
+            );
+            debug!(block = number, tx = %s.hash, sender = %tx.sender, reason = %s.reason, kept = gap, "left a transaction invalid in its place out of the block");
+            self.metrics.transactions_dropped.inc();
+            if !gap {
+                self.pool.remove_invalid(s.hash, &s.reason.to_string());
+            }
+        }
+        let mut index = 0;
+        let mut next_skipped = skipped.iter().map(|s| s.index).peekable();
+        selected.retain(|_| {
+            let keep = next_skipped.next_if_eq(&index).is_none();
+            index += 1;
+            keep
+        });
+    }
+
     /// Builds, executes and seals one block on the producer's tip and hands it to the
     /// committer; the pool moves on to the tip at once.
     fn produce(
@@ -695,10 +721,7 @@ impl Node {
         let started = Instant::now();
         pipeline.forget_committed(self);
         if self.journal_needs_rewrite() {
-            // The rewrite keeps only what the pool holds: the blocks in flight must be durable
-            // first, or their transactions would be in neither.
-            pipeline.drain(self)?;
-            self.rewrite_journal();
+            self.start_journal_rewrite();
         }
         let parent = pipeline.tip.clone();
         let number = parent.header.number + 1;
@@ -737,46 +760,33 @@ impl Node {
             source: tip,
             hashes: &tip,
         };
-        let outcome = loop {
-            let txs: Vec<PreparedTx> = selected
-                .iter()
-                .map(|tx| PreparedTx {
-                    hash: tx.hash,
-                    tx_type: tx.tx.tx_type(),
-                    env: gigas_evm::env::tx_env_from(tx.tx.inner(), tx.sender),
-                })
-                .collect();
-            let block = PreparedBlock::synthetic(&self.spec, block_env.clone(), txs);
-            match executor.execute_with_policy(&block, &db, policy, &self.blockstm) {
-                Ok((_, outcome)) => break outcome.outcome,
-                Err(e) if e.is_invalid_transaction() => {
-                    // The pool checked it against the tip, but an earlier transaction of
-                    // this block changed its sender's account: drop it and its sender's later
-                    // transactions from this block, and retry.
-                    let Some((index, reason)) = e.transaction() else {
-                        return Err(NodeError::Execution {
-                            block: number,
-                            source: e,
-                        });
-                    };
-                    let bad = selected[index].clone();
-                    warn!(block = number, tx = %bad.hash, sender = %bad.sender, %reason, "dropping a transaction that became invalid in the block");
-                    self.metrics.transactions_dropped.inc();
-                    self.pool.remove_invalid(bad.hash, &reason.to_string());
-                    let mut i = 0;
-                    selected.retain(|tx| {
-                        i += 1;
-                        !(i > index && tx.sender == bad.sender)
-                    });
-                }
-                Err(e) => {
-                    return Err(NodeError::Execution {
-                        block: number,
-                        source: e,
-                    })
-                }
-            }
+        let txs: Vec<PreparedTx> = selected
+            .iter()
+            .map(|tx| PreparedTx {
+                hash: tx.hash,
+                tx_type: tx.tx.tx_type(),
+                env: gigas_evm::env::tx_env_from(tx.tx.inner(), tx.sender),
+            })
+            .collect();
+        let block = PreparedBlock::synthetic(&self.spec, block_env.clone(), txs);
+        let (_, executed) = executor
+            .execute_with_policy(&block, &db, policy, &self.blockstm)
+            .map_err(|source| NodeError::Execution {
+                block: number,
+                source,
+            })?;
+        // Every sender the block selected is re-read after it, the skipped ones' too: the pool
+        // then drops what became unpayable or stale and promotes what a moved nonce unblocked.
+        let senders: Vec<Address> = {
+            let mut s: Vec<Address> = selected.iter().map(|t| t.sender).collect();
+            s.sort_unstable();
+            s.dedup();
+            s
         };
+        if !executed.skipped.is_empty() {
+            self.drop_skipped(number, &executed.skipped, &mut selected);
+        }
+        let outcome = executed.outcome;
         self.metrics.stage(Stage::Execute, seconds(t));
 
         let t = Instant::now();
@@ -818,12 +828,6 @@ impl Node {
             header,
             hash,
             signature,
-        };
-        let senders: Vec<Address> = {
-            let mut s: Vec<Address> = selected.iter().map(|t| t.sender).collect();
-            s.sort_unstable();
-            s.dedup();
-            s
         };
         pipeline.send(
             self,
@@ -977,22 +981,38 @@ impl Node {
         })
     }
 
+    /// Whether the journal holds enough dead bytes (transactions no longer pooled: included,
+    /// replaced, evicted) to be worth rewriting: more than twice the live bytes (what the pool
+    /// holds) and more than 8 MiB. The journal then stays within about three times the pool.
     fn journal_needs_rewrite(&self) -> bool {
-        let pool_bytes = self.pool.stats().bytes as u64;
-        self.journal.len_bytes() > 4 * pool_bytes + (8 << 20)
+        let live = self.pool.stats().bytes as u64;
+        let dead = self.journal.len_bytes().saturating_sub(live);
+        dead > (2 * live).max(8 << 20) && !self.journal.is_rewriting()
     }
 
-    /// Rewrites the journal to the pool's contents, so that it stays within a small multiple
-    /// of the pool. Called with no block in flight.
-    fn rewrite_journal(self: &Arc<Self>) {
+    /// Starts rewriting the journal in the background to what is live: the pool, and the
+    /// transactions of the blocks sealed and not yet durable (in neither the pool nor the
+    /// history: a crash must find them in the journal). The pool is read first: a block sealed
+    /// between the two reads is in flight at the second, and the pool forgets a block's
+    /// transactions only after the block is in flight.
+    fn start_journal_rewrite(self: &Arc<Self>) {
         let node = self.clone();
-        match self.journal.rewrite(move || node.pool.all_encoded()) {
-            Ok(()) => {
-                self.metrics.journal_rewrites.inc();
+        let live = move || {
+            let mut live = node.pool.all_encoded();
+            let in_flight = node
+                .pending
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            for block in in_flight.iter() {
+                live.extend(block.transactions.iter().map(|tx| {
+                    Bytes::from(alloy_eips::eip2718::Encodable2718::encoded_2718(tx.inner()))
+                }));
             }
-            Err(e) => {
-                warn!(error = %e, "rewriting the transaction journal failed; it keeps growing until a rewrite succeeds")
-            }
+            live
+        };
+        if let Err(e) = self.journal.start_rewrite(live) {
+            warn!(error = %e, "cannot start rewriting the transaction journal; it keeps growing until a rewrite starts");
         }
     }
 }

@@ -42,16 +42,33 @@ pub struct Stats {
     pub sequential_from: Option<usize>,
 }
 
+/// A transaction a block builder left out of its block: invalid where it stood (a nonce an
+/// earlier transaction's EIP-7702 authorization moved, a balance an earlier transaction
+/// spent). It changed nothing, has no receipt and paid no fee.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    /// Its index in the block as given to the executor.
+    pub index: usize,
+    /// Its hash.
+    pub hash: B256,
+    /// Why revm refused it.
+    pub reason: InvalidTransaction,
+}
+
 /// A block executed in parallel: the same outcome as sequential execution, and each
 /// transaction's state changes to commit in order.
 #[derive(Debug)]
 pub struct ParallelOutcome {
-    /// Receipts, as sequential execution gives them.
+    /// Receipts, as sequential execution gives them, one per transaction not skipped.
     pub outcome: BlockOutcome,
-    /// Each transaction's state changes, in block order, without the beneficiary's fee.
+    /// Each included transaction's state changes, in block order, without the beneficiary's
+    /// fee.
     pub states: Vec<EvmState>,
-    /// Each transaction's fee to the beneficiary.
+    /// Each included transaction's fee to the beneficiary.
     pub fees: Vec<U256>,
+    /// The transactions left out, in block order; only a builder's executor (see
+    /// [`ParallelExecutor::building`]) skips, any other stops at an invalid transaction.
+    pub skipped: Vec<Skipped>,
     /// The block's beneficiary.
     pub beneficiary: Address,
     /// What the scheduler did.
@@ -373,6 +390,8 @@ struct Committer<'s> {
     sink: &'s mut dyn Sink,
     /// The committed transactions' changes, folded in order.
     changes: BlockChanges,
+    /// Invalid transactions committed as skipped (builder mode only).
+    skipped: Vec<Skipped>,
     error: Option<ExecutionError>,
 }
 
@@ -399,6 +418,8 @@ struct Shared<'a, 's, B> {
     /// instead of executing early and being aborted.
     same_sender: Vec<Option<usize>>,
     bailout: Option<Bailout>,
+    /// Whether a final invalid transaction is skipped (a builder) or stops the block.
+    skip_invalid: bool,
     bailed: std::sync::atomic::AtomicBool,
     sender_waits: AtomicUsize,
     /// Time spent inside the EVM, summed over executions.
@@ -560,6 +581,15 @@ where
                     committer.changes.fold_deferred(&state, fee);
                     committer.sink.accept(idx, state, fee);
                 }
+                // Final and invalid: its incarnation wrote nothing (not even a fee), so every
+                // later transaction already reads the block as if it were not there.
+                TxOutput::Failed(TxError::Invalid(reason)) if self.skip_invalid => {
+                    committer.skipped.push(Skipped {
+                        index: idx,
+                        hash: tx.hash,
+                        reason,
+                    });
+                }
                 TxOutput::Failed(error) => {
                     committer.error = Some(ExecutionError::Transaction {
                         block: self.block.number,
@@ -661,6 +691,7 @@ impl Default for Bailout {
 pub struct ParallelExecutor {
     threads: usize,
     bailout: Option<Bailout>,
+    skip_invalid: bool,
     jit: Option<Arc<CodeCache>>,
     mv: MvMemory,
     outputs: Vec<OutputSlot>,
@@ -671,6 +702,7 @@ impl fmt::Debug for ParallelExecutor {
         f.debug_struct("ParallelExecutor")
             .field("threads", &self.threads)
             .field("bailout", &self.bailout)
+            .field("skip_invalid", &self.skip_invalid)
             .field("capacity", &self.outputs.len())
             .finish()
     }
@@ -680,10 +712,13 @@ impl fmt::Debug for ParallelExecutor {
 struct Partial {
     receipts: Vec<TxReceipt>,
     cumulative_gas_used: u64,
-    /// Transactions committed, in order; fewer than the block's after a bailout.
+    /// Transactions done (included or skipped), in order; fewer than the block's after a
+    /// bailout.
     committed: usize,
     /// Their changes, fees deferred (see [`BlockChanges::fold_deferred`]).
     changes: BlockChanges,
+    /// The transactions among them that were skipped.
+    skipped: Vec<Skipped>,
     stats: Stats,
 }
 
@@ -695,6 +730,7 @@ impl Partial {
             cumulative_gas_used: 0,
             committed: 0,
             changes,
+            skipped: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -712,6 +748,7 @@ impl Partial {
             },
             states: collect.states,
             fees: collect.fees,
+            skipped: self.skipped,
             beneficiary: block.block_env.beneficiary,
             stats: self.stats,
         }
@@ -725,6 +762,7 @@ impl ParallelExecutor {
         Self {
             threads: threads.max(1),
             bailout: Some(Bailout::default()),
+            skip_invalid: false,
             jit: None,
             mv: MvMemory::new(0),
             outputs: Vec::new(),
@@ -734,6 +772,19 @@ impl ParallelExecutor {
     /// Sets when to fall back to sequential execution within a block (`None`: never).
     pub fn with_bailout(mut self, bailout: Option<Bailout>) -> Self {
         self.bailout = bailout;
+        self
+    }
+
+    /// A block builder's executor: a transaction that turns out invalid where it stands in
+    /// the block (its nonce or balance changed by an earlier one) is left out in place, as
+    /// geth's and reth's builders do, instead of failing the block, and the others run on.
+    /// The whole block is still executed once: an attacker whose EIP-7702 authorizations
+    /// invalidate a thousand pooled transactions costs a thousand cheap refusals, not a
+    /// thousand executions of the block. Receipts and changes then cover only the included
+    /// transactions; [`ParallelOutcome::skipped`] lists the others. A block that is not built
+    /// here (replayed, verified) must not skip: an invalid transaction there is an error.
+    pub fn building(mut self) -> Self {
+        self.skip_invalid = true;
         self
     }
 
@@ -762,7 +813,7 @@ impl ParallelExecutor {
         let outcome = match strategy {
             crate::Strategy::Sequential => {
                 metrics.sequential_blocks.inc();
-                execute_sequential(block, base, self.jit.as_ref())?
+                execute_sequential(block, base, self.jit.as_ref(), self.skip_invalid)?
             }
             crate::Strategy::Parallel(_) => {
                 metrics.parallel_blocks.inc();
@@ -806,6 +857,7 @@ impl ParallelExecutor {
             finish_sequentially(
                 block,
                 self.jit.as_ref(),
+                self.skip_invalid,
                 &mut partial,
                 overlay,
                 Some(&mut collect),
@@ -840,7 +892,14 @@ impl ParallelExecutor {
         }
         if partial.committed < block.txs.len() {
             partial.stats.sequential_from = Some(partial.committed);
-            finish_sequentially(block, self.jit.as_ref(), &mut partial, &mut *sink.db, None)?;
+            finish_sequentially(
+                block,
+                self.jit.as_ref(),
+                self.skip_invalid,
+                &mut partial,
+                &mut *sink.db,
+                None,
+            )?;
         }
         let outcome = BlockOutcome {
             number: block.number,
@@ -876,6 +935,7 @@ impl ParallelExecutor {
             self.jit.as_ref(),
             self.threads,
             self.bailout,
+            self.skip_invalid,
             &self.mv,
             &self.outputs[..n],
             sink,
@@ -909,7 +969,8 @@ where
 
 /// Executes the transactions after the committed prefix one after another over `db`, which
 /// holds the state after that prefix with every fee paid. With `collect`, each transaction's
-/// changes and fee are also kept, as the parallel phase keeps them.
+/// changes and fee are also kept, as the parallel phase keeps them. With `skip_invalid`, an
+/// invalid transaction is recorded as skipped and changes nothing.
 ///
 /// This is the crate's only sequential loop: the tail of a block that bailed out and, from
 /// an empty prefix, the whole block in [`execute_sequential`]. It leaves
@@ -917,6 +978,7 @@ where
 fn finish_sequentially<D>(
     block: &PreparedBlock,
     jit: Option<&Arc<CodeCache>>,
+    skip_invalid: bool,
     partial: &mut Partial,
     db: D,
     mut collect: Option<&mut Collect>,
@@ -935,11 +997,28 @@ where
             hash: tx.hash,
             error: e.into(),
         };
+        let skip = |e: &EVMError<D::Error, InvalidTransaction>| match e {
+            EVMError::Transaction(reason) if skip_invalid => Some(Skipped {
+                index,
+                hash: tx.hash,
+                reason: reason.clone(),
+            }),
+            _ => None,
+        };
         let result = match collect.as_deref_mut() {
             Some(collect) => {
-                let (done, fee) = evm
-                    .transact_deferring_reward(tx.env.clone())
-                    .map_err(failed)?;
+                let (done, fee) = match evm.transact_deferring_reward(tx.env.clone()) {
+                    Ok(done) => done,
+                    Err(e) => match skip(&e) {
+                        Some(skipped) => {
+                            partial.skipped.push(skipped);
+                            partial.committed += 1;
+                            partial.stats.executions += 1;
+                            continue;
+                        }
+                        None => return Err(failed(e)),
+                    },
+                };
                 partial.changes.fold_deferred(&done.state, fee);
                 collect.states.push(done.state.clone());
                 collect.fees.push(fee);
@@ -949,7 +1028,18 @@ where
                 done.result
             }
             None => {
-                let done = evm.transact(tx.env.clone()).map_err(failed)?;
+                let done = match evm.transact(tx.env.clone()) {
+                    Ok(done) => done,
+                    Err(e) => match skip(&e) {
+                        Some(skipped) => {
+                            partial.skipped.push(skipped);
+                            partial.committed += 1;
+                            partial.stats.executions += 1;
+                            continue;
+                        }
+                        None => return Err(failed(e)),
+                    },
+                };
                 partial.changes.fold(&done.state);
                 BlockEvm::commit(&mut evm, done.state);
                 done.result
@@ -984,6 +1074,7 @@ fn run_block<B>(
     jit: Option<&Arc<CodeCache>>,
     threads: usize,
     bailout: Option<Bailout>,
+    skip_invalid: bool,
     mv: &MvMemory,
     outputs: &[OutputSlot],
     sink: &mut dyn Sink,
@@ -1012,6 +1103,7 @@ where
             receipts: Vec::with_capacity(n),
             sink,
             changes,
+            skipped: Vec::new(),
             error: None,
         }),
         executions: AtomicUsize::new(0),
@@ -1023,6 +1115,7 @@ where
         final_reads: (0..n).map(|_| AtomicUsize::new(0)).collect(),
         same_sender: same_sender(block),
         bailout,
+        skip_invalid,
         bailed: std::sync::atomic::AtomicBool::new(false),
         sender_waits: AtomicUsize::new(0),
         execution_ns: std::sync::atomic::AtomicU64::new(0),
@@ -1062,6 +1155,7 @@ where
         cumulative_gas_used: committer.cumulative_gas_used,
         committed: committer.next,
         changes: std::mem::replace(&mut committer.changes, BlockChanges::new(block.spec())),
+        skipped: std::mem::take(&mut committer.skipped),
         stats: Stats {
             executions: shared.executions.load(Ordering::Relaxed),
             validations: shared.validations.load(Ordering::Relaxed),
@@ -1096,6 +1190,7 @@ pub(crate) fn execute_sequential<B>(
     block: &PreparedBlock,
     base: &B,
     jit: Option<&Arc<CodeCache>>,
+    skip_invalid: bool,
 ) -> Result<ParallelOutcome, ExecutionError>
 where
     B: DatabaseRef,
@@ -1108,7 +1203,14 @@ where
         fees: Vec::with_capacity(n),
     };
     let overlay = CacheDB::new(WrapDatabaseRef(base));
-    finish_sequentially(block, jit, &mut partial, overlay, Some(&mut collect))?;
+    finish_sequentially(
+        block,
+        jit,
+        skip_invalid,
+        &mut partial,
+        overlay,
+        Some(&mut collect),
+    )?;
     Ok(partial.into_outcome(block, collect))
 }
 

@@ -96,6 +96,6 @@ pub mod scheduler;
 
 pub use executor::{
     execute_block_parallel, execute_block_parallel_into, Bailout, ParallelExecutor,
-    ParallelOutcome, Stats,
+    ParallelOutcome, Skipped, Stats,
 };
 pub use policy::{execute_block_sequential, execute_block_with_policy, Metrics, Policy, Strategy};

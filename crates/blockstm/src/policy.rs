@@ -165,5 +165,5 @@ where
     B: DatabaseRef,
     B::Error: fmt::Display,
 {
-    execute_sequential(block, base, None)
+    execute_sequential(block, base, None, false)
 }

@@ -20,7 +20,9 @@ use alloy_primitives::{Address, Bytes, B256, U256};
 use gigas_blockstm::{
     execute_block_parallel, execute_block_sequential, Bailout, ParallelExecutor, ParallelOutcome,
 };
+use gigas_evm::receipts::TxReceipt;
 use gigas_evm::revm::bytecode::opcode::*;
+use gigas_evm::revm::context::result::EVMError;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::context_interface::transaction::{
     Authorization, RecoveredAuthority, RecoveredAuthorization,
@@ -28,7 +30,9 @@ use gigas_evm::revm::context_interface::transaction::{
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::revm::primitives::TxKind;
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
-use gigas_evm::{execute_block, PlainEvm, PreparedBlock, PreparedTx};
+use gigas_evm::{
+    execute_block, BlockChanges, BlockEvm, BlockOutcome, PlainEvm, PreparedBlock, PreparedTx,
+};
 use gigas_primitives::ChainSpec;
 use gigas_test_support::{assert_holds, assert_same_changes};
 use proptest::prelude::*;
@@ -578,7 +582,22 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
                     target,
                     to,
                 } => {
-                    if prague {
+                    if prague && authority % 4 == 3 {
+                        // One in four signed by a sender at its next nonce: the authorization
+                        // takes that nonce, so the victim's next transaction in the block is
+                        // invalid where it stands (nonce too low) and its later ones too (a
+                        // gap is never closed): what a builder skips.
+                        let victim = eoa(authority / 4);
+                        let nonce = nonces.get(&victim).copied().unwrap_or(0);
+                        authorization = Some(RecoveredAuthorization::new_unchecked(
+                            Authorization {
+                                chain_id: U256::from(1),
+                                address: contract(*target),
+                                nonce,
+                            },
+                            RecoveredAuthority::Valid(victim),
+                        ));
+                    } else if prague {
                         let authority = delegator(*authority);
                         // One target in four clears the delegation (the zero address).
                         let address = match target % 4 {
@@ -679,6 +698,84 @@ fn build(spec: &BlockSpec) -> (PreparedBlock, CacheDB<EmptyDB>) {
     )
 }
 
+/// What a block builder makes of `block`, one transaction after another: a transaction that
+/// is invalid where it stands is left out and changes nothing; the others execute as usual.
+/// Returns the outcome of the included transactions and the indices of the skipped ones.
+fn build_sequentially(
+    block: &PreparedBlock,
+    base: &CacheDB<EmptyDB>,
+) -> (BlockOutcome, Vec<usize>) {
+    let mut evm = PlainEvm::new(base.clone(), block);
+    let mut receipts = Vec::new();
+    let mut changes = BlockChanges::new(block.spec());
+    let mut cumulative_gas_used = 0;
+    let mut skipped = Vec::new();
+    for (index, tx) in block.txs.iter().enumerate() {
+        match BlockEvm::transact(&mut evm, tx.env.clone()) {
+            Ok(done) => {
+                changes.fold(&done.state);
+                BlockEvm::commit(&mut evm, done.state);
+                receipts.push(TxReceipt::after(
+                    tx.tx_type,
+                    done.result,
+                    &mut cumulative_gas_used,
+                ));
+            }
+            Err(EVMError::Transaction(_)) => skipped.push(index),
+            Err(e) => panic!("transaction {index}: {e}"),
+        }
+    }
+    let outcome = BlockOutcome {
+        number: block.number,
+        receipts,
+        changes: changes.finish(),
+    };
+    (outcome, skipped)
+}
+
+/// A builder's executor ([`ParallelExecutor::building`]) skips the transactions a sequential
+/// builder skips, and gives the same receipts, ChangeSet and state for the rest, at several
+/// thread counts and through a bailout.
+fn check_building(block: &PreparedBlock, base: &CacheDB<EmptyDB>) -> Result<(), TestCaseError> {
+    let (expected, expected_skipped) = build_sequentially(block, base);
+    let always_bail = Bailout {
+        after_executions: 3,
+        conflicts_per_execution: 0.0,
+        min_execution_ns: u64::MAX,
+    };
+    for (run, (threads, bailout)) in [(2, None), (4, None), (2, Some(always_bail))]
+        .into_iter()
+        .enumerate()
+    {
+        let what = format!("building with {threads} threads, run {run}");
+        let mut executor = ParallelExecutor::new(threads)
+            .with_bailout(bailout)
+            .building();
+        let mut state = base.clone();
+        let (outcome, skipped) = if run == 1 {
+            let (outcome, _) = executor
+                .execute_into(block, base, &mut state)
+                .map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
+            (outcome, None)
+        } else {
+            let p = executor
+                .execute(block, base)
+                .map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
+            let skipped: Vec<usize> = p.skipped.iter().map(|s| s.index).collect();
+            let outcome = p.outcome.clone();
+            p.commit_into(&mut state).expect("commit");
+            (outcome, Some(skipped))
+        };
+        if let Some(skipped) = skipped {
+            prop_assert_eq!(&skipped, &expected_skipped, "skipped, {}", what);
+        }
+        assert_same_changes(&what, &outcome.changes, &expected.changes);
+        prop_assert_eq!(&outcome, &expected, "receipts, {}", what);
+        assert_holds(&what, &state, &expected.changes);
+    }
+    Ok(())
+}
+
 fn check(spec: &BlockSpec) -> Result<(), TestCaseError> {
     let (block, base) = build(spec);
     let mut sequential = PlainEvm::new(base.clone(), &block);
@@ -733,7 +830,7 @@ fn check(spec: &BlockSpec) -> Result<(), TestCaseError> {
             ),
         }
     }
-    Ok(())
+    check_building(&block, &base)
 }
 
 fn cases() -> u32 {
@@ -827,7 +924,8 @@ fn recreated_and_read(outcome: &ParallelOutcome, child: Address) -> bool {
 /// a delegator's storage, code hashes read into storage, value sent to precompiles, CREATE2
 /// children re-created before Cancun and read after their storage was written and wiped, a
 /// contract or delegated beneficiary that sweeps its balance more than once in a block, and
-/// transactions that pay no fee (some of them sweeping the beneficiary).
+/// transactions that pay no fee (some of them sweeping the beneficiary), and blocks a builder
+/// makes only by skipping transactions invalid where they stand.
 #[test]
 fn random_blocks_cover_the_hard_cases() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
@@ -835,6 +933,7 @@ fn random_blocks_cover_the_hard_cases() {
         (0, 0, 0, 0, 0);
     let (mut recreated, mut swept_twice, mut delegate_swept) = (0, 0, 0);
     let (mut no_fee, mut no_fee_sweeps) = (0, 0);
+    let mut skipped_blocks = 0;
     for _ in 0..300 {
         let spec = block_spec()
             .new_tree(&mut runner)
@@ -842,6 +941,9 @@ fn random_blocks_cover_the_hard_cases() {
             .current();
         let (block, base) = build(&spec);
         let Ok(outcome) = execute_block_sequential(&block, &base) else {
+            // A block a builder would have made by skipping: count what it skips.
+            let (_, skipped) = build_sequentially(&block, &base);
+            skipped_blocks += usize::from(!skipped.is_empty());
             continue;
         };
         ok += 1;
@@ -910,7 +1012,12 @@ fn random_blocks_cover_the_hard_cases() {
          children written, destroyed, re-created and read before Cancun, {swept_twice} blocks \
          whose beneficiary swept its balance twice or more, {delegate_swept} where a delegated \
          beneficiary swept, {no_fee} transactions paying no fee ({no_fee_sweeps} \
-         of them sweeping the beneficiary)"
+         of them sweeping the beneficiary), {skipped_blocks} blocks a builder makes by \
+         skipping invalid transactions"
+    );
+    assert!(
+        skipped_blocks > 5,
+        "only {skipped_blocks} blocks with skipped transactions"
     );
     assert!(ok > 150, "only {ok} of 300 random blocks execute");
     assert!(delegated > 10 && ran_delegated > 5 && hashes > 50 && precompile_value > 10);

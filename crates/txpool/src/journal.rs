@@ -22,15 +22,24 @@
 //!
 //! # Rewrite
 //!
-//! [`Journal::rewrite`] runs on the writer thread, between two group commits: it asks the
-//! caller's closure for the live transactions, writes them to `<path>.tmp`, fsyncs it, renames
-//! it over the journal and fsyncs the directory. A crash at any instant leaves the old or the
-//! new file complete under the journal's name. No append is lost: the node adds a transaction to
-//! the pool before it appends it, so an append written to the old file before the rewrite ran
-//! is in the pool when the closure takes its snapshot (unless a block included it or the pool
-//! evicted it since), and an append queued after the rewrite goes to the new file. The only
-//! cost is that a transaction appended just after the snapshot can appear twice; replay must
-//! treat "already known" as success.
+//! A rewrite runs beside the appends, in three steps:
+//!
+//! 1. On the writer thread, between two group commits, the caller's closure takes the live
+//!    transactions (the pool's snapshot) and the journal's length at that instant is noted.
+//! 2. A background thread writes the snapshot to `<path>.tmp` and fsyncs it, while appends go
+//!    on into the old file, each acknowledged after its own `fdatasync` as usual.
+//! 3. Back on the writer thread, between two group commits: the batches appended since step 1
+//!    are copied from the old file to the end of the new one (batches do not depend on their
+//!    offset), the new file is fsynced, renamed over the journal, and the directory fsynced;
+//!    appends then go to the new file.
+//!
+//! Appends wait only for step 3, whose work is what arrived during the rewrite, not the whole
+//! pool (a rewrite of a full pool writes hundreds of MiB). A crash at any instant leaves the
+//! old or the new file complete under the journal's name. No append is lost: the node adds a
+//! transaction to the pool before it appends it, so an append written before step 1 is in the
+//! snapshot (unless a block included it or the pool evicted it since), and one written after
+//! it is in the copied tail. A transaction can appear twice (in the snapshot and in the tail);
+//! replay must treat "already known" as success.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -112,6 +121,12 @@ pub enum JournalError {
         /// The record's size.
         size: usize,
     },
+    /// A rewrite is already running.
+    #[error("journal {}: a rewrite is already running", path.display())]
+    RewriteRunning {
+        /// The file.
+        path: PathBuf,
+    },
     /// The writer thread is gone.
     #[error("journal {}: closed", path.display())]
     Closed {
@@ -131,6 +146,10 @@ pub struct JournalMetrics {
     pub bytes_written: Counter,
     /// Completed rewrites.
     pub rewrites: Counter,
+    /// Rewrites that failed (the journal goes on in the old file).
+    pub rewrite_failures: Counter,
+    /// Bytes appended during rewrites and copied to the new file when it took over.
+    pub rewrite_tail_bytes: Counter,
     /// Current size of the journal file.
     pub size: Gauge,
 }
@@ -155,11 +174,29 @@ impl JournalMetrics {
             self.bytes_written.clone(),
         );
         registry.register("rewrites", "Journal rewrites", self.rewrites.clone());
+        registry.register(
+            "rewrite_failures",
+            "Journal rewrites that failed (the old file goes on)",
+            self.rewrite_failures.clone(),
+        );
+        registry.register(
+            "rewrite_tail_bytes",
+            "Bytes appended while a rewrite ran, copied to the new file",
+            self.rewrite_tail_bytes.clone(),
+        );
         registry.register("size_bytes", "Journal file size", self.size.clone());
     }
 }
 
 type Snapshot = Box<dyn FnOnce() -> Vec<Bytes> + Send>;
+
+/// Who hears how a rewrite ended: a caller of [`Journal::rewrite`] waiting for it, or no one
+/// (a rewrite started with [`Journal::start_rewrite`]; its outcome is logged and counted).
+type RewriteReply = Option<mpsc::SyncSender<Result<(), JournalError>>>;
+
+/// What the background thread of a rewrite hands back: the new file (its snapshot written and
+/// fsynced) and its length, or the step that failed.
+type Written = Result<(File, u64), (&'static str, io::Error)>;
 
 /// An append taken off the queue: the record, its waiter, and its queue slot.
 type PendingAppend = (
@@ -177,7 +214,14 @@ enum Request {
     },
     Rewrite {
         live: Snapshot,
-        reply: mpsc::SyncSender<Result<(), JournalError>>,
+        reply: RewriteReply,
+    },
+    /// The background thread wrote the snapshot: the writer copies what was appended since
+    /// `from` and swaps the files.
+    Swap {
+        written: Written,
+        from: u64,
+        reply: RewriteReply,
     },
 }
 
@@ -194,6 +238,10 @@ struct Shared {
     slots: Arc<Semaphore>,
     len_bytes: AtomicU64,
     poisoned: AtomicBool,
+    /// Set from a rewrite's request until its swap (or failure): one at a time.
+    rewriting: AtomicBool,
+    /// The background thread of the running rewrite, joined before the journal closes.
+    rewriter: Mutex<Option<JoinHandle<()>>>,
     metrics: JournalMetrics,
 }
 
@@ -318,6 +366,8 @@ impl Journal {
             slots: Arc::new(Semaphore::new(queue.clamp(1, Semaphore::MAX_PERMITS))),
             len_bytes: AtomicU64::new(valid_end as u64),
             poisoned: AtomicBool::new(false),
+            rewriting: AtomicBool::new(false),
+            rewriter: Mutex::new(None),
             metrics,
         });
         let writer = {
@@ -373,23 +423,58 @@ impl Journal {
         done.await.map_err(|_| shared.closed())?
     }
 
-    /// Replaces the journal by the transactions `live` returns, atomically (new file, fsync,
-    /// rename, directory fsync). `live` runs on the writer thread after every append queued
-    /// before this call is durable and before any queued after it is written, so an append
-    /// racing with the rewrite is never lost (see the module documentation); it should take the
-    /// pool's snapshot, e.g. `move || pool.all_encoded()`, and must not use the journal.
+    /// Replaces the journal by the transactions `live` returns plus whatever is appended
+    /// meanwhile, atomically (see the module documentation). `live` runs on the writer thread
+    /// after every append queued before this call is durable and before any queued after it is
+    /// written; it should take the pool's snapshot, e.g. `move || pool.all_encoded()`, and
+    /// must not use the journal.
     ///
     /// Blocks until the new file is in place: call it from a plain or blocking thread.
+    /// Appends go on meanwhile. Fails with [`JournalError::RewriteRunning`] if one is running.
     pub fn rewrite(
         &self,
         live: impl FnOnce() -> Vec<Bytes> + Send + 'static,
     ) -> Result<(), JournalError> {
         let (reply, done) = mpsc::sync_channel(1);
-        self.shared.push(Request::Rewrite {
-            live: Box::new(live),
-            reply,
-        })?;
+        self.request_rewrite(Box::new(live), Some(reply))?;
         done.recv().map_err(|_| self.shared.closed())?
+    }
+
+    /// Starts a rewrite as [`Journal::rewrite`] does and returns at once: `Ok(true)` if it
+    /// started, `Ok(false)` if one is already running. Its outcome is logged and counted
+    /// ([`JournalMetrics::rewrites`], [`JournalMetrics::rewrite_failures`]).
+    pub fn start_rewrite(
+        &self,
+        live: impl FnOnce() -> Vec<Bytes> + Send + 'static,
+    ) -> Result<bool, JournalError> {
+        match self.request_rewrite(Box::new(live), None) {
+            Ok(()) => Ok(true),
+            Err(JournalError::RewriteRunning { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether a rewrite is running.
+    pub fn is_rewriting(&self) -> bool {
+        self.shared.rewriting.load(Ordering::Acquire)
+    }
+
+    fn request_rewrite(&self, live: Snapshot, reply: RewriteReply) -> Result<(), JournalError> {
+        let shared = &self.shared;
+        if shared
+            .rewriting
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(JournalError::RewriteRunning {
+                path: shared.path.clone(),
+            });
+        }
+        shared
+            .push(Request::Rewrite { live, reply })
+            .inspect_err(|_| {
+                shared.rewriting.store(false, Ordering::Release);
+            })
     }
 
     /// The journal file's size in bytes.
@@ -410,6 +495,17 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
+        // A running rewrite hands its file to the writer before the queue closes, so that its
+        // temporary file is never left to a journal opened next on the same path.
+        let rewriter = self
+            .shared
+            .rewriter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(rewriter) = rewriter {
+            let _ = rewriter.join();
+        }
         self.shared.lock().closed = true;
         self.shared.wake.notify_all();
         if let Some(writer) = self.writer.take() {
@@ -438,6 +534,18 @@ impl Writer {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
                 if queue.items.is_empty() {
+                    drop(queue);
+                    // A rewrite requested while the journal closed: its thread finds the queue
+                    // closed, removes its file and ends; wait for that.
+                    let rewriter = self
+                        .shared
+                        .rewriter
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
+                    if let Some(rewriter) = rewriter {
+                        let _ = rewriter.join();
+                    }
                     return;
                 }
                 queue.items.drain(..).collect()
@@ -448,8 +556,18 @@ impl Writer {
                     Request::Append { raw, reply, _slot } => appends.push((raw, reply, _slot)),
                     Request::Rewrite { live, reply } => {
                         self.commit(std::mem::take(&mut appends));
-                        let result = self.rewrite(live);
-                        let _ = reply.send(result);
+                        if let Err(e) = self.start_rewrite(live, reply.clone()) {
+                            self.rewrite_done(Err(e), reply);
+                        }
+                    }
+                    Request::Swap {
+                        written,
+                        from,
+                        reply,
+                    } => {
+                        self.commit(std::mem::take(&mut appends));
+                        let result = self.swap(written, from);
+                        self.rewrite_done(result, reply);
                     }
                 }
             }
@@ -523,15 +641,13 @@ impl Writer {
         }
     }
 
-    fn rewrite(&mut self, live: Snapshot) -> Result<(), JournalError> {
+    /// Step 1 of a rewrite: the snapshot and the length it covers, then the background
+    /// thread that writes the new file.
+    fn start_rewrite(&mut self, live: Snapshot, reply: RewriteReply) -> Result<(), JournalError> {
         if let Some(cause) = self.poisoned.clone() {
             return Err(self.poisoned_error(&cause));
         }
         let path = self.shared.path.clone();
-        let io = |op: &'static str| {
-            let path = path.clone();
-            move |source| JournalError::Io { path, op, source }
-        };
         let live = std::panic::catch_unwind(std::panic::AssertUnwindSafe(live)).map_err(|_| {
             JournalError::Io {
                 path: path.clone(),
@@ -545,34 +661,139 @@ impl Writer {
                 size: raw.len(),
             });
         }
+        let from = self.shared.len_bytes.load(Ordering::Acquire);
+        let shared = Arc::clone(&self.shared);
+        let handle = std::thread::Builder::new()
+            .name("txpool-journal-rewrite".to_string())
+            .spawn(move || {
+                let tmp = tmp_path(&shared.path);
+                let written = write_new_file(&tmp, &live);
+                drop(live);
+                let swap = Request::Swap {
+                    written,
+                    from,
+                    reply,
+                };
+                if shared.push(swap).is_err() {
+                    // The journal closed without waiting (it always waits; this is a guard).
+                    let _ = std::fs::remove_file(&tmp);
+                }
+            })
+            .map_err(|source| JournalError::Io {
+                path: self.shared.path.clone(),
+                op: "start the rewrite thread",
+                source,
+            })?;
+        let previous = self
+            .shared
+            .rewriter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(handle);
+        if let Some(previous) = previous {
+            // The previous rewrite's thread already handed its file over (one runs at a time).
+            let _ = previous.join();
+        }
+        Ok(())
+    }
+
+    /// Step 3 of a rewrite: the batches appended since `from` copied to the new file, which
+    /// is fsynced and renamed over the journal.
+    fn swap(&mut self, written: Written, from: u64) -> Result<(), JournalError> {
+        let path = self.shared.path.clone();
         let tmp = tmp_path(&path);
-        let written = write_new_file(&tmp, &live);
-        let (file, len) = match written {
+        let io = |op: &'static str| {
+            let path = path.clone();
+            move |source| JournalError::Io { path, op, source }
+        };
+        let (mut file, snapshot_len) = match written {
             Ok(done) => done,
             Err((op, err)) => {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(io(op)(err));
             }
         };
+        if let Some(cause) = self.poisoned.clone() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(self.poisoned_error(&cause));
+        }
+        let end = self.shared.len_bytes.load(Ordering::Acquire);
+        let copied = copy_tail(&self.file, &mut file, from, end).and_then(|()| {
+            file.sync_data()
+                .map_err(|err| ("fsync the rewrite file", err))
+        });
+        if let Err((op, err)) = copied {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io(op)(err));
+        }
         if let Err(err) = std::fs::rename(&tmp, &path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(io("rename the rewritten journal")(err));
         }
         // From here the name refers to the new file: append to it whatever happens next.
         self.file = file;
+        let tail = end - from;
+        let len = snapshot_len + tail;
         let metrics = &self.shared.metrics;
         self.shared.len_bytes.store(len, Ordering::Release);
         metrics.size.set(i64::try_from(len).unwrap_or(i64::MAX));
         metrics.bytes_written.inc_by(len);
+        metrics.rewrite_tail_bytes.inc_by(tail);
         if let Err(err) = sync_dir(&path) {
             // The rename may not survive a power loss; the old file would then come back
             // without later appends. Stop acknowledging until a restart sorts it out.
             self.poison(format!("fsync the directory after a rewrite: {err}"));
             return Err(io("fsync the directory")(err));
         }
-        metrics.rewrites.inc();
         Ok(())
     }
+
+    /// Ends a rewrite: counted, logged if no one waits for it, and the next one allowed.
+    fn rewrite_done(&self, result: Result<(), JournalError>, reply: RewriteReply) {
+        let metrics = &self.shared.metrics;
+        match &result {
+            Ok(()) => metrics.rewrites.inc(),
+            Err(_) => metrics.rewrite_failures.inc(),
+        };
+        self.shared.rewriting.store(false, Ordering::Release);
+        match reply {
+            Some(reply) => {
+                let _ = reply.send(result);
+            }
+            None => match result {
+                Ok(()) => tracing::debug!(
+                    path = %self.path().display(),
+                    bytes = self.shared.len_bytes.load(Ordering::Acquire),
+                    "txpool journal: rewritten"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "txpool journal: a rewrite failed; the journal keeps growing until one succeeds"
+                ),
+            },
+        }
+    }
+}
+
+/// Copies `from..end` of `old` (whole batches appended during a rewrite) to the end of `new`.
+fn copy_tail(
+    old: &File,
+    new: &mut File,
+    from: u64,
+    end: u64,
+) -> Result<(), (&'static str, io::Error)> {
+    use std::os::unix::fs::FileExt;
+    let mut buffer = vec![0u8; (end - from).min(1 << 20) as usize];
+    let mut at = from;
+    while at < end {
+        let n = ((end - at) as usize).min(buffer.len());
+        old.read_exact_at(&mut buffer[..n], at)
+            .map_err(|err| ("read the batches appended during the rewrite", err))?;
+        new.write_all(&buffer[..n])
+            .map_err(|err| ("write the rewrite file", err))?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn write_new_file(tmp: &Path, live: &[Bytes]) -> Result<(File, u64), (&'static str, io::Error)> {

@@ -32,10 +32,11 @@
 //!   the hash. The order matters: the journal's rewrite relies on a transaction being in the
 //!   pool before its append is queued.
 //! - Each block: `pool.best(base_fee, gas_limit, max_txs)`; for a transaction the executor
-//!   refuses, `pool.remove_invalid(hash, reason)`; after the commit, `pool.on_block(&head,
-//!   &senders_of_the_block, next_base_fee)`.
-//! - When `journal.len_bytes()` passes a bound (say four times `pool.stats().bytes` plus a
-//!   floor), `journal.rewrite(move || pool.all_encoded())` from a blocking thread.
+//!   leaves out as invalid where it stood, `pool.remove_invalid(hash, reason)` (that one
+//!   only); after the block, `pool.on_block(&tip, &senders_of_the_block, next_base_fee)`.
+//! - When the journal's dead bytes (`journal.len_bytes()` minus `pool.stats().bytes`) pass a
+//!   bound, `journal.start_rewrite(move || live)`, where `live` is the pool's snapshot plus
+//!   the transactions of blocks not yet durable; appends go on while it runs.
 //! - At start: [`Journal::open`] returns the raw transactions; recover them
 //!   ([`decode_and_recover_all`]) and add them in order, ignoring "already known" (a rewrite may
 //!   leave a duplicate) and "nonce too low" (a block included it).

@@ -709,33 +709,16 @@ impl TxPool {
         true
     }
 
-    /// Drops a transaction the block builder found invalid, and every later transaction of its
-    /// sender (they could not execute before it). Returns how many were removed.
-    pub fn remove_invalid(&self, hash: B256, reason: &str) -> usize {
-        let mut promoted = Vec::new();
-        let removed = {
-            let mut inner = self.write();
-            let Some(tx) = inner.by_hash.get(&hash).cloned() else {
-                return 0;
-            };
-            let sender = tx.sender;
-            let old_end = inner.detach(&sender);
-            let doomed: Vec<u64> = inner
-                .senders
-                .get(&sender)
-                .map(|queue| queue.txs.range(tx.nonce..).map(|(n, _)| *n).collect())
-                .unwrap_or_default();
-            let mut removed = 0;
-            for nonce in doomed {
-                if inner.take(&sender, nonce).is_some() {
-                    removed += 1;
-                }
-            }
-            inner.attach(&sender, old_end, &mut promoted);
-            self.update_gauges(&inner);
-            removed
-        };
-        self.metrics.invalid.inc_by(removed as u64);
+    /// Drops one transaction the block builder found invalid where it stood (a nonce or a
+    /// balance an earlier transaction of the block changed). Its sender's later transactions
+    /// stay: queued behind the gap, or pending at once when the sender's nonce moved past it
+    /// (an EIP-7702 authorization that bumped the nonce makes the next one valid). Returns
+    /// whether it was in the pool.
+    pub fn remove_invalid(&self, hash: B256, reason: &str) -> bool {
+        let removed = self.withdraw(hash);
+        if removed {
+            self.metrics.invalid.inc();
+        }
         tracing::debug!(%hash, reason, removed, "txpool: removed an invalid transaction");
         removed
     }

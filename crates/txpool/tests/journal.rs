@@ -358,3 +358,80 @@ fn appends_racing_with_rewrites_are_never_lost() {
     }
     assert_eq!(again.stats(), pool.stats());
 }
+
+/// A rewrite runs beside the appends (issue 29, finding 7): while the new file of a full
+/// pool's size is written in the background, appends are acknowledged from the old file, and
+/// the swap carries them into the new one. Before, the rewrite ran on the writer thread and
+/// every append waited for all of it (and the node's producer waited too).
+#[test]
+fn appends_go_on_while_a_rewrite_writes_the_new_file() {
+    let dir = dir();
+    let path = dir.path().join("txpool.journal");
+    let (journal, _) = Journal::open(&path).expect("create");
+    // 256 MiB of snapshot (one 1 MiB record 256 times: the bytes are shared, the file is not).
+    let big = Bytes::from(vec![0xab; 1 << 20]);
+    let snapshot: Vec<Bytes> = vec![big.clone(); 256];
+    assert!(journal.start_rewrite(move || snapshot).expect("start"));
+    assert!(
+        !journal.start_rewrite(Vec::new).expect("second start"),
+        "one rewrite at a time"
+    );
+    let appended = records(200, 7);
+    let mut during = 0;
+    let mut latencies = Vec::new();
+    runtime().block_on(async {
+        for raw in &appended {
+            let t = std::time::Instant::now();
+            journal.append(raw.clone()).await.expect("append");
+            latencies.push(t.elapsed());
+            during += usize::from(journal.is_rewriting());
+        }
+    });
+    while journal.is_rewriting() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    latencies.sort();
+    println!(
+        "{during} of 200 appends acknowledged while the 256 MiB rewrite ran; append latency \
+         median {:?}, max {:?}; {} bytes copied at the swap",
+        latencies[100],
+        latencies[199],
+        journal.metrics().rewrite_tail_bytes.get()
+    );
+    assert!(
+        during > 0,
+        "no append was acknowledged while the rewrite ran: they waited for it"
+    );
+    assert_eq!(journal.metrics().rewrites.get(), 1);
+    assert_eq!(journal.metrics().rewrite_failures.get(), 0);
+    assert!(journal.metrics().rewrite_tail_bytes.get() > 0);
+    assert!(!tmp(&path).exists());
+    drop(journal);
+
+    // Reopened: the snapshot, then every append (those before the swap from the copied tail,
+    // the rest appended to the new file), in order.
+    let (_journal, replay) = Journal::open(&path).expect("reopen");
+    assert_eq!(replay.len(), 256 + appended.len());
+    assert!(replay[..256].iter().all(|r| *r == big));
+    assert_eq!(&replay[256..], &appended[..]);
+}
+
+/// A journal dropped while its rewrite runs waits for it: no temporary file is left for the
+/// next open to trip over, and nothing acknowledged is lost.
+#[test]
+fn closing_during_a_rewrite_loses_nothing() {
+    let dir = dir();
+    let path = dir.path().join("txpool.journal");
+    let (journal, _) = Journal::open(&path).expect("create");
+    let first = records(20, 1);
+    append_all(&journal, &first);
+    let kept = first.clone();
+    assert!(journal.start_rewrite(move || kept).expect("start"));
+    let second = records(20, 2);
+    append_all(&journal, &second);
+    drop(journal);
+    assert!(!tmp(&path).exists());
+    let (_journal, replay) = Journal::open(&path).expect("reopen");
+    let replayed: HashSet<&Bytes> = replay.iter().collect();
+    assert!(first.iter().chain(&second).all(|r| replayed.contains(r)));
+}

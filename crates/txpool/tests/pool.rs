@@ -250,8 +250,12 @@ fn best_orders_by_tip_under_nonce_order_and_fits_the_gas() {
     assert!(pool.best(1001, BLOCK_GAS, 100).is_empty());
 }
 
+/// A transaction the builder found invalid in its place goes alone (issue 29, finding 8):
+/// its sender's later transactions stay, queued behind the gap (before, the builder dropped
+/// all of them, so one EIP-7702 authorization that bumped a victim's nonce cost the victim
+/// every transaction it had sent).
 #[test]
-fn remove_invalid_drops_the_rest_of_the_sender() {
+fn remove_invalid_drops_only_that_transaction() {
     let key = signer(0);
     let other = signer(1);
     let state = MemState::funded([key.address(), other.address()], U256::from(ETH));
@@ -262,17 +266,18 @@ fn remove_invalid_drops_the_rest_of_the_sender() {
     }
     let bystander = pooled(&transfer(&other, 0, 10, 1));
     pool.add(bystander.clone(), &state, 1).expect("valid");
-    assert_eq!(pool.remove_invalid(txs[1].hash, "insufficient funds"), 3);
-    assert_eq!(pool.remove_invalid(txs[1].hash, "again"), 0);
+    assert!(pool.remove_invalid(txs[1].hash, "insufficient funds"));
+    assert!(!pool.remove_invalid(txs[1].hash, "again"));
     assert!(pool.contains(txs[0].hash) && pool.contains(bystander.hash));
-    assert_eq!(pool.len(), 2);
+    assert!(pool.contains(txs[2].hash) && pool.contains(txs[3].hash));
+    assert_eq!(pool.len(), 4);
+    assert_eq!(pool.stats().queued, 2);
     assert_eq!(pool.pending_nonce(key.address()), Some(1));
-    assert_eq!(pool.metrics().invalid.get(), 3);
+    assert_eq!(pool.metrics().invalid.get(), 1);
 }
 
 /// A transaction whose journal append failed is taken back alone: the sender's later
-/// transactions were accepted and stay, queued behind the gap (before, the node used
-/// `remove_invalid`, which drops them all).
+/// transactions were accepted and stay, queued behind the gap.
 #[test]
 fn withdraw_takes_back_one_transaction_and_keeps_the_later_ones() {
     let key = signer(0);

@@ -121,6 +121,7 @@ impl<'a> Interleaving<'a> {
             },
             states,
             fees,
+            skipped: Vec::new(),
             beneficiary: self.block.block_env.beneficiary,
             stats: Stats::default(),
         }
