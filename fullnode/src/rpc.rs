@@ -9,8 +9,9 @@
 //! history. `eth_getProof` proves accounts and slots against the state root (MPT) this node
 //! computed; `eth_call` and `eth_estimateGas` run revm over the view through `gigas-evm`,
 //! configured as the sequencer configures its calls. Blocks are the headers the database holds,
-//! without transactions (the full node keeps no bodies), with the node's own state root in
-//! `stateRoot` (see [`rpc_header`]).
+//! as signed (the full node keeps no bodies: a block with transactions is refused, its header
+//! served by `eth_getHeaderByNumber`); the MPT root is `gigas_getStateRoot`'s (see
+//! [`rpc_header`]).
 //!
 //! **What it refuses.** Writes (`eth_sendRawTransaction`) and history (transactions, receipts,
 //! logs, traces) with an error that names the sequencer's URL: a wallet pointed at the full
@@ -37,7 +38,6 @@ use alloy_rpc_types_trace::geth::{
 };
 use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolStatus};
 use gigas_evm::budget::CallBudget;
-use gigas_evm::revm::database_interface::DatabaseRef as _;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
 use gigas_sequencer::backend::{access_list_over, call_over, estimate_gas_over, trace_call_over};
@@ -45,10 +45,6 @@ use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
 use crate::status::SyncState;
-
-/// How far back from the head `eth_getBlockByHash` looks for a hash: the database indexes
-/// headers by number only, and a full node is asked about recent blocks.
-pub const HASH_LOOKBACK: u64 = 1024;
 
 /// Most heads [`FullNodeBackend::publish_heads`] sends at once (the subscription channel's
 /// default capacity): after a long catch-up, subscribers get the recent heads, not all.
@@ -87,21 +83,19 @@ fn store(e: StateDbError) -> RpcError {
     }
 }
 
-/// The RPC header of a stored header.
+/// The RPC header of a stored header: the sequencer's header exactly as it signed it, so that
+/// `hash == keccak(rlp(header))` and both nodes answer the same block alike. Its `stateRoot`
+/// is the sequencer's chained state checksum; the Ethereum state root this node computed
+/// after the block (the root `eth_getProof` proves against) is `gigas_getStateRoot`'s
+/// answer ([`gigas_rpc::StateRoots`]).
 ///
-/// `stateRoot` is the Ethereum state root (MPT) this node computed after the block
-/// ([`StoredHeader::state_root`]), so that a light client can check an `eth_getProof` answer
-/// against `latest`'s `stateRoot`. The sequencer's header carries its chained state checksum in
-/// that field instead; when the node computed no root at that block (the root is kept every K
-/// blocks), the field keeps the sequencer's checksum. `hash` is always the sequencer's hash of
-/// its own header (the one it signed), so with a computed root the hash is not the hash of the
-/// fields shown; `size` is that of the sequencer's header.
+/// `size` is left out: it is the block's length, and the node does not hold the bodies of
+/// blocks with transactions.
 pub fn rpc_header(stored: &StoredHeader) -> RpcHeader {
-    let mut header = gigas_sequencer::backend::rpc_header(&stored.header, stored.hash);
-    if let Some(root) = stored.state_root {
-        header.inner.state_root = root;
+    RpcHeader {
+        size: None,
+        ..gigas_sequencer::backend::rpc_header(&stored.header, stored.hash)
     }
-    header
 }
 
 impl FullNodeBackend {
@@ -315,42 +309,72 @@ impl FullNodeBackend {
         estimate_gas_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
-    /// Block `number` as the database holds it: the header (see [`rpc_header`]) and no
-    /// transactions, since the full node keeps no bodies (the header's `transactionsRoot` and
-    /// `gasUsed` still say what the block held). Full transactions are refused, naming the
-    /// sequencer.
+    /// Block `number` as the database holds it: the signed header (see [`rpc_header`]). The
+    /// full node keeps no bodies, so it answers only what it holds: a block without
+    /// transactions (its header's `transactionsRoot` is the empty root) in full; for a block
+    /// with transactions, whose hashes it does not have, it refuses, naming
+    /// `eth_getHeaderByNumber` (the header alone) and the sequencer (the transactions), rather
+    /// than answer an empty list that would be wrong.
     pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
-        if full {
-            return Err(self.history_refused("transactions (ask for hashes: `false`)"));
-        }
         let view = self.db.view().map_err(store)?;
         let Some(stored) = view.header(number).map_err(store)? else {
             return Ok(None);
         };
+        if stored.header.transactions_root != alloy_consensus::EMPTY_ROOT_HASH {
+            return Err(RpcError::ResourceNotFound(format!(
+                "this full node keeps headers and state, not the transactions of block {number} \
+                 (gas used {}); eth_getHeaderByNumber gives its header, the sequencer at {} its \
+                 transactions",
+                stored.header.gas_used, self.sequencer_url
+            )));
+        }
+        let _ = full;
+        let mut header = rpc_header(&stored);
+        // The block's RLP length, as the sequencer reports it: the header and empty lists.
+        header.size = Some(U256::from(gigas_sequencer::backend::block_size(
+            &stored.header,
+            &[],
+        )));
         Ok(Some(Block {
-            header: rpc_header(&stored),
+            header,
             uncles: Vec::new(),
             transactions: BlockTransactions::Hashes(Vec::new()),
             withdrawals: Some(Default::default()),
         }))
     }
 
-    /// The number of the block with `hash`, looking back at most [`HASH_LOOKBACK`] blocks from
-    /// the head.
+    /// The header of block `number`, as signed (see [`rpc_header`]).
+    pub fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        Ok(view.header(number).map_err(store)?.map(|s| rpc_header(&s)))
+    }
+
+    /// Block `number`'s signed state checksum and the MPT root this node computed after it.
+    pub fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        Ok(view
+            .header(number)
+            .map_err(store)?
+            .map(|stored| gigas_rpc::StateRoots {
+                number: alloy_primitives::U64::from(number),
+                hash: stored.hash,
+                state_checksum: stored.header.state_root,
+                state_root: stored.state_root,
+            }))
+    }
+
+    /// The number of the block with `hash` (the sequencer's signed header hash), among every
+    /// header the database holds (indexed by hash), up to the durable head.
     pub fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, RpcError> {
         let head = self.sync.applied();
         if self.sync.applied_hash() == hash {
             return Ok(Some(head));
         }
         let view = self.db.view().map_err(store)?;
-        let tip = view.tip().map_err(store)?.map_or(0, |t| t.number).min(head);
-        let oldest = tip.saturating_sub(HASH_LOOKBACK - 1);
-        for number in (oldest..=tip).rev() {
-            if view.block_hash_ref(number).map_err(store)? == hash {
-                return Ok(Some(number));
-            }
-        }
-        Ok(None)
+        Ok(view
+            .number_by_hash(&hash)
+            .map_err(store)?
+            .filter(|number| *number <= head))
     }
 
     /// The base fee of the block after the head.
@@ -463,8 +487,17 @@ impl Backend for FullNodeBackend {
         FullNodeBackend::block(self, number, full)
     }
 
-    fn block_transaction_count(&self, _number: u64) -> Result<Option<u64>, RpcError> {
-        Err(self.history_refused("transactions"))
+    fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
+        FullNodeBackend::header(self, number)
+    }
+
+    fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
+        FullNodeBackend::state_root(self, number)
+    }
+
+    fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
+        // Known only for a block without transactions (the empty root says so).
+        Ok(FullNodeBackend::block(self, number, false)?.map(|_| 0))
     }
 
     fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {

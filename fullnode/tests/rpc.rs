@@ -90,6 +90,12 @@ fn header(parent: B256, number: u64, chain: &ChainConfig) -> Header {
         number,
         gas_limit: chain.block_gas_limit,
         gas_used: 21_000 * number,
+        // Even blocks hold no transactions (the empty root), odd ones do.
+        transactions_root: if number.is_multiple_of(2) {
+            alloy_trie::EMPTY_ROOT_HASH
+        } else {
+            keccak256(number.to_be_bytes())
+        },
         timestamp: 1_700_000_000 + number,
         base_fee_per_gas: Some(1_000_000_000 - number * 1_000),
         mix_hash: B256::with_last_byte(number as u8),
@@ -391,24 +397,47 @@ async fn every_method_answers_from_the_head_state() {
     );
     assert!(beyond.contains("header not found"), "{beyond}");
 
-    // Blocks: the sequencer's hash, this node's state root.
-    let latest = provider
-        .get_block_by_number(BlockNumberOrTag::Latest)
+    // Headers as the sequencer signed them: keccak(rlp(header)) is the hash, and the
+    // stateRoot field is the sequencer's checksum on both nodes (issue 29, finding 16).
+    let latest: alloy_rpc_types_eth::Header = provider
+        .client()
+        .request("eth_getHeaderByNumber", (BlockNumberOrTag::Latest,))
         .await
-        .unwrap()
-        .expect("latest");
-    assert_eq!(latest.header.number, 3);
-    assert_eq!(latest.header.hash, hash3);
-    assert_eq!(latest.header.state_root, model.root());
-    assert_ne!(latest.header.state_root, c.headers[3].0.state_root);
-    assert_eq!(latest.header.parent_hash, hash2);
-    assert!(latest.transactions.is_empty());
+        .unwrap();
+    assert_eq!(latest.number, 3);
+    assert_eq!(latest.hash, hash3);
+    assert_eq!(
+        latest.inner.hash_slow(),
+        hash3,
+        "keccak(rlp(header)) == hash"
+    );
+    assert_eq!(latest.inner, c.headers[3].0);
+    assert_eq!(latest.parent_hash, hash2);
+    // The Ethereum state root of the same state, which the header does not carry.
+    let roots: gigas_rpc::StateRoots = provider
+        .client()
+        .request("gigas_getStateRoot", (BlockNumberOrTag::Latest,))
+        .await
+        .unwrap();
+    assert_eq!(roots.hash, hash3);
+    assert_eq!(roots.state_checksum, c.headers[3].0.state_root);
+    assert_eq!(roots.state_root, Some(model.root()));
+    // A block with transactions: the node holds no bodies, so it refuses instead of an
+    // empty list, and says where the header and the transactions are.
+    let with_txs = error_text(provider.get_block_by_number(BlockNumberOrTag::Latest).await);
+    assert!(
+        with_txs.contains("eth_getHeaderByNumber") && with_txs.contains(SEQUENCER_URL),
+        "{with_txs}"
+    );
+    // A block without transactions is answered whole, found by hash at any depth.
     let by_hash = provider
         .get_block_by_hash(hash2)
         .await
         .unwrap()
         .expect("block 2 by hash");
     assert_eq!(by_hash.header.number, 2);
+    assert_eq!(by_hash.header.inner.hash_slow(), hash2);
+    assert!(by_hash.transactions.is_empty());
     let genesis = provider
         .get_block_by_number(BlockNumberOrTag::Earliest)
         .await
@@ -433,8 +462,9 @@ async fn every_method_answers_from_the_head_state() {
     );
     assert!(full.contains(SEQUENCER_URL), "{full}");
 
-    // Proofs, verified against latest's stateRoot with alloy-trie.
-    let root = latest.header.state_root;
+    // Proofs, verified with alloy-trie against the root gigas_getStateRoot gives.
+    let root = model.root();
+    assert_eq!(roots.state_root, Some(root));
     let absent_slot = U256::from(0xdead);
     let keys: Vec<B256> = [U256::ZERO, U256::from(5), U256::from(3), absent_slot]
         .into_iter()
@@ -596,8 +626,8 @@ async fn every_method_answers_from_the_head_state() {
     );
     assert!(logs.contains(SEQUENCER_URL), "{logs}");
 
-    // A new block: subscribers hear its header with this node's root, `latest` moves, and
-    // the previous head's state is no longer served.
+    // A new block: subscribers hear its header as signed, `latest` moves, and the previous
+    // head's state is no longer served.
     let mut heads = backend.hub().subscribe_heads();
     let (n4, hash4) = c.block(&chain, transfer(&c.model, alice, bob, eth(1)));
     sync.set_applied(n4, hash4);
@@ -605,7 +635,8 @@ async fn every_method_answers_from_the_head_state() {
     let head = heads.recv().await.unwrap();
     assert_eq!(head.number, 4);
     assert_eq!(head.hash, hash4);
-    assert_eq!(head.state_root, c.model.root());
+    assert_eq!(head.inner, c.headers[4].0);
+    assert_eq!(head.inner.hash_slow(), hash4);
     assert_eq!(provider.get_block_number().await.unwrap(), 4);
     assert_eq!(
         provider.get_transaction_count(alice).await.unwrap(),
@@ -620,5 +651,73 @@ async fn every_method_answers_from_the_head_state() {
     );
     assert!(previous.contains("block 4"), "{previous}");
 
+    handle.stop();
+}
+
+/// `eth_getBlockByHash` finds a block at any depth (issue 29, finding 16): the database
+/// indexes header hashes. Before, the node scanned back 1,024 headers from the head and
+/// answered `null` for anything older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_is_found_by_hash_at_any_depth() {
+    let chain = ChainConfig::dev(250).unwrap();
+    let c = Chain::genesis(&chain);
+    // 1,100 empty blocks (even numbers only hold no transactions in `header`, so every block
+    // here gets the empty root), in one durable group.
+    let mut hashes = vec![c.headers[0].1];
+    {
+        let mut writer =
+            c.db.writer(WriterOptions {
+                root_every: 0,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        let mut parent = hashes[0];
+        for number in 1..=1_100u64 {
+            let h = Header {
+                transactions_root: alloy_trie::EMPTY_ROOT_HASH,
+                gas_used: 0,
+                ..header(parent, number, &chain)
+            };
+            parent = h.hash_slow();
+            writer
+                .apply(BlockToApply {
+                    header: &h,
+                    hash: parent,
+                    signature: None,
+                    changes: &ChangeSet::default(),
+                    new_keys: &[],
+                })
+                .unwrap();
+            hashes.push(parent);
+        }
+        writer.commit().unwrap();
+    }
+    let sync = Arc::new(SyncState::new(1_100, hashes[1_100]));
+    let backend = Arc::new(FullNodeBackend::new(
+        c.db.clone(),
+        &chain,
+        SEQUENCER_URL.into(),
+        sync,
+        SubscriptionHub::default(),
+    ));
+    let handle = RpcServer::start(
+        RpcConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..RpcConfig::default()
+        },
+        backend,
+    )
+    .await
+    .unwrap();
+    let provider = ProviderBuilder::new().connect_http(handle.http_url().parse().unwrap());
+    for number in [0u64, 5, 75, 1_099, 1_100] {
+        let block = provider
+            .get_block_by_hash(hashes[number as usize])
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("block {number} by hash, head 1,100: not found"));
+        assert_eq!(block.header.number, number);
+        assert_eq!(block.header.hash, hashes[number as usize]);
+    }
     handle.stop();
 }

@@ -291,6 +291,16 @@ pub trait RpcModulesApi {
     async fn modules(&self) -> RpcResult<std::collections::BTreeMap<String, String>>;
 }
 
+/// The `gigas_` namespace: what only Gigas nodes answer.
+#[rpc(server, namespace = "gigas")]
+pub trait GigasApi {
+    /// `gigas_getStateRoot`: a block's signed state checksum and the Ethereum state root
+    /// (MPT) of the same state, which the header does not carry (see
+    /// [`crate::StateRoots`]); a full node answers, the sequencer refuses.
+    #[method(name = "getStateRoot")]
+    async fn state_root(&self, block: BlockNumberOrTag) -> RpcResult<Option<crate::StateRoots>>;
+}
+
 /// The `txpool_` namespace (the sequencer's pool; a full node has none and says so).
 #[rpc(server, namespace = "txpool")]
 pub trait TxpoolApi {

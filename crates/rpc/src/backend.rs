@@ -76,6 +76,22 @@ pub trait Backend: Send + Sync + 'static {
     fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError>;
     /// Block `number` with transaction hashes (`full == false`) or full transactions.
     fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError>;
+    /// The header of block `number` (`eth_getHeaderByNumber`); the default takes it from
+    /// [`Self::block`], a node that keeps headers without bodies answers it directly.
+    fn header(&self, number: u64) -> Result<Option<Header>, RpcError> {
+        Ok(self.block(number, false)?.map(|block| block.header))
+    }
+    /// `gigas_getStateRoot`: block `number`'s signed state checksum and the Ethereum state
+    /// root (MPT) a node computed after it. The default refuses: a node that keeps no trie
+    /// (the sequencer) has no root to give.
+    fn state_root(&self, number: u64) -> Result<Option<StateRoots>, RpcError> {
+        let _ = number;
+        Err(RpcError::ResourceNotFound(
+            "gigas_getStateRoot: this node keeps no state trie, so it computes no Ethereum \
+             state root; ask a gigas-fullnode"
+                .into(),
+        ))
+    }
     /// How many transactions block `number` holds; the default builds the block.
     fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
         Ok(self
@@ -331,6 +347,28 @@ impl SubscriptionHub {
     pub fn subscribe_pending(&self) -> broadcast::Receiver<B256> {
         self.pending.subscribe()
     }
+}
+
+/// `gigas_getStateRoot`'s answer: what a block's header commits to and the Ethereum state root
+/// of the same state.
+///
+/// A Gigas header's `stateRoot` field holds the sequencer's chained state checksum (what it
+/// signs, cheap to compute at every block); the block hash is `keccak(rlp(header))` over that
+/// header, on every node. A full node also computes the Ethereum state root (MPT) of the state
+/// after the block, every `--root-every` blocks: that root, against which `eth_getProof`'s
+/// proofs verify, is given here rather than in the header, so that the header stays the one
+/// the sequencer signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateRoots {
+    /// The block's number.
+    pub number: alloy_primitives::U64,
+    /// The block's hash (the signed header's).
+    pub hash: B256,
+    /// The header's `stateRoot` field: the sequencer's chained state checksum.
+    pub state_checksum: B256,
+    /// The Ethereum state root (MPT) after the block, if the node computed one at it.
+    pub state_root: Option<B256>,
 }
 
 /// One transaction's entry in geth's `debug_traceBlockByNumber(n, {"tracer":"prestateTracer"})`

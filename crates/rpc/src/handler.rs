@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
 
 use crate::api::{
-    DebugApiServer, EthApiServer, NetApiServer, RpcModulesApiServer, TracerOptions,
+    DebugApiServer, EthApiServer, GigasApiServer, NetApiServer, RpcModulesApiServer, TracerOptions,
     TxpoolApiServer, Web3ApiServer,
 };
 use crate::filters::{drain_pending, FilterKind, FilterLimits, FilterStore};
@@ -143,6 +143,7 @@ impl<B: Backend> EthRpc<B> {
         merge(&mut module, Web3ApiServer::into_rpc(self.clone()))?;
         merge(&mut module, RpcModulesApiServer::into_rpc(self.clone()))?;
         merge(&mut module, TxpoolApiServer::into_rpc(self.clone()))?;
+        merge(&mut module, GigasApiServer::into_rpc(self.clone()))?;
         merge(&mut module, DebugApiServer::into_rpc(self))?;
         Ok(module)
     }
@@ -227,10 +228,10 @@ impl<B: Backend> EthRpc<B> {
     }
 
     async fn header_at(&self, number: Option<u64>) -> Result<Option<Header>, RpcError> {
-        Ok(self
-            .block_at(number, false)
-            .await?
-            .map(|block| block.header))
+        match number {
+            Some(n) => self.block_read(move |b| b.header(n)).await,
+            None => Ok(None),
+        }
     }
 
     /// Logs of blocks `from..=to` for a filter, under the bounds of `eth_getLogs`.
@@ -913,7 +914,7 @@ impl<B: Backend> NetApiServer for EthRpc<B> {
 #[async_trait]
 impl<B: Backend> RpcModulesApiServer for EthRpc<B> {
     async fn modules(&self) -> RpcResult<std::collections::BTreeMap<String, String>> {
-        Ok(["eth", "net", "web3", "debug", "txpool", "rpc"]
+        Ok(["eth", "net", "web3", "debug", "txpool", "rpc", "gigas"]
             .into_iter()
             .map(|m| (m.to_string(), "1.0".to_string()))
             .collect())
@@ -939,6 +940,16 @@ impl<B: Backend> TxpoolApiServer for EthRpc<B> {
 
     async fn inspect(&self) -> RpcResult<TxpoolInspect> {
         Ok(self.block_read(|b| b.txpool_inspect()).await?)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> GigasApiServer for EthRpc<B> {
+    async fn state_root(&self, block: BlockNumberOrTag) -> RpcResult<Option<crate::StateRoots>> {
+        Ok(match self.existing(block) {
+            Some(n) => self.block_read(move |b| b.state_root(n)).await?,
+            None => None,
+        })
     }
 }
 

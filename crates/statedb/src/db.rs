@@ -86,6 +86,7 @@ impl StateDb {
             dir: dir.to_path_buf(),
             writer_open: AtomicBool::new(false),
         };
+        db.index_header_hashes()?;
         db.refresh_size_metrics();
         if let Ok(view) = db.view() {
             if let Ok(Some((block, _))) = view.last_root() {
@@ -95,6 +96,64 @@ impl StateDb {
             }
         }
         Ok(db)
+    }
+
+    /// Fills `HeaderNumbers` from `Headers` when it holds fewer rows (a database written
+    /// before the index existed), in one write transaction.
+    fn index_header_hashes(&self) -> Result<(), StateDbError> {
+        let entries = |txn: &signet_libmdbx::tx::aliases::RwTxUnsync, table: Table| {
+            txn.db_stat(&self.dbs.get(table))
+                .map(|s| s.entries())
+                .map_err(StateDbError::mdbx("read table statistics"))
+        };
+        let txn = self
+            .env
+            .begin_rw_unsync()
+            .map_err(StateDbError::mdbx("begin a write transaction"))?;
+        let headers = entries(&txn, Table::Headers)?;
+        if entries(&txn, Table::HeaderNumbers)? >= headers {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let mut rows = Vec::with_capacity(headers);
+        {
+            let mut cursor = txn
+                .cursor(self.dbs.get(Table::Headers))
+                .map_err(StateDbError::mdbx("open a Headers cursor"))?;
+            let mut next = cursor
+                .first::<Vec<u8>, Vec<u8>>()
+                .map_err(StateDbError::read(Table::Headers.name()))?;
+            while let Some((key, row)) = next {
+                if row.len() < 32 {
+                    return Err(StateDbError::corrupt(
+                        Table::Headers.name(),
+                        &key,
+                        "row shorter than a hash",
+                    ));
+                }
+                rows.push((alloy_primitives::B256::from_slice(&row[..32]), key));
+                next = cursor
+                    .next::<Vec<u8>, Vec<u8>>()
+                    .map_err(StateDbError::read(Table::Headers.name()))?;
+            }
+        }
+        for (hash, key) in &rows {
+            txn.put(
+                self.dbs.get(Table::HeaderNumbers),
+                hash,
+                key,
+                signet_libmdbx::WriteFlags::empty(),
+            )
+            .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
+        }
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit the header hash index"))?;
+        tracing::info!(
+            headers = rows.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "indexed the header hashes of a database written before the index existed"
+        );
+        Ok(())
     }
 
     /// The directory the database lives in.
@@ -199,4 +258,76 @@ pub(crate) fn write_meta_tip(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_consensus::Header;
+
+    use super::*;
+    use crate::types::{BlockToApply, GenesisBlock, GenesisEntry};
+
+    /// A database written before `HeaderNumbers` existed holds headers and no hash rows:
+    /// opening it fills the index, so every block is found by hash again.
+    #[test]
+    fn opening_fills_the_hash_index_of_an_older_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StateDbOptions {
+            max_size_bytes: 1 << 30,
+            growth_step_bytes: 16 << 20,
+            ..StateDbOptions::default()
+        };
+        let mut hashes = Vec::new();
+        {
+            let db = StateDb::open(dir.path(), options.clone()).unwrap();
+            let genesis = Header::default();
+            let mut parent = genesis.hash_slow();
+            db.apply_genesis(
+                GenesisBlock {
+                    header: &genesis,
+                    hash: parent,
+                    signature: None,
+                },
+                std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
+                16,
+            )
+            .unwrap();
+            hashes.push(parent);
+            let mut writer = db.writer(WriterOptions::default()).unwrap();
+            for number in 1..=20 {
+                let header = Header {
+                    number,
+                    parent_hash: parent,
+                    ..Header::default()
+                };
+                parent = header.hash_slow();
+                writer
+                    .apply(BlockToApply {
+                        header: &header,
+                        hash: parent,
+                        signature: None,
+                        changes: &gigas_primitives::ChangeSet::default(),
+                        new_keys: &[],
+                    })
+                    .unwrap();
+                hashes.push(parent);
+            }
+            writer.commit().unwrap();
+            drop(writer);
+            // What a database of the previous layout looks like.
+            let txn = db.env.begin_rw_unsync().unwrap();
+            txn.clear_db(db.dbs.get(Table::HeaderNumbers)).unwrap();
+            txn.commit().unwrap();
+            assert_eq!(db.view().unwrap().number_by_hash(&hashes[7]).unwrap(), None);
+        }
+        let db = StateDb::open(dir.path(), options).unwrap();
+        let view = db.view().unwrap();
+        for (number, hash) in hashes.iter().enumerate() {
+            assert_eq!(view.number_by_hash(hash).unwrap(), Some(number as u64));
+        }
+        assert_eq!(
+            view.number_by_hash(&alloy_primitives::B256::ZERO).unwrap(),
+            None
+        );
+    }
 }

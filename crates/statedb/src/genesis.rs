@@ -126,6 +126,13 @@ impl StateDb {
             WriteFlags::empty(),
         )
         .map_err(StateDbError::mdbx("write Headers"))?;
+        txn.put(
+            dbs.get(Table::HeaderNumbers),
+            genesis.hash,
+            codec::block_key(header.number),
+            WriteFlags::empty(),
+        )
+        .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
         write_meta_tip(&dbs, &txn, &tip, 0, Some((header.number, root.root)), true)?;
         txn.commit()
             .map_err(StateDbError::mdbx("commit the genesis"))?;

@@ -36,6 +36,7 @@
 //! | `IndexedKeys` | index: u64 | address (20) or address ‖ slot (52) | |
 //! | `KeyIndices` | address (20) or address ‖ slot (52) | index: u64 | |
 //! | `Headers` | block: u64 | hash ‖ flags ‖ [signature (65)] ‖ [MPT root (32)] ‖ header RLP | |
+//! | `HeaderNumbers` | hash (32) | block: u64 | |
 //! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len` | |
 //!
 //! - **Compact account:** nonce length (1) ‖ nonce ‖ balance length (1) ‖ balance ‖ code

@@ -86,6 +86,17 @@ pub(crate) fn header<K: TransactionKind>(
         .transpose()
 }
 
+/// The number of the block whose header hash is `hash`, if the database holds it.
+pub(crate) fn number_by_hash<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    hash: &B256,
+) -> Result<Option<u64>, StateDbError> {
+    get(dbs, txn, Table::HeaderNumbers, hash.as_slice())?
+        .map(|row| codec::decode_u64(Table::HeaderNumbers, hash.as_slice(), &row))
+        .transpose()
+}
+
 /// The hash of block `number` if the database holds its header (BLOCKHASH).
 pub(crate) fn block_hash<K: TransactionKind>(
     dbs: &Dbs,

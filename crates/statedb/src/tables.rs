@@ -86,6 +86,14 @@ gigas_mdbx::tables! {
             value: "hash (32) ‖ flags (1) ‖ [signature (65)] ‖ [MPT root (32)] ‖ header (RLP)",
             dup: No
         },
+        /// Block numbers by block hash (the sequencer's signed header hash), for
+        /// `eth_getBlockByHash` over every block the database holds. Filled at open for a
+        /// database written before it existed.
+        HeaderNumbers {
+            key: "hash (32)",
+            value: "block: u64",
+            dup: No
+        },
         /// Small named values: `schema_version`, `head`, `last_root`, `trie`, `index_len`.
         Meta {
             key: "name (ASCII)",

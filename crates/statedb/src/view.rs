@@ -67,6 +67,11 @@ impl<'db> StateView<'db> {
         read::header(self.db.dbs(), &self.txn, number)
     }
 
+    /// The number of the block with header hash `hash`, if the database holds that header.
+    pub fn number_by_hash(&self, hash: &B256) -> Result<Option<u64>, StateDbError> {
+        read::number_by_hash(self.db.dbs(), &self.txn, hash)
+    }
+
     /// `eth_getProof`: the account and the asked slots with their trie nodes, against the
     /// state root of this snapshot. That is the head's stored root when a root was computed
     /// at the head (every block with `root_every: 1`); after blocks without one, the proof

@@ -581,6 +581,15 @@ impl<'db> StateWriter<'db> {
                 WriteFlags::empty(),
             )
             .map_err(StateDbError::mdbx("write Headers"))
+            .and_then(|()| {
+                txn.put(
+                    dbs.get(Table::HeaderNumbers),
+                    header.hash,
+                    codec::block_key(header.header.number),
+                    WriteFlags::empty(),
+                )
+                .map_err(StateDbError::mdbx("write HeaderNumbers"))
+            })
         };
         self.buf = buf;
         result
