@@ -75,6 +75,14 @@ struct Cli {
     /// Re-execute every block over the state and halt on any difference with its diff.
     #[arg(long)]
     verify_execution: bool,
+    /// Recent blocks whose state is served besides the head's (balances, nonces, code,
+    /// storage, calls at a block number), as geth's 128; their undo records are kept in
+    /// memory. 0 serves the head only.
+    #[arg(long, value_name = "BLOCKS", default_value_t = 128)]
+    state_window: u64,
+    /// Most memory the recent states' records may take; the oldest blocks go first.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    state_window_mib: usize,
     /// Turn MDBX readahead on (off by default: state reads are random point lookups).
     #[arg(long = "db.readahead")]
     db_readahead: bool,
@@ -193,6 +201,10 @@ where
         call_budget: cli.rpc.budget(),
         metrics: cli.metrics,
         sequencer_url: cli.sequencer.clone(),
+        state_window: crate::window::WindowLimits {
+            blocks: cli.state_window,
+            max_bytes: cli.state_window_mib.saturating_mul(1 << 20),
+        },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

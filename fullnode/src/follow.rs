@@ -39,6 +39,8 @@ pub struct FollowConfig {
     pub spec: gigas_primitives::ChainSpec,
     /// Wait after a rejection before fetching the block again.
     pub retry_after_rejection: Duration,
+    /// Where each applied block's undo record goes, for reads of recent states.
+    pub window: Arc<crate::window::StateWindow>,
 }
 
 /// Why the apply thread stopped.
@@ -50,6 +52,14 @@ pub enum FollowError {
     /// Reading or writing the local state failed while applying a diff.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// Reading the state before a block (for reads of recent states) failed.
+    #[error("block {block}: reading the state before it: {source}")]
+    PriorState {
+        /// The block.
+        block: u64,
+        /// The cause.
+        source: gigas_statediff::StoreError,
+    },
     /// Re-execution disagreed with a diff: the sequencer published a wrong state transition.
     #[error("block {block}: re-execution disagrees with the diff: {detail}")]
     ExecutionMismatch {
@@ -257,10 +267,36 @@ impl ApplyLoop<'_> {
             self.sync.set_halted(None);
             self.metrics.halted.set(0);
         }
+        // What the block changes from, read before it is written, for reads of recent states.
+        let undo = if self.config.window.enabled() {
+            let undo = crate::window::BlockUndo::capture(
+                verified.header.number,
+                &verified.changes,
+                self.applier.writer(),
+            )
+            .map_err(|source| {
+                Refusal::Fatal(FollowError::PriorState {
+                    block: verified.header.number,
+                    source,
+                })
+            })?;
+            Some(undo)
+        } else {
+            None
+        };
         let applied = self
             .applier
             .write(&verified)
             .map_err(|e| Refusal::Fatal(e.into()))?;
+        if let Some(undo) = undo {
+            self.config.window.push(undo);
+            self.metrics
+                .state_window_blocks
+                .set(self.config.window.len() as i64);
+            self.metrics
+                .state_window_bytes
+                .set(i64::try_from(self.config.window.bytes()).unwrap_or(i64::MAX));
+        }
         self.changes_since_commit += applied.changes;
         if let Some(root) = &applied.root {
             debug!(block = root.block, root = %root.root, ms = root.seconds * 1e3, "state root");

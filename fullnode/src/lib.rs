@@ -21,3 +21,4 @@ pub mod node;
 pub mod reexec;
 pub mod rpc;
 pub mod status;
+pub mod window;

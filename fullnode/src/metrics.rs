@@ -65,6 +65,10 @@ pub struct FollowerMetrics {
     last_major_faults: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Re-executions that matched their diff.
     pub reexecuted_blocks: Counter,
+    /// Blocks whose undo records are held for reads of recent states.
+    pub state_window_blocks: Gauge,
+    /// Approximate bytes those records take (bounded by `--state-window-mib`).
+    pub state_window_bytes: Gauge,
 }
 
 impl Default for FollowerMetrics {
@@ -89,6 +93,8 @@ impl Default for FollowerMetrics {
             major_faults: Counter::default(),
             last_major_faults: std::sync::Arc::default(),
             reexecuted_blocks: Counter::default(),
+            state_window_blocks: Gauge::default(),
+            state_window_bytes: Gauge::default(),
         }
     }
 }
@@ -221,6 +227,16 @@ impl FollowerMetrics {
             "reexecuted_blocks",
             "Blocks re-executed whose result matched their diff",
             self.reexecuted_blocks.clone(),
+        );
+        sub.register(
+            "state_window_blocks",
+            "Blocks whose undo records are held for reads of recent states",
+            self.state_window_blocks.clone(),
+        );
+        sub.register(
+            "state_window_bytes",
+            "Approximate bytes of the undo records held for reads of recent states",
+            self.state_window_bytes.clone(),
         );
     }
 }

@@ -41,6 +41,8 @@ pub struct FullNodeConfig {
     pub metrics: Option<SocketAddr>,
     /// The sequencer's URL as users should be told it (in the errors of refused writes).
     pub sequencer_url: String,
+    /// How many recent blocks' states are served besides the head's, and in how many bytes.
+    pub state_window: crate::window::WindowLimits,
 }
 
 /// Why the node could not start or stopped.
@@ -173,7 +175,9 @@ impl FullNode {
             });
         }
 
+        let window = Arc::new(crate::window::StateWindow::new(config.state_window));
         let follow = FollowConfig {
+            window: window.clone(),
             writer: config.writer,
             sequencer: crate::genesis::sequencer_address(&config.chain)?,
             verify_execution: config.verify_execution,
@@ -188,7 +192,8 @@ impl FullNode {
                 sync.clone(),
                 gigas_rpc::SubscriptionHub::new(gigas_rpc::SubscriptionBuffers::default()),
             )
-            .with_call_budget(config.call_budget),
+            .with_call_budget(config.call_budget)
+            .with_state_window(window),
         );
         let rpc = runtime
             .block_on(gigas_rpc::RpcServer::start(

@@ -4,9 +4,10 @@
 //!
 //! **What it answers.** `latest` (and `pending`, `safe`, `finalized`) is the last *durable*
 //! block ([`SyncState::applied`]); state reads use a [`StateView`], a snapshot of the last
-//! commit. The full node keeps no old state (no per-block change sets), so state methods answer
-//! at the head only: an older block is refused with an error naming the sequencer, which keeps
-//! history. `eth_getProof` proves accounts and slots against the state root (MPT) this node
+//! commit, read through the undo records of the blocks after the one asked for when it is
+//! below the head ([`crate::window`]: the last `--state-window` blocks, 128 by default, as
+//! geth keeps); an older block is refused with the range served and the sequencer's URL.
+//! Proofs are served at the head only (the trie is the head's). `eth_getProof` proves accounts and slots against the state root (MPT) this node
 //! computed; `eth_call` and `eth_estimateGas` run revm over the view through `gigas-evm`,
 //! configured as the sequencer configures its calls. Blocks are the headers the database holds,
 //! as signed (the full node keeps no bodies: a block with transactions is refused, its header
@@ -45,6 +46,7 @@ use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
 use crate::status::SyncState;
+use crate::window::{PastState, StateWindow, WindowLimits};
 
 /// Most heads [`FullNodeBackend::publish_heads`] sends at once (the subscription channel's
 /// default capacity): after a long catch-up, subscribers get the recent heads, not all.
@@ -67,6 +69,8 @@ pub struct FullNodeBackend {
     published: AtomicU64,
     /// What one client execution may use.
     budget: CallBudget,
+    /// The undo records of recent blocks, for state reads below the head.
+    window: Arc<StateWindow>,
 }
 
 fn internal(e: impl std::fmt::Display) -> RpcError {
@@ -119,7 +123,18 @@ impl FullNodeBackend {
             spec: chain.spec(),
             base_fee: chain.base_fee,
             budget: CallBudget::default(),
+            window: Arc::new(StateWindow::new(WindowLimits {
+                blocks: 0,
+                max_bytes: 0,
+            })),
         }
+    }
+
+    /// Serves state reads at the recent blocks `window` holds the undo records of (the apply
+    /// thread fills it), not only at the head.
+    pub fn with_state_window(mut self, window: Arc<StateWindow>) -> Self {
+        self.window = window;
+        self
     }
 
     /// Holds every client execution to `budget` instead of geth's defaults.
@@ -173,9 +188,10 @@ impl FullNodeBackend {
         ))
     }
 
-    /// A view of the head's state and its block number, if the head is block `at`
-    /// ([`LATEST_STATE`]: whatever the head is now).
-    fn view_at(&self, at: u64) -> Result<(StateView<'_>, u64), RpcError> {
+    /// The state after block `at` ([`LATEST_STATE`]: the head) and its number: the head's
+    /// snapshot, read through the undo records of the blocks after `at` when `at` is below
+    /// the head and within the window; older blocks are refused with the range served.
+    fn view_at(&self, at: u64) -> Result<(PastState<StateView<'_>>, u64), RpcError> {
         let view = self.db.view().map_err(store)?;
         let tip = view
             .tip()
@@ -183,20 +199,32 @@ impl FullNodeBackend {
             .ok_or_else(|| internal("the state database holds no chain yet"))?
             .number;
         if at == LATEST_STATE {
-            return Ok((view, tip));
-        }
-        if at < tip {
-            return Err(RpcError::ResourceNotFound(format!(
-                "this full node keeps only its head's state (block {tip}), not block {at}'s; \
-                 ask the sequencer at {} for older state",
-                self.sequencer_url
-            )));
+            return Ok((PastState::new(view, Vec::new()), tip));
         }
         if at > tip {
             // `latest` never runs ahead of the last commit, so this is a caller's mistake.
             return Err(RpcError::HeaderNotFound);
         }
-        Ok((view, tip))
+        match self.window.undo(at, tip) {
+            Some(undo) => Ok((PastState::new(view, undo), at)),
+            None => Err(RpcError::ResourceNotFound(format!(
+                "this full node keeps the state of blocks {}..={tip} (its head and the \
+                 --state-window before it), not block {at}'s; ask the sequencer at {} for \
+                 older state",
+                self.window.oldest(tip),
+                self.sequencer_url
+            ))),
+        }
+    }
+
+    fn account(
+        view: &PastState<StateView<'_>>,
+        address: &Address,
+    ) -> Result<Option<gigas_primitives::AccountState>, RpcError> {
+        match view.account_override(address) {
+            Some(state) => Ok(state),
+            None => view.head().account(address).map_err(store),
+        }
     }
 
     fn header_of(view: &StateView<'_>, number: u64) -> Result<StoredHeader, RpcError> {
@@ -208,31 +236,26 @@ impl FullNodeBackend {
     /// Balance of `address` at the head `at`.
     pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
         let (view, _) = self.view_at(at)?;
-        Ok(view
-            .account(&address)
-            .map_err(store)?
-            .map_or(U256::ZERO, |a| a.balance))
+        Ok(Self::account(&view, &address)?.map_or(U256::ZERO, |a| a.balance))
     }
 
     /// Nonce of `address` at the head `at`.
     pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
         let (view, _) = self.view_at(at)?;
-        Ok(view
-            .account(&address)
-            .map_err(store)?
-            .map_or(0, |a| a.nonce))
+        Ok(Self::account(&view, &address)?.map_or(0, |a| a.nonce))
     }
 
     /// Code of `address` at the head `at` (empty when none).
     pub fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
         let (view, _) = self.view_at(at)?;
-        let Some(account) = view.account(&address).map_err(store)? else {
+        let Some(account) = Self::account(&view, &address)? else {
             return Ok(Bytes::new());
         };
         if account.code_hash == alloy_primitives::KECCAK256_EMPTY {
             return Ok(Bytes::new());
         }
-        view.code(&account.code_hash)
+        view.head()
+            .code(&account.code_hash)
             .map_err(store)?
             .ok_or_else(|| {
                 internal(format!(
@@ -245,9 +268,11 @@ impl FullNodeBackend {
     /// Storage slot `slot` of `address` at the head `at`.
     pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
         let (view, _) = self.view_at(at)?;
-        let value = view
-            .storage(&address, &U256::from_be_bytes(slot.0))
-            .map_err(store)?;
+        let slot = U256::from_be_bytes(slot.0);
+        let value = match view.slot_override(&address, &slot) {
+            Some(value) => value,
+            None => view.head().storage(&address, &slot).map_err(store)?,
+        };
         Ok(B256::from(value))
     }
 
@@ -261,8 +286,16 @@ impl FullNodeBackend {
         slots: Vec<U256>,
         at: u64,
     ) -> Result<EIP1186AccountProofResponse, RpcError> {
-        let (view, _) = self.view_at(at)?;
-        let proof = view.proof(&address, &slots).map_err(store)?;
+        let (view, at) = self.view_at(at)?;
+        let head = view.head();
+        let tip = head.tip().map_err(store)?.map_or(at, |t| t.number);
+        if at != tip {
+            return Err(RpcError::ResourceNotFound(format!(
+                "eth_getProof: this full node keeps the state trie of its head (block {tip}) \
+                 only, not block {at}'s (balances, storage and calls at block {at} are served)"
+            )));
+        }
+        let proof = head.proof(&address, &slots).map_err(store)?;
         Ok(EIP1186AccountProofResponse {
             address: proof.address,
             balance: proof.balance,
@@ -291,7 +324,7 @@ impl FullNodeBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(&view, at)?.header;
+        let header = Self::header_of(view.head(), at)?.header;
         call_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
@@ -305,7 +338,7 @@ impl FullNodeBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(&view, at)?.header;
+        let header = Self::header_of(view.head(), at)?.header;
         estimate_gas_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
@@ -634,7 +667,7 @@ impl Backend for FullNodeBackend {
         state: Option<StateOverride>,
     ) -> Result<AccessListResult, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(&view, at)?.header;
+        let header = Self::header_of(view.head(), at)?.header;
         access_list_over(
             &self.spec,
             &header,
@@ -672,7 +705,7 @@ impl Backend for FullNodeBackend {
         options: GethDebugTracingCallOptions,
     ) -> Result<GethTrace, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(&view, at)?.header;
+        let header = Self::header_of(view.head(), at)?.header;
         trace_call_over(&self.spec, &header, &view, &request, &options, self.budget)
     }
 }

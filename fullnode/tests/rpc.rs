@@ -386,7 +386,7 @@ async fn every_method_answers_from_the_head_state() {
             .await,
     );
     assert!(
-        older.contains("keeps only its head's state (block 3)") && older.contains(SEQUENCER_URL),
+        older.contains("keeps the state of blocks 3..=3") && older.contains(SEQUENCER_URL),
         "{older}"
     );
     let beyond = error_text(
@@ -649,7 +649,7 @@ async fn every_method_answers_from_the_head_state() {
             .block_id(BlockId::number(3))
             .await,
     );
-    assert!(previous.contains("block 4"), "{previous}");
+    assert!(previous.contains("blocks 4..=4"), "{previous}");
 
     handle.stop();
 }

@@ -479,6 +479,17 @@ pub fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) 
 /// code and slots for everything in `touched` (plus the sequencer's coinbase). Both must be
 /// quiet (no transactions in flight) and the node at the sequencer's head.
 pub async fn assert_same_state(node: &str, seq: &str, touched: &Touched) {
+    assert_same_state_at(node, seq, touched, serde_json::json!("latest")).await;
+}
+
+/// [`assert_same_state`] at block `block` (a tag or a number): for a past block the full node
+/// answers from its window of recent states.
+pub async fn assert_same_state_at(
+    node: &str,
+    seq: &str,
+    touched: &Touched,
+    block: serde_json::Value,
+) {
     let coinbase: Address = rpc(
         seq,
         "eth_getBlockByNumber",
@@ -493,27 +504,27 @@ pub async fn assert_same_state(node: &str, seq: &str, touched: &Touched) {
     accounts.insert(coinbase);
     for address in &accounts {
         for method in ["eth_getBalance", "eth_getTransactionCount"] {
-            let params = serde_json::json!([address, "latest"]);
+            let params = serde_json::json!([address, block]);
             assert_eq!(
                 rpc_u256(node, method, params.clone()).await,
                 rpc_u256(seq, method, params).await,
-                "{method} of {address}"
+                "{method} of {address} at {block}"
             );
         }
-        let params = serde_json::json!([address, "latest"]);
+        let params = serde_json::json!([address, block]);
         let ours = rpc(node, "eth_getCode", params.clone()).await;
         let theirs = rpc(seq, "eth_getCode", params).await;
         assert_eq!(
             ours["result"], theirs["result"],
-            "code of {address}: {ours} vs {theirs}"
+            "code of {address} at {block}: {ours} vs {theirs}"
         );
     }
     for (address, slot) in &touched.slots {
-        let params = serde_json::json!([address, alloy_primitives::B256::from(*slot), "latest"]);
+        let params = serde_json::json!([address, alloy_primitives::B256::from(*slot), block]);
         assert_eq!(
             rpc_u256(node, "eth_getStorageAt", params.clone()).await,
             rpc_u256(seq, "eth_getStorageAt", params).await,
-            "slot {slot} of {address}"
+            "slot {slot} of {address} at {block}"
         );
     }
 }

@@ -1,0 +1,478 @@
+//! Recent states: what the full node keeps to answer state reads at the last blocks, not only
+//! at its head (geth keeps 128 in memory).
+//!
+//! A client reads `latest`, then asks for a balance, a call or a storage slot at that block's
+//! number; on a 250 ms chain the head has moved by then. The database holds only the head's
+//! state, so for each applied block the apply thread keeps, in memory, what the block changed
+//! *from*: every account's and slot's value before it ([`BlockUndo`]). The value of a key after
+//! block `n` is then the value before the first block after `n` that changed it, or the head's
+//! value if none did ([`PastState`]).
+//!
+//! **Owns:** the undo records of the last `--state-window` blocks, bounded in blocks and in
+//! bytes, and reads of past states through them.
+//!
+//! **Must not:** grow without bound (the oldest block goes first when either bound is passed),
+//! or answer a block whose undo records it does not hold: a read below the window is refused
+//! by the caller with the range that is served.
+//!
+//! A block that wipes an account's storage (it was destroyed in the block) records no prior
+//! slots for it: Gigas chains run Cancun or later, where only an account created in the same
+//! transaction can be destroyed (EIP-6780) and a creation never lands on an address with
+//! storage (EIP-7610), so the storage before such a block is empty.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use alloy_primitives::{Address, B256, U256};
+use gigas_primitives::{AccountState, ChangeSet};
+use gigas_statediff::{PriorState, StoreError};
+
+/// Rough heap cost of one account record (key, value, map overhead), for the byte bound.
+const ACCOUNT_BYTES: usize = 128;
+/// Rough heap cost of one slot record.
+const SLOT_BYTES: usize = 128;
+
+/// What one block changed, as it was before the block.
+#[derive(Debug, Default)]
+pub struct BlockUndo {
+    number: u64,
+    accounts: HashMap<Address, Option<AccountState>>,
+    slots: HashMap<(Address, U256), U256>,
+    wiped: HashSet<Address>,
+}
+
+impl BlockUndo {
+    /// Reads from `prior` (the state before the block: the writer's open group) the value of
+    /// every key block `number`'s `changes` write.
+    pub fn capture(
+        number: u64,
+        changes: &ChangeSet,
+        prior: &impl PriorState,
+    ) -> Result<Self, StoreError> {
+        let mut undo = BlockUndo {
+            number,
+            accounts: HashMap::with_capacity(changes.accounts().len()),
+            slots: HashMap::with_capacity(changes.storage().len()),
+            wiped: HashSet::new(),
+        };
+        for (address, change) in changes.accounts() {
+            undo.accounts.insert(*address, prior.account(address)?);
+            if change.storage_wiped {
+                undo.wiped.insert(*address);
+            }
+        }
+        for (address, slot, _) in changes.storage() {
+            let before = if undo.wiped.contains(address) {
+                // Destroyed and re-created in the block: see the module documentation.
+                U256::ZERO
+            } else {
+                prior.slot(address, slot)?
+            };
+            undo.slots.insert((*address, *slot), before);
+        }
+        Ok(undo)
+    }
+
+    /// The block it undoes.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Its approximate heap size.
+    pub fn bytes(&self) -> usize {
+        self.accounts.len() * ACCOUNT_BYTES + self.slots.len() * SLOT_BYTES + 64
+    }
+}
+
+/// The bounds of a [`StateWindow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimits {
+    /// Blocks before the head whose state is served (0: the head only).
+    pub blocks: u64,
+    /// Most bytes the undo records may take; the oldest go first.
+    pub max_bytes: usize,
+}
+
+impl Default for WindowLimits {
+    /// geth's 128 recent states, within 256 MiB.
+    fn default() -> Self {
+        Self {
+            blocks: 128,
+            max_bytes: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Consecutive blocks, oldest first.
+    blocks: VecDeque<Arc<BlockUndo>>,
+    bytes: usize,
+}
+
+/// The undo records of the last applied blocks, shared by the apply thread (which pushes)
+/// and the RPC (which reads).
+#[derive(Debug)]
+pub struct StateWindow {
+    limits: WindowLimits,
+    inner: RwLock<Inner>,
+}
+
+impl StateWindow {
+    /// An empty window with `limits`.
+    pub fn new(limits: WindowLimits) -> Self {
+        Self {
+            limits,
+            inner: RwLock::new(Inner::default()),
+        }
+    }
+
+    /// Whether it keeps anything (a window of 0 blocks keeps nothing, and the apply thread
+    /// need not capture).
+    pub fn enabled(&self) -> bool {
+        self.limits.blocks > 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds the undo record of the block just applied. A block that does not follow the last
+    /// one (the apply thread went back after a failure) starts the window over.
+    pub fn push(&self, undo: BlockUndo) {
+        if !self.enabled() {
+            return;
+        }
+        let mut inner = self.write();
+        if inner
+            .blocks
+            .back()
+            .is_some_and(|last| last.number + 1 != undo.number)
+        {
+            inner.blocks.clear();
+            inner.bytes = 0;
+        }
+        inner.bytes += undo.bytes();
+        inner.blocks.push_back(Arc::new(undo));
+        // One more block than the window: the window's oldest state is the one before the
+        // oldest record. Blocks applied and not yet committed count too, so the window is at
+        // least `blocks` deep behind the committed head.
+        while inner.blocks.len() as u64 > self.limits.blocks + 1
+            || (inner.bytes > self.limits.max_bytes && inner.blocks.len() > 1)
+        {
+            if let Some(old) = inner.blocks.pop_front() {
+                inner.bytes -= old.bytes();
+            }
+        }
+    }
+
+    /// Forgets every record above `number` (blocks applied and then discarded).
+    pub fn truncate_after(&self, number: u64) {
+        let mut inner = self.write();
+        while inner.blocks.back().is_some_and(|b| b.number > number) {
+            if let Some(old) = inner.blocks.pop_back() {
+                inner.bytes -= old.bytes();
+            }
+        }
+    }
+
+    /// The oldest block whose state can be read while the head is `head`, if the records
+    /// reach back past it.
+    pub fn oldest(&self, head: u64) -> u64 {
+        let inner = self.read();
+        match inner.blocks.front() {
+            Some(first) if first.number <= head => first.number - 1,
+            _ => head,
+        }
+    }
+
+    /// The records that turn the state after `head` into the state after `at` (`at <= head`),
+    /// oldest first, or `None` when the window does not reach back to `at`.
+    pub fn undo(&self, at: u64, head: u64) -> Option<Vec<Arc<BlockUndo>>> {
+        if at >= head {
+            return Some(Vec::new());
+        }
+        let inner = self.read();
+        let first = inner.blocks.front()?.number;
+        if at + 1 < first {
+            return None;
+        }
+        let records: Vec<Arc<BlockUndo>> = inner
+            .blocks
+            .iter()
+            .filter(|b| b.number > at && b.number <= head)
+            .cloned()
+            .collect();
+        (records.len() as u64 == head - at).then_some(records)
+    }
+
+    /// Blocks held.
+    pub fn len(&self) -> usize {
+        self.read().blocks.len()
+    }
+
+    /// Whether it holds no block.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Approximate bytes held.
+    pub fn bytes(&self) -> usize {
+        self.read().bytes
+    }
+}
+
+/// A past state: the head's state read through the undo records of the blocks after `at`.
+#[derive(Debug)]
+pub struct PastState<S> {
+    head: S,
+    undo: Vec<Arc<BlockUndo>>,
+}
+
+impl<S> PastState<S> {
+    /// The state after block `at`, given the head's state and the records of the blocks
+    /// `at + 1 ..= head`, oldest first (see [`StateWindow::undo`]). With no records it is the
+    /// head's state.
+    pub fn new(head: S, undo: Vec<Arc<BlockUndo>>) -> Self {
+        Self { head, undo }
+    }
+
+    /// The head's state underneath.
+    pub fn head(&self) -> &S {
+        &self.head
+    }
+
+    /// The account's state before the first block after `at` that changed it, if any did.
+    pub fn account_override(&self, address: &Address) -> Option<Option<AccountState>> {
+        self.undo
+            .iter()
+            .find_map(|block| block.accounts.get(address).copied())
+    }
+
+    /// The slot's value before the first block after `at` that changed it (or wiped its
+    /// account), if any did.
+    pub fn slot_override(&self, address: &Address, slot: &U256) -> Option<U256> {
+        self.undo.iter().find_map(|block| {
+            block
+                .slots
+                .get(&(*address, *slot))
+                .copied()
+                .or_else(|| block.wiped.contains(address).then_some(U256::ZERO))
+        })
+    }
+}
+
+impl<S: PriorState> PriorState for PastState<S> {
+    fn account(&self, address: &Address) -> Result<Option<AccountState>, StoreError> {
+        match self.account_override(address) {
+            Some(state) => Ok(state),
+            None => self.head.account(address),
+        }
+    }
+
+    fn slot(&self, address: &Address, slot: &U256) -> Result<U256, StoreError> {
+        match self.slot_override(address, slot) {
+            Some(value) => Ok(value),
+            None => self.head.slot(address, slot),
+        }
+    }
+}
+
+impl<S> gigas_evm::revm::database_interface::DatabaseRef for PastState<S>
+where
+    S: gigas_evm::revm::database_interface::DatabaseRef,
+{
+    type Error = S::Error;
+
+    fn basic_ref(
+        &self,
+        address: Address,
+    ) -> Result<Option<gigas_evm::revm::state::AccountInfo>, Self::Error> {
+        match self.account_override(&address) {
+            Some(state) => Ok(state.map(|a| gigas_evm::revm::state::AccountInfo {
+                balance: a.balance,
+                nonce: a.nonce,
+                code_hash: a.code_hash,
+                code: None,
+                ..Default::default()
+            })),
+            None => self.head.basic_ref(address),
+        }
+    }
+
+    fn code_by_hash_ref(
+        &self,
+        code_hash: B256,
+    ) -> Result<gigas_evm::revm::state::Bytecode, Self::Error> {
+        // Code is kept by hash and never removed: the head has every code a past state names.
+        self.head.code_by_hash_ref(code_hash)
+    }
+
+    fn storage_ref(&self, address: Address, index: U256) -> Result<U256, Self::Error> {
+        match self.slot_override(&address, &index) {
+            Some(value) => Ok(value),
+            None => self.head.storage_ref(address, index),
+        }
+    }
+
+    fn block_hash_ref(&self, number: u64) -> Result<B256, Self::Error> {
+        self.head.block_hash_ref(number)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gigas_primitives::ChangeSetBuilder;
+
+    use super::*;
+
+    /// A toy state: accounts and slots in maps.
+    #[derive(Default, Clone)]
+    struct Mem {
+        accounts: HashMap<Address, AccountState>,
+        slots: HashMap<(Address, U256), U256>,
+    }
+
+    impl PriorState for Mem {
+        fn account(&self, address: &Address) -> Result<Option<AccountState>, StoreError> {
+            Ok(self.accounts.get(address).copied())
+        }
+        fn slot(&self, address: &Address, slot: &U256) -> Result<U256, StoreError> {
+            Ok(self
+                .slots
+                .get(&(*address, *slot))
+                .copied()
+                .unwrap_or_default())
+        }
+    }
+
+    impl Mem {
+        fn apply(&mut self, changes: &ChangeSet) {
+            for (address, change) in changes.accounts() {
+                if change.storage_wiped {
+                    self.slots.retain(|(a, _), _| a != address);
+                }
+                match change.state {
+                    Some(state) => self.accounts.insert(*address, state),
+                    None => self.accounts.remove(address),
+                };
+            }
+            for (address, slot, value) in changes.storage() {
+                if value.is_zero() {
+                    self.slots.remove(&(*address, *slot));
+                } else {
+                    self.slots.insert((*address, *slot), *value);
+                }
+            }
+        }
+    }
+
+    fn account(balance: u64, nonce: u64) -> AccountState {
+        AccountState {
+            balance: U256::from(balance),
+            nonce,
+            code_hash: alloy_primitives::KECCAK256_EMPTY,
+        }
+    }
+
+    /// Random blocks over a few keys: every past state read through the window equals the
+    /// state the model had after that block, at every depth the window holds, and nothing
+    /// older is answered.
+    #[test]
+    fn past_states_read_through_the_window_equal_the_model() {
+        let addresses: Vec<Address> = (1..=4).map(Address::with_last_byte).collect();
+        let slots: Vec<U256> = (0..3).map(U256::from).collect();
+        let window = StateWindow::new(WindowLimits {
+            blocks: 8,
+            max_bytes: 1 << 20,
+        });
+        let mut state = Mem::default();
+        let mut history = vec![state.clone()];
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        for number in 1..=40u64 {
+            let mut builder = ChangeSetBuilder::new();
+            for address in &addresses {
+                // Only an account without storage is destroyed or re-created (Cancun: see the
+                // module documentation).
+                let bare = !state.slots.keys().any(|(a, _)| a == address);
+                match next() % 5 {
+                    0 => builder.account(*address, account(next() % 1000, number), false),
+                    1 if bare => builder.account(*address, account(1, 0), true),
+                    2 if bare => builder.destroyed(*address),
+                    _ => {}
+                }
+                for slot in &slots {
+                    if next() % 3 == 0 {
+                        builder.slot(*address, *slot, U256::from(next() % 4));
+                    }
+                }
+            }
+            let changes = builder.build();
+            window.push(BlockUndo::capture(number, &changes, &state).unwrap());
+            state.apply(&changes);
+            history.push(state.clone());
+            let oldest = window.oldest(number);
+            // At least the window's 8 blocks below the head.
+            assert_eq!(oldest, number.saturating_sub(9));
+            for at in oldest..=number {
+                let past = PastState::new(state.clone(), window.undo(at, number).unwrap());
+                for address in &addresses {
+                    assert_eq!(
+                        past.account(address).unwrap(),
+                        history[at as usize].account(address).unwrap(),
+                        "{address} after block {at}, head {number}"
+                    );
+                    for slot in &slots {
+                        assert_eq!(
+                            past.slot(address, slot).unwrap(),
+                            history[at as usize].slot(address, slot).unwrap(),
+                            "{address} slot {slot} after block {at}, head {number}"
+                        );
+                    }
+                }
+            }
+            if oldest > 0 {
+                assert!(window.undo(oldest - 1, number).is_none());
+            }
+        }
+        assert_eq!(window.len(), 9);
+    }
+
+    #[test]
+    fn the_byte_bound_drops_the_oldest_blocks() {
+        let window = StateWindow::new(WindowLimits {
+            blocks: 100,
+            max_bytes: 10 * 1024,
+        });
+        let state = Mem::default();
+        for number in 1..=50u64 {
+            let mut builder = ChangeSetBuilder::new();
+            for i in 0..10u8 {
+                builder.account(Address::with_last_byte(i), account(number, number), false);
+            }
+            window.push(BlockUndo::capture(number, &builder.build(), &state).unwrap());
+        }
+        assert!(window.bytes() <= 10 * 1024, "{} bytes", window.bytes());
+        assert!(window.len() < 50);
+        assert_eq!(window.oldest(50), 50 - window.len() as u64);
+        // A gap starts over.
+        window.push(BlockUndo::capture(60, &ChangeSet::default(), &state).unwrap());
+        assert_eq!(window.len(), 1);
+        window.truncate_after(59);
+        assert!(window.is_empty());
+    }
+}
