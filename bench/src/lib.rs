@@ -12,6 +12,7 @@ pub mod chart;
 pub mod diffs;
 pub mod experiments;
 pub mod fullnode;
+pub mod fuzz;
 pub mod jit;
 pub mod load;
 pub mod storage;

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, diffs, experiments, fullnode, jit, load, storage};
+use gigas_bench::{blockstm, diffs, experiments, fullnode, fuzz, jit, load, storage};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -50,6 +50,10 @@ enum Command {
     /// (no root, a commit every N blocks) and live (root and commit every block), with the
     /// time split between decode, verify, read, write, trie and commit.
     Fullnode(fullnode::FullnodeArgs),
+    /// Every decoder a peer or client reaches (diff file and body, block file, ChangeSet, raw
+    /// transaction, journal) on mutated copies of valid inputs, 1M cases each by default; a
+    /// panic or a broken round trip fails the run.
+    Fuzz(fuzz::FuzzArgs),
     /// The MegaETH talk's experiments under memory limits (cgroups): keep-up (a full node's
     /// lag behind a sequencer at full rate), memory-sweep (live apply from 512 MiB to 8 GiB,
     /// Zipf and uniform) and sync-modes (batched against live, with and without 8 GiB).
@@ -87,6 +91,9 @@ fn main() -> Result<()> {
         }
         Command::Fullnode(args) => {
             fullnode::run(&args)?;
+        }
+        Command::Fuzz(args) => {
+            fuzz::run(args)?;
         }
         Command::Experiments(args) => {
             experiments::run(&args)?;

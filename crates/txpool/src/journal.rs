@@ -477,6 +477,29 @@ impl Journal {
             })
     }
 
+    /// Reads a journal file's bytes as [`Journal::open`] does, without touching any file:
+    /// the transactions of its intact batches, and where those end (a torn tail after that
+    /// is what `open` would cut). Damage before the tail is an error. For tools and fuzzing.
+    pub fn decode(bytes: &[u8]) -> Result<(Vec<Bytes>, usize), JournalError> {
+        let path = PathBuf::from("<bytes>");
+        if bytes.len() < FILE_HEADER_LEN {
+            return if file_header().starts_with(bytes) {
+                Ok((Vec::new(), bytes.len()))
+            } else {
+                Err(JournalError::NotAJournal { path })
+            };
+        }
+        if bytes[..8] != MAGIC[..] {
+            return Err(JournalError::NotAJournal { path });
+        }
+        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        if version != VERSION {
+            return Err(JournalError::UnsupportedVersion { path, version });
+        }
+        let parsed = parse(bytes, &path)?;
+        Ok((parsed.records, parsed.valid_end))
+    }
+
     /// The journal file's size in bytes.
     pub fn len_bytes(&self) -> u64 {
         self.shared.len_bytes.load(Ordering::Acquire)
