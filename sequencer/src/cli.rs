@@ -130,6 +130,14 @@ struct RunArgs {
     /// The most transactions of one sender the pool holds.
     #[arg(long = "txpool.max-per-sender", default_value_t = 256)]
     pool_max_per_sender: usize,
+    /// The most memory of encoded transactions the pool holds, in MiB (the pool's memory is
+    /// about twice that; /metrics shows it as memory_bytes{component="txpool"}).
+    #[arg(long = "txpool.max-mib", default_value_t = 256, value_name = "MIB")]
+    pool_max_mib: usize,
+    /// The most compiled machine code the JIT keeps, in MiB; the least valuable contracts
+    /// are evicted beyond it (memory_bytes{component="jit_code"}).
+    #[arg(long = "jit.budget-mib", default_value_t = 64, value_name = "MIB")]
+    jit_budget_mib: u64,
     /// The smallest priority fee (tip) the pool accepts, in wei.
     #[arg(long = "txpool.min-priority-fee", default_value_t = 0)]
     min_priority_fee: u128,
@@ -296,6 +304,8 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     }
     config.pool_max_txs = args.pool_max_txs;
     config.pool_max_per_sender = args.pool_max_per_sender;
+    config.pool_max_bytes = args.pool_max_mib.saturating_mul(1 << 20);
+    config.jit_budget_bytes = args.jit_budget_mib.saturating_mul(1 << 20);
     config.min_priority_fee = args.min_priority_fee;
     config.max_block_txs = args.max_block_txs;
     config.state_history_blocks = args.state_history;
@@ -338,6 +348,8 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     let (diff_writer, diff_archive) = DiffWriter::open(node.clone(), diff_config.clone())
         .wrap_err_with(|| format!("opening the diff archive in {}", diff_config.dir.display()))?;
     diff_archive.metrics().register(&mut node.registry());
+    let memory = crate::memory::MemoryMetrics::default();
+    memory.register(&mut node.registry());
     let routes = gigas_rpc::HttpRoutes::new(crate::diffs_http::router(diff_archive.clone()))
         .with_websocket_paths(["/diffs/stream"]);
     let backend = Arc::new(SequencerBackend::new(node.clone()).with_call_budget(args.rpc.budget()));
@@ -361,6 +373,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         let _ = std::io::stdout().flush();
     }
     rpc.metrics().register(&mut node.registry());
+    memory.spawn_sampler(&runtime, node.clone(), Some(diff_archive.clone()));
     runtime.spawn(backend.clone().forward_committed());
     runtime.spawn(backend.clone().forward_pending());
     if let Some(addr) = args.metrics {

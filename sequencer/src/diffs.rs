@@ -103,6 +103,8 @@ pub struct DiffMetrics {
     pub rebuilt: Counter,
     /// Keys in the enumeration index.
     pub index_keys: Gauge,
+    /// Bytes of the enumeration index in memory.
+    pub index_bytes: Gauge,
     /// The newest block with a published diff.
     pub head: Gauge,
 }
@@ -118,6 +120,7 @@ impl Default for DiffMetrics {
             write_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 30)),
             rebuilt: Counter::default(),
             index_keys: Gauge::default(),
+            index_bytes: Gauge::default(),
             head: Gauge::default(),
         }
     }
@@ -162,6 +165,11 @@ impl DiffMetrics {
             "index_keys",
             "Keys in the enumeration index",
             self.index_keys.clone(),
+        );
+        r.register(
+            "index_bytes",
+            "Bytes of the enumeration index in memory",
+            self.index_bytes.clone(),
         );
         r.register(
             "head",
@@ -306,6 +314,9 @@ impl DiffWriter {
         metrics
             .index_keys
             .set(index.len().unwrap_or_default() as i64);
+        metrics
+            .index_bytes
+            .set(i64::try_from(index.memory_bytes()).unwrap_or(i64::MAX));
         let oldest = newest.map_or(0, |r| r.0);
         let (published, _) = broadcast::channel(256);
         let shared = Arc::new(DiffArchive {
@@ -517,6 +528,9 @@ impl DiffWriter {
         metrics
             .index_keys
             .set(self.index.len().unwrap_or_default() as i64);
+        metrics
+            .index_bytes
+            .set(i64::try_from(self.index.memory_bytes()).unwrap_or(i64::MAX));
         metrics.head.set(number as i64);
         self.shared.set_head(ArchiveHead {
             number,

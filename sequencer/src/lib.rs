@@ -85,6 +85,7 @@ pub mod cli;
 pub mod diffs;
 pub mod diffs_http;
 pub mod genesis;
+pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod rpc_args;

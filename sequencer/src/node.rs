@@ -106,6 +106,10 @@ pub struct NodeConfig {
     pub pool_max_txs: usize,
     /// The most transactions of one sender the pool holds.
     pub pool_max_per_sender: usize,
+    /// The most encoded bytes of transactions the pool holds.
+    pub pool_max_bytes: usize,
+    /// The most bytes of compiled code the JIT's cache keeps.
+    pub jit_budget_bytes: u64,
     /// The smallest tip the pool accepts, in wei.
     pub min_priority_fee: u128,
     /// The most transactions in one block.
@@ -126,6 +130,8 @@ impl NodeConfig {
             recovery_threads: cores,
             pool_max_txs: 100_000,
             pool_max_per_sender: 256,
+            pool_max_bytes: 256 << 20,
+            jit_budget_bytes: gigas_jit::cache::DEFAULT_BUDGET_BYTES,
             min_priority_fee: 0,
             max_block_txs: 20_000,
             state_history_blocks: 10_000,
@@ -390,6 +396,7 @@ impl Node {
         let pool = TxPool::new(PoolConfig {
             max_txs: config.pool_max_txs,
             max_per_sender: config.pool_max_per_sender,
+            max_bytes: config.pool_max_bytes,
             min_priority_fee: config.min_priority_fee,
             recovery_threads: config.recovery_threads,
             spec: gigas_evm::spec::spec_id(chain.fork),
@@ -404,7 +411,10 @@ impl Node {
             })?;
         let (journal, replay) = Journal::open(&dir.join("journal"))?;
         let (committed, _) = broadcast::channel(256);
-        let jit = CodeCache::new(config.jit);
+        let jit = CodeCache::with_config(gigas_jit::CacheConfig {
+            budget_bytes: config.jit_budget_bytes,
+            ..gigas_jit::CacheConfig::new(config.jit)
+        });
         let node = Arc::new(Self {
             spec,
             signer,
@@ -477,6 +487,11 @@ impl Node {
             info!(journaled = total, kept, "replayed the transaction journal");
         }
         Ok(())
+    }
+
+    /// Vilmo's statistics (keys, files, bytes on disk, its index's memory).
+    pub fn vilmo_stats(&self) -> gigas_vilmo::Stats {
+        self.vilmo_read().stats()
     }
 
     fn vilmo_read(&self) -> std::sync::RwLockReadGuard<'_, Vilmo> {

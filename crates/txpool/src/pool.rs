@@ -723,6 +723,16 @@ impl TxPool {
         removed
     }
 
+    /// The pool's heap memory, estimated: each transaction's encoding, its decoded form (about
+    /// as large again) and the entry around it in the pool's maps. For `/metrics`; bounded
+    /// through [`PoolConfig::max_bytes`] and [`PoolConfig::max_txs`].
+    pub fn memory_bytes(&self) -> usize {
+        /// The pooled transaction's struct, its decoded envelope and the map entries.
+        const PER_TX: usize = std::mem::size_of::<PooledTx>() + 512;
+        let stats = self.stats();
+        2 * stats.bytes + (stats.pending + stats.queued) * PER_TX
+    }
+
     /// The nonce after this sender's contiguous pending run, if it has transactions here.
     pub fn pending_nonce(&self, address: Address) -> Option<u64> {
         self.read()

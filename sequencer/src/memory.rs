@@ -1,0 +1,137 @@
+//! Resident memory by component, for `/metrics` (`gigas_sequencer_memory_bytes{component}`).
+//!
+//! A node that runs for months must show where its memory goes and bound what can be bounded.
+//! Each component below is either held to a flag or grows only with the chain's state (its
+//! keys), which no flag could cap without refusing transactions:
+//!
+//! | component | what | bound |
+//! |---|---|---|
+//! | `txpool` | pooled transactions, decoded and encoded (estimate) | `--txpool.max-mib`, `--txpool.max-txs` |
+//! | `jit_code` | compiled machine code held by the code cache | `--jit.budget-mib` |
+//! | `vilmo_index` | Vilmo's in-memory index of every state key | the state's key count |
+//! | `diff_key_index` | the diff writer's enumeration index of every state key | the state's key count |
+//! | `process_anon` | the process's anonymous resident memory (`RssAnon`) | the sum of the above and more |
+//! | `unaccounted` | `process_anon` minus the components above: allocator slack, stacks, per-block buffers, caches not listed | |
+//!
+//! Owns the sampling only; it must not take any lock longer than a counter read (Vilmo's
+//! read lock is taken for its statistics, as an RPC read takes it).
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::diffs::DiffArchive;
+use crate::Node;
+
+/// The component a memory figure is for.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComponentLabel {
+    /// Its name (see the module documentation).
+    pub component: &'static str,
+}
+
+/// The memory gauges.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryMetrics {
+    /// Bytes by component.
+    pub bytes: Family<ComponentLabel, Gauge>,
+}
+
+/// One sample, by component.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemorySample {
+    /// Pooled transactions (estimate).
+    pub txpool: u64,
+    /// Compiled code.
+    pub jit_code: u64,
+    /// Vilmo's index.
+    pub vilmo_index: u64,
+    /// The diff writer's key index.
+    pub diff_key_index: u64,
+    /// Anonymous resident memory of the process, if the kernel says.
+    pub process_anon: Option<u64>,
+}
+
+impl MemorySample {
+    /// Takes one sample of `node` and, if given, its diff archive.
+    pub fn take(node: &Node, archive: Option<&DiffArchive>) -> Self {
+        Self {
+            txpool: node.pool().memory_bytes() as u64,
+            jit_code: u64::try_from(node.jit().stats().resident_bytes.get()).unwrap_or(0),
+            vilmo_index: node.vilmo_stats().index_bytes as u64,
+            diff_key_index: archive
+                .map(|a| u64::try_from(a.metrics().index_bytes.get()).unwrap_or(0))
+                .unwrap_or(0),
+            process_anon: rss_anon(),
+        }
+    }
+
+    /// The components' sum.
+    pub fn accounted(&self) -> u64 {
+        self.txpool + self.jit_code + self.vilmo_index + self.diff_key_index
+    }
+}
+
+impl MemoryMetrics {
+    /// Registers `gigas_sequencer_memory_bytes{component}`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.sub_registry_with_prefix("gigas_sequencer").register(
+            "memory_bytes",
+            "Resident memory by component (txpool, jit_code, vilmo_index, diff_key_index, \
+             process_anon, unaccounted); see sequencer/src/memory.rs for each one's bound",
+            self.bytes.clone(),
+        );
+    }
+
+    /// Sets every gauge from `sample`.
+    pub fn set(&self, sample: &MemorySample) {
+        let set = |component: &'static str, value: u64| {
+            self.bytes
+                .get_or_create(&ComponentLabel { component })
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        set("txpool", sample.txpool);
+        set("jit_code", sample.jit_code);
+        set("vilmo_index", sample.vilmo_index);
+        set("diff_key_index", sample.diff_key_index);
+        if let Some(anon) = sample.process_anon {
+            set("process_anon", anon);
+            set("unaccounted", anon.saturating_sub(sample.accounted()));
+        }
+    }
+
+    /// Samples once a second until the runtime stops.
+    pub fn spawn_sampler(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        node: Arc<Node>,
+        archive: Option<Arc<DiffArchive>>,
+    ) {
+        let metrics = self.clone();
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let (node, archive) = (node.clone(), archive.clone());
+                let sample = tokio::task::spawn_blocking(move || {
+                    MemorySample::take(&node, archive.as_deref())
+                })
+                .await;
+                if let Ok(sample) = sample {
+                    metrics.set(&sample);
+                }
+            }
+        });
+    }
+}
+
+/// `RssAnon` of this process, in bytes (Linux; `None` elsewhere).
+pub fn rss_anon() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
