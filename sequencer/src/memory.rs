@@ -78,12 +78,14 @@ impl MemorySample {
 impl MemoryMetrics {
     /// Registers `gigas_sequencer_memory_bytes{component}`.
     pub fn register(&self, registry: &mut Registry) {
-        registry.sub_registry_with_prefix("gigas_sequencer").register(
-            "memory_bytes",
-            "Resident memory by component (txpool, jit_code, vilmo_index, diff_key_index, \
+        registry
+            .sub_registry_with_prefix("gigas_sequencer")
+            .register(
+                "memory_bytes",
+                "Resident memory by component (txpool, jit_code, vilmo_index, diff_key_index, \
              process_anon, unaccounted); see sequencer/src/memory.rs for each one's bound",
-            self.bytes.clone(),
-        );
+                self.bytes.clone(),
+            );
     }
 
     /// Sets every gauge from `sample`.

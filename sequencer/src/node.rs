@@ -960,12 +960,22 @@ impl Node {
         Ok(())
     }
 
+    /// Commits a block's state to Vilmo. The fdatasync runs outside Vilmo's write lock: an
+    /// RPC read (which takes the read lock) waits at most for the write and the index
+    /// update, never for the disk. What it may see meanwhile, the block's values before
+    /// they are durable, is not published: the block's history is durable already, reads at
+    /// an older block correct Vilmo's values through it, and the head moves only after this
+    /// returns.
     fn commit_state(&self, writes: &[Write]) -> Result<(), NodeError> {
         let batch = batch_of(writes)?;
-        self.vilmo
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .commit(batch)?;
+        let write = || {
+            self.vilmo
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let unsynced = write().commit_unsynced(batch)?;
+        let synced = unsynced.sync();
+        write().finish_commit(unsynced, synced)?;
         Ok(())
     }
 

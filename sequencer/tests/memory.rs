@@ -88,7 +88,11 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
             Err(e) => refused.push(e.to_string()),
         }
     }
-    println!("accepted {accepted}, refused {}: {:?}", refused.len(), refused.first());
+    println!(
+        "accepted {accepted}, refused {}: {:?}",
+        refused.len(),
+        refused.first()
+    );
     // One transfer that a block includes, so that the diff writer's index holds keys.
     let included = provider
         .send_raw_transaction(&gigas_test_support::sign_raw(
@@ -143,13 +147,19 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
         pool_bytes <= (1 << 20) as f64,
         "the pool holds {pool_bytes} bytes past --txpool.max-mib 1"
     );
-    assert!(accepted >= 5, "the pool took {accepted} of the transactions");
+    assert!(
+        accepted >= 5,
+        "the pool took {accepted} of the transactions"
+    );
     assert!(
         !refused.is_empty() || pool_bytes < 2_400_000.0,
         "everything accepted and kept"
     );
     assert!(txpool >= pool_bytes, "the pool's memory counts its bytes");
-    assert!(vilmo > 0.0 && diffs > 0.0, "the state's indices hold the genesis keys");
+    assert!(
+        vilmo > 0.0 && diffs > 0.0,
+        "the state's indices hold the genesis keys"
+    );
     assert!(anon > txpool + jit + vilmo + diffs);
     assert_eq!(unaccounted, anon - (txpool + jit + vilmo + diffs));
     assert_eq!(

@@ -57,4 +57,6 @@ pub use error::{Error, Result};
 pub use format::Checksum;
 pub use metrics::Metrics;
 pub use storage::{FsStorage, Storage, StorageFile};
-pub use store::{Batch, Commit, Options, Recovery, Stats, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use store::{
+    Batch, Commit, Options, Recovery, Stats, Unsynced, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN,
+};

@@ -314,7 +314,54 @@ pub struct Vilmo<S: Storage = FsStorage> {
     last: Commit,
     buf: Vec<u8>,
     poisoned: bool,
+    /// A batch is written and applied, and not yet finished ([`Vilmo::finish_commit`]).
+    unsynced: bool,
     metrics: Metrics,
+}
+
+/// A batch written and applied by [`Vilmo::commit_unsynced`], not yet durable: make it so
+/// with [`Unsynced::sync`], then give the outcome to [`Vilmo::finish_commit`].
+#[must_use = "a batch that is never finished leaves the store refusing further commits"]
+pub struct Unsynced<F> {
+    number: u64,
+    checksum: Checksum,
+    file_id: u32,
+    base: u64,
+    path: PathBuf,
+    /// A handle of the batch's file to fdatasync (`None` when the store is not durable).
+    sync: Option<F>,
+    applied: Result<()>,
+    /// The file the batch's compaction work finished, if any.
+    compacted: Option<u32>,
+    total: usize,
+    started: Instant,
+    t_plan: std::time::Duration,
+    t_encode: std::time::Duration,
+    t_durable: std::time::Duration,
+}
+
+impl<F> std::fmt::Debug for Unsynced<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unsynced")
+            .field("number", &self.number)
+            .field("bytes", &self.total)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: StorageFile> Unsynced<F> {
+    /// The batch's number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Makes the batch durable (fdatasync of its file); touches nothing of the store.
+    pub fn sync(&self) -> std::io::Result<()> {
+        match &self.sync {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Where a record to be written will go, and what it is.
@@ -489,6 +536,7 @@ impl<S: Storage> Vilmo<S> {
             },
             buf: Vec::new(),
             poisoned: false,
+            unsynced: false,
             metrics: Metrics::default(),
         };
 
@@ -905,8 +953,28 @@ impl<S: Storage> Vilmo<S> {
     }
 
     /// Commits `batch` durably and returns its number and chained checksum.
-    pub fn commit(&mut self, mut batch: Batch) -> Result<Commit> {
+    pub fn commit(&mut self, batch: Batch) -> Result<Commit> {
+        let unsynced = self.commit_unsynced(batch)?;
+        let synced = unsynced.sync();
+        self.finish_commit(unsynced, synced)
+    }
+
+    /// The first half of [`Vilmo::commit`]: plans, encodes and writes `batch`, and applies it
+    /// to the index, so that reads already see it; it is not durable yet. The caller makes it
+    /// durable with [`Unsynced::sync`] (which needs no access to the store: a caller that
+    /// shares the store behind a lock releases the lock meanwhile, so that readers are not
+    /// held up by the disk) and then hands the outcome to [`Vilmo::finish_commit`], before
+    /// any other commit. Until then [`Vilmo::last_commit`] is the previous batch.
+    ///
+    /// Readers that see the unsynced batch see state no one has acknowledged yet: a caller
+    /// that publishes what it commits (the sequencer) publishes after `finish_commit`.
+    pub fn commit_unsynced(&mut self, mut batch: Batch) -> Result<Unsynced<S::File>> {
         if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if self.unsynced {
+            // A second batch before the first was finished would chain onto an unsynced one.
+            self.poisoned = true;
             return Err(Error::Poisoned);
         }
         let started = Instant::now();
@@ -1123,8 +1191,8 @@ impl<S: Storage> Vilmo<S> {
             }
         };
 
-        // 5. Apply the records while the disk makes them durable: apply only reads them back
-        //    from the page cache, and `commit` returns after both.
+        // 5. Apply the records: reads see them from here on. The disk makes them durable in
+        //    `Unsynced::sync`, and `finish_commit` acknowledges them.
         let path = self
             .file(file_id)
             .map(|f| f.path.clone())
@@ -1140,41 +1208,75 @@ impl<S: Storage> Vilmo<S> {
                 return Err(io(&path, "dup for fdatasync")(e));
             }
         };
-        let (applied, synced) = std::thread::scope(|scope| {
-            let syncing = sync.map(|file| scope.spawn(move || file.sync_data()));
-            let mut applied = Ok(());
-            for (at, hint) in kinds {
-                let offset = base + at as u64;
-                // Read the record back from the page cache rather than keep a copy of every
-                // decoded record in memory.
-                let decoded = self.file(file_id).map(|f| {
-                    Record::decode(&f.bytes()[offset as usize..])
-                        .map(|(r, len)| (OwnedKind::of(&r), len))
-                });
-                let (kind, len) = match decoded {
-                    Some(Ok(v)) => v,
-                    Some(Err(reason)) => {
-                        applied = Err(Error::Corrupt {
-                            path: path.clone(),
-                            offset,
-                            reason: format!("record just written does not decode: {reason}"),
-                        });
-                        break;
-                    }
-                    None => break,
-                };
-                if let Err(e) = self.apply(file_id, offset as u32, kind, len as u64, hint) {
-                    applied = Err(e);
+        let mut applied = Ok(());
+        for (at, hint) in kinds {
+            let offset = base + at as u64;
+            // Read the record back from the page cache rather than keep a copy of every
+            // decoded record in memory.
+            let decoded = self.file(file_id).map(|f| {
+                Record::decode(&f.bytes()[offset as usize..])
+                    .map(|(r, len)| (OwnedKind::of(&r), len))
+            });
+            let (kind, len) = match decoded {
+                Some(Ok(v)) => v,
+                Some(Err(reason)) => {
+                    applied = Err(Error::Corrupt {
+                        path: path.clone(),
+                        offset,
+                        reason: format!("record just written does not decode: {reason}"),
+                    });
                     break;
                 }
-            }
-            let synced = match syncing.map(|h| h.join()) {
-                None => Ok(()),
-                Some(Ok(result)) => result,
-                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => break,
             };
-            (applied, synced)
-        });
+            if let Err(e) = self.apply(file_id, offset as u32, kind, len as u64, hint) {
+                applied = Err(e);
+                break;
+            }
+        }
+        self.unsynced = true;
+        Ok(Unsynced {
+            number,
+            checksum,
+            file_id,
+            base,
+            path,
+            sync,
+            applied,
+            compacted: victim_done.map(|span| span.file_id),
+            total,
+            started,
+            t_plan,
+            t_encode,
+            t_durable,
+        })
+    }
+
+    /// The second half of [`Vilmo::commit`]: acknowledges the batch `unsynced` wrote once
+    /// `synced` (its [`Unsynced::sync`]) says it is durable, and returns its number and
+    /// chained checksum. A failed sync cuts the file back to the last acknowledged batch and
+    /// poisons the store.
+    pub fn finish_commit(
+        &mut self,
+        unsynced: Unsynced<S::File>,
+        synced: std::io::Result<()>,
+    ) -> Result<Commit> {
+        self.unsynced = false;
+        let Unsynced {
+            number,
+            checksum,
+            file_id,
+            base,
+            path,
+            sync: _,
+            applied,
+            compacted,
+            total,
+            started,
+            t_plan,
+            t_encode,
+            t_durable,
+        } = unsynced;
         if let Err(e) = synced {
             // After a failed fdatasync the page cache still holds the whole, valid batch: a
             // reopen would keep a batch that was never acknowledged, later batches would build
@@ -1212,13 +1314,9 @@ impl<S: Storage> Vilmo<S> {
             f.last_checksum = checksum;
         }
         self.last = Commit { number, checksum };
-        if let Some(span) = victim_done {
+        if let Some(file) = compacted {
             self.metrics.compactions.inc();
-            tracing::debug!(
-                file = span.file_id,
-                batch = number,
-                "compacted log file away"
-            );
+            tracing::debug!(file, batch = number, "compacted log file away");
         }
         // The batch is durable: removing the files it drops can no longer lose their keys. A
         // failure here does not undo the batch, so it is not the caller's error: the next
@@ -1230,8 +1328,8 @@ impl<S: Storage> Vilmo<S> {
             batch = number,
             plan_ms = t_plan.as_secs_f64() * 1e3,
             encode_ms = (t_encode - t_plan).as_secs_f64() * 1e3,
-            durable_ms = (t_durable - t_encode).as_secs_f64() * 1e3,
-            apply_ms = (started.elapsed() - t_durable).as_secs_f64() * 1e3,
+            write_ms = (t_durable - t_encode).as_secs_f64() * 1e3,
+            apply_and_sync_ms = (started.elapsed() - t_durable).as_secs_f64() * 1e3,
             bytes = total,
             "vilmo commit"
         );

@@ -365,3 +365,56 @@ fn a_second_open_of_a_live_store_is_refused() {
     let store = Vilmo::open_with(disk, DIR, common::options(true)).expect("reopen");
     assert_eq!(store.last_commit().number, 2);
 }
+
+/// A commit in two halves, as the sequencer runs it to keep the fdatasync out of its lock:
+/// after `commit_unsynced` reads see the batch and `last_commit` does not; a power loss
+/// before the sync opens at the previous batch, one after it at this batch; `finish_commit`
+/// acknowledges it; and a second batch before the first is finished is refused.
+#[test]
+fn an_unsynced_batch_is_read_not_acknowledged_and_lost_only_before_its_sync() {
+    let disk = disk(21);
+    let mut history = History::new();
+    let mut store = Vilmo::open_with(disk.clone(), DIR, common::options(true)).expect("open");
+    for n in 1..=20 {
+        let c = store.commit(common::batch(n)).expect("commit");
+        history.push(n, c.checksum);
+    }
+    let unsynced = store
+        .commit_unsynced(common::batch(21))
+        .expect("written and applied");
+    assert_eq!(unsynced.number(), 21);
+    let mut expected = history.models[20].clone();
+    common::apply(&mut expected, 21);
+    assert!(
+        common::contents(&store) == expected,
+        "reads see the unsynced batch"
+    );
+    assert_eq!(store.last_commit().number, 20, "not acknowledged yet");
+
+    // Every crash from here to the end of the sync: before it, batch 20; after it, 21.
+    disk.enable_images(4);
+    let synced = unsynced.sync();
+    let images = disk.take_images();
+    assert!(!images.is_empty(), "the sync is a barrier");
+    let commit = store.finish_commit(unsynced, synced).expect("acknowledged");
+    assert_eq!(commit.number, 21);
+    assert_eq!(store.last_commit(), commit);
+    let checked = history.check_images(images, 20, 21, Some((commit.checksum, &expected)));
+    println!("{checked} power-loss images around the sync open at batch 20 or 21");
+    history.push(21, commit.checksum);
+
+    // The same batch through `commit` on a fresh store has the same checksum.
+    let mut reference = Vilmo::open_with(self::disk(22), DIR, common::options(false)).expect("ref");
+    for n in 1..=21 {
+        reference.commit(common::batch(n)).expect("reference");
+    }
+    assert_eq!(reference.last_commit(), commit);
+
+    // Two halves may not interleave.
+    let first = store.commit_unsynced(common::batch(22)).expect("written");
+    assert!(matches!(
+        store.commit_unsynced(common::batch(23)),
+        Err(Error::Poisoned)
+    ));
+    drop(first);
+}
