@@ -21,19 +21,6 @@ fn free_port() -> u16 {
         .unwrap()
 }
 
-fn metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
@@ -122,7 +109,7 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
         .is_some_and(|v| v > 0.0)
     };
     let text = loop {
-        let text = metrics(&addr);
+        let text = common::scrape_metrics(&addr);
         if sampled(&text, "txpool") && sampled(&text, "diff_key_index") {
             break text;
         }

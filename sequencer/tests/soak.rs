@@ -93,7 +93,7 @@ async fn soak() {
             tokio::time::sleep(wait).await;
         }
     }
-    let text = http_get(&format!("http://{metrics}/metrics"));
+    let text = common::scrape_metrics(&metrics);
     println!("\nstage,median_ms,p99_ms,blocks");
     for stage in gigas_sequencer::metrics::Stage::ALL.map(|s| s.name()) {
         let mut buckets = Vec::new();
@@ -121,23 +121,4 @@ async fn soak() {
         );
     }
     println!("\nsent {sent} transfers in {secs} s");
-}
-
-fn http_get(url: &str) -> String {
-    use std::io::{Read, Write};
-    let addr = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }

@@ -997,59 +997,42 @@ where
             hash: tx.hash,
             error: e.into(),
         };
-        let skip = |e: &EVMError<D::Error, InvalidTransaction>| match e {
-            EVMError::Transaction(reason) if skip_invalid => Some(Skipped {
+        let executed = match collect.as_deref_mut() {
+            Some(collect) => match evm.transact_deferring_reward(tx.env.clone()) {
+                Ok((done, fee)) => {
+                    partial.changes.fold_deferred(&done.state, fee);
+                    collect.states.push(done.state.clone());
+                    collect.fees.push(fee);
+                    evm.db_mut().commit(done.state);
+                    pay_beneficiary(evm.db_mut(), beneficiary, fee)
+                        .map_err(|e| beneficiary_error(block, index, e))?;
+                    Ok(done.result)
+                }
+                Err(e) => Err(e),
+            },
+            None => match evm.transact(tx.env.clone()) {
+                Ok(done) => {
+                    partial.changes.fold(&done.state);
+                    BlockEvm::commit(&mut evm, done.state);
+                    Ok(done.result)
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match executed {
+            Ok(result) => partial.receipts.push(TxReceipt::after(
+                tx.tx_type,
+                result,
+                &mut partial.cumulative_gas_used,
+            )),
+            // Refused before it ran: nothing of it is in `evm`'s state.
+            Err(EVMError::Transaction(reason)) if skip_invalid => partial.skipped.push(Skipped {
                 index,
                 hash: tx.hash,
-                reason: reason.clone(),
+                reason,
             }),
-            _ => None,
-        };
-        let result = match collect.as_deref_mut() {
-            Some(collect) => {
-                let (done, fee) = match evm.transact_deferring_reward(tx.env.clone()) {
-                    Ok(done) => done,
-                    Err(e) => match skip(&e) {
-                        Some(skipped) => {
-                            partial.skipped.push(skipped);
-                            partial.committed += 1;
-                            partial.stats.executions += 1;
-                            continue;
-                        }
-                        None => return Err(failed(e)),
-                    },
-                };
-                partial.changes.fold_deferred(&done.state, fee);
-                collect.states.push(done.state.clone());
-                collect.fees.push(fee);
-                evm.db_mut().commit(done.state);
-                pay_beneficiary(evm.db_mut(), beneficiary, fee)
-                    .map_err(|e| beneficiary_error(block, index, e))?;
-                done.result
-            }
-            None => {
-                let done = match evm.transact(tx.env.clone()) {
-                    Ok(done) => done,
-                    Err(e) => match skip(&e) {
-                        Some(skipped) => {
-                            partial.skipped.push(skipped);
-                            partial.committed += 1;
-                            partial.stats.executions += 1;
-                            continue;
-                        }
-                        None => return Err(failed(e)),
-                    },
-                };
-                partial.changes.fold(&done.state);
-                BlockEvm::commit(&mut evm, done.state);
-                done.result
-            }
-        };
-        partial.receipts.push(TxReceipt::after(
-            tx.tx_type,
-            result,
-            &mut partial.cumulative_gas_used,
-        ));
+            Err(e) => return Err(failed(e)),
+        }
         partial.committed += 1;
         partial.stats.executions += 1;
     }

@@ -261,6 +261,18 @@ impl Shared {
         Ok(())
     }
 
+    /// Waits for the thread of the last rewrite, if it has not been waited for.
+    fn join_rewriter(&self) {
+        let rewriter = self
+            .rewriter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(rewriter) = rewriter {
+            let _ = rewriter.join();
+        }
+    }
+
     fn closed(&self) -> JournalError {
         JournalError::Closed {
             path: self.path.clone(),
@@ -520,15 +532,7 @@ impl Drop for Journal {
     fn drop(&mut self) {
         // A running rewrite hands its file to the writer before the queue closes, so that its
         // temporary file is never left to a journal opened next on the same path.
-        let rewriter = self
-            .shared
-            .rewriter
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(rewriter) = rewriter {
-            let _ = rewriter.join();
-        }
+        self.shared.join_rewriter();
         self.shared.lock().closed = true;
         self.shared.wake.notify_all();
         if let Some(writer) = self.writer.take() {
@@ -560,15 +564,7 @@ impl Writer {
                     drop(queue);
                     // A rewrite requested while the journal closed: its thread finds the queue
                     // closed, removes its file and ends; wait for that.
-                    let rewriter = self
-                        .shared
-                        .rewriter
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .take();
-                    if let Some(rewriter) = rewriter {
-                        let _ = rewriter.join();
-                    }
+                    self.shared.join_rewriter();
                     return;
                 }
                 queue.items.drain(..).collect()

@@ -177,3 +177,17 @@ impl Follower {
         verified.hash
     }
 }
+
+/// The text of `http://ADDR/metrics` (a plain HTTP/1.1 GET, headers included).
+pub fn scrape_metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send the request");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).expect("read the metrics");
+    out
+}
