@@ -47,6 +47,7 @@ use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
 use crate::status::SyncState;
 use crate::window::{PastState, StateWindow, WindowLimits};
+use gigas_statediff::PriorState;
 
 /// Most heads [`FullNodeBackend::publish_heads`] sends at once (the subscription channel's
 /// default capacity): after a long catch-up, subscribers get the recent heads, not all.
@@ -217,14 +218,12 @@ impl FullNodeBackend {
         }
     }
 
+    /// An account of the state after `view`'s block.
     fn account(
         view: &PastState<StateView<'_>>,
         address: &Address,
     ) -> Result<Option<gigas_primitives::AccountState>, RpcError> {
-        match view.account_override(address) {
-            Some(state) => Ok(state),
-            None => view.head().account(address).map_err(store),
-        }
+        PriorState::account(view, address).map_err(internal)
     }
 
     fn header_of(view: &StateView<'_>, number: u64) -> Result<StoredHeader, RpcError> {
@@ -268,11 +267,8 @@ impl FullNodeBackend {
     /// Storage slot `slot` of `address` at the head `at`.
     pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
         let (view, _) = self.view_at(at)?;
-        let slot = U256::from_be_bytes(slot.0);
-        let value = match view.slot_override(&address, &slot) {
-            Some(value) => value,
-            None => view.head().storage(&address, &slot).map_err(store)?,
-        };
+        let value =
+            PriorState::slot(&view, &address, &U256::from_be_bytes(slot.0)).map_err(internal)?;
         Ok(B256::from(value))
     }
 

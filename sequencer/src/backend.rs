@@ -552,14 +552,10 @@ impl SequencerBackend {
 
     /// Every receipt of a block.
     pub fn block_receipts(&self, number: u64) -> Result<Option<Vec<TransactionReceipt>>, RpcError> {
-        let Some(header) = self.sealed(number)? else {
+        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
             return Ok(None);
         };
         let history = self.node.history();
-        let txs = history
-            .transactions(number)
-            .map_err(internal)?
-            .unwrap_or_default();
         let receipts = history
             .receipts(number)
             .map_err(internal)?
@@ -749,15 +745,9 @@ impl SequencerBackend {
                 .collect()
         };
         for number in missing {
-            let Some(header) = self.sealed(number)? else {
+            let Some((header, txs)) = self.sealed_with_transactions(number)? else {
                 continue;
             };
-            let txs = self
-                .node
-                .history()
-                .transactions(number)
-                .map_err(internal)?
-                .unwrap_or_default();
             let sample = lowest_tips(&txs, header.header.base_fee_per_gas.unwrap_or_default());
             lock(&self.tips).insert(number, sample);
         }
@@ -921,13 +911,10 @@ impl SequencerBackend {
                 "the genesis block has no transactions to trace".into(),
             ));
         }
-        let header = self.header(number)?;
-        let txs = self
-            .node
-            .history()
-            .transactions(number)
-            .map_err(internal)?
-            .unwrap_or_default();
+        let (header, txs) = self
+            .sealed_with_transactions(number)?
+            .ok_or(RpcError::HeaderNotFound)?;
+        let header = header.header;
         let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
         Ok(Replay {
             txs,

@@ -65,7 +65,7 @@ impl MemorySample {
             diff_key_index: archive
                 .map(|a| u64::try_from(a.metrics().index_bytes.get()).unwrap_or(0))
                 .unwrap_or(0),
-            process_anon: rss_anon(),
+            process_anon: gigas_cgroup::ProcessMemory::read().map(|m| m.anon),
         }
     }
 
@@ -128,12 +128,4 @@ impl MemoryMetrics {
             }
         });
     }
-}
-
-/// `RssAnon` of this process, in bytes (Linux; `None` elsewhere).
-pub fn rss_anon() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

@@ -11,7 +11,8 @@
 //! - [`MemoryLimitArgs`]: the `--memory-limit SIZE` / `--memory-limit-optional` flags;
 //! - [`MemoryCollector`]: the `gigas_memory_limit_bytes` and `gigas_cgroup_*` metrics;
 //! - [`drop_page_cache`] and [`evict_file_pages`]: empty the cache before a limited run;
-//! - [`parse_size`]: `512MiB`, `8G`, `1073741824`.
+//! - [`parse_size`]: `512MiB`, `8G`, `1073741824`;
+//! - [`ProcessMemory`]: a process's resident, anonymous and file-backed memory and faults.
 //!
 //! It must not decide policy for its callers: which limit, whether going on without one is
 //! acceptable, and when to evict are theirs. Errors say why and how to fix
@@ -32,6 +33,7 @@ mod cgroup;
 mod detect;
 mod error;
 mod metrics;
+mod process;
 mod size;
 mod stat;
 
@@ -41,5 +43,6 @@ pub use cgroup::{MemoryCgroup, CGROUP_PREFIX};
 pub use detect::{CgroupRoots, CgroupVersion, ROOT_ENV};
 pub use error::{CgroupError, PageCacheError, HOW_TO_FIX};
 pub use metrics::MemoryCollector;
+pub use process::ProcessMemory;
 pub use size::{format_size, format_size_approx, parse_size, SizeError};
 pub use stat::MemoryStat;
