@@ -76,8 +76,8 @@ struct Cli {
     #[arg(long)]
     verify_execution: bool,
     /// Recent blocks whose state is served besides the head's (balances, nonces, code,
-    /// storage, calls at a block number), as geth's 128; their undo records are kept in
-    /// memory. 0 serves the head only.
+    /// storage, calls and proofs at a block number), as geth's 128; their undo records
+    /// are kept in memory. 0 serves the head only.
     #[arg(long, value_name = "BLOCKS", default_value_t = 128)]
     state_window: u64,
     /// Most memory the recent states' records may take; the oldest blocks go first.

@@ -272,10 +272,11 @@ impl FullNodeBackend {
         Ok(B256::from(value))
     }
 
-    /// `eth_getProof` at the head `at`, against the state root of the head's state: the head's
-    /// `stateRoot` when a root was computed at the head (every block with a root interval of
-    /// 1, as `--dev` runs), else the root recomputed for the proof. Keys are echoed as 32-byte
-    /// words.
+    /// `eth_getProof` at `at`, the head or a block of the state window, against that block's
+    /// state root. At a past block the proof goes through the head's trie with the window's
+    /// undo records laid over it (only the paths to keys changed since are recomputed), and
+    /// its root must equal the root stored with the block, or nothing is answered. Keys are
+    /// echoed as 32-byte words.
     pub fn proof(
         &self,
         address: Address,
@@ -283,15 +284,25 @@ impl FullNodeBackend {
         at: u64,
     ) -> Result<EIP1186AccountProofResponse, RpcError> {
         let (view, at) = self.view_at(at)?;
+        let overlay = view.overlay();
         let head = view.head();
-        let tip = head.tip().map_err(store)?.map_or(at, |t| t.number);
-        if at != tip {
-            return Err(RpcError::ResourceNotFound(format!(
-                "eth_getProof: this full node keeps the state trie of its head (block {tip}) \
-                 only, not block {at}'s (balances, storage and calls at block {at} are served)"
-            )));
+        let proof = head
+            .proof_through(&address, &slots, &overlay)
+            .map_err(store)?;
+        if !overlay.is_empty() {
+            // A root was computed at every block when the roots run every block (`--dev`);
+            // between roots there is nothing to check against, as at the head.
+            if let Some(root) = Self::header_of(head, at)?.state_root {
+                if root != proof.state_root {
+                    return Err(internal(format!(
+                        "eth_getProof at block {at}: the proof's state root {} is not the \
+                         root stored with the block ({root}); the state window's records \
+                         disagree with the trie",
+                        proof.state_root
+                    )));
+                }
+            }
         }
-        let proof = head.proof(&address, &slots).map_err(store)?;
         Ok(EIP1186AccountProofResponse {
             address: proof.address,
             balance: proof.balance,

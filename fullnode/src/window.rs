@@ -9,7 +9,8 @@
 //! value if none did ([`PastState`]).
 //!
 //! **Owns:** the undo records of the last `--state-window` blocks, bounded in blocks and in
-//! bytes, and reads of past states through them.
+//! bytes, and reads of past states through them, including the overlay through which a
+//! proof at a past block is computed over the head's trie ([`PastState::overlay`]).
 //!
 //! **Must not:** grow without bound (the oldest block goes first when either bound is passed),
 //! or answer a block whose undo records it does not hold: a read below the window is refused
@@ -26,6 +27,7 @@ use std::sync::{Arc, RwLock};
 use alloy_primitives::{Address, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet};
 use gigas_statediff::{PriorState, StoreError};
+use gigas_statedb::StateOverlay;
 
 /// Rough heap cost of one account record (key, value, map overhead), for the byte bound.
 const ACCOUNT_BYTES: usize = 128;
@@ -267,6 +269,28 @@ impl<S> PastState<S> {
                 .copied()
                 .or_else(|| block.wiped.contains(address).then_some(U256::ZERO))
         })
+    }
+}
+
+impl<S> PastState<S> {
+    /// The same past state as an overlay of the head's, for proofs through the head's trie:
+    /// each key set to its value in the oldest record that has it, and an account wiped by a
+    /// block after `at` cleared of the slots no earlier record names, as
+    /// [`Self::slot_override`] reads them.
+    pub fn overlay(&self) -> StateOverlay {
+        let mut overlay = StateOverlay::new();
+        for block in &self.undo {
+            for (address, state) in &block.accounts {
+                overlay.set_account(*address, *state);
+            }
+            for ((address, slot), value) in &block.slots {
+                overlay.set_slot(*address, *slot, *value);
+            }
+            for address in &block.wiped {
+                overlay.clear_storage(*address);
+            }
+        }
+        overlay
     }
 }
 

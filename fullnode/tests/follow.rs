@@ -48,8 +48,11 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     common::assert_same_state(&node.url, &seq.url, &touched).await;
     for number in &past {
         let tag = serde_json::json!(format!("{number:#x}"));
-        common::assert_same_state_at(&node.url, &seq.url, &touched, tag).await;
+        common::assert_same_state_at(&node.url, &seq.url, &touched, tag.clone()).await;
+        common::assert_proofs_at(&node.url, &seq.url, &touched, tag).await;
     }
+    let tag = serde_json::json!(format!("{target:#x}"));
+    common::assert_proofs_at(&node.url, &seq.url, &touched, tag).await;
     common::wait_for_block(&checker.url, target, Duration::from_secs(60)).await;
     common::assert_same_state(&checker.url, &seq.url, &touched).await;
     let reexecuted = checker

@@ -151,6 +151,7 @@ pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, TableStats, WriterOptions,
 };
+pub use trie::overlay::StateOverlay;
 pub use view::StateView;
 pub use writer::StateWriter;
 

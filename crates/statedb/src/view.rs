@@ -11,6 +11,7 @@ use signet_libmdbx::tx::aliases::RoTxUnsync;
 use crate::db::StateDb;
 use crate::error::StateDbError;
 use crate::read;
+use crate::trie::overlay::StateOverlay;
 use crate::trie::store;
 use crate::types::{AccountProof, StorageProof, StoredHeader};
 
@@ -78,6 +79,20 @@ impl<'db> StateView<'db> {
     /// is against the head's state all the same, and carries the root it was computed for.
     /// [`StateDbError::TrieStale`] when the writer ran with the trie off since the last root.
     pub fn proof(&self, address: &Address, slots: &[U256]) -> Result<AccountProof, StateDbError> {
+        self.proof_through(address, slots, &StateOverlay::new())
+    }
+
+    /// [`Self::proof`] against the state `overlay` makes of this snapshot's (a recent past
+    /// block's state, given as the head's with the keys the blocks since changed set back).
+    /// The proof and its `state_root` are that state's; the caller checks the root against
+    /// the one it expects, since an overlay that misses a changed key gives another root.
+    /// `block` is the head's number: the caller knows which block the overlay stands for.
+    pub fn proof_through(
+        &self,
+        address: &Address,
+        slots: &[U256],
+        overlay: &StateOverlay,
+    ) -> Result<AccountProof, StateDbError> {
         let dbs = self.db.dbs();
         let meta = read::meta(dbs, &self.txn)?;
         let tip = meta.head.ok_or(StateDbError::NotInitialized)?;
@@ -91,13 +106,27 @@ impl<'db> StateView<'db> {
             .iter()
             .map(|s| keccak256(s.to_be_bytes::<32>()))
             .collect();
-        let proven = store::prove(dbs, &self.txn, changed, keccak256(address), &hashed_slots)?;
-        let account = read::account(dbs, &self.txn, address)?;
+        let proven = store::prove(
+            dbs,
+            &self.txn,
+            changed,
+            &overlay.hashed(),
+            keccak256(address),
+            &hashed_slots,
+        )?;
+        let account = match overlay.account(address) {
+            Some(state) => state,
+            None => read::account(dbs, &self.txn, address)?,
+        };
         let mut storage_proofs = Vec::with_capacity(slots.len());
         for (slot, proof) in slots.iter().zip(proven.storage_proofs) {
+            let value = match overlay.slot(address, slot) {
+                Some(value) => value,
+                None => read::slot(dbs, &self.txn, address, slot)?,
+            };
             storage_proofs.push(StorageProof {
                 slot: *slot,
-                value: read::slot(dbs, &self.txn, address, slot)?,
+                value,
                 proof,
             });
         }

@@ -11,7 +11,7 @@ use alloy_trie::proof::verify_proof;
 use alloy_trie::{Nibbles, EMPTY_ROOT_HASH};
 use common::{apply_genesis, block, new_keys, open, Chain, Model};
 use gigas_primitives::{AccountState, ChangeSet, ChangeSetBuilder};
-use gigas_statedb::{StateDb, StateView, WriterOptions};
+use gigas_statedb::{StateDb, StateOverlay, StateView, WriterOptions};
 use gigas_statediff::MemoryKeyIndex;
 
 fn acct(nonce: u64, balance: u64) -> AccountState {
@@ -25,7 +25,19 @@ fn acct(nonce: u64, balance: u64) -> AccountState {
 /// Verifies an account proof and its slot proofs against the model.
 #[track_caller]
 fn check_proof(view: &StateView<'_>, model: &Model, address: Address, slots: &[U256]) {
-    let proof = view.proof(&address, slots).unwrap();
+    check_proof_through(view, model, &StateOverlay::new(), address, slots);
+}
+
+/// [`check_proof`] of the state `overlay` makes of the view's, which must be `model`.
+#[track_caller]
+fn check_proof_through(
+    view: &StateView<'_>,
+    model: &Model,
+    overlay: &StateOverlay,
+    address: Address,
+    slots: &[U256],
+) {
+    let proof = view.proof_through(&address, slots, overlay).unwrap();
     let root = model.root();
     assert_eq!(proof.state_root, root);
     let key = Nibbles::unpack(keccak256(address));
@@ -63,6 +75,34 @@ struct Harness {
     model: Model,
     chain: Chain,
     index: MemoryKeyIndex,
+    /// The state after each block so far, genesis first.
+    past: Vec<Model>,
+}
+
+/// The overlay that turns `head`'s state into `past`'s: every account and slot that differs
+/// set back, and the storage of an account that had none cleared as a whole.
+fn overlay_to(past: &Model, head: &Model) -> StateOverlay {
+    let mut overlay = StateOverlay::new();
+    for address in past.accounts.keys().chain(head.accounts.keys()) {
+        let was = past.accounts.get(address).copied();
+        if was != head.accounts.get(address).copied() {
+            overlay.set_account(*address, was);
+        }
+    }
+    for address in past.storage.keys().chain(head.storage.keys()) {
+        let Some(was) = past.storage.get(address) else {
+            overlay.clear_storage(*address);
+            continue;
+        };
+        let now = head.storage.get(address);
+        for slot in was.keys().chain(now.into_iter().flat_map(|s| s.keys())) {
+            let value = past.slot(address, slot);
+            if value != head.slot(address, slot) {
+                overlay.set_slot(*address, *slot, value);
+            }
+        }
+    }
+    overlay
 }
 
 impl Harness {
@@ -76,6 +116,7 @@ impl Harness {
             .expect("a root every block");
         writer.commit().unwrap();
         self.model.apply(&changes);
+        self.past.push(self.model.clone());
         assert_eq!(root.root, self.model.root(), "block {}", header.number);
         let view = self.db.view().unwrap();
         assert_eq!(view.state_root_from_scratch().unwrap(), root.root);
@@ -120,9 +161,11 @@ fn roots_and_proofs_through_the_hard_cases() {
     let db = open(dir.path());
     let root = apply_genesis(&db, &chain, &model, 64);
     assert_eq!(root, model.root());
+    let model_at_genesis = model.clone();
     let mut h = Harness {
         db,
         model,
+        past: vec![model_at_genesis],
         chain,
         index: MemoryKeyIndex::new(),
     };
@@ -134,6 +177,20 @@ fn roots_and_proofs_through_the_hard_cases() {
             .collect();
         for i in [1u8, 2, 3, 4, 5, 0xee] {
             check_proof(&view, &h.model, a(i), &slots);
+        }
+        // Every earlier state, proven through the overlay that sets it back, and its root
+        // the one stored with its block.
+        for (number, past) in h.past.iter().enumerate() {
+            let overlay = overlay_to(past, &h.model);
+            for i in [1u8, 2, 3, 4, 5, 0xee] {
+                check_proof_through(&view, past, &overlay, a(i), &slots);
+            }
+            let proof = view.proof_through(&a(1), &[], &overlay).unwrap();
+            assert_eq!(
+                view.header(number as u64).unwrap().unwrap().state_root,
+                Some(proof.state_root),
+                "block {number}"
+            );
         }
     };
     probe(&h);
@@ -216,9 +273,11 @@ fn many_accounts_keep_stored_nodes_small_and_proofs_short() {
     let chain = Chain::genesis();
     let db = open(dir.path());
     assert_eq!(apply_genesis(&db, &chain, &model, 1000), model.root());
+    let model_at_genesis = model.clone();
     let mut h = Harness {
         db,
         model,
+        past: vec![model_at_genesis],
         chain,
         index: MemoryKeyIndex::new(),
     };

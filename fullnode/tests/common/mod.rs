@@ -529,6 +529,80 @@ pub async fn assert_same_state_at(
     }
 }
 
+/// Every account and slot the load touched, proven by the full node at `block` with
+/// `eth_getProof`: each proof verifies against the MPT root the node gives for that block
+/// (`gigas_getStateRoot`), and proves the values the sequencer reads at that block.
+pub async fn assert_proofs_at(node: &str, seq: &str, touched: &Touched, block: serde_json::Value) {
+    use alloy_primitives::{keccak256, B256, KECCAK256_EMPTY};
+    use alloy_trie::{proof::verify_proof, Nibbles, TrieAccount, EMPTY_ROOT_HASH};
+    let roots = rpc(node, "gigas_getStateRoot", serde_json::json!([block])).await;
+    let root: B256 = roots["result"]["stateRoot"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a state root at {block}: {roots}"))
+        .parse()
+        .expect("a root");
+    for address in &touched.accounts {
+        let slots: Vec<B256> = touched
+            .slots
+            .iter()
+            .filter(|(a, _)| a == address)
+            .map(|(_, slot)| B256::from(*slot))
+            .collect();
+        let answer = rpc(
+            node,
+            "eth_getProof",
+            serde_json::json!([address, slots, block]),
+        )
+        .await;
+        let proof: alloy_rpc_types_eth::EIP1186AccountProofResponse =
+            serde_json::from_value(answer["result"].clone())
+                .unwrap_or_else(|e| panic!("eth_getProof of {address} at {block}: {e}: {answer}"));
+        let params = serde_json::json!([address, block]);
+        assert_eq!(
+            proof.balance,
+            rpc_u256(seq, "eth_getBalance", params.clone()).await,
+            "balance of {address} at {block}"
+        );
+        assert_eq!(
+            U256::from(proof.nonce),
+            rpc_u256(seq, "eth_getTransactionCount", params).await,
+            "nonce of {address} at {block}"
+        );
+        let absent = proof.nonce == 0
+            && proof.balance.is_zero()
+            && proof.code_hash == KECCAK256_EMPTY
+            && proof.storage_hash == EMPTY_ROOT_HASH;
+        let leaf = (!absent).then(|| {
+            alloy_rlp::encode(TrieAccount::new(
+                proof.nonce,
+                proof.balance,
+                proof.storage_hash,
+                proof.code_hash,
+            ))
+        });
+        verify_proof(
+            root,
+            Nibbles::unpack(keccak256(address)),
+            leaf,
+            &proof.account_proof,
+        )
+        .unwrap_or_else(|e| panic!("account proof of {address} at {block}: {e}"));
+        assert_eq!(proof.storage_proof.len(), slots.len());
+        for (slot, sp) in slots.iter().zip(&proof.storage_proof) {
+            let params = serde_json::json!([address, slot, block]);
+            let value = rpc_u256(seq, "eth_getStorageAt", params).await;
+            assert_eq!(sp.value, value, "slot {slot} of {address} at {block}");
+            verify_proof(
+                proof.storage_hash,
+                Nibbles::unpack(keccak256(slot)),
+                (!value.is_zero()).then(|| alloy_rlp::encode(value)),
+                &sp.proof,
+            )
+            .unwrap_or_else(|e| panic!("proof of slot {slot} of {address} at {block}: {e}"));
+        }
+    }
+}
+
 /// Waits (off the async threads) until the node at `url` serves block `target` or later.
 pub async fn wait_for_block(url: &str, target: u64, limit: Duration) {
     let deadline = Instant::now() + limit;

@@ -18,6 +18,7 @@ use crate::codec::{self, PATH_LEN};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
+use crate::trie::overlay::{HashedOverlay, HashedStorage, Overlaid};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::walk::{self, TrieRun, TrieSource};
 
@@ -674,14 +675,34 @@ pub(crate) fn prove<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     mut changed: ChangedKeys,
+    overlay: &HashedOverlay,
     address: B256,
     slots: &[B256],
 ) -> Result<Proven, StateDbError> {
+    // Every overlaid key is a changed one: the walk recomputes its path from the leaves the
+    // overlay serves.
+    for (account, _) in &overlay.accounts {
+        changed.account(*account);
+    }
+    for (account, storage) in &overlay.storage {
+        changed
+            .storage_of(*account)
+            .extend(storage.slots.iter().map(|(slot, _)| *slot));
+    }
+    let no_slots = HashedStorage::default();
+    let storage_source = |account: B256| -> Result<_, StateDbError> {
+        let over = overlay.storage.get(&account).unwrap_or(&no_slots);
+        Ok(Overlaid::new(
+            StorageSource::new(dbs, txn, account, true)?,
+            &over.slots,
+            over.cleared,
+        ))
+    };
     let targets: Vec<Nibbles> = slots.iter().map(Nibbles::unpack).collect();
     let mut keys = changed.storage.remove(&address).unwrap_or_default();
     keys.extend_from_slice(slots);
     let storage = {
-        let mut source = StorageSource::new(dbs, txn, address, true)?;
+        let mut source = storage_source(address)?;
         walk::run(&mut source, &PrefixSet::new(keys), targets.clone(), false)?
     };
     let mut known = B256Map::default();
@@ -690,7 +711,7 @@ pub(crate) fn prove<K: TransactionKind>(
     accounts.push(address);
     for (other, slots) in changed.storage {
         let run = {
-            let mut source = StorageSource::new(dbs, txn, other, true)?;
+            let mut source = storage_source(other)?;
             walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), false)?
         };
         known.insert(other, run.root);
@@ -699,7 +720,11 @@ pub(crate) fn prove<K: TransactionKind>(
     let target = Nibbles::unpack(address);
     let account = {
         let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
-        let mut source = AccountSource::new(dbs, txn, true, roots)?;
+        let mut source = Overlaid::new(
+            AccountSource::new(dbs, txn, true, roots)?,
+            &overlay.accounts,
+            false,
+        );
         walk::run(&mut source, &PrefixSet::new(accounts), vec![target], false)?
     };
     let nodes = |proof: &alloy_trie::proof::ProofNodes, target: &Nibbles| {
