@@ -26,8 +26,8 @@ use std::sync::{Arc, RwLock};
 
 use alloy_primitives::{Address, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet};
-use gigas_statediff::{PriorState, StoreError};
 use gigas_statedb::StateOverlay;
+use gigas_statediff::{PriorState, StoreError};
 
 /// Rough heap cost of one account record (key, value, map overhead), for the byte bound.
 const ACCOUNT_BYTES: usize = 128;

@@ -1258,6 +1258,9 @@ impl Backend for SequencerBackend {
             crate::node::SubmitError::Journal(e) => RpcError::Internal(format!(
                 "the transaction journal failed, so the transaction was not accepted: {e}"
             )),
+            crate::node::SubmitError::Failed(e) => {
+                RpcError::Internal(format!("the transaction was not accepted: {e}"))
+            }
         })
     }
 

@@ -87,6 +87,9 @@ pub enum SubmitError {
     /// It could not be made durable.
     #[error("transaction journal: {0}")]
     Journal(#[from] gigas_txpool::JournalError),
+    /// The node failed while checking it (not the transaction's fault).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// How the node runs.
@@ -623,6 +626,22 @@ impl Node {
         })
     }
 
+    /// The transaction journal, for tests that simulate its failure
+    /// ([`Journal::fail_next_write`]).
+    #[doc(hidden)]
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// Takes Vilmo's write lock as the committer does while it applies a block, for tests
+    /// that a stalled commit stalls nothing that must not wait for it.
+    #[doc(hidden)]
+    pub fn hold_state_write_lock(&self) -> std::sync::RwLockWriteGuard<'_, Vilmo> {
+        self.vilmo
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The nonce of `address` at the producer's tip. A transaction leaves the pool when its
     /// block is sealed and shows in the head only once that block is published; the tip
     /// holds it in between.
@@ -633,11 +652,20 @@ impl Node {
     /// Accepts a raw signed transaction: recovers its sender off the caller's thread, checks
     /// it against the head state, adds it to the pool and makes it durable in the journal.
     /// Returns its hash only once it is journaled.
-    pub async fn submit(&self, raw: Bytes) -> Result<B256, SubmitError> {
+    ///
+    /// The check reads state under Vilmo's read lock and takes the pool's lock, either of
+    /// which may wait on the committer; it runs on the blocking pool, so that a wait never
+    /// holds one of the few async worker threads every connection is served from.
+    pub async fn submit(self: &Arc<Self>, raw: Bytes) -> Result<B256, SubmitError> {
         let tx = self.recoverer.recover(raw.clone()).await?;
         let hash = tx.hash;
-        let base_fee = self.next_base_fee();
-        self.with_tip(|db| self.pool.add(tx, &PoolView(db), base_fee))?;
+        let node = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let base_fee = node.next_base_fee();
+            node.with_tip(|db| node.pool.add(tx, &PoolView(db), base_fee))
+        })
+        .await
+        .map_err(|e| SubmitError::Failed(format!("the pool check did not finish: {e}")))??;
         if let Err(e) = self.journal.append(raw).await {
             tracing::error!(error = %e, "the transaction journal failed: transactions are refused until a restart");
             // Not durable, so not accepted: take it back out, alone (its sender's later

@@ -147,11 +147,11 @@ pub use db::StateDb;
 pub use error::StateDbError;
 pub use metrics::StateDbMetrics;
 pub use tables::{Dup, Table};
+pub use trie::overlay::StateOverlay;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, TableStats, WriterOptions,
 };
-pub use trie::overlay::StateOverlay;
 pub use view::StateView;
 pub use writer::StateWriter;
 

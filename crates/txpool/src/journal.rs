@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use alloy_primitives::Bytes;
 use prometheus_client::metrics::counter::Counter;
@@ -243,6 +244,8 @@ struct Shared {
     /// The background thread of the running rewrite, joined before the journal closes.
     rewriter: Mutex<Option<JoinHandle<()>>>,
     metrics: JournalMetrics,
+    /// A simulated disk failure armed for the next batch ([`Journal::fail_next_write`]).
+    fault: Mutex<Option<Duration>>,
 }
 
 impl Shared {
@@ -381,6 +384,7 @@ impl Journal {
             rewriting: AtomicBool::new(false),
             rewriter: Mutex::new(None),
             metrics,
+            fault: Mutex::new(None),
         });
         let writer = {
             let shared = Arc::clone(&shared);
@@ -433,6 +437,19 @@ impl Journal {
             _slot: slot,
         })?;
         done.await.map_err(|_| shared.closed())?
+    }
+
+    /// Simulated fault, for tests of what a node does when its disk fails: the next batch's
+    /// write waits `after`, then fails as a full disk would (`ENOSPC`), through the same path
+    /// as a real failure (the journal is poisoned and every waiter of the batch gets the
+    /// error). The wait lets a test act between an append's acceptance and its failure.
+    #[doc(hidden)]
+    pub fn fail_next_write(&self, after: Duration) {
+        *self
+            .shared
+            .fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(after);
     }
 
     /// Replaces the journal by the transactions `live` returns plus whatever is appended
@@ -623,11 +640,20 @@ impl Writer {
             return;
         }
         let batch = encode_batch(appends.iter().map(|(raw, _, _)| raw));
-        let result = self
-            .file
-            .write_all(&batch)
-            .map_err(|err| ("write", err))
-            .and_then(|()| self.file.sync_data().map_err(|err| ("fdatasync", err)));
+        let fault = self
+            .shared
+            .fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let result = match fault {
+            Some(after) => {
+                std::thread::sleep(after);
+                Err(("write", io::Error::from(io::ErrorKind::StorageFull)))
+            }
+            None => self.file.write_all(&batch).map_err(|err| ("write", err)),
+        }
+        .and_then(|()| self.file.sync_data().map_err(|err| ("fdatasync", err)));
         match result {
             Ok(()) => {
                 let metrics = &self.shared.metrics;
