@@ -32,8 +32,8 @@ pub const MAX_RANGE_BLOCKS: u64 = 1024;
 /// The most bytes one range request returns (the range is cut short before it).
 pub const MAX_RANGE_BYTES: usize = 16 << 20;
 /// The most range requests answered at once; more get 503 with `Retry-After` (a follower
-/// backs off and asks again). With [`MAX_RANGE_BYTES`], what ranges hold in memory at once
-/// is bounded (256 MiB at the very worst).
+/// backs off and asks again). Answers are streamed a file at a time, so ranges hold at most
+/// one file each in memory.
 pub const MAX_RANGES: usize = 16;
 /// How far past the archive's next block a stream may start (a follower that is ahead of an
 /// archive catching up after a restart); further is refused.
@@ -133,8 +133,11 @@ fn unavailable(diffs: &DiffArchive, number: u64) -> Option<Response> {
     None
 }
 
-fn etag(bytes: &[u8]) -> String {
-    let hash = blake3::hash(bytes);
+fn etag(domain: &[u8], bytes: &[u8]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(domain);
+    hasher.update(bytes);
+    let hash = hasher.finalize();
     format!("\"{}\"", hex::encode(&hash.as_bytes()[..16]))
 }
 
@@ -150,7 +153,7 @@ fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
 
 /// An immutable answer: the bytes with their ETag, or 304 when the client holds them.
 fn immutable(bytes: Vec<u8>, headers: &HeaderMap) -> Response {
-    let tag = etag(&bytes);
+    let tag = etag(b"", &bytes);
     let tag_value = HeaderValue::from_str(&tag).unwrap_or(HeaderValue::from_static("\"\""));
     if matches_etag(headers, &tag) {
         return (
@@ -284,7 +287,7 @@ async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
     if let Some(response) = unavailable(&state.diffs, from) {
         return response;
     }
-    let Ok(_permit) = state.ranges.clone().try_acquire_owned() else {
+    let Ok(permit) = state.ranges.clone().try_acquire_owned() else {
         let mut response = json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!("{MAX_RANGES} range requests are being answered; try again shortly"),
@@ -297,25 +300,9 @@ async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
     let head = state.diffs.head().map_or(0, |h| h.number);
     let last = to.min(head);
     let diffs = state.diffs.clone();
-    let body = tokio::task::spawn_blocking(move || {
-        let mut body = Vec::new();
-        let mut last_included = None;
-        for n in from..=last {
-            let Some(bytes) = diffs.archive().read(FileKind::Diff, n)? else {
-                break;
-            };
-            if !body.is_empty() && body.len() + 4 + bytes.len() > MAX_RANGE_BYTES {
-                break;
-            }
-            body.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            body.extend_from_slice(&bytes);
-            last_included = Some(n);
-        }
-        Ok::<_, gigas_statediff::archive::ArchiveError>((body, last_included))
-    })
-    .await;
-    let (body, last_included) = match body {
-        Ok(Ok(result)) => result,
+    let plan = tokio::task::spawn_blocking(move || plan_range(&diffs, from, last, to)).await;
+    let plan = match plan {
+        Ok(Ok(plan)) => plan,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "reading the diff archive");
             return json_error(
@@ -325,28 +312,127 @@ async fn range(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
         }
         Err(e) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
-    let Some(last_included) = last_included else {
+    let Some(&(last_included, _)) = plan.files.last() else {
         return json_error(
             StatusCode::GONE,
             &format!("block {from} was removed by retention"),
         );
     };
-    // The whole range asked for: as immutable as its files. Cut short (by the head or the
-    // size bound): the answer to this URL will change, so it is not cached.
-    if last_included == to {
-        let mut response = immutable(body, &headers);
-        if let Ok(v) = HeaderValue::from_str(&format!("{from}-{last_included}")) {
-            response.headers_mut().insert("x-gigas-range", v);
-        }
-        return response;
-    }
-    Response::builder()
+    let mut response = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/octet-stream")
-        .header(header::CACHE_CONTROL, "no-store")
-        .header("x-gigas-range", format!("{from}-{last_included}"))
-        .body(Body::from(body))
+        .header(header::CONTENT_LENGTH, plan.length)
+        .header("x-gigas-range", format!("{from}-{last_included}"));
+    // The whole range asked for: as immutable as its files. Cut short (by the head or the
+    // size bound): the answer to this URL will change, so it is not cached.
+    match &plan.etag {
+        Some(tag) if last_included == to => {
+            if matches_etag(&headers, tag) {
+                return (
+                    StatusCode::NOT_MODIFIED,
+                    [
+                        (header::ETAG, tag.clone()),
+                        (header::CACHE_CONTROL, IMMUTABLE.to_string()),
+                    ],
+                )
+                    .into_response();
+            }
+            response = response
+                .header(header::ETAG, tag)
+                .header(header::CACHE_CONTROL, IMMUTABLE);
+        }
+        _ => response = response.header(header::CACHE_CONTROL, "no-store"),
+    }
+    let body = send_range(state.diffs.clone(), plan.files, permit);
+    response
+        .body(body)
         .unwrap_or_else(|_| json_error(StatusCode::INTERNAL_SERVER_ERROR, "building a response"))
+}
+
+/// The files a range answer sends, planned from their sizes before any is read.
+struct RangePlan {
+    /// `(block, file size)`, in order.
+    files: Vec<(u64, u64)>,
+    /// The answer's length: each file with its 4-byte length prefix.
+    length: u64,
+    /// A strong validator when the whole range is there: the range and the last file's
+    /// bytes, whose signed header commits to every block before it.
+    etag: Option<String>,
+}
+
+fn plan_range(
+    diffs: &DiffArchive,
+    from: u64,
+    last: u64,
+    to: u64,
+) -> Result<RangePlan, gigas_statediff::archive::ArchiveError> {
+    let mut plan = RangePlan {
+        files: Vec::new(),
+        length: 0,
+        etag: None,
+    };
+    for n in from..=last {
+        let Some(size) = diffs.archive().size(FileKind::Diff, n)? else {
+            break;
+        };
+        let with_prefix = 4 + size;
+        if !plan.files.is_empty() && plan.length + with_prefix > MAX_RANGE_BYTES as u64 {
+            break;
+        }
+        plan.files.push((n, size));
+        plan.length += with_prefix;
+    }
+    if plan.files.last().is_some_and(|(n, _)| *n == to) {
+        if let Some(bytes) = diffs.archive().read(FileKind::Diff, to)? {
+            plan.etag = Some(etag(format!("{from}-{to}").as_bytes(), &bytes));
+        }
+    }
+    Ok(plan)
+}
+
+/// Streams the planned files, one read at a time, so that an answer holds one file in
+/// memory whatever its length. The range's permit goes with the stream. A client that takes
+/// nothing for [`STREAM_SEND_TIMEOUT`] is cut off, and so is one whose file changed or went
+/// (retention) since the plan: the answer ends short of its `Content-Length`, which clients
+/// see as a failed request and ask again.
+fn send_range(
+    diffs: Arc<DiffArchive>,
+    files: Vec<(u64, u64)>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+    tokio::spawn(async move {
+        let _permit = permit;
+        for (n, size) in files {
+            let archive = diffs.clone();
+            let read =
+                tokio::task::spawn_blocking(move || archive.archive().read(FileKind::Diff, n))
+                    .await;
+            let chunk = match read {
+                Ok(Ok(Some(bytes))) if bytes.len() as u64 == size => {
+                    let mut chunk = Vec::with_capacity(4 + bytes.len());
+                    chunk.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                    chunk.extend_from_slice(&bytes);
+                    Ok(chunk)
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, block = n, "reading the diff archive for a range");
+                    Err(std::io::Error::other("reading the archive failed"))
+                }
+                _ => Err(std::io::Error::other(format!(
+                    "block {n}'s diff changed or was removed while the range was sent"
+                ))),
+            };
+            let failed = chunk.is_err();
+            let sent = tokio::time::timeout(STREAM_SEND_TIMEOUT, tx.send(chunk)).await;
+            if failed || !matches!(sent, Ok(Ok(()))) {
+                return;
+            }
+        }
+    });
+    Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }))
 }
 
 async fn stream(

@@ -157,6 +157,17 @@ impl Archive {
         }
     }
 
+    /// The size of block `number`'s file of `kind`, or `None` if the archive does not have
+    /// it (what a streamed answer plans with before it reads).
+    pub fn size(&self, kind: FileKind, number: u64) -> Result<Option<u64>, ArchiveError> {
+        let path = self.path(kind, number);
+        match fs::metadata(&path) {
+            Ok(meta) => Ok(Some(meta.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
     /// Whether block `number`'s file of `kind` exists.
     pub fn contains(&self, kind: FileKind, number: u64) -> bool {
         self.path(kind, number).is_file()
