@@ -22,6 +22,17 @@ use serde_json::{json, Value};
 /// `JUMPDEST PUSH1 0 JUMP`: a loop that never ends.
 const ENDLESS: &str = "0x5b600056";
 const LOOP_AT: &str = "0x00000000000000000000000000000000000000aa";
+/// The connections one client address may hold on each node.
+const PER_ADDRESS: usize = 40;
+
+/// A connection to `url` from 127.0.0.2, the attackers' address.
+async fn from_attacker(url: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let addr = url.trim_start_matches("http://").parse().unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
 /// The wall-clock budget both nodes run with: the longest call they allow.
 const EVM_TIMEOUT: &str = "1s";
 
@@ -150,13 +161,23 @@ async fn both_nodes_answer_hostile_clients_and_keep_making_and_following_blocks(
             seq_dir.display().to_string(),
             "--rpc.evmtimeout".into(),
             EVM_TIMEOUT.into(),
+            "--rpc.limit-loopback".into(),
+            "--rpc.max-connections-per-ip".into(),
+            PER_ADDRESS.to_string(),
         ],
         &seq_dir.with_extension("log"),
     );
+    let per_address = PER_ADDRESS.to_string();
     let fullnode = Process::fullnode(
         &dir.path().join("fullnode"),
         &seq.url,
-        &["--rpc.evmtimeout", EVM_TIMEOUT],
+        &[
+            "--rpc.evmtimeout",
+            EVM_TIMEOUT,
+            "--rpc.limit-loopback",
+            "--rpc.max-connections-per-ip",
+            &per_address,
+        ],
     );
     let (seq_url, fn_url) = (seq.url.clone(), fullnode.url.clone());
     let http = client();
@@ -282,21 +303,64 @@ async fn both_nodes_answer_hostile_clients_and_keep_making_and_following_blocks(
             drop(s);
         }
     }
-    // Idle connections that never send a request, and diff streams that never read.
-    let idle: Vec<TcpStream> = (0..200)
-        .map(|i| {
-            let url = if i % 2 == 0 { &seq_url } else { &fn_url };
-            TcpStream::connect(url.trim_start_matches("http://")).unwrap()
-        })
-        .collect();
+    // Diff streams that never read and idle connections that never send a request, from
+    // one address (127.0.0.2: the full node and the other clients come from 127.0.0.1) that
+    // goes past its bounds: 4 streams, and PER_ADDRESS connections.
     let ws = seq_url.replacen("http://", "ws://", 1);
     let mut streams = Vec::new();
+    let mut refused_streams = 0;
     for _ in 0..8 {
-        let (socket, _) = tokio_tungstenite::connect_async(format!("{ws}/diffs/stream?from=0"))
-            .await
-            .expect("a diff stream");
-        streams.push(socket);
+        let socket = from_attacker(&seq_url).await;
+        match tokio_tungstenite::client_async(format!("{ws}/diffs/stream?from=0"), socket).await {
+            Ok((stream, _)) => streams.push(stream),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 429, "a stream past the client's bound");
+                refused_streams += 1;
+            }
+            Err(e) => panic!("a diff stream: {e}"),
+        }
     }
+    assert_eq!(
+        (streams.len(), refused_streams),
+        (4, 4),
+        "4 streams per client address"
+    );
+    let mut idle = Vec::new();
+    let mut refused = Vec::new();
+    for url in [&seq_url, &fn_url] {
+        let mut sockets = Vec::new();
+        for _ in 0..100 {
+            sockets.push(from_attacker(url).await);
+        }
+        // A connection past the bound is answered 429 and closed at once; one within it
+        // waits for a request that never comes.
+        let reads: Vec<_> = sockets
+            .into_iter()
+            .map(|mut socket| {
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut buf = [0u8; 32];
+                    let read = tokio::time::timeout(Duration::from_secs(1), socket.read(&mut buf));
+                    match read.await {
+                        Ok(Ok(n)) if buf[..n].starts_with(b"HTTP/1.1 429") => None,
+                        Ok(other) => panic!("an idle connection got {other:?}"),
+                        Err(_) => Some(socket),
+                    }
+                })
+            })
+            .collect();
+        let mut count = 0;
+        for read in reads {
+            match read.await.unwrap() {
+                Some(socket) => idle.push(socket),
+                None => count += 1,
+            }
+        }
+        refused.push(count);
+    }
+    println!("idle connections refused past the bound of {PER_ADDRESS}: {refused:?}");
+    // The archive's streams have their own bound (above), apart from the connections'.
+    assert_eq!(refused, vec![100 - PER_ADDRESS, 100 - PER_ADDRESS]);
     // A stream from far beyond the head is refused.
     let far = tokio_tungstenite::connect_async(format!("{ws}/diffs/stream?from=1000000000")).await;
     assert!(

@@ -361,8 +361,11 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     diff_archive.metrics().register(&mut node.registry());
     let memory = crate::memory::MemoryMetrics::default();
     memory.register(&mut node.registry());
-    let routes = gigas_rpc::HttpRoutes::new(crate::diffs_http::router(diff_archive.clone()))
-        .with_websocket_paths(["/diffs/stream"]);
+    let routes = gigas_rpc::HttpRoutes::new(crate::diffs_http::router(
+        diff_archive.clone(),
+        rpc_config.limit_loopback,
+    ))
+    .with_websocket_paths(["/diffs/stream"]);
     let backend = Arc::new(SequencerBackend::new(node.clone()).with_call_budget(args.rpc.budget()));
     let rpc = runtime
         .block_on(gigas_rpc::RpcServer::start_with_routes(

@@ -25,6 +25,8 @@ use axum::Router;
 use gigas_statediff::archive::FileKind;
 use tokio::sync::{broadcast, Semaphore};
 
+use gigas_rpc::accept::{ClientAddr, ClientLimits};
+
 use crate::diffs::DiffArchive;
 
 /// The most diffs one range request returns.
@@ -40,6 +42,9 @@ pub const MAX_RANGES: usize = 16;
 pub const MAX_STREAM_AHEAD: u64 = 4096;
 /// The most open `/diffs/stream` connections.
 pub const MAX_STREAMS: usize = 256;
+/// The most `/diffs/stream` connections one client address may hold (a follower needs one):
+/// a single client cannot take the whole [`MAX_STREAMS`].
+pub const MAX_STREAMS_PER_CLIENT: usize = 4;
 /// How long a stream may wait for its client to take a message: one that does not read is
 /// closed instead of holding the server's buffers.
 pub const STREAM_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -50,11 +55,15 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 struct AppState {
     diffs: Arc<DiffArchive>,
     streams: Arc<Semaphore>,
+    /// Streams per client address.
+    stream_clients: Arc<ClientLimits>,
     ranges: Arc<Semaphore>,
 }
 
 /// The routes, to hand to `gigas_rpc::HttpRoutes::new(..).with_websocket_paths(["/diffs/stream"])`.
-pub fn router(diffs: Arc<DiffArchive>) -> Router {
+/// `limit_loopback`: hold loopback clients to the per-client stream bound too (as the
+/// server's `--rpc.limit-loopback`).
+pub fn router(diffs: Arc<DiffArchive>, limit_loopback: bool) -> Router {
     Router::new()
         .route("/diffs", get(range))
         .route("/diffs/head", get(head))
@@ -65,6 +74,7 @@ pub fn router(diffs: Arc<DiffArchive>) -> Router {
         .with_state(AppState {
             diffs,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            stream_clients: ClientLimits::new(MAX_STREAMS_PER_CLIENT, limit_loopback),
             ranges: Arc::new(Semaphore::new(MAX_RANGES)),
         })
 }
@@ -438,8 +448,10 @@ fn send_range(
 async fn stream(
     State(state): State<AppState>,
     uri: Uri,
+    client: Option<axum::Extension<ClientAddr>>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    let client = client.map(|axum::Extension(c)| c);
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         Err(_) => {
@@ -474,6 +486,18 @@ async fn stream(
             );
         }
     }
+    // Requests always carry their client (the server's accept loop puts it there); one
+    // without it (a router served elsewhere) is counted under the unspecified address.
+    let client = client.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.ip());
+    let Some(slot) = state.stream_clients.try_open(client) else {
+        return json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "this address holds {MAX_STREAMS_PER_CLIENT} diff streams already; a follower \
+                 needs one"
+            ),
+        );
+    };
     let Ok(permit) = state.streams.clone().try_acquire_owned() else {
         return json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -482,6 +506,7 @@ async fn stream(
     };
     upgrade.on_upgrade(move |socket| async move {
         let _permit = permit;
+        let _slot = slot;
         if let Err(e) = send_stream(socket, state.diffs, from).await {
             tracing::debug!(error = %e, "diff stream closed");
         }

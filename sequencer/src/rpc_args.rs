@@ -19,6 +19,18 @@ pub struct RpcArgs {
     /// Most simultaneous connections (HTTP requests in flight plus WebSocket sessions).
     #[arg(long = "rpc.max-connections", default_value_t = 500, value_name = "N")]
     pub max_connections: u32,
+    /// Most TCP connections one client address may hold open (0: no bound); more are
+    /// answered 429 and closed. Loopback is exempt unless --rpc.limit-loopback.
+    #[arg(
+        long = "rpc.max-connections-per-ip",
+        default_value_t = 64,
+        value_name = "N"
+    )]
+    pub max_connections_per_ip: u32,
+    /// Hold loopback clients to the per-address bounds too (leave off behind a proxy on the
+    /// same host: every client comes in from 127.0.0.1 there).
+    #[arg(long = "rpc.limit-loopback")]
+    pub limit_loopback: bool,
     /// Most calls in one batch request.
     #[arg(long = "rpc.max-batch", default_value_t = 1_000, value_name = "N")]
     pub max_batch: u32,
@@ -86,6 +98,8 @@ impl RpcArgs {
             max_request_body_bytes: self.max_request,
             max_response_body_bytes: self.max_response,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_ip,
+            limit_loopback: self.limit_loopback,
             max_batch_size: self.max_batch,
             max_subscriptions_per_connection: self.max_subscriptions,
             max_log_block_range: self.max_logs_range,

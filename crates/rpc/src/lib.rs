@@ -34,11 +34,18 @@
 //! one error; bodies over the limit HTTP 413 with a JSON-RPC error body. Every case leaves the
 //! server serving.
 //!
+//! **Connections.** The server runs its own accept loop ([`accept`]): each client address
+//! holds at most `max_connections_per_address` TCP connections (a JSON-RPC WebSocket keeps its
+//! place for its session; loopback is exempt unless `limit_loopback`), more are answered 429
+//! and closed and counted in `gigas_rpc_connections_refused_total`, and every request carries
+//! its [`accept::ClientAddr`] for routes that bound their own work per client.
+//!
 //! **Subscriptions and memory.** Each subscription reads a bounded broadcast channel; a client
 //! that falls further behind than the channel holds is dropped with an error notification
 //! (`{"subscription": id, "error": "subscription dropped: ..."}`) and counted in
 //! `gigas_rpc_subscriptions_dropped_total`, so a slow client never grows the node's memory.
 
+pub mod accept;
 pub mod api;
 mod backend;
 pub mod deadline;

@@ -40,6 +40,7 @@ pub struct RpcMetrics {
     latency: Family<MethodLabel, Histogram, fn() -> Histogram>,
     errors: Family<CodeLabel, Counter>,
     connections: Gauge,
+    connections_refused: Counter,
     subscriptions: Family<KindLabel, Gauge>,
     subscriptions_dropped: Family<KindLabel, Counter>,
 }
@@ -51,6 +52,7 @@ impl Default for RpcMetrics {
             latency: Family::new_with_constructor(latency_histogram),
             errors: Family::default(),
             connections: Gauge::default(),
+            connections_refused: Counter::default(),
             subscriptions: Family::default(),
             subscriptions_dropped: Family::default(),
         }
@@ -60,7 +62,7 @@ impl Default for RpcMetrics {
 impl RpcMetrics {
     /// Registers every metric under `gigas_rpc_`: `requests_total{method}`,
     /// `request_duration_seconds{method}`, `errors_total{code}`, `open_connections`,
-    /// `subscriptions{kind}`, `subscriptions_dropped_total{kind}`.
+    /// `connections_refused_total`, `subscriptions{kind}`, `subscriptions_dropped_total{kind}`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("gigas_rpc");
         r.register(
@@ -82,6 +84,11 @@ impl RpcMetrics {
             "open_connections",
             "Open TCP connections (HTTP and WebSocket)",
             self.connections.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "TCP connections refused because their address held its most (429)",
+            self.connections_refused.clone(),
         );
         r.register(
             "subscriptions",
@@ -121,6 +128,11 @@ impl RpcMetrics {
         GaugeGuard::new(self.connections.clone())
     }
 
+    /// Counts a connection refused for its address's bound.
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
     /// Counts a subscription until the returned guard drops.
     pub(crate) fn subscription_opened(&self, kind: &'static str) -> GaugeGuard {
         GaugeGuard::new(
@@ -135,6 +147,11 @@ impl RpcMetrics {
         self.subscriptions_dropped
             .get_or_create(&KindLabel { kind })
             .inc();
+    }
+
+    /// Connections refused so far for their address's bound.
+    pub fn connections_refused(&self) -> u64 {
+        self.connections_refused.get()
     }
 
     /// Open connections now (for tests and logs).

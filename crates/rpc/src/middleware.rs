@@ -20,6 +20,7 @@ use jsonrpsee::types::{ErrorObject, Request};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt};
 
+use crate::accept::{ClientAddr, ClientSlot};
 use crate::error::codes;
 
 /// Entries of one batch answered at once (the rest wait their turn, in order).
@@ -233,7 +234,7 @@ fn busy() -> HttpResponse {
 #[derive(Debug, Clone)]
 struct OpenConnection(#[allow(dead_code)] Arc<GaugeGuard>);
 
-/// The HTTP middleware: built once per TCP connection by jsonrpsee.
+/// The HTTP middleware, built once per TCP connection ([`HttpLayer::for_client`]).
 #[derive(Debug, Clone)]
 pub(crate) struct HttpLayer {
     pub(crate) routes: Option<HttpRoutes>,
@@ -243,15 +244,36 @@ pub(crate) struct HttpLayer {
     pub(crate) route_permits: Arc<tokio::sync::Semaphore>,
 }
 
-impl<S> Layer<S> for HttpLayer {
+impl HttpLayer {
+    /// The layer of one connection from `client`: its requests carry the address.
+    pub(crate) fn for_client(&self, client: ClientAddr, slot: Arc<ClientSlot>) -> ClientHttpLayer {
+        ClientHttpLayer {
+            layer: self.clone(),
+            client,
+            slot,
+        }
+    }
+}
+
+/// [`HttpLayer`] for one accepted connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientHttpLayer {
+    layer: HttpLayer,
+    client: ClientAddr,
+    slot: Arc<ClientSlot>,
+}
+
+impl<S> Layer<S> for ClientHttpLayer {
     type Service = HttpService<S>;
 
     fn layer(&self, inner: S) -> HttpService<S> {
         HttpService {
             inner,
-            routes: self.routes.clone(),
-            connection: OpenConnection(Arc::new(self.metrics.connection_opened())),
-            route_permits: self.route_permits.clone(),
+            routes: self.layer.routes.clone(),
+            connection: OpenConnection(Arc::new(self.layer.metrics.connection_opened())),
+            route_permits: self.layer.route_permits.clone(),
+            client: self.client,
+            slot: self.slot.clone(),
         }
     }
 }
@@ -263,6 +285,10 @@ pub(crate) struct HttpService<S> {
     routes: Option<HttpRoutes>,
     connection: OpenConnection,
     route_permits: Arc<tokio::sync::Semaphore>,
+    client: ClientAddr,
+    /// The connection's place among its address's; an upgraded JSON-RPC WebSocket keeps it
+    /// (in the request's extensions, as [`OpenConnection`]) for its whole session.
+    slot: Arc<ClientSlot>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -281,6 +307,7 @@ where
     }
 
     fn call(&mut self, mut request: HttpRequest) -> Self::Future {
+        request.extensions_mut().insert(self.client);
         let upgrade = jsonrpsee::server::ws::is_upgrade_request(&request);
         let to_routes = match &self.routes {
             Some(routes) if upgrade => routes.takes_upgrade(&request),
@@ -289,6 +316,7 @@ where
         };
         if upgrade {
             request.extensions_mut().insert(self.connection.clone());
+            request.extensions_mut().insert(self.slot.clone());
         }
         if to_routes {
             if let Some(routes) = &self.routes {

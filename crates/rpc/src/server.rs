@@ -5,9 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
-use jsonrpsee::server::{BatchRequestConfig, IdProvider, Server, ServerConfig, ServerHandle};
+use jsonrpsee::server::{
+    BatchRequestConfig, HttpBody, IdProvider, Methods, Server, ServerConfig, ServerHandle,
+};
 use jsonrpsee::types::SubscriptionId;
 
+use crate::accept::{ClientAddr, ClientLimits};
 use crate::handler::{EthRpc, Limits};
 use crate::metrics::RpcMetrics;
 use crate::middleware::{CallLayer, HttpLayer, HttpRoutes};
@@ -34,6 +37,13 @@ pub struct RpcConfig {
     /// per HTTP request and one per WebSocket session); beyond it HTTP answers 429. Default 500,
     /// reth's default.
     pub max_connections: u32,
+    /// Most TCP connections one client address may hold open (0: no bound); beyond it a new
+    /// connection is answered 429 and closed. Default 64. Loopback addresses are held to it
+    /// only with [`RpcConfig::limit_loopback`].
+    pub max_connections_per_address: u32,
+    /// Hold loopback clients to the per-address bounds too. Off by default: a proxy on the
+    /// same host brings every remote client in from 127.0.0.1.
+    pub limit_loopback: bool,
     /// Most calls in one batch (0 disables batches); a larger batch gets one JSON-RPC error.
     /// Default 1000, geth's default.
     pub max_batch_size: u32,
@@ -69,6 +79,8 @@ impl Default for RpcConfig {
             max_request_body_bytes: 10 * MIB,
             max_response_body_bytes: 32 * MIB,
             max_connections: 500,
+            max_connections_per_address: 64,
+            limit_loopback: false,
             max_batch_size: 1000,
             max_subscriptions_per_connection: 1024,
             message_buffer_capacity: 1024,
@@ -153,31 +165,68 @@ impl RpcServer {
             max_response_body_size,
         });
         let cors = cors_layer(&config.cors_origins)?;
-        let http_middleware = tower::ServiceBuilder::new()
-            .option_layer(cors)
-            .layer(HttpLayer {
-                routes,
-                metrics: metrics.clone(),
-                route_permits: Arc::new(tokio::sync::Semaphore::new(
-                    config.max_connections.max(1) as usize
-                )),
-            });
-
-        let server = Server::builder()
+        let http_layer = HttpLayer {
+            routes,
+            metrics: metrics.clone(),
+            route_permits: Arc::new(tokio::sync::Semaphore::new(
+                config.max_connections.max(1) as usize
+            )),
+        };
+        let services = Server::builder()
             .set_config(server_config)
             .set_rpc_middleware(rpc_middleware)
-            .set_http_middleware(http_middleware)
-            .build(config.listen)
+            .to_service_builder();
+        let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| RpcError::Bind {
                 addr: config.listen,
                 source,
             })?;
-        let local_addr = server.local_addr().map_err(|source| RpcError::Bind {
+        let local_addr = listener.local_addr().map_err(|source| RpcError::Bind {
             addr: config.listen,
             source,
         })?;
-        let handle = server.start(module);
+        let clients = ClientLimits::new(
+            config.max_connections_per_address as usize,
+            config.limit_loopback,
+        );
+        let (stop, handle) = jsonrpsee::server::stop_channel();
+        let methods: Methods = module.into();
+        let refused = metrics.clone();
+        let accept = async move {
+            loop {
+                let (socket, peer) = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok(accepted) => accepted,
+                        Err(e) => {
+                            // Out of file descriptors, most likely: wait for some to close
+                            // instead of spinning on the error.
+                            tracing::warn!(error = %e, "accepting a connection failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
+                    _ = stop.clone().shutdown() => break,
+                };
+                let _ = socket.set_nodelay(true);
+                let Some(slot) = clients.try_open(peer.ip()) else {
+                    refused.connection_refused();
+                    tokio::spawn(refuse(socket));
+                    continue;
+                };
+                let slot = Arc::new(slot);
+                let rpc = services.clone().build(methods.clone(), stop.clone());
+                let service = tower::ServiceBuilder::new()
+                    .map_request(|request: http::Request<hyper::body::Incoming>| {
+                        request.map(HttpBody::new)
+                    })
+                    .option_layer(cors.clone())
+                    .layer(http_layer.for_client(ClientAddr(peer), slot.clone()))
+                    .service(rpc);
+                serve_connection(socket, peer, service, stop.clone(), slot);
+            }
+        };
+        tokio::spawn(accept);
         tracing::info!(%local_addr, "JSON-RPC server listening (HTTP and WebSocket)");
         Ok(RpcHandle {
             local_addr,
@@ -185,6 +234,47 @@ impl RpcServer {
             metrics,
         })
     }
+}
+
+/// Serves one accepted connection until it closes or the server stops, holding its
+/// client's place until then.
+fn serve_connection<S, B>(
+    socket: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    service: S,
+    stop: jsonrpsee::server::StopHandle,
+    slot: Arc<crate::accept::ClientSlot>,
+) where
+    S: tower::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Into<jsonrpsee::core::BoxError>,
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Send + 'static,
+    B::Error: Into<jsonrpsee::core::BoxError>,
+{
+    tokio::spawn(async move {
+        let _slot = slot;
+        let stopped = stop.shutdown();
+        if let Err(e) =
+            jsonrpsee::server::serve_with_graceful_shutdown(socket, service, stopped).await
+        {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+    });
+}
+
+/// Answers a connection over its address's bound with a 429 and closes it, within a second
+/// (a client that does not read is not waited for).
+async fn refuse(mut socket: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        socket.write_all(crate::accept::TOO_MANY).await?;
+        socket.shutdown().await
+    })
+    .await;
 }
 
 /// The CORS layer of `origins` (geth's `--http.corsdomain`), `None` for none. Preflight

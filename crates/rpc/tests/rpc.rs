@@ -915,6 +915,86 @@ async fn port_zero_reports_the_bound_port_and_a_taken_port_is_a_typed_error() {
     handle.stop();
 }
 
+/// Each client address holds at most `max_connections_per_address` connections, a JSON-RPC
+/// WebSocket among them for its whole session; one more is answered 429 and closed, and a
+/// place comes back when a connection closes. Loopback is exempt unless configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_bounded_per_client_address() {
+    let backend = TestBackend::new(2, SubscriptionBuffers::default());
+    let handle = start(
+        RpcConfig {
+            max_connections_per_address: 3,
+            limit_loopback: true,
+            ..config()
+        },
+        backend.clone(),
+    )
+    .await;
+    let addr = handle.local_addr();
+    let ws = ProviderBuilder::new()
+        .connect_ws(WsConnect::new(handle.ws_url()))
+        .await
+        .expect("WebSocket connects");
+    assert_eq!(ws.get_block_number().await.unwrap(), 2);
+    let idle: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let ask = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}"#;
+    let post = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{ask}",
+        ask.len()
+    );
+    let answer = tokio::task::spawn_blocking({
+        let post = post.clone();
+        move || raw_request(addr, &post)
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("http/1.1 429"), "{answer}");
+    assert!(answer.contains("too many connections"), "{answer}");
+    assert_eq!(handle.metrics().connections_refused(), 1);
+    // The WebSocket still holds its place and works.
+    assert_eq!(ws.get_block_number().await.unwrap(), 2);
+    drop(idle);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let post = post.clone();
+        let answer = tokio::task::spawn_blocking(move || raw_request(addr, &post))
+            .await
+            .unwrap();
+        if answer.starts_with("http/1.1 200") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no place came back: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    handle.stop();
+
+    // Loopback exempt (the default): many connections from 127.0.0.1 are served.
+    let handle = start(
+        RpcConfig {
+            max_connections_per_address: 3,
+            ..config()
+        },
+        backend,
+    )
+    .await;
+    let addr = handle.local_addr();
+    let _idle: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let answer = tokio::task::spawn_blocking(move || raw_request(addr, &post))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert_eq!(handle.metrics().connections_refused(), 0);
+    handle.stop();
+}
+
 /// One HTTP request over a plain socket: the status line and headers, lower-cased.
 fn raw_request(addr: SocketAddr, request: &str) -> String {
     use std::io::{Read, Write};
