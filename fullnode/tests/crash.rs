@@ -99,3 +99,132 @@ async fn killed_at_random_points_the_full_node_converges_to_the_sequencers_state
         "the kept root"
     );
 }
+
+/// The sequencer's key index log damaged in its middle (issue 29, finding 13): the sequencer
+/// refuses to start and names the remedy; `gigas-sequencer rebuild-key-log` writes the log
+/// again from a stopped full node's index; the sequencer then re-encodes the blocks after the
+/// full node's head to the very bytes it published before, and the full node follows on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_key_log_is_rebuilt_from_a_full_nodes_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (seq_dir, fn_dir) = (dir.path().join("seq"), dir.path().join("fn"));
+    let mut seq = Process::sequencer(&seq_dir);
+    let mut node = Process::fullnode(&fn_dir, &seq.url, &[]);
+    let load = Load::start(&seq.url, 2, 31).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut touched = load.stop(&seq.url).await;
+    common::wait_for_block(&node.url, head(&seq.url).await, Duration::from_secs(60)).await;
+    node.interrupt();
+    // New keys the full node has not seen: blocks to encode again after the rebuild.
+    let load = Load::start(&seq.url, 2, 32).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let more = load.stop(&seq.url).await;
+    touched.accounts.extend(more.accounts);
+    touched.slots.extend(more.slots);
+    seq.interrupt();
+
+    let archive = seq_dir.join("archive");
+    let db = StateDb::open(&fn_dir.join("state"), StateDbOptions::default()).unwrap();
+    let fn_head = db.view().unwrap().tip().unwrap().unwrap().number;
+    drop(db);
+    let newest = (fn_head + 1..)
+        .take_while(|n| archive.join("diffs").join(n.to_string()).is_file())
+        .last()
+        .expect("the sequencer published blocks after the full node stopped");
+    let published: Vec<Vec<u8>> = (fn_head + 1..=newest)
+        .map(|n| std::fs::read(archive.join("diffs").join(n.to_string())).unwrap())
+        .collect();
+
+    // A flipped byte inside the first record: not a torn tail, a damaged log.
+    let log = archive.join("keys.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    assert!(bytes.len() > 200, "the log holds several records");
+    bytes[14] ^= 0x40;
+    std::fs::write(&log, &bytes).unwrap();
+    let refused = run_to_end(&[
+        "--dev",
+        "--http.port",
+        "0",
+        "--datadir",
+        &seq_dir.display().to_string(),
+    ]);
+    assert!(
+        !refused.status.success(),
+        "the sequencer started on a damaged log"
+    );
+    assert!(
+        refused.text.contains("rebuild-key-log"),
+        "the error names the remedy: {}",
+        refused.text
+    );
+
+    let rebuilt = run_to_end(&[
+        "rebuild-key-log",
+        "--datadir",
+        &seq_dir.display().to_string(),
+        "--from-state",
+        &fn_dir.join("state").display().to_string(),
+    ]);
+    assert!(rebuilt.status.success(), "{}", rebuilt.text);
+    println!("{}", rebuilt.text.trim());
+    assert!(
+        rebuilt.text.contains(&format!("as of block {fn_head}")),
+        "{}",
+        rebuilt.text
+    );
+
+    // The bytes the sequencer publishes again are the ones it published before.
+    for n in fn_head + 1..=newest {
+        std::fs::remove_file(archive.join("diffs").join(n.to_string())).unwrap();
+    }
+    let seq = Process::sequencer(&seq_dir);
+    for (i, file) in published.iter().enumerate() {
+        let n = fn_head + 1 + i as u64;
+        let path = archive.join("diffs").join(n.to_string());
+        common::wait_until(Duration::from_secs(60), "the diff written again", || {
+            path.is_file()
+        });
+        assert_eq!(&std::fs::read(&path).unwrap(), file, "block {n}'s diff");
+    }
+    let node = Process::fullnode(&fn_dir, &seq.url, &[]);
+    let load = Load::start(&seq.url, 2, 33).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let last = load.stop(&seq.url).await;
+    touched.accounts.extend(last.accounts);
+    touched.slots.extend(last.slots);
+    common::wait_for_block(&node.url, head(&seq.url).await, Duration::from_secs(60)).await;
+    common::assert_same_state(&node.url, &seq.url, &touched).await;
+}
+
+struct Ended {
+    status: std::process::ExitStatus,
+    /// Standard output and error together.
+    text: String,
+}
+
+/// Runs the sequencer binary with `args` until it exits (within two minutes).
+fn run_to_end(args: &[&str]) -> Ended {
+    let mut child = std::process::Command::new(common::sequencer_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gigas-sequencer {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    Ended {
+        status: out.status,
+        text: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}

@@ -44,6 +44,24 @@ enum Command {
     /// sequencer's signing key, naming its address instead. Full nodes refuse a spec that
     /// carries the key.
     ExportChain(ExportChainArgs),
+    /// Rebuild the diff archive's key index log (`keys.log`) from a full node that follows
+    /// this sequencer, when the log is damaged or lost. Stop the sequencer (and the full
+    /// node) first; the old log is kept beside the new one.
+    RebuildKeyLog(RebuildKeyLogArgs),
+}
+
+#[derive(Debug, Args)]
+struct RebuildKeyLogArgs {
+    /// The sequencer's data directory.
+    #[arg(long, value_name = "DIR")]
+    datadir: PathBuf,
+    /// The diff archive (default: DATADIR/archive).
+    #[arg(long = "diffs.dir", value_name = "DIR")]
+    diffs_dir: Option<PathBuf>,
+    /// The state database of a full node that follows this sequencer (its DATADIR/state);
+    /// its enumeration index is the sequencer's.
+    #[arg(long, value_name = "DIR")]
+    from_state: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +218,7 @@ where
     match cli.command {
         Some(Command::Genesis(args)) => genesis(args),
         Some(Command::ExportChain(args)) => export_chain(args),
+        Some(Command::RebuildKeyLog(args)) => rebuild_key_log(args),
         None => run(cli.run),
     }
 }
@@ -220,6 +239,55 @@ fn parse_state_history(s: &str) -> Result<u64, String> {
         ));
     }
     Ok(blocks)
+}
+
+fn rebuild_key_log(args: RebuildKeyLogArgs) -> eyre::Result<()> {
+    use gigas_vilmo::Storage as _;
+    // The sequencer holds this lock while it runs (Vilmo's store lock).
+    let _running = gigas_vilmo::FsStorage
+        .lock_dir(&args.datadir.join("state"))
+        .wrap_err_with(|| {
+            format!(
+                "locking {}: is the sequencer still running? stop it first",
+                args.datadir.join("state").display()
+            )
+        })?;
+    let history = gigas_history::History::open(
+        &args.datadir.join("history"),
+        gigas_history::HistoryOptions::default(),
+    )
+    .wrap_err_with(|| format!("opening the history in {}", args.datadir.display()))?;
+    let source =
+        gigas_statedb::StateDb::open(&args.from_state, gigas_statedb::StateDbOptions::default())
+            .wrap_err_with(|| {
+                format!(
+                    "opening the full node's state database {}",
+                    args.from_state.display()
+                )
+            })?;
+    let view = source.view()?;
+    let tip = view
+        .tip()?
+        .ok_or_else(|| eyre::eyre!("{} holds no chain yet", args.from_state.display()))?;
+    let archive = args
+        .diffs_dir
+        .unwrap_or_else(|| args.datadir.join("archive"));
+    let done = crate::diffs::rebuild_key_log(&archive, &history, tip.number, tip.hash, &view)
+        .wrap_err("rebuilding the key index log")?;
+    println!(
+        "wrote {} with {} keys as of block {}{}; the sequencer encodes blocks {}..={} again \
+         at its next start",
+        archive.join("keys.log").display(),
+        done.keys,
+        done.block,
+        done.old_log
+            .as_ref()
+            .map(|p| format!(" (the old log is {})", p.display()))
+            .unwrap_or_default(),
+        done.block + 1,
+        done.head
+    );
+    Ok(())
 }
 
 fn export_chain(args: ExportChainArgs) -> eyre::Result<()> {

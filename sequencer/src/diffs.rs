@@ -47,6 +47,10 @@ pub const SYNC_EVERY: u64 = 256;
 /// blocks more.
 pub const MIN_STATE_HISTORY: u64 = MARK_EVERY + SYNC_EVERY + crate::node::MAX_GROUP as u64;
 
+/// What to do about a damaged index log.
+const REMEDY: &str = "rebuild it from a full node that follows this sequencer: stop both, \
+    then `gigas-sequencer rebuild-key-log --datadir DATADIR --from-state FULLNODE_DATADIR/state`";
+
 /// Why the diff writer stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DiffWriterError {
@@ -275,6 +279,117 @@ fn decode_keys(mut bytes: &[u8]) -> Option<Vec<StateKey>> {
     Some(keys)
 }
 
+/// What [`rebuild_key_log`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLogRebuild {
+    /// The block the new log's one record stands at (the source's head).
+    pub block: u64,
+    /// Keys it holds.
+    pub keys: u64,
+    /// Where the old log went, if there was one.
+    pub old_log: Option<std::path::PathBuf>,
+    /// The newest block of the history: the writer re-encodes `block + 1 ..= head` at its
+    /// next start.
+    pub head: u64,
+}
+
+/// Writes a new `keys.log` for the archive in `archive_dir` from `index`, the enumeration
+/// index of a node that applied this chain's diffs through block `block` (hash `hash`): a
+/// full node's state database holds exactly the sequencer's index, since it built it from the
+/// same files. The remedy for a log that is damaged or lost, where re-encoding the archive
+/// from genesis cannot work because the history keeps only `--state-history` blocks.
+///
+/// Checks that `block` is this chain's (`history` has it with that hash), that the archive has
+/// its diff, and that the history still keeps the state after it, from which the writer
+/// re-encodes every later block at its next start. The new log holds one record (block
+/// `block`, every key in index order); it is synced and renamed over the old, which is kept
+/// beside it as `keys.log.old-UNIXTIME`. The sequencer must not be running.
+pub fn rebuild_key_log<I: KeyIndex + ?Sized>(
+    archive_dir: &std::path::Path,
+    history: &gigas_history::History,
+    block: u64,
+    hash: alloy_primitives::B256,
+    index: &I,
+) -> Result<KeyLogRebuild, DiffWriterError> {
+    let hist = |e: gigas_history::HistoryError| DiffWriterError::History(e.to_string());
+    let ours = history.sealed_header(block).map_err(hist)?.ok_or_else(|| {
+        DiffWriterError::KeyLog(format!(
+            "the source's head, block {block}, is not in this sequencer's history: it is ahead \
+             of this sequencer or follows another chain"
+        ))
+    })?;
+    if ours.hash != hash {
+        return Err(DiffWriterError::KeyLog(format!(
+            "the source's block {block} is {hash}, this sequencer's is {}: it follows another \
+             chain",
+            ours.hash
+        )));
+    }
+    let head = history.head().map_err(hist)?.unwrap_or(0);
+    let oldest = history.oldest_state_block().map_err(hist)?;
+    if block < oldest && block < head {
+        return Err(DiffWriterError::KeyLog(format!(
+            "the source is at block {block}, but the history keeps state from block {oldest} \
+             only, and the blocks after {block} must be encoded again from the state before \
+             each: use a source nearer the head ({head})"
+        )));
+    }
+    let archive = Archive::open(archive_dir)?;
+    if !archive.contains(FileKind::Diff, block) {
+        return Err(DiffWriterError::KeyLog(format!(
+            "the archive in {} has no diff of block {block}",
+            archive_dir.display()
+        )));
+    }
+    let read = |e: gigas_statediff::StoreError| {
+        DiffWriterError::KeyLog(format!("reading the source's index: {e}"))
+    };
+    let len = index.len().map_err(read)?;
+    let mut keys = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    for i in 0..len {
+        let key = index.key_at(i).map_err(read)?.ok_or_else(|| {
+            DiffWriterError::KeyLog(format!("the source's index has no key {i} of {len}"))
+        })?;
+        keys.push(key);
+    }
+    let path = archive_dir.join("keys.log");
+    let tmp = archive_dir.join("keys.log.rebuild");
+    let io = |what: &'static str, p: &std::path::Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| DiffWriterError::KeyLog(format!("{what} {}: {e}", p.display()))
+    };
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("remove", &tmp)(e)),
+    }
+    {
+        let mut log = KeyLog::open(&tmp, u64::MAX, |_, _| Ok(()))?;
+        log.append(block, &encode_keys(&keys))?;
+        log.sync()?;
+    }
+    let old_log = if path.exists() {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = archive_dir.join(format!("keys.log.old-{unix}"));
+        std::fs::rename(&path, &aside).map_err(io("move aside", &path))?;
+        Some(aside)
+    } else {
+        None
+    };
+    std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
+    std::fs::File::open(archive_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync", archive_dir))?;
+    Ok(KeyLogRebuild {
+        block,
+        keys: len,
+        old_log,
+        head,
+    })
+}
+
 impl DiffWriter {
     /// Opens the archive, replays the index log, and returns the writer and the handle the
     /// HTTP side serves from. Nothing is written yet: [`DiffWriter::run`] first rebuilds what
@@ -301,12 +416,13 @@ impl DiffWriter {
                 }
                 Ok(())
             },
-        )?;
+        );
+        let log = log.map_err(|e| match e {
+            ArchiveError::KeyLog { .. } => DiffWriterError::KeyLog(format!("{e}; {REMEDY}")),
+            other => DiffWriterError::Archive(other),
+        })?;
         if let Some(reason) = bad_log {
-            return Err(DiffWriterError::KeyLog(format!(
-                "{reason}; move {} aside to rebuild the archive",
-                config.dir.display()
-            )));
+            return Err(DiffWriterError::KeyLog(format!("{reason}; {REMEDY}")));
         }
         // Blocks after the last record are encoded again (same bytes, see the module doc).
         let next = log.last_block().map_or(0, |b| b + 1);
