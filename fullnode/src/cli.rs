@@ -206,11 +206,7 @@ where
             max_bytes: cli.state_window_mib.saturating_mul(1 << 20),
         },
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .worker_threads(2)
-        .thread_name("gigas-fullnode")
-        .build()
+    let runtime = gigas_sequencer::rpc_args::runtime("gigas-fullnode", Some(2))
         .wrap_err("starting the async runtime")?;
     info!(sequencer = %cli.sequencer, datadir = %datadir.display(), "starting the full node");
     let node = FullNode::start(config, &runtime)

@@ -406,11 +406,8 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         print_dev_accounts()?;
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("gigas-rpc")
-        .build()
-        .wrap_err("starting the async runtime")?;
+    let runtime =
+        crate::rpc_args::runtime("gigas-rpc", None).wrap_err("starting the async runtime")?;
     let rpc_config = args
         .rpc
         .config(SocketAddr::new(args.http_addr, args.http_port));

@@ -149,6 +149,13 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
     );
     assert!(anon > txpool + jit + vilmo + diffs);
     assert_eq!(unaccounted, anon - (txpool + jit + vilmo + diffs));
+    // Threads are reported, and the blocking pool's bound holds them.
+    let threads = value(&text, "gigas_sequencer_threads").expect("threads");
+    let bound = gigas_sequencer::rpc_args::max_blocking_threads() + 64;
+    assert!(
+        threads > 2.0 && threads < bound as f64,
+        "{threads} threads (bound {bound})"
+    );
     assert_eq!(
         value(&text, "gigas_jit_budget_bytes"),
         Some((2u64 << 20) as f64),

@@ -15,6 +15,9 @@ pub struct ProcessMemory {
     pub anon: u64,
     /// Major faults (`/proc/PID/stat` field 12).
     pub major_faults: u64,
+    /// Threads (`Threads:`): each thread that allocates holds its own allocator heap, so a
+    /// thread count that climbs is a memory figure too.
+    pub threads: u64,
 }
 
 impl ProcessMemory {
@@ -54,6 +57,11 @@ impl ProcessMemory {
             file: kib("RssFile:") + kib("RssShmem:"),
             anon: kib("RssAnon:"),
             major_faults,
+            threads: status
+                .lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|rest| rest.trim().parse().ok())
+                .unwrap_or(0),
         })
     }
 }
