@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use alloy_consensus::{TxEip1559, TxEip7702};
+use alloy_consensus::TxEip7702;
 use alloy_eips::eip7702::Authorization;
-use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
+use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use gigas_sequencer::chain::{bench_key, dev_signer, ChainConfig, GenesisAccount};
@@ -20,19 +20,7 @@ const VICTIMS: u64 = 100;
 const GWEI: u128 = 1_000_000_000;
 
 fn transfer(key: &PrivateKeySigner, nonce: u64) -> Bytes {
-    gigas_test_support::sign_raw(
-        key,
-        TxEip1559 {
-            chain_id: 1337,
-            nonce,
-            gas_limit: 21_000,
-            max_fee_per_gas: 100 * GWEI,
-            max_priority_fee_per_gas: GWEI,
-            to: TxKind::Call(Address::repeat_byte(0x77)),
-            value: U256::from(1),
-            ..TxEip1559::default()
-        },
-    )
+    gigas_test_support::dev_transfer(key, nonce)
 }
 
 #[test]

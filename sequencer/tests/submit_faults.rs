@@ -12,28 +12,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alloy_consensus::TxEip1559;
-use alloy_primitives::{Address, Bytes, TxKind, U256};
+use alloy_primitives::Bytes;
 use alloy_signer_local::PrivateKeySigner;
 use gigas_sequencer::chain::{dev_signer, ChainConfig};
 use gigas_sequencer::{Node, NodeConfig, SubmitError};
 
-const GWEI: u128 = 1_000_000_000;
-
 fn transfer(key: &PrivateKeySigner, nonce: u64) -> Bytes {
-    gigas_test_support::sign_raw(
-        key,
-        TxEip1559 {
-            chain_id: 1337,
-            nonce,
-            gas_limit: 21_000,
-            max_fee_per_gas: 100 * GWEI,
-            max_priority_fee_per_gas: GWEI,
-            to: TxKind::Call(Address::repeat_byte(0x77)),
-            value: U256::from(1),
-            ..TxEip1559::default()
-        },
-    )
+    gigas_test_support::dev_transfer(key, nonce)
 }
 
 fn open(dir: &std::path::Path, block_time_ms: u64) -> Arc<Node> {

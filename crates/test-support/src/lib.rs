@@ -240,6 +240,25 @@ where
         .into()
 }
 
+/// A signed 1 wei EIP-1559 transfer on the dev chain (id 1337) from `signer` at `nonce` to
+/// 0x7777…77: 21,000 gas, fee cap 100 gwei, tip 1 gwei.
+pub fn dev_transfer(signer: &alloy_signer_local::PrivateKeySigner, nonce: u64) -> Bytes {
+    const GWEI: u128 = 1_000_000_000;
+    sign_raw(
+        signer,
+        alloy_consensus::TxEip1559 {
+            chain_id: 1337,
+            nonce,
+            gas_limit: 21_000,
+            max_fee_per_gas: 100 * GWEI,
+            max_priority_fee_per_gas: GWEI,
+            to: alloy_primitives::TxKind::Call(alloy_primitives::Address::repeat_byte(0x77)),
+            value: alloy_primitives::U256::from(1),
+            ..alloy_consensus::TxEip1559::default()
+        },
+    )
+}
+
 /// Creation code that deploys `runtime` (at most 255 bytes): CODECOPY of the bytes after this
 /// 9-byte prefix, then RETURN.
 pub fn init_code(runtime: &[u8]) -> Vec<u8> {
