@@ -1,5 +1,8 @@
 //! `gigas-sequencer`: see [`gigas_sequencer::cli`].
 
+// `--features system-alloc` leaves the system allocator in place, so that a heap profiler that
+// intercepts `malloc` (heaptrack) sees every allocation by site.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
