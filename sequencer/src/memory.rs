@@ -19,13 +19,13 @@
 //! a load of 1,000 tx/s in HTTP batches over 1M accounts grew the node to 217 threads and
 //! 1.6 GiB anonymous in a minute; bounded, it held 44 threads and about 480 MiB, level.
 //!
-//! What the rest is, measured at 1,000 tx/s over 1M accounts: a heap profile
+//! What the rest is, measured at 1,000 tx/s over 1M accounts with a heap profile
 //! (`cargo build --release --workspace --bins --features gigas-sequencer/system-alloc`, then
-//! `heaptrack gigas-sequencer ...`) put the live heap at 152-157 MB for the whole minute of load,
-//! flat, while the process held about 375 MiB anonymous under glibc's allocator and about 480
-//! MiB under mimalloc (390 MiB with `MIMALLOC_PURGE_DELAY=0`). The growth under load is the
-//! allocator keeping freed memory for reuse, not data; the startup peak (503 MB) is the
-//! genesis batch written into Vilmo, freed once it is in.
+//! `heaptrack gigas-sequencer ...`, killed under load so that every live allocation shows as a
+//! leak): 151 MB live, of which 112 MiB was Vilmo's encode buffer, sized by the genesis batch
+//! and kept for reuse (now dropped past 16 MiB), and 36 MB Vilmo's index; the live heap stayed
+//! flat through the load. With the buffer gone the process holds about 380 MiB anonymous under
+//! that load (was 480): the rest is the allocator keeping freed memory for reuse, not data.
 //!
 //! Owns the sampling only; it must not take any lock longer than a counter read (Vilmo's
 //! read lock is taken for its statistics, as an RPC read takes it).

@@ -79,6 +79,9 @@ impl Options {
 
 /// Keys and values are limited by the record format.
 pub const MAX_KEY_LEN: usize = u16::MAX as usize;
+
+/// The most encode-buffer capacity kept between batches.
+const KEEP_BUFFER: usize = 16 << 20;
 /// The largest value.
 pub const MAX_VALUE_LEN: usize = (u32::MAX >> 2) as usize;
 /// The largest encoded batch (offsets in the index are 32-bit).
@@ -229,6 +232,8 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Bytes of the in-memory index.
     pub index_bytes: usize,
+    /// Bytes of the batch encode buffer kept for reuse (at most 16 MiB).
+    pub buffer_bytes: usize,
 }
 
 struct LogFile<F: StorageFile> {
@@ -903,6 +908,7 @@ impl<S: Storage> Vilmo<S> {
                 })
                 .sum(),
             index_bytes: self.state.index.memory_bytes(),
+            buffer_bytes: self.buf.capacity(),
         }
     }
 
@@ -1182,6 +1188,11 @@ impl<S: Storage> Vilmo<S> {
         // 4. Make it durable.
         let result = self.append(&buf, rotate, number);
         let t_durable = started.elapsed();
+        // The buffer is kept for the next batch, but a batch far larger than a block's (a
+        // genesis of a million accounts: 112 MiB) must not pin its size for the store's life.
+        if buf.capacity() > KEEP_BUFFER {
+            buf = Vec::new();
+        }
         self.buf = buf;
         let (file_id, base) = match result {
             Ok(v) => v,

@@ -1482,3 +1482,28 @@ fn a_stray_copy_of_a_compacted_file_one_is_ignored() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// A batch far larger than a block's (a genesis) must not leave its encode buffer behind for
+/// the store's life: a heap profile of the sequencer after a 1M-account genesis found 112 MiB
+/// held by it.
+#[test]
+fn a_huge_batch_does_not_pin_its_encode_buffer() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Vilmo::open(dir.path(), common::options(false)).expect("open");
+    let mut big = Batch::new();
+    for i in 0..40_000u32 {
+        big.put(&i.to_be_bytes(), &nonzero_bytes(u64::from(i), 512))
+            .expect("put");
+    }
+    store.commit(big).expect("a 20 MB batch");
+    assert!(
+        store.stats().buffer_bytes <= 16 << 20,
+        "{} bytes kept after a 20 MB batch",
+        store.stats().buffer_bytes
+    );
+    let mut small = Batch::new();
+    small.put(b"k", b"v").expect("put");
+    store.commit(small).expect("a small batch");
+    assert!(store.stats().buffer_bytes < 1 << 20);
+    assert_eq!(store.get(&7u32.to_be_bytes()).map(<[u8]>::len), Some(512));
+}
