@@ -228,11 +228,12 @@ fn busy() -> HttpResponse {
         .unwrap_or_else(|_| http::Response::new(HttpBody::from(body)))
 }
 
-/// Marks a connection open while any copy lives. The HTTP service holds one for the TCP
+/// Marks a connection open while any copy lives: counted in the open-connections gauge, and
+/// holding its place among its client address's. The HTTP service holds one for the TCP
 /// connection; a WebSocket upgrade stores another in the request's extensions, which jsonrpsee
-/// keeps for the whole WebSocket session, so the count follows the upgraded connection too.
+/// keeps for the whole WebSocket session, so both follow the upgraded connection too.
 #[derive(Debug, Clone)]
-struct OpenConnection(#[allow(dead_code)] Arc<GaugeGuard>);
+struct OpenConnection(#[allow(dead_code)] Arc<(GaugeGuard, ClientSlot)>);
 
 /// The HTTP middleware, built once per TCP connection ([`HttpLayer::for_client`]).
 #[derive(Debug, Clone)]
@@ -245,12 +246,13 @@ pub(crate) struct HttpLayer {
 }
 
 impl HttpLayer {
-    /// The layer of one connection from `client`: its requests carry the address.
-    pub(crate) fn for_client(&self, client: ClientAddr, slot: Arc<ClientSlot>) -> ClientHttpLayer {
+    /// The layer of one connection from `client`, which holds `slot` while it is open: its
+    /// requests carry the address.
+    pub(crate) fn for_client(&self, client: ClientAddr, slot: ClientSlot) -> ClientHttpLayer {
         ClientHttpLayer {
             layer: self.clone(),
             client,
-            slot,
+            connection: OpenConnection(Arc::new((self.metrics.connection_opened(), slot))),
         }
     }
 }
@@ -260,7 +262,7 @@ impl HttpLayer {
 pub(crate) struct ClientHttpLayer {
     layer: HttpLayer,
     client: ClientAddr,
-    slot: Arc<ClientSlot>,
+    connection: OpenConnection,
 }
 
 impl<S> Layer<S> for ClientHttpLayer {
@@ -270,10 +272,9 @@ impl<S> Layer<S> for ClientHttpLayer {
         HttpService {
             inner,
             routes: self.layer.routes.clone(),
-            connection: OpenConnection(Arc::new(self.layer.metrics.connection_opened())),
+            connection: self.connection.clone(),
             route_permits: self.layer.route_permits.clone(),
             client: self.client,
-            slot: self.slot.clone(),
         }
     }
 }
@@ -286,9 +287,6 @@ pub(crate) struct HttpService<S> {
     connection: OpenConnection,
     route_permits: Arc<tokio::sync::Semaphore>,
     client: ClientAddr,
-    /// The connection's place among its address's; an upgraded JSON-RPC WebSocket keeps it
-    /// (in the request's extensions, as [`OpenConnection`]) for its whole session.
-    slot: Arc<ClientSlot>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -316,7 +314,6 @@ where
         };
         if upgrade {
             request.extensions_mut().insert(self.connection.clone());
-            request.extensions_mut().insert(self.slot.clone());
         }
         if to_routes {
             if let Some(routes) = &self.routes {

@@ -214,16 +214,15 @@ impl RpcServer {
                     tokio::spawn(refuse(socket));
                     continue;
                 };
-                let slot = Arc::new(slot);
                 let rpc = services.clone().build(methods.clone(), stop.clone());
                 let service = tower::ServiceBuilder::new()
                     .map_request(|request: http::Request<hyper::body::Incoming>| {
                         request.map(HttpBody::new)
                     })
                     .option_layer(cors.clone())
-                    .layer(http_layer.for_client(ClientAddr(peer), slot.clone()))
+                    .layer(http_layer.for_client(ClientAddr(peer), slot))
                     .service(rpc);
-                serve_connection(socket, peer, service, stop.clone(), slot);
+                serve_connection(socket, peer, service, stop.clone());
             }
         };
         tokio::spawn(accept);
@@ -236,14 +235,13 @@ impl RpcServer {
     }
 }
 
-/// Serves one accepted connection until it closes or the server stops, holding its
-/// client's place until then.
+/// Serves one accepted connection until it closes or the server stops (its service holds
+/// the client's place, see `HttpLayer::for_client`).
 fn serve_connection<S, B>(
     socket: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     service: S,
     stop: jsonrpsee::server::StopHandle,
-    slot: Arc<crate::accept::ClientSlot>,
 ) where
     S: tower::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
         + Clone
@@ -256,7 +254,6 @@ fn serve_connection<S, B>(
     B::Error: Into<jsonrpsee::core::BoxError>,
 {
     tokio::spawn(async move {
-        let _slot = slot;
         let stopped = stop.shutdown();
         if let Err(e) =
             jsonrpsee::server::serve_with_graceful_shutdown(socket, service, stopped).await
