@@ -11,7 +11,7 @@ use std::path::Path;
 
 use clap::Parser;
 use common::sequencer_binary;
-use gigas_bench::fullnode::{run, FullnodeArgs, Mode};
+use gigas_bench::fullnode::{run, DurabilityArg, FullnodeArgs, Mode};
 
 #[derive(Debug, Parser)]
 struct Cli {
@@ -68,7 +68,11 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
 
     assert_eq!(report.runs.len(), 2);
     let modes: Vec<Mode> = report.runs.iter().map(|r| r.mode).collect();
-    assert_eq!(modes, [Mode::Batched { group: 3 }, Mode::Live]);
+    let sync = DurabilityArg::Periodic;
+    assert_eq!(
+        modes,
+        [Mode::Batched { group: 3, sync }, Mode::Live { sync }]
+    );
     for r in &report.runs {
         assert!(r.head_matches, "{}: head", r.label);
         assert_eq!(r.blocks, m.loaded_blocks, "{}", r.label);
@@ -76,6 +80,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
         assert!(r.changes >= m.transactions, "{}: changes", r.label);
         assert!(r.changes_per_second > 0.0 && r.commits > 0);
         assert_eq!(r.split.len(), 7, "six phases and the rest");
+        // The node's default: commits unsynced, and every run ends on a durable point.
+        assert!(r.syncs >= 1 && r.sync_seconds > 0.0, "{}: syncs", r.label);
     }
     let (batched, live) = (&report.runs[0], &report.runs[1]);
     assert_eq!(
@@ -95,15 +101,26 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     let md = std::fs::read_to_string(dir.path().join("out/fullnode.md")).expect("markdown");
     assert!(md.starts_with("# Full node") && md.contains("## Configuration"));
 
-    // Again, live only: the recording and the genesis database come from the cache.
-    let again = run(&args(dir.path(), &bin, &["--modes", "live"]))
-        .expect("a second replay")
-        .expect("a report");
+    // Again, live only, every commit durable against the default, alternating in one run:
+    // the recording and the genesis database come from the cache.
+    let again = run(&args(
+        dir.path(),
+        &bin,
+        &["--modes", "live", "--durability", "durable,periodic"],
+    ))
+    .expect("a second replay")
+    .expect("a report");
     assert_eq!(again.recording.recorded_at, m.recorded_at);
     assert_eq!(again.recording.last_hash, m.last_hash);
     assert!(!again.genesis.built_now);
-    assert_eq!(again.runs.len(), 1);
-    assert_eq!(again.runs[0].final_root, live.final_root);
+    assert_eq!(again.runs.len(), 2);
+    for r in &again.runs {
+        assert_eq!(r.final_root, live.final_root, "{}", r.label);
+        let durable = r.mode == Mode::Live {
+            sync: DurabilityArg::Durable,
+        };
+        assert_eq!(r.syncs == 0, durable, "{}: syncs", r.label);
+    }
 
     // With --verify-execution: every timed block re-executed over the state (the recording
     // holds the block files), and the figures account for every transaction.

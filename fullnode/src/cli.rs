@@ -14,7 +14,7 @@ use clap::Parser;
 use eyre::{bail, WrapErr};
 use gigas_primitives::duration::parse_duration;
 use gigas_sequencer::chain::ChainConfig;
-use gigas_statedb::{Durability, HashedWrites, StateDbOptions, WriterOptions};
+use gigas_statedb::{Durability, HashedWrites, StateDbOptions, SyncSchedule, WriterOptions};
 use tracing::info;
 
 /// A Gigas full node: follows the sequencer by applying its signed, compressed state diffs
@@ -92,21 +92,64 @@ struct Cli {
     /// MDBX page size in bytes (default: the OS page size).
     #[arg(long = "db.page-size", value_name = "BYTES")]
     db_page_size: Option<usize>,
-    /// Sync mode: `durable` (a commit survives power loss), `no-meta-sync`, `safe-no-sync`.
-    #[arg(long = "db.sync", value_name = "MODE", default_value = "durable", value_parser = parse_sync)]
-    db_sync: Durability,
+    /// When commits reach the disk. `periodic` (the default): commits are not synced (a
+    /// killed process loses nothing: the page cache holds them), and a durable point is made
+    /// every `--db.sync-period` or `--db.sync-bytes` of written pages; a power loss rolls the
+    /// node back to its last durable point, consistent, and it fetches the rest again from
+    /// the sequencer's archive. `durable`: every commit synced (several times slower).
+    /// `no-meta-sync`, `safe-no-sync` (never synced until the node stops): for measurements.
+    #[arg(long = "db.sync", value_name = "MODE", default_value = "periodic", value_parser = parse_sync)]
+    db_sync: SyncMode,
+    /// With `--db.sync periodic`: at most this long between durable points, i.e. what a
+    /// power loss can take back (to be fetched again).
+    #[arg(long = "db.sync-period", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    db_sync_period: Duration,
+    /// With `--db.sync periodic`: a durable point sooner once commits wrote this much
+    /// (e.g. `256MiB`), which bounds how long one sync takes.
+    #[arg(long = "db.sync-bytes", value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    db_sync_bytes: u64,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
 }
 
-fn parse_sync(s: &str) -> Result<Durability, String> {
+/// `--db.sync`'s modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SyncMode {
+    Periodic,
+    Durable,
+    NoMetaSync,
+    SafeNoSync,
+}
+
+fn parse_sync(s: &str) -> Result<SyncMode, String> {
     match s {
-        "durable" => Ok(Durability::Durable),
-        "no-meta-sync" => Ok(Durability::NoMetaSync),
-        "safe-no-sync" => Ok(Durability::SafeNoSync),
-        _ => Err(format!("'{s}': use durable, no-meta-sync or safe-no-sync")),
+        "periodic" => Ok(SyncMode::Periodic),
+        "durable" => Ok(SyncMode::Durable),
+        "no-meta-sync" => Ok(SyncMode::NoMetaSync),
+        "safe-no-sync" => Ok(SyncMode::SafeNoSync),
+        _ => Err(format!(
+            "'{s}': use periodic, durable, no-meta-sync or safe-no-sync"
+        )),
+    }
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    gigas_cgroup::parse_size(s).map_err(|e| e.to_string())
+}
+
+impl Cli {
+    fn durability(&self) -> Durability {
+        match self.db_sync {
+            SyncMode::Periodic => Durability::Periodic(SyncSchedule {
+                period: self.db_sync_period,
+                bytes: self.db_sync_bytes.max(1),
+            }),
+            SyncMode::Durable => Durability::Durable,
+            SyncMode::NoMetaSync => Durability::NoMetaSync,
+            SyncMode::SafeNoSync => Durability::SafeNoSync,
+        }
     }
 }
 
@@ -191,7 +234,7 @@ where
             readahead: cli.db_readahead,
             write_map: !cli.db_no_write_map,
             page_size: cli.db_page_size,
-            durability: cli.db_sync,
+            durability: cli.durability(),
             ..StateDbOptions::default()
         },
         verify_execution: cli.verify_execution,

@@ -480,7 +480,7 @@ fn sync_modes(args: &ExperimentsArgs, out: &Path) -> Result<SyncModesReport> {
             label: r.label.clone(),
             mode: match r.mode {
                 fullnode::Mode::Batched { .. } => "batched".into(),
-                fullnode::Mode::Live => "live".into(),
+                fullnode::Mode::Live { .. } => "live".into(),
             },
             limit_bytes: r.memory_limit_bytes,
             changes_per_second: r.changes_per_second,

@@ -68,7 +68,7 @@ pub enum ModeKind {
 }
 
 /// How commits reach the disk (gigas-statedb's `Durability`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DurabilityArg {
     /// Data and meta pages synced at every commit: what "applied" means to the node.
@@ -77,14 +77,30 @@ pub enum DurabilityArg {
     NoMetaSync,
     /// Nothing synced at commit (a process kill still loses nothing).
     SafeNoSync,
+    /// Commits not synced, a durable point every second or 256 MiB of written pages, and at
+    /// the end of the run (in its clock): the full node's default.
+    Periodic,
 }
 
 impl DurabilityArg {
-    fn to_statedb(self) -> gigas_statedb::Durability {
+    pub(crate) fn to_statedb(self) -> gigas_statedb::Durability {
         match self {
             Self::Durable => gigas_statedb::Durability::Durable,
             Self::NoMetaSync => gigas_statedb::Durability::NoMetaSync,
             Self::SafeNoSync => gigas_statedb::Durability::SafeNoSync,
+            Self::Periodic => {
+                gigas_statedb::Durability::Periodic(gigas_statedb::SyncSchedule::default())
+            }
+        }
+    }
+
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Durable => "durable",
+            Self::NoMetaSync => "no-meta-sync",
+            Self::SafeNoSync => "safe-no-sync",
+            Self::Periodic => "periodic",
         }
     }
 }
@@ -194,9 +210,11 @@ pub struct FullnodeArgs {
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Sync of the replay's commits.
-    #[arg(long, value_enum, default_value = "durable")]
-    pub durability: DurabilityArg,
+    /// Sync of the replay's commits; several (comma-separated) run every mode once with
+    /// each, alternating in every round (`durable,periodic`: before and after the follower's
+    /// durable points).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "periodic")]
+    pub durability: Vec<DurabilityArg>,
     /// What the page cache holds of each run's database when its clock starts.
     #[arg(long, value_enum, default_value = "warm")]
     pub page_cache: PageCache,
@@ -261,13 +279,15 @@ impl FullnodeArgs {
     /// The modes in the order of a round: every batched group, then live.
     pub fn mode_list(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
-        if self.modes.contains(&ModeKind::Batched) {
-            for &group in &self.group {
-                modes.push(Mode::Batched { group });
+        for &sync in &self.durability {
+            if self.modes.contains(&ModeKind::Batched) {
+                for &group in &self.group {
+                    modes.push(Mode::Batched { group, sync });
+                }
             }
-        }
-        if self.modes.contains(&ModeKind::Live) {
-            modes.push(Mode::Live);
+            if self.modes.contains(&ModeKind::Live) {
+                modes.push(Mode::Live { sync });
+            }
         }
         modes
     }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::{ExecutionFigures, Reexecutor};
 use super::{
-    FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, PageCache,
+    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, PageCache,
     TARGET_BATCHED, TARGET_LIVE,
 };
 
@@ -26,9 +26,14 @@ pub enum Mode {
     Batched {
         /// Blocks per commit.
         group: u64,
+        /// How commits reach the disk.
+        sync: DurabilityArg,
     },
     /// Root and commit every block.
-    Live,
+    Live {
+        /// How commits reach the disk.
+        sync: DurabilityArg,
+    },
 }
 
 impl Mode {
@@ -36,23 +41,32 @@ impl Mode {
     pub fn kind(&self) -> ModeKind {
         match self {
             Self::Batched { .. } => ModeKind::Batched,
-            Self::Live => ModeKind::Live,
+            Self::Live { .. } => ModeKind::Live,
+        }
+    }
+
+    /// How its commits reach the disk.
+    pub fn sync(&self) -> DurabilityArg {
+        match *self {
+            Self::Batched { sync, .. } | Self::Live { sync } => sync,
         }
     }
 
     /// A label for tables.
     pub fn label(&self) -> String {
         match self {
-            Self::Batched { group } => format!("batched (commit every {group} blocks)"),
-            Self::Live => "live (root and commit every block)".to_string(),
+            Self::Batched { group, sync } => {
+                format!("batched (commit every {group} blocks, {})", sync.name())
+            }
+            Self::Live { sync } => format!("live (root and commit every block, {})", sync.name()),
         }
     }
 
     /// A short name for files and directories.
     pub fn short(&self) -> String {
         match self {
-            Self::Batched { group } => format!("batched-{group}"),
-            Self::Live => "live".to_string(),
+            Self::Batched { group, sync } => format!("batched-{group}-{}", sync.name()),
+            Self::Live { sync } => format!("live-{}", sync.name()),
         }
     }
 
@@ -61,13 +75,13 @@ impl Mode {
         match *self {
             // Count-bound only: a replay runs faster than real time, so the node's age bound
             // (for a follower waiting on the next block) would cut groups by wall time.
-            Self::Batched { group } => WriterOptions {
+            Self::Batched { group, .. } => WriterOptions {
                 root_every: 0,
                 max_group_blocks: group,
                 max_group_age: Duration::from_secs(24 * 3600),
                 ..WriterOptions::default()
             },
-            Self::Live => WriterOptions {
+            Self::Live { .. } => WriterOptions {
                 root_every: 1,
                 max_group_blocks: 1,
                 ..WriterOptions::default()
@@ -79,7 +93,7 @@ impl Mode {
     pub fn target(&self) -> f64 {
         match self {
             Self::Batched { .. } => TARGET_BATCHED,
-            Self::Live => TARGET_LIVE,
+            Self::Live { .. } => TARGET_LIVE,
         }
     }
 }
@@ -164,6 +178,11 @@ pub struct RunResult {
     /// Of the commit phase: MDBX's commit and sync (the rest is writing the group's sorted
     /// hashed-table writes and its changed-key sets before it).
     pub mdbx_commit_seconds: f64,
+    /// Durable points made after commits that were not synced (the run's last one
+    /// included), and their seconds (part of the commit phase).
+    pub syncs: u64,
+    /// Seconds of those durable points.
+    pub sync_seconds: f64,
     /// Roots computed while applying (live: one per block).
     pub roots: u64,
     /// Trie leaves hashed by those roots.
@@ -696,7 +715,11 @@ impl Replay<'_> {
             )?),
             None => None,
         };
-        let db = StateDb::open(dir, self.options.clone())?;
+        let options = StateDbOptions {
+            durability: mode.sync().to_statedb(),
+            ..self.options.clone()
+        };
+        let db = StateDb::open(dir, options)?;
         let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
         let mut reexecutor = self
             .execute
@@ -726,6 +749,8 @@ impl Replay<'_> {
             }
         }
         applier.commit()?;
+        // What the warm-up left unsynced is not the timed blocks' to write.
+        applier.sync()?;
         applier.reset_timings();
         if let Some(r) = reexecutor.as_mut() {
             r.reset();
@@ -751,11 +776,16 @@ impl Replay<'_> {
         };
         let (mut commits, mut mdbx_commit, mut roots, mut leaves, mut changed_accounts) =
             (0u64, 0.0, 0u64, 0u64, 0u64);
+        let (mut syncs, mut sync_seconds) = (0u64, 0.0);
         let mut last_root = None;
         let mut count_commit = |info: Option<gigas_statedb::CommitInfo>| {
             if let Some(info) = info {
                 commits += 1;
                 mdbx_commit += info.commit_seconds;
+                if info.sync_seconds > 0.0 {
+                    syncs += 1;
+                    sync_seconds += info.sync_seconds;
+                }
             }
         };
         reset_peak_rss();
@@ -785,6 +815,12 @@ impl Replay<'_> {
             bar.inc(1);
         }
         count_commit(applier.commit()?);
+        // Every mode ends durable, in its clock: a periodic run pays for its last durable
+        // point as the durable run paid for each commit's.
+        if !mode.sync().to_statedb().every_commit() {
+            syncs += 1;
+            sync_seconds += applier.sync()?.as_secs_f64();
+        }
         let seconds = started.elapsed().as_secs_f64();
         let after = Resources::sample();
         let cgroup = match (&limited, faults_before) {
@@ -810,7 +846,7 @@ impl Replay<'_> {
                     Some(t.elapsed().as_secs_f64()),
                 )
             }
-            Mode::Live => (
+            Mode::Live { .. } => (
                 last_root.ok_or_else(|| eyre!("the live mode computed no root"))?,
                 None,
                 None,
@@ -854,6 +890,8 @@ impl Replay<'_> {
             execution,
             commits,
             mdbx_commit_seconds: mdbx_commit,
+            syncs,
+            sync_seconds,
             roots,
             root_leaves: leaves,
             root_changed_accounts: changed_accounts,
@@ -893,8 +931,8 @@ pub(super) fn run_all(
     let chain = recording.load_chain()?;
     let sequencer = gigas_fullnode::genesis::sequencer_address(&chain)
         .map_err(|e| eyre!("the recording's chain: {e}"))?;
+    // Each run sets the durability of its mode.
     let options = StateDbOptions {
-        durability: args.durability.to_statedb(),
         page_size: args.page_size,
         readahead: args.readahead,
         ..StateDbOptions::default()
@@ -969,6 +1007,7 @@ pub(super) fn run_all(
     };
     let mut runs: Vec<RunResult> = Vec::new();
     let last_live_round = args.runs;
+    let mut checked = false;
     for (i, &limit) in limits.iter().enumerate() {
         for round in 1..=args.runs {
             let order: Vec<Mode> = if round % 2 == 1 {
@@ -980,7 +1019,8 @@ pub(super) fn run_all(
                 // The root from scratch reads the whole state: once, on the first limit's
                 // last live run.
                 let check =
-                    !args.no_root_check && i == 0 && mode == Mode::Live && round == last_live_round;
+                    !args.no_root_check && i == 0 && mode.kind() == ModeKind::Live && round == last_live_round && !checked;
+                checked |= check;
                 let run = replay
                     .run(round, mode, limit, check)
                     .wrap_err_with(|| format!("round {round}, {}", run_label(mode, limit)))?;

@@ -136,12 +136,12 @@ pub fn markdown(r: &FullnodeReport) -> String {
     let _ = writeln!(md, "## Each run\n");
     let _ = writeln!(
         md,
-        "| round | mode | blocks | changes | seconds | changes/s | commits | MDBX commit s | roots | final root s | CPU s | major faults | read MB | written MB | db GB (disk / used) | peak RSS MiB | RSS anon / file MiB |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
+        "| round | mode | blocks | changes | seconds | changes/s | commits | MDBX commit s | syncs (s) | roots | final root s | CPU s | major faults | read MB | written MB | db GB (disk / used) | peak RSS MiB | RSS anon / file MiB |\n|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
     );
     for run in &r.runs {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} / {:.2} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} ({:.2}) | {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} / {:.2} | {} | {} / {} |",
             run.round,
             run.mode.short(),
             run.blocks,
@@ -150,6 +150,8 @@ pub fn markdown(r: &FullnodeReport) -> String {
             run.changes_per_second,
             run.commits,
             run.mdbx_commit_seconds,
+            run.syncs,
+            run.sync_seconds,
             run.roots,
             match (run.final_root_seconds, run.final_root_commit_seconds) {
                 (Some(root), Some(commit)) => format!("{root:.1} + {commit:.1}"),

@@ -68,6 +68,7 @@ impl History {
                 sync_mode: SyncMode::Durable,
                 readahead: false,
                 write_map: options.write_map,
+                autosync_period: None,
             },
         )?;
         let dbs: [Database; Table::COUNT] =

@@ -211,6 +211,11 @@ pub struct EnvOptions {
     pub readahead: bool,
     /// Map the file writable and write pages in place.
     pub write_map: bool,
+    /// With a `SafeNoSync` mode: MDBX makes a durable ("steady") point on its own at a
+    /// commit this long after the first unsynced one. Setting it also stops MDBX from making
+    /// one whenever the file must grow (what it does without a period or byte threshold), so
+    /// that durable points come from the store's own schedule, with this as a backstop.
+    pub autosync_period: Option<std::time::Duration>,
 }
 
 /// Opens (creating the directory if needed) an environment: the given options, plus what every
@@ -242,6 +247,9 @@ pub fn open_env(dir: &Path, options: &EnvOptions) -> Result<Environment, OpenErr
         });
     if options.write_map {
         builder.write_map();
+    }
+    if let Some(period) = options.autosync_period {
+        builder.set_sync_period(period);
     }
     builder.open(dir).map_err(mdbx("open the environment"))
 }
@@ -464,6 +472,7 @@ mod tests {
             sync_mode: SyncMode::Durable,
             readahead: false,
             write_map: false,
+            autosync_period: None,
         }
     }
 

@@ -150,7 +150,8 @@ pub use tables::{Dup, Table};
 pub use trie::overlay::StateOverlay;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
-    HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, TableStats, WriterOptions,
+    HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
+    WriterOptions,
 };
 pub use view::StateView;
 pub use writer::StateWriter;

@@ -22,8 +22,14 @@ pub struct StateDbMetrics {
     pub write_txn_seconds: Histogram,
     /// Seconds per flush of the buffered hashed-table writes.
     pub hashed_flush_seconds: Histogram,
-    /// Seconds per commit, until durable.
+    /// Seconds per commit (until durable under `Durability::Durable`).
     pub commit_seconds: Histogram,
+    /// Durable points made by syncing commits that were not synced when made.
+    pub syncs: Counter,
+    /// Seconds per such sync.
+    pub sync_seconds: Histogram,
+    /// The last block that survives a power loss.
+    pub durable_block: Gauge,
     /// Seconds per state root (trie update).
     pub trie_update_seconds: Histogram,
     /// Leaves hashed by roots.
@@ -57,6 +63,9 @@ impl Default for StateDbMetrics {
             write_txn_seconds: seconds(),
             hashed_flush_seconds: seconds(),
             commit_seconds: seconds(),
+            syncs: Counter::default(),
+            sync_seconds: seconds(),
+            durable_block: Gauge::default(),
             trie_update_seconds: seconds(),
             trie_leaves_hashed: Counter::default(),
             trie_rebuilds: Counter::default(),
@@ -83,6 +92,21 @@ impl StateDbMetrics {
             "state_changes_applied",
             "Account and slot changes applied",
             self.state_changes_applied.clone(),
+        );
+        sub.register(
+            "syncs",
+            "Durable points made by syncing commits that were not synced when made",
+            self.syncs.clone(),
+        );
+        sub.register(
+            "sync_seconds",
+            "Seconds per sync of unsynced commits",
+            self.sync_seconds.clone(),
+        );
+        sub.register(
+            "durable_block",
+            "The last block that survives a power loss",
+            self.durable_block.clone(),
         );
         sub.register(
             "groups_committed",

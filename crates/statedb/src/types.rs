@@ -20,8 +20,42 @@ pub enum Durability {
     NoMetaSync,
     /// Nothing is synced at commit; MDBX keeps the last synced ("steady") commit usable, so a
     /// power loss falls back to it and a process kill loses nothing (the page cache keeps
-    /// the data). For measurements and for nodes that can re-fetch what they lose.
+    /// the data). Never synced until the database closes: for measurements.
     SafeNoSync,
+    /// Commits as [`Durability::SafeNoSync`] (a process kill loses nothing), and the writer
+    /// makes a durable point (`mdbx_env_sync`: data pages, then a steady meta page) once the
+    /// schedule's period has passed or its bytes were written since the last one. A power
+    /// loss rolls the database back to the last durable point, consistent: MDBX does not
+    /// reuse a page the steady snapshot needs until the next one. For a follower, whose
+    /// source of truth is the diff archive: it fetches the lost blocks again.
+    Periodic(SyncSchedule),
+}
+
+impl Durability {
+    /// Whether every commit is durable when it returns.
+    pub fn every_commit(&self) -> bool {
+        matches!(self, Self::Durable)
+    }
+}
+
+/// When a [`Durability::Periodic`] writer makes its durable points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncSchedule {
+    /// At most this long between durable points while commits come (and a commit left
+    /// unsynced is synced this long after it when none follows).
+    pub period: Duration,
+    /// Or sooner, once commits wrote this many bytes of pages since the last durable point,
+    /// which bounds what a sync must write back.
+    pub bytes: u64,
+}
+
+impl Default for SyncSchedule {
+    fn default() -> Self {
+        Self {
+            period: Duration::from_secs(1),
+            bytes: 256 << 20,
+        }
+    }
 }
 
 /// How [`crate::StateDb`] opens its MDBX environment. Each setting is explained in the crate
@@ -194,7 +228,7 @@ pub struct GenesisOutcome {
 pub struct CommitInfo {
     /// Blocks in the group.
     pub blocks: u64,
-    /// The last block of the group (now the durable head).
+    /// The last block of the group (now the committed head).
     pub head: u64,
     /// Account and slot changes in the group.
     pub changes: u64,
@@ -202,6 +236,9 @@ pub struct CommitInfo {
     pub write_seconds: f64,
     /// Seconds the commit took (flushing hashed writes excluded).
     pub commit_seconds: f64,
+    /// Seconds of the durable point made after the commit, when one was due
+    /// ([`Durability::Periodic`]); 0 otherwise.
+    pub sync_seconds: f64,
 }
 
 /// A computed root and what it cost.

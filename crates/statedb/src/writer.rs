@@ -88,6 +88,12 @@ pub struct StateWriter<'db> {
     /// Keys changed since the last root that the changed-key tables do not hold yet.
     changed: ChangedKeys,
     buf: Vec<u8>,
+    /// The last block that survives a power loss.
+    durable: ChainTip,
+    /// When the last durable point was made (or the writer opened).
+    last_sync: Instant,
+    /// [`StateDb::page_bytes_written`] at the last durable point.
+    written_at_sync: u64,
     /// Last, so that it is released after the transaction is aborted (fields drop in order).
     _lock: WriteLock<'db>,
 }
@@ -174,6 +180,11 @@ impl<'db> StateWriter<'db> {
             hashed: HashedBuffer::default(),
             changed: ChangedKeys::default(),
             buf: Vec::with_capacity(256),
+            // What a writer finds at open survived whatever came before it, or MDBX rolled
+            // it back to what did.
+            durable: tip,
+            last_sync: Instant::now(),
+            written_at_sync: db.page_bytes_written(),
             _lock: lock,
         })
     }
@@ -191,6 +202,58 @@ impl<'db> StateWriter<'db> {
     /// The last committed block: the database's durable head.
     pub fn committed_tip(&self) -> ChainTip {
         self.committed.tip
+    }
+
+    /// The last block that survives a power loss: the committed tip under
+    /// [`crate::Durability::Durable`], the last durable point under
+    /// [`crate::Durability::Periodic`].
+    pub fn durable_tip(&self) -> ChainTip {
+        if self.db.options().durability.every_commit() {
+            self.committed.tip
+        } else {
+            self.durable
+        }
+    }
+
+    /// Makes a durable point if [`crate::Durability::Periodic`]'s schedule says one is due:
+    /// commits are left unsynced and its period passed since the last one, or its bytes were
+    /// written. Done after every commit; a caller whose commits stop (no block comes) calls
+    /// it on a timer, so that the last commit does not stay unsynced. Returns how long the
+    /// sync took, if one was made.
+    pub fn sync_if_due(&mut self) -> Result<Option<Duration>, StateDbError> {
+        let crate::Durability::Periodic(schedule) = self.db.options().durability else {
+            return Ok(None);
+        };
+        if self.durable == self.committed.tip {
+            return Ok(None);
+        }
+        let written = self
+            .db
+            .page_bytes_written()
+            .saturating_sub(self.written_at_sync);
+        if self.last_sync.elapsed() >= schedule.period || written >= schedule.bytes {
+            return self.sync().map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Makes every commit so far durable now (a clean stop does this), whatever the
+    /// durability mode.
+    pub fn sync(&mut self) -> Result<Duration, StateDbError> {
+        let took = self.db.sync()?;
+        self.durable = self.committed.tip;
+        self.last_sync = Instant::now();
+        self.written_at_sync = self.db.page_bytes_written();
+        self.db
+            .metrics()
+            .durable_block
+            .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
+        debug!(
+            block = self.durable.number,
+            ms = took.as_secs_f64() * 1e3,
+            "durable point"
+        );
+        Ok(took)
     }
 
     /// The block and root of the last computed root (the open group included).
@@ -708,6 +771,7 @@ impl<'db> StateWriter<'db> {
             changes: self.group.changes,
             write_seconds,
             commit_seconds,
+            sync_seconds: 0.0,
         };
         self.committed = self.current;
         self.dirty = false;
@@ -717,9 +781,19 @@ impl<'db> StateWriter<'db> {
         metrics.write_txn_seconds.observe(write_seconds);
         metrics.commit_seconds.observe(commit_seconds);
         self.db.refresh_size_metrics();
+        if self.db.options().durability.every_commit() {
+            self.durable = self.committed.tip;
+            metrics
+                .durable_block
+                .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
+        }
         // A failure here surfaces at the next call, which begins again.
         self.txn = self.db.env().begin_rw_unsync().ok();
-        Ok(info)
+        let sync_seconds = self.sync_if_due()?.map_or(0.0, |d| d.as_secs_f64());
+        Ok(CommitInfo {
+            sync_seconds,
+            ..info
+        })
     }
 }
 
