@@ -71,7 +71,10 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     let sync = DurabilityArg::Periodic;
     assert_eq!(
         modes,
-        [Mode::Batched { group: 3, sync }, Mode::Live { sync }]
+        [
+            Mode::Batched { group: 3, sync },
+            Mode::Live { sync, group: 1 }
+        ]
     );
     for r in &report.runs {
         assert!(r.head_matches, "{}: head", r.label);
@@ -116,9 +119,11 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     assert_eq!(again.runs.len(), 2);
     for r in &again.runs {
         assert_eq!(r.final_root, live.final_root, "{}", r.label);
-        let durable = r.mode == Mode::Live {
-            sync: DurabilityArg::Durable,
-        };
+        let durable = r.mode
+            == Mode::Live {
+                sync: DurabilityArg::Durable,
+                group: 1,
+            };
         assert_eq!(r.syncs == 0, durable, "{}: syncs", r.label);
     }
 

@@ -105,6 +105,12 @@ fn a_short_run_summarises_reports_and_cleans_up() {
         lag.contains("median") && lag.contains("p99") && lag.contains("max"),
         "{lag}"
     );
+    // The lag counts from the node's first sample at the head; the catch-up before it apart.
+    assert!(
+        lag.contains("from the node's first sample at the head")
+            || lag.contains("the node never reached the head"),
+        "{lag}"
+    );
     assert!(
         field("diff bytes").contains("B per transaction"),
         "{summary}"
@@ -162,6 +168,10 @@ fn a_short_run_summarises_reports_and_cleans_up() {
     let results = &json["results"];
     assert!(results["included"].as_u64().unwrap_or(0) > 0, "{results}");
     assert!(json["samples"].as_array().is_some_and(|s| s.len() >= 5));
+    assert!(
+        results["lag_catch_up_seconds"].is_f64() || results["lag_catch_up_seconds"].is_null(),
+        "{results}"
+    );
     assert!(
         json["samples"][0]["lag_blocks"].is_u64(),
         "{}",

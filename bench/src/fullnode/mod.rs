@@ -207,6 +207,13 @@ pub struct FullnodeArgs {
     /// state's pages anyway).
     #[arg(long, value_delimiter = ',', default_value = "64")]
     pub group: Vec<u64>,
+    /// Live mode: blocks per commit (a root every block still); several (comma-separated) run
+    /// one live mode each. 1, the default, is the "live": a commit every block. MDBX
+    /// copies every page a commit changes, and under `periodic` it may not reuse a page
+    /// freed since the last durable point, so each commit writes its pages anew whether
+    /// synced or not: fewer commits write fewer pages.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub live_group: Vec<u64>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -286,7 +293,9 @@ impl FullnodeArgs {
                 }
             }
             if self.modes.contains(&ModeKind::Live) {
-                modes.push(Mode::Live { sync });
+                for &group in &self.live_group {
+                    modes.push(Mode::Live { sync, group });
+                }
             }
         }
         modes

@@ -29,10 +29,12 @@ pub enum Mode {
         /// How commits reach the disk.
         sync: DurabilityArg,
     },
-    /// Root and commit every block.
+    /// Root every block, a commit every `group` blocks (1: every block, the "live").
     Live {
         /// How commits reach the disk.
         sync: DurabilityArg,
+        /// Blocks per commit.
+        group: u64,
     },
 }
 
@@ -48,7 +50,7 @@ impl Mode {
     /// How its commits reach the disk.
     pub fn sync(&self) -> DurabilityArg {
         match *self {
-            Self::Batched { sync, .. } | Self::Live { sync } => sync,
+            Self::Batched { sync, .. } | Self::Live { sync, .. } => sync,
         }
     }
 
@@ -58,7 +60,13 @@ impl Mode {
             Self::Batched { group, sync } => {
                 format!("batched (commit every {group} blocks, {})", sync.name())
             }
-            Self::Live { sync } => format!("live (root and commit every block, {})", sync.name()),
+            Self::Live { sync, group: 1 } => {
+                format!("live (root and commit every block, {})", sync.name())
+            }
+            Self::Live { sync, group } => format!(
+                "live (root every block, commit every {group} blocks, {})",
+                sync.name()
+            ),
         }
     }
 
@@ -66,7 +74,8 @@ impl Mode {
     pub fn short(&self) -> String {
         match self {
             Self::Batched { group, sync } => format!("batched-{group}-{}", sync.name()),
-            Self::Live { sync } => format!("live-{}", sync.name()),
+            Self::Live { sync, group: 1 } => format!("live-{}", sync.name()),
+            Self::Live { sync, group } => format!("live-{group}-{}", sync.name()),
         }
     }
 
@@ -81,9 +90,10 @@ impl Mode {
                 max_group_age: Duration::from_secs(24 * 3600),
                 ..WriterOptions::default()
             },
-            Self::Live { .. } => WriterOptions {
+            Self::Live { group, .. } => WriterOptions {
                 root_every: 1,
-                max_group_blocks: 1,
+                max_group_blocks: group,
+                max_group_age: Duration::from_secs(24 * 3600),
                 ..WriterOptions::default()
             },
         }
