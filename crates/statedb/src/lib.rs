@@ -47,10 +47,7 @@
 //!   of these keys is the trie's pre-order (a path before its extensions, siblings by
 //!   nibble), so a cursor seek finds the first stored node at or under a path.
 //! - **Branch node:** reth's `BranchNodeCompact`: state, tree and hash masks (2 bytes each),
-//!   the hashes the hash mask names, and the root hash on the node at the empty path. Unlike
-//!   reth's, the hash mask also names leaf children (a leaf node of 32 bytes or more), so
-//!   every branch with such a leaf is stored, and a root takes an unchanged sibling leaf as
-//!   its stored hash instead of reading and hashing it again (see `trie::walk`'s `Feeder`).
+//!   the hashes the hash mask names, and the root hash on the node at the empty path.
 //! - Storage is DUPSORT so that a wipe (an account destroyed, perhaps re-created, in a block)
 //!   deletes all of an account's slots, hashed slots and storage-trie nodes in one call each,
 //!   without knowing which slots it had.
@@ -87,12 +84,13 @@
 //! of them). Proofs ([`StateView::proof`]) are the same walk with the targets added to the
 //! changed keys and alloy-trie's proof retainer on.
 //!
-//! What a root costs: every changed account re-hashes the branches on its path and rewrites
-//! the stored nodes there; its sibling leaves are taken as the hashes stored with their
-//! branch (with reth's layout, which stores hashes of branch children only, each changed
-//! account re-read and re-hashed the 10 to 16 leaves of its bottom branch). Keccak is
-//! alloy-primitives' `asm-keccak`, as reth's. Figures: the crate's `issue 30` measurements
-//! in the README (`gigas-bench fullnode`).
+//! What a root costs: every changed account re-reads and re-hashes the sibling leaves of its
+//! bottom branch (stored nodes keep the hashes of branch children only, as reth's do) and
+//! rewrites the stored nodes on its path. Storing leaf hashes with their branch too (as
+//! Gravity Reth does) was measured and dropped: over 10M accounts it wrote 21 % more pages
+//! per block (every branch with leaf children becomes a stored node) and applied live 19 %
+//! slower; what a root costs here is MDBX's B-tree searches and page copies, not the leaves'
+//! keccak (5 % of a profile). Keccak is alloy-primitives' `asm-keccak`, as reth's.
 //!
 //! # Environment settings
 //!

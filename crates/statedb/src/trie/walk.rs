@@ -25,7 +25,6 @@
 use std::collections::VecDeque;
 
 use alloy_primitives::B256;
-use alloy_trie::nodes::LeafNodeRef;
 use alloy_trie::proof::{ProofNodes, ProofRetainer};
 use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles};
 
@@ -119,13 +118,9 @@ pub(crate) fn run_spilling<S: TrieSource>(
         }
     }
     let mut hb = HashBuilder::default().with_updates(updates);
-    // Leaves as hashes only where nodes are stored and nothing is proven: a proof needs the
-    // leaf nodes themselves, and a walk that stores nothing gains nothing from them.
-    let hash_leaves = updates && targets.is_empty();
     if !targets.is_empty() {
         hb = hb.with_proof_retainer(ProofRetainer::new(targets));
     }
-    let mut hb = Feeder::new(hb, hash_leaves);
     let mut walker = Walker {
         changed,
         stack: Vec::new(),
@@ -143,13 +138,12 @@ pub(crate) fn run_spilling<S: TrieSource>(
     while let Some(step) = walker.next(source)? {
         match step {
             Step::Skip { path, hash, stored } => {
-                hb.branch(path, hash, stored);
+                hb.add_branch(path, hash, stored);
                 skipped += 1;
             }
             Step::Leaves(range) => feed.feed(source, &mut hb, range, &mut buf, &mut spill)?,
         }
     }
-    let mut hb = hb.finish();
     let root = hb.root();
     let proof = hb.take_proof_nodes();
     let (_, nodes) = hb.split();
@@ -190,11 +184,6 @@ struct Frame {
     /// Leaves to read once the node is done: the rest of the child range an extension led
     /// into this node from.
     tail: Option<Range>,
-    /// At most one child is sure to remain (the others changed, and may be gone), so the node
-    /// may collapse into its last child: a leaf child must then be read, not taken as its
-    /// stored hash, because a lone leaf moves up into the parent with a longer key (a hash
-    /// can only stand for a branch below an extension).
-    collapsible: bool,
 }
 
 struct Walker<'p> {
@@ -230,14 +219,12 @@ impl Walker<'_> {
                 to: key_after(within),
             })
         };
-        let unchanged = node.state_mask.get() & !self.changed.changed_children(&path);
         self.removed.push(path);
         self.stack.push(Frame {
             path,
             node,
             next: 0,
             tail,
-            collapsible: unchanged.count_ones() <= 1,
         });
     }
 
@@ -276,14 +263,11 @@ impl Walker<'_> {
             let below = node.tree_mask.is_bit_set(i);
             let hashed = node.hash_mask.is_bit_set(i);
             let hash = (present && hashed).then(|| node.hash_for_nibble(i));
-            let collapsible = frame.collapsible;
             let changed = self.changed.contains_prefix(&child);
             if !present && !changed {
                 continue;
             }
-            // A hashed child with no stored node below is a leaf or a small branch: taken as
-            // its hash unless the node may collapse into it.
-            if let (Some(hash), false, true) = (hash, changed, below || !collapsible) {
+            if let (Some(hash), false) = (hash, changed) {
                 return Ok(Some(Step::Skip {
                     path: child,
                     hash,
@@ -319,7 +303,7 @@ impl<L> LeafFeed<L> {
     fn feed<S: TrieSource<Leaf = L>>(
         &mut self,
         source: &mut S,
-        hb: &mut Feeder,
+        hb: &mut HashBuilder,
         range: Range,
         buf: &mut Vec<u8>,
         spill: &mut Option<Spill<'_>>,
@@ -345,12 +329,12 @@ impl<L> LeafFeed<L> {
             }
             buf.clear();
             source.leaf_value(&key, &leaf, buf)?;
-            hb.leaf(Nibbles::unpack(key), buf);
+            hb.add_leaf(Nibbles::unpack(key), buf);
             self.count += 1;
             if let Some(spill) = spill.as_mut() {
-                let held = hb.hb.updated_branch_nodes.as_ref().map_or(0, |u| u.len());
+                let held = hb.updated_branch_nodes.as_ref().map_or(0, |u| u.len());
                 if held >= SPILL_NODES {
-                    let nodes = hb.hb.updated_branch_nodes.replace(Default::default());
+                    let nodes = hb.updated_branch_nodes.replace(Default::default());
                     let mut nodes: Vec<_> = nodes.into_iter().flatten().collect();
                     nodes.sort_unstable_by_key(|n| n.0);
                     spill(&nodes)?;
@@ -360,100 +344,6 @@ impl<L> LeafFeed<L> {
             self.low = Some((key, true));
         }
         Ok(())
-    }
-}
-
-/// Hands the walk's items to the hash builder, a leaf as its node's hash where it can.
-///
-/// alloy-trie's builder stores a branch's hashes for its branch children only, so a later
-/// walk re-reads and re-hashes every sibling leaf of a changed key (about 16 at the bottom
-/// of a large trie). Fed as a hash at its node's path instead, a leaf gets its bit in the
-/// parent's hash mask and its hash stored with the parent, as Gravity Reth's trie keeps
-/// them, and the next walk takes an unchanged sibling as that hash without reading it. A
-/// leaf's node path depends on its neighbours (the branch it hangs from is as deep as the
-/// longer prefix it shares with the item before or after it), so each leaf waits for the
-/// next item. A leaf whose node is under 32 bytes (inlined in its parent, so without a hash)
-/// and a lone leaf (the whole trie) go in as leaves.
-pub(crate) struct Feeder {
-    pub(crate) hb: HashBuilder,
-    hash_leaves: bool,
-    /// The last item given to the builder: a leaf's key or a branch's path.
-    last: Option<Nibbles>,
-    pending: Option<Pending>,
-    /// A value buffer to reuse.
-    spare: Vec<u8>,
-    rlp: Vec<u8>,
-}
-
-struct Pending {
-    key: Nibbles,
-    value: Vec<u8>,
-    /// The prefix length it shares with the item before it (`None`: the first item).
-    before: Option<usize>,
-}
-
-impl Feeder {
-    fn new(hb: HashBuilder, hash_leaves: bool) -> Self {
-        Self {
-            hb,
-            hash_leaves,
-            last: None,
-            pending: None,
-            spare: Vec::new(),
-            rlp: Vec::with_capacity(128),
-        }
-    }
-
-    fn leaf(&mut self, key: Nibbles, value: &[u8]) {
-        if !self.hash_leaves {
-            self.hb.add_leaf(key, value);
-            return;
-        }
-        self.flush(Some(&key));
-        let before = self.last.as_ref().map(|last| last.common_prefix_length(&key));
-        let mut held = std::mem::take(&mut self.spare);
-        held.clear();
-        held.extend_from_slice(value);
-        self.pending = Some(Pending {
-            key,
-            value: held,
-            before,
-        });
-        self.last = Some(key);
-    }
-
-    fn branch(&mut self, path: Nibbles, hash: B256, stored: bool) {
-        self.flush(Some(&path));
-        self.hb.add_branch(path, hash, stored);
-        self.last = Some(path);
-    }
-
-    /// Gives the pending leaf to the builder, now that the item after it is known.
-    fn flush(&mut self, next: Option<&Nibbles>) {
-        let Some(pending) = self.pending.take() else {
-            return;
-        };
-        let after = next.map(|n| pending.key.common_prefix_length(n));
-        if pending.before.is_none() && after.is_none() {
-            // The only item: the trie is this leaf.
-            self.hb.add_leaf(pending.key, &pending.value);
-        } else {
-            let depth = pending.before.unwrap_or(0).max(after.unwrap_or(0)) + 1;
-            let suffix = pending.key.slice(depth..);
-            self.rlp.clear();
-            let node = LeafNodeRef::new(&suffix, &pending.value).rlp(&mut self.rlp);
-            match node.as_hash() {
-                Some(hash) => self.hb.add_branch(pending.key.slice(..depth), hash, false),
-                None => self.hb.add_leaf(pending.key, &pending.value),
-            }
-        }
-        self.spare = pending.value;
-    }
-
-    /// The builder, every item given.
-    fn finish(mut self) -> HashBuilder {
-        self.flush(None);
-        self.hb
     }
 }
 
@@ -564,39 +454,6 @@ mod tests {
             let again = run(&mut trie, &PrefixSet::default(), Vec::new(), true).unwrap();
             assert_eq!(again.root, out.root);
         }
-        // One value changed: its siblings are taken as the hashes stored with their branch,
-        // so only its own leaf is read (reth's layout read every leaf of its bottom branch).
-        // A key whose bottom branch has three leaves or more (with two, the other one is
-        // read: the branch could collapse into it).
-        let keys: Vec<B256> = trie.leaves.keys().copied().collect();
-        let lcp = |a: &B256, b: &B256| Nibbles::unpack(a).common_prefix_length(&Nibbles::unpack(b));
-        let key = (1..keys.len() - 1)
-            .find_map(|i| {
-                let depth = lcp(&keys[i - 1], &keys[i]).max(lcp(&keys[i], &keys[i + 1]));
-                let prefix = Nibbles::unpack(keys[i]).slice(..depth);
-                let under: Vec<&B256> = keys
-                    .iter()
-                    .filter(|k| Nibbles::unpack(*k).starts_with(&prefix))
-                    .collect();
-                let leaves_only = under
-                    .windows(2)
-                    .all(|w| lcp(w[0], w[1]) == depth);
-                (under.len() >= 3 && leaves_only).then_some(keys[i])
-            })
-            .expect("a bottom branch of three leaves");
-        trie.leaves.insert(key, U256::from(u64::MAX));
-        let out = run(&mut trie, &PrefixSet::new(vec![key]), Vec::new(), true).unwrap();
-        assert_eq!(out.root, reference(&trie.leaves));
-        assert_eq!(out.leaves, 1, "leaves read for one changed value");
-        for path in &out.removed {
-            trie.nodes
-                .remove(crate::codec::encode_path(path).as_slice());
-        }
-        for (path, node) in out.updates {
-            trie.nodes
-                .insert(crate::codec::encode_path(&path).to_vec(), (path, node));
-        }
-
         // A rebuild that spills as it goes stores the same nodes as one that does not.
         let mut spilled = Vec::new();
         let mut collect = |nodes: &[(Nibbles, BranchNodeCompact)]| {
