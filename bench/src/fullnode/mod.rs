@@ -78,8 +78,11 @@ pub enum DurabilityArg {
     /// Nothing synced at commit (a process kill still loses nothing).
     SafeNoSync,
     /// Commits not synced, a durable point every second or 256 MiB of written pages, and at
-    /// the end of the run (in its clock): the full node's default.
+    /// the end of the run (in its clock), each commit's writeback started at once on a
+    /// thread of the writer's: the full node's default.
     Periodic,
+    /// `periodic` without the eager writeback: the pages wait for the durable point.
+    PeriodicLazy,
 }
 
 impl DurabilityArg {
@@ -91,6 +94,10 @@ impl DurabilityArg {
             Self::Periodic => {
                 gigas_statedb::Durability::Periodic(gigas_statedb::SyncSchedule::default())
             }
+            Self::PeriodicLazy => gigas_statedb::Durability::Periodic(gigas_statedb::SyncSchedule {
+                eager_writeback: false,
+                ..gigas_statedb::SyncSchedule::default()
+            }),
         }
     }
 
@@ -101,6 +108,7 @@ impl DurabilityArg {
             Self::NoMetaSync => "no-meta-sync",
             Self::SafeNoSync => "safe-no-sync",
             Self::Periodic => "periodic",
+            Self::PeriodicLazy => "periodic-lazy",
         }
     }
 }

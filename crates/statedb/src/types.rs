@@ -47,6 +47,11 @@ pub struct SyncSchedule {
     /// Or sooner, once commits wrote this many bytes of pages since the last durable point,
     /// which bounds what a sync must write back.
     pub bytes: u64,
+    /// Start writing each commit's pages back at once, on a thread of the writer's
+    /// (`sync_file_range`, which does not wait), so that the disk works while the next
+    /// blocks are applied and a durable point finds little left to write. Off, the pages
+    /// wait in the page cache for the durable point (or the kernel's own writeback).
+    pub eager_writeback: bool,
 }
 
 impl Default for SyncSchedule {
@@ -54,6 +59,7 @@ impl Default for SyncSchedule {
         Self {
             period: Duration::from_secs(1),
             bytes: 256 << 20,
+            eager_writeback: true,
         }
     }
 }

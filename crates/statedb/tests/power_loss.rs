@@ -42,6 +42,9 @@ fn periodic() -> StateDbOptions {
         durability: Durability::Periodic(SyncSchedule {
             period: Duration::from_secs(3600),
             bytes: u64::MAX,
+            // Writeback started at every commit, as the node runs: the trials keep any share
+            // of what it wrote.
+            eager_writeback: true,
         }),
         page_size: Some(PAGE),
         ..small_options()
@@ -207,6 +210,7 @@ fn durable_points_come_on_the_schedule() {
                 period: Duration::from_secs(3600),
                 // A few blocks' pages.
                 bytes: 64 * PAGE as u64,
+                eager_writeback: true,
             }),
             ..small_options()
         },
@@ -243,6 +247,7 @@ fn durable_points_come_on_the_schedule() {
             durability: Durability::Periodic(SyncSchedule {
                 period: Duration::ZERO,
                 bytes: u64::MAX,
+                eager_writeback: false,
             }),
             ..small_options()
         },
