@@ -145,7 +145,6 @@ impl Cli {
             SyncMode::Periodic => Durability::Periodic(SyncSchedule {
                 period: self.db_sync_period,
                 bytes: self.db_sync_bytes.max(1),
-                ..SyncSchedule::default()
             }),
             SyncMode::Durable => Durability::Durable,
             SyncMode::NoMetaSync => Durability::NoMetaSync,

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::execute::{ExecutionFigures, Reexecutor};
 use super::{
-    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, PageCache,
-    TARGET_BATCHED, TARGET_LIVE,
+    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary,
+    PageCache, TARGET_BATCHED, TARGET_LIVE,
 };
 
 /// A mode of applying.
@@ -1028,8 +1028,11 @@ pub(super) fn run_all(
             for mode in order {
                 // The root from scratch reads the whole state: once, on the first limit's
                 // last live run.
-                let check =
-                    !args.no_root_check && i == 0 && mode.kind() == ModeKind::Live && round == last_live_round && !checked;
+                let check = !args.no_root_check
+                    && i == 0
+                    && mode.kind() == ModeKind::Live
+                    && round == last_live_round
+                    && !checked;
                 checked |= check;
                 let run = replay
                     .run(round, mode, limit, check)

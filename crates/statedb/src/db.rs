@@ -222,17 +222,6 @@ impl StateDb {
         Ok(took)
     }
 
-    /// The data file's descriptor (for writeback hints; it lives as long as the database).
-    pub(crate) fn data_fd(&self) -> Option<i32> {
-        let mut fd: signet_libmdbx::ffi::mdbx_filehandle_t = -1;
-        // SAFETY: the environment is open for as long as `self` lives, and MDBX only writes
-        // the descriptor into `fd`.
-        let rc = self
-            .env
-            .with_raw_env_ptr(|env| unsafe { signet_libmdbx::ffi::mdbx_env_get_fd(env, &mut fd) });
-        (rc == 0 && fd >= 0).then_some(fd)
-    }
-
     /// Pages MDBX wrote so far (new and copied-on-write pages, in bytes): what a sync may
     /// have to write back, summed since the environment opened.
     pub(crate) fn page_bytes_written(&self) -> u64 {

@@ -94,8 +94,6 @@ pub struct StateWriter<'db> {
     last_sync: Instant,
     /// [`StateDb::page_bytes_written`] at the last durable point.
     written_at_sync: u64,
-    /// Starts each commit's writeback on a thread of its own (`SyncSchedule::eager_writeback`).
-    writeback: Option<Writeback>,
     /// Last, so that it is released after the transaction is aborted (fields drop in order).
     _lock: WriteLock<'db>,
 }
@@ -187,12 +185,6 @@ impl<'db> StateWriter<'db> {
             durable: tip,
             last_sync: Instant::now(),
             written_at_sync: db.page_bytes_written(),
-            writeback: match db.options().durability {
-                crate::Durability::Periodic(s) if s.eager_writeback => {
-                    db.data_fd().and_then(Writeback::start)
-                }
-                _ => None,
-            },
             _lock: lock,
         })
     }
@@ -795,9 +787,6 @@ impl<'db> StateWriter<'db> {
                 .durable_block
                 .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
         }
-        if let Some(writeback) = &self.writeback {
-            writeback.kick();
-        }
         // A failure here surfaces at the next call, which begins again.
         self.txn = self.db.env().begin_rw_unsync().ok();
         let sync_seconds = self.sync_if_due()?.map_or(0.0, |d| d.as_secs_f64());
@@ -807,64 +796,6 @@ impl<'db> StateWriter<'db> {
         })
     }
 }
-
-/// A thread that starts the writeback of the data file's dirty pages when kicked, so that
-/// the disk writes committed pages while the writer applies the next blocks. Kicks while one
-/// runs coalesce into the next.
-struct Writeback {
-    kick: Option<std::sync::mpsc::SyncSender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Writeback {
-    fn start(fd: i32) -> Option<Self> {
-        let (kick, kicked) = std::sync::mpsc::sync_channel::<()>(1);
-        let thread = std::thread::Builder::new()
-            .name("statedb-writeback".into())
-            .spawn(move || {
-                while kicked.recv().is_ok() {
-                    start_writeback(fd);
-                }
-            })
-            .map_err(|e| warn!(error = %e, "no writeback thread; durable points write everything"))
-            .ok()?;
-        Some(Self {
-            kick: Some(kick),
-            thread: Some(thread),
-        })
-    }
-
-    fn kick(&self) {
-        if let Some(kick) = &self.kick {
-            // Full: a writeback is due already, and will cover these pages too.
-            let _ = kick.try_send(());
-        }
-    }
-}
-
-impl Drop for Writeback {
-    fn drop(&mut self) {
-        // Closing the channel ends the thread; it must end before the database (and its
-        // descriptor) can.
-        self.kick = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn start_writeback(fd: i32) {
-    // SAFETY: `fd` is the data file's descriptor, open until the writer (which joins this
-    // thread) is dropped; SYNC_FILE_RANGE_WRITE only queues writeback, touching no memory.
-    let rc = unsafe { libc::sync_file_range(fd, 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-    if rc != 0 {
-        debug!(error = %std::io::Error::last_os_error(), "sync_file_range");
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn start_writeback(_fd: i32) {}
 
 fn write_hashed_account(
     txn: &RwTxUnsync,

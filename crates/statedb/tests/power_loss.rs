@@ -24,8 +24,8 @@ use std::time::Duration;
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use common::{
-    apply_genesis, block, consistent, new_keys, random_changes, random_model, small_options,
-    Chain, Model, Rng,
+    apply_genesis, block, consistent, new_keys, random_changes, random_model, small_options, Chain,
+    Model, Rng,
 };
 use gigas_primitives::ChangeSet;
 use gigas_statedb::{Durability, StateDb, StateDbOptions, SyncSchedule, WriterOptions};
@@ -42,9 +42,6 @@ fn periodic() -> StateDbOptions {
         durability: Durability::Periodic(SyncSchedule {
             period: Duration::from_secs(3600),
             bytes: u64::MAX,
-            // Writeback started at every commit, as the node runs: the trials keep any share
-            // of what it wrote.
-            eager_writeback: true,
         }),
         page_size: Some(PAGE),
         ..small_options()
@@ -101,10 +98,7 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
     let mut durable: Option<(u64, Model, Vec<u8>)> = None;
     let mut final_root = B256::ZERO;
     for number in 1..=60u64 {
-        let changes = consistent(
-            random_changes(&mut rng, &model, ACCOUNTS, number),
-            &model,
-        );
+        let changes = consistent(random_changes(&mut rng, &model, ACCOUNTS, number), &model);
         let keys = new_keys(&mut index, &model, &changes);
         let (header, hash) = chain.next(&changes);
         let root = writer
@@ -156,7 +150,10 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
             "trial {trial} ({kept} of the unsynced pages on the disk): not the last durable point"
         );
         assert_eq!(head.hash, blocks[at as usize - 1].hash);
-        assert_eq!(view.last_root().unwrap().map(|r| r.1), Some(durable_model.root()));
+        assert_eq!(
+            view.last_root().unwrap().map(|r| r.1),
+            Some(durable_model.root())
+        );
         assert_eq!(
             view.state_root_from_scratch().unwrap(),
             durable_model.root(),
@@ -210,7 +207,6 @@ fn durable_points_come_on_the_schedule() {
                 period: Duration::from_secs(3600),
                 // A few blocks' pages.
                 bytes: 64 * PAGE as u64,
-                eager_writeback: true,
             }),
             ..small_options()
         },
@@ -247,7 +243,6 @@ fn durable_points_come_on_the_schedule() {
             durability: Durability::Periodic(SyncSchedule {
                 period: Duration::ZERO,
                 bytes: u64::MAX,
-                eager_writeback: false,
             }),
             ..small_options()
         },
