@@ -112,9 +112,13 @@
 //!   without; live (root and commit every block) 48k to 67k against 43k to 55k, the commits
 //!   of root blocks being faster with it. The dirty pages are page cache, which counts
 //!   against a cgroup's limit: to measure again under the limit.
-//! - **Durable sync** ([`Durability::Durable`]): a group is reported applied only once it
-//!   survives a power loss; `SafeNoSync` is there for measurements (a process kill loses
-//!   nothing either way).
+//! - **Durability** ([`Durability`]): `Durable` syncs every commit; `Periodic` (the full
+//!   node's default) leaves commits unsynced and makes a durable point per
+//!   [`SyncSchedule`], so that a power loss rolls back to it and a process kill loses
+//!   nothing. Measured over 10M accounts, live (a commit every block), two alternating
+//!   rounds: 14,560 changes/s against 13,541. Only 7.5 % more: either way each commit writes
+//!   about 112 MB of fresh pages (MDBX copies every changed page, and under `SafeNoSync`
+//!   does not reuse pages freed since the last durable point), and the sync writes them all.
 //! - **Page size** ([`StateDbOptions::page_size`]): the OS page size (4 KiB) by default, as
 //!   reth (which clamps it to 4..64 KiB): point reads touch one leaf page per level, and a
 //!   smaller page is less to fault in per random read.
