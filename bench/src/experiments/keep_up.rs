@@ -61,6 +61,9 @@ pub struct KeepUpReport {
     pub fullnode_cgroup_usage_bytes: Option<u64>,
     /// The full node's resident memory at the end.
     pub fullnode_rss_bytes: Option<u64>,
+    /// The full node's CPU (user + system seconds per second, from /proc) over the load:
+    /// what following costs it on the machine the sequencer shares.
+    pub fullnode_cpu_cores: Option<f64>,
     /// Every sample.
     pub samples: Vec<LagSample>,
 }
@@ -244,7 +247,16 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     let load = LoadCli::try_parse_from(&argv)
         .map_err(|e| eyre!("the load arguments: {e}"))?
         .args;
+    let fullnode_pid = fullnode_guard.0.as_ref().map(Child::id);
+    let cpu = || fullnode_pid.and_then(|pid| crate::load::metrics::process_cpu(Some(pid)));
+    let (cpu_before, load_started) = (cpu(), Instant::now());
     let load_result = run_load(&load);
+    let fullnode_cpu_cores = match (cpu_before, cpu()) {
+        (Some(before), Some(after)) => {
+            Some((after - before) / load_started.elapsed().as_secs_f64().max(1e-3))
+        }
+        _ => None,
+    };
     stop.store(true, Ordering::Relaxed);
     let sampled = sampler.join();
     let report = load_result.wrap_err("the keep-up load")?;
@@ -314,6 +326,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         fullnode_rss_bytes: metrics
             .value("gigas_fullnode_resident_bytes")
             .map(|v| v as u64),
+        fullnode_cpu_cores,
         samples,
     };
     if let Err(e) = super::chart::keep_up(&out_report, &out.join("lag.svg")) {
@@ -329,7 +342,7 @@ fn markdown(r: &KeepUpReport) -> String {
     );
     md += &super::config_lines(&r.config);
     md += &format!(
-        "\n## Results\n\n- lag in blocks over {} samples: median {:.0}, p90 {:.0}, p99 {:.0}, max {} (target at most 2 throughout: {}); {} samples above 2\n- included {:.0} tx/s (load step {})\n- full node: limit {}, cgroup usage at the end {}, resident {}\n\n![lag](lag.svg)\n",
+        "\n## Results\n\n- lag in blocks over {} samples: median {:.0}, p90 {:.0}, p99 {:.0}, max {} (target at most 2 throughout: {}); {} samples above 2\n- included {:.0} tx/s (load step {})\n- full node: limit {}, cgroup usage at the end {}, resident {}, CPU over the load {} cores of the machine's {}\n\n![lag](lag.svg)\n",
         r.samples.len(),
         r.lag.p50,
         r.lag.p90,
@@ -345,6 +358,9 @@ fn markdown(r: &KeepUpReport) -> String {
             .map_or_else(|| "-".to_string(), |b| format!("{:.0} MiB", b as f64 / 1048576.0)),
         r.fullnode_rss_bytes
             .map_or_else(|| "-".to_string(), |b| format!("{:.0} MiB", b as f64 / 1048576.0)),
+        r.fullnode_cpu_cores
+            .map_or_else(|| "-".to_string(), |c| format!("{c:.2}")),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     md
 }
