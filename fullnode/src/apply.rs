@@ -239,11 +239,6 @@ impl<'db> Applier<'db> {
         Ok(info)
     }
 
-    /// The last block that survives a power loss (see [`StateWriter::durable_tip`]).
-    pub fn durable_tip(&self) -> ChainTip {
-        self.writer.durable_tip()
-    }
-
     /// Makes a durable point if one is due (see [`StateWriter::sync_if_due`]); its time
     /// counts as commit time.
     pub fn sync_if_due(&mut self) -> Result<Option<std::time::Duration>, StateDbError> {
@@ -254,10 +249,12 @@ impl<'db> Applier<'db> {
         Ok(took)
     }
 
-    /// Makes every commit durable now (a clean stop).
-    pub fn sync(&mut self) -> Result<std::time::Duration, StateDbError> {
+    /// Makes every commit durable now (a clean stop); `None` when all were already.
+    pub fn sync(&mut self) -> Result<Option<std::time::Duration>, StateDbError> {
         let took = self.writer.sync()?;
-        self.timings.commit += took.as_secs_f64();
+        if let Some(took) = took {
+            self.timings.commit += took.as_secs_f64();
+        }
         Ok(took)
     }
 

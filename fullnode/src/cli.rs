@@ -99,7 +99,12 @@ struct Cli {
     /// the sequencer's archive. `durable`: every commit synced (7 % slower over 10M accounts
     /// at a commit per block: the pages are written either way).
     /// `no-meta-sync`, `safe-no-sync` (never synced until the node stops): for measurements.
-    #[arg(long = "db.sync", value_name = "MODE", default_value = "periodic", value_parser = parse_sync)]
+    #[arg(
+        long = "db.sync",
+        value_name = "MODE",
+        value_enum,
+        default_value = "periodic"
+    )]
     db_sync: SyncMode,
     /// With `--db.sync periodic`: at most this long between durable points, i.e. what a
     /// power loss can take back (to be fetched again).
@@ -107,7 +112,7 @@ struct Cli {
     db_sync_period: Duration,
     /// With `--db.sync periodic`: a durable point sooner once commits wrote this much
     /// (e.g. `256MiB`), which bounds how long one sync takes.
-    #[arg(long = "db.sync-bytes", value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    #[arg(long = "db.sync-bytes", value_name = "SIZE", default_value = "256MiB", value_parser = gigas_cgroup::parse_size)]
     db_sync_bytes: u64,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,
@@ -115,8 +120,8 @@ struct Cli {
     memory: gigas_cgroup::MemoryLimitArgs,
 }
 
-/// `--db.sync`'s modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `--db.sync`'s modes (described on the flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum SyncMode {
     Periodic,
     Durable,
@@ -124,28 +129,12 @@ enum SyncMode {
     SafeNoSync,
 }
 
-fn parse_sync(s: &str) -> Result<SyncMode, String> {
-    match s {
-        "periodic" => Ok(SyncMode::Periodic),
-        "durable" => Ok(SyncMode::Durable),
-        "no-meta-sync" => Ok(SyncMode::NoMetaSync),
-        "safe-no-sync" => Ok(SyncMode::SafeNoSync),
-        _ => Err(format!(
-            "'{s}': use periodic, durable, no-meta-sync or safe-no-sync"
-        )),
-    }
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    gigas_cgroup::parse_size(s).map_err(|e| e.to_string())
-}
-
 impl Cli {
     fn durability(&self) -> Durability {
         match self.db_sync {
             SyncMode::Periodic => Durability::Periodic(SyncSchedule {
                 period: self.db_sync_period,
-                bytes: self.db_sync_bytes.max(1),
+                bytes: self.db_sync_bytes,
             }),
             SyncMode::Durable => Durability::Durable,
             SyncMode::NoMetaSync => Durability::NoMetaSync,

@@ -26,6 +26,8 @@ pub struct StateDb {
     metrics: StateDbMetrics,
     dir: PathBuf,
     writer_open: AtomicBool,
+    /// MDBX's page size, fixed at creation.
+    page_bytes: u64,
 }
 
 impl fmt::Debug for StateDb {
@@ -83,9 +85,14 @@ impl StateDb {
         .try_into()
         .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?);
 
+        let page_bytes = env
+            .stat()
+            .map(|s| u64::from(s.page_size()))
+            .map_err(StateDbError::mdbx("read the environment's page size"))?;
         let db = Self {
             env,
             dbs,
+            page_bytes,
             options,
             metrics: StateDbMetrics::default(),
             dir: dir.to_path_buf(),
@@ -229,12 +236,7 @@ impl StateDb {
             return 0;
         };
         let ops = info.page_ops();
-        let page = self
-            .env
-            .stat()
-            .map(|s| u64::from(s.page_size()))
-            .unwrap_or(4096);
-        (ops.newly + ops.cow).saturating_mul(page)
+        (ops.newly + ops.cow).saturating_mul(self.page_bytes)
     }
 
     /// The last committed block (`None` before a genesis).

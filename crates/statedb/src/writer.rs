@@ -208,11 +208,7 @@ impl<'db> StateWriter<'db> {
     /// [`crate::Durability::Durable`], the last durable point under
     /// [`crate::Durability::Periodic`].
     pub fn durable_tip(&self) -> ChainTip {
-        if self.db.options().durability.every_commit() {
-            self.committed.tip
-        } else {
-            self.durable
-        }
+        self.durable
     }
 
     /// Makes a durable point if [`crate::Durability::Periodic`]'s schedule says one is due:
@@ -227,33 +223,44 @@ impl<'db> StateWriter<'db> {
         if self.durable == self.committed.tip {
             return Ok(None);
         }
-        let written = self
-            .db
-            .page_bytes_written()
-            .saturating_sub(self.written_at_sync);
-        if self.last_sync.elapsed() >= schedule.period || written >= schedule.bytes {
-            return self.sync().map(Some);
+        let due = self.last_sync.elapsed() >= schedule.period
+            || self
+                .db
+                .page_bytes_written()
+                .saturating_sub(self.written_at_sync)
+                >= schedule.bytes;
+        if due {
+            return self.sync();
         }
         Ok(None)
     }
 
     /// Makes every commit so far durable now (a clean stop does this), whatever the
-    /// durability mode.
-    pub fn sync(&mut self) -> Result<Duration, StateDbError> {
+    /// durability mode. Returns how long the sync took; `None` when every commit was durable
+    /// already (nothing synced).
+    pub fn sync(&mut self) -> Result<Option<Duration>, StateDbError> {
+        if self.durable == self.committed.tip {
+            return Ok(None);
+        }
         let took = self.db.sync()?;
-        self.durable = self.committed.tip;
         self.last_sync = Instant::now();
         self.written_at_sync = self.db.page_bytes_written();
-        self.db
-            .metrics()
-            .durable_block
-            .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
+        self.mark_durable();
         debug!(
             block = self.durable.number,
             ms = took.as_secs_f64() * 1e3,
             "durable point"
         );
-        Ok(took)
+        Ok(Some(took))
+    }
+
+    /// The committed tip survives a power loss from now on.
+    fn mark_durable(&mut self) {
+        self.durable = self.committed.tip;
+        self.db
+            .metrics()
+            .durable_block
+            .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
     }
 
     /// The block and root of the last computed root (the open group included).
@@ -782,10 +789,7 @@ impl<'db> StateWriter<'db> {
         metrics.commit_seconds.observe(commit_seconds);
         self.db.refresh_size_metrics();
         if self.db.options().durability.every_commit() {
-            self.durable = self.committed.tip;
-            metrics
-                .durable_block
-                .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
+            self.mark_durable();
         }
         // A failure here surfaces at the next call, which begins again.
         self.txn = self.db.env().begin_rw_unsync().ok();
