@@ -73,7 +73,11 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
         modes,
         [
             Mode::Batched { group: 3, sync },
-            Mode::Live { sync, group: 1 }
+            Mode::Live {
+                sync,
+                group: 1,
+                trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64
+            }
         ]
     );
     for r in &report.runs {
@@ -104,27 +108,58 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     let md = std::fs::read_to_string(dir.path().join("out/fullnode.md")).expect("markdown");
     assert!(md.starts_with("# Full node") && md.contains("## Configuration"));
 
-    // Again, live only, every commit durable against the default, alternating in one run:
-    // the recording and the genesis database come from the cache.
+    let cache = live.trie_cache.expect("a live run reports its trie cache");
+    assert!(cache.hits > 0 && cache.entries > 0, "{cache:?}");
+
+    // Again, live only, every commit durable against the default and the trie cache off,
+    // on and too small to hold one root's nodes, alternating in one run: the recording and
+    // the genesis database come from the cache.
     let again = run(&args(
         dir.path(),
         &bin,
-        &["--modes", "live", "--durability", "durable,periodic"],
+        &[
+            "--modes",
+            "live",
+            "--durability",
+            "durable,periodic",
+            "--trie-cache",
+            "0,1GiB,1KiB",
+        ],
     ))
     .expect("a second replay")
     .expect("a report");
     assert_eq!(again.recording.recorded_at, m.recorded_at);
     assert_eq!(again.recording.last_hash, m.last_hash);
     assert!(!again.genesis.built_now);
-    assert_eq!(again.runs.len(), 2);
+    assert_eq!(again.runs.len(), 6);
     for r in &again.runs {
         assert_eq!(r.final_root, live.final_root, "{}", r.label);
-        let durable = r.mode
-            == Mode::Live {
-                sync: DurabilityArg::Durable,
-                group: 1,
-            };
-        assert_eq!(r.syncs == 0, durable, "{}: syncs", r.label);
+        let Mode::Live {
+            sync, trie_cache, ..
+        } = r.mode
+        else {
+            panic!("{}: not live", r.label)
+        };
+        assert_eq!(
+            r.syncs == 0,
+            sync == DurabilityArg::Durable,
+            "{}: syncs",
+            r.label
+        );
+        let cache = r.trie_cache.expect("trie cache figures");
+        match trie_cache {
+            0 => assert_eq!((cache.hits, cache.entries), (0, 0), "{}", r.label),
+            1024 => assert!(
+                cache.evicted > 0 && cache.bytes <= 1024,
+                "{}: {cache:?}",
+                r.label
+            ),
+            _ => assert!(
+                cache.hits > 0 && cache.evicted == 0,
+                "{}: {cache:?}",
+                r.label
+            ),
+        }
     }
 
     // With --verify-execution: every timed block re-executed over the state (the recording

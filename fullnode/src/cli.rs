@@ -114,6 +114,12 @@ struct Cli {
     /// (e.g. `256MiB`), which bounds how long one sync takes.
     #[arg(long = "db.sync-bytes", value_name = "SIZE", default_value = "256MiB", value_parser = gigas_cgroup::parse_size)]
     db_sync_bytes: u64,
+    /// Memory for the state trie's stored nodes kept across blocks (e.g. `1GiB`), so that each
+    /// root finds the nodes recent blocks used without searching the database; the least
+    /// recently used go beyond it. `0` turns it off. The account trie of 10M accounts takes
+    /// about 250 MiB whole.
+    #[arg(long = "trie.cache-size", value_name = "SIZE", default_value = "1GiB", value_parser = gigas_cgroup::parse_size)]
+    trie_cache_size: u64,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,
     #[command(flatten)]
@@ -219,6 +225,7 @@ where
             max_group_blocks: cli.commit_blocks.max(1),
             max_group_age: cli.commit_interval,
             hashed_writes: HashedWrites::SortedPerGroup,
+            trie_cache_bytes: usize::try_from(cli.trie_cache_size).unwrap_or(usize::MAX),
         },
         db: StateDbOptions {
             readahead: cli.db_readahead,

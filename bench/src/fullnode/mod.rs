@@ -216,6 +216,11 @@ pub struct FullnodeArgs {
     /// synced or not: fewer commits write fewer pages.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub live_group: Vec<u64>,
+    /// Live mode: the writer's trie cache budget (`gigas-fullnode --trie.cache-size`);
+    /// several (comma-separated, `0` for none) run one live mode each, alternating in every
+    /// round.
+    #[arg(long, value_delimiter = ',', default_value = "1GiB", value_parser = gigas_cgroup::parse_size)]
+    pub trie_cache: Vec<u64>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -296,7 +301,13 @@ impl FullnodeArgs {
             }
             if self.modes.contains(&ModeKind::Live) {
                 for &group in &self.live_group {
-                    modes.push(Mode::Live { sync, group });
+                    for &trie_cache in &self.trie_cache {
+                        modes.push(Mode::Live {
+                            sync,
+                            group,
+                            trie_cache,
+                        });
+                    }
                 }
             }
         }

@@ -18,6 +18,15 @@ use super::{
     PageCache, TARGET_BATCHED, TARGET_LIVE,
 };
 
+/// A trie cache budget for labels.
+fn cache_label(bytes: u64) -> String {
+    if bytes == 0 {
+        "no trie cache".into()
+    } else {
+        format!("trie cache {} MiB", bytes >> 20)
+    }
+}
+
 /// A mode of applying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -35,6 +44,8 @@ pub enum Mode {
         sync: DurabilityArg,
         /// Blocks per commit.
         group: u64,
+        /// The writer's trie cache budget in bytes (0: off).
+        trie_cache: u64,
     },
 }
 
@@ -60,12 +71,23 @@ impl Mode {
             Self::Batched { group, sync } => {
                 format!("batched (commit every {group} blocks, {})", sync.name())
             }
-            Self::Live { sync, group: 1 } => {
-                format!("live (root and commit every block, {})", sync.name())
-            }
-            Self::Live { sync, group } => format!(
-                "live (root every block, commit every {group} blocks, {})",
-                sync.name()
+            Self::Live {
+                sync,
+                group: 1,
+                trie_cache,
+            } => format!(
+                "live (root and commit every block, {}, {})",
+                sync.name(),
+                cache_label(*trie_cache)
+            ),
+            Self::Live {
+                sync,
+                group,
+                trie_cache,
+            } => format!(
+                "live (root every block, commit every {group} blocks, {}, {})",
+                sync.name(),
+                cache_label(*trie_cache)
             ),
         }
     }
@@ -74,8 +96,16 @@ impl Mode {
     pub fn short(&self) -> String {
         match self {
             Self::Batched { group, sync } => format!("batched-{group}-{}", sync.name()),
-            Self::Live { sync, group: 1 } => format!("live-{}", sync.name()),
-            Self::Live { sync, group } => format!("live-{group}-{}", sync.name()),
+            Self::Live {
+                sync,
+                group: 1,
+                trie_cache,
+            } => format!("live-{}-tc{}", sync.name(), trie_cache >> 20),
+            Self::Live {
+                sync,
+                group,
+                trie_cache,
+            } => format!("live-{group}-{}-tc{}", sync.name(), trie_cache >> 20),
         }
     }
 
@@ -90,10 +120,13 @@ impl Mode {
                 max_group_age: Duration::from_secs(24 * 3600),
                 ..WriterOptions::default()
             },
-            Self::Live { group, .. } => WriterOptions {
+            Self::Live {
+                group, trie_cache, ..
+            } => WriterOptions {
                 root_every: 1,
                 max_group_blocks: group,
                 max_group_age: Duration::from_secs(24 * 3600),
+                trie_cache_bytes: usize::try_from(trie_cache).unwrap_or(usize::MAX),
                 ..WriterOptions::default()
             },
         }
@@ -241,6 +274,26 @@ pub struct RunResult {
     pub warmup_blocks: u64,
     /// With `--verify-execution`: the re-execution's split and its cache misses.
     pub execution: Option<ExecutionFigures>,
+    /// Live: the writer's trie cache at the end of the run (its counters cover the
+    /// warm-up blocks too).
+    pub trie_cache: Option<TrieCacheFigures>,
+}
+
+/// The writer's trie cache at the end of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TrieCacheFigures {
+    /// Its budget.
+    pub budget_bytes: u64,
+    /// What it holds (estimated from its entries).
+    pub bytes: u64,
+    /// Entries held.
+    pub entries: u64,
+    /// Node seeks answered from memory.
+    pub hits: u64,
+    /// Node seeks that searched MDBX.
+    pub misses: u64,
+    /// Entries dropped to keep within the budget.
+    pub evicted: u64,
 }
 
 /// What a run's memory cgroup accounted.
@@ -840,6 +893,20 @@ impl Replay<'_> {
         let peak_rss_bytes = ProcessMemory::read().map(|m| m.peak);
         bar.finish_and_clear();
         let timings = *applier.timings();
+        let trie_cache = match mode {
+            Mode::Live { trie_cache, .. } => {
+                let stats = applier.writer().trie_cache_stats();
+                Some(TrieCacheFigures {
+                    budget_bytes: trie_cache,
+                    bytes: stats.bytes,
+                    entries: stats.entries,
+                    hits: stats.hits,
+                    misses: stats.misses,
+                    evicted: stats.evicted,
+                })
+            }
+            Mode::Batched { .. } => None,
+        };
         let execution = reexecutor.as_ref().map(Reexecutor::figures);
 
         let (final_root, final_root_seconds, final_root_commit_seconds) = match mode {
@@ -898,6 +965,7 @@ impl Replay<'_> {
             blocks_per_second: per_second(timings.blocks as f64),
             split: split(&timings, execution.as_ref().map(|e| e.seconds), seconds),
             execution,
+            trie_cache,
             commits,
             mdbx_commit_seconds: mdbx_commit,
             syncs,

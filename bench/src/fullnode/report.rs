@@ -169,6 +169,39 @@ pub fn markdown(r: &FullnodeReport) -> String {
         );
     }
     let _ = writeln!(md);
+    if r.runs.iter().any(|run| run.trie_cache.is_some()) {
+        let _ = writeln!(md, "## Trie cache (live)\n");
+        let _ = writeln!(
+            md,
+            "The writer's stored trie nodes kept in memory across roots (`--trie.cache-size`); counters cover the warm-up blocks too.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| round | mode | budget MiB | held MiB | entries | hits | misses | hit ratio | evicted |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for run in &r.runs {
+            let Some(c) = &run.trie_cache else { continue };
+            let seeks = c.hits + c.misses;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} |",
+                run.round,
+                run.mode.short(),
+                c.budget_bytes >> 20,
+                c.bytes as f64 / MIB,
+                c.entries,
+                c.hits,
+                c.misses,
+                if seeks > 0 {
+                    format!("{:.1}%", c.hits as f64 * 100.0 / seeks as f64)
+                } else {
+                    "-".into()
+                },
+                c.evicted,
+            );
+        }
+        let _ = writeln!(md);
+    }
     if r.runs.iter().any(|run| run.execution.is_some()) {
         let _ = writeln!(md, "## Re-execution (`--verify-execution`)\n");
         let _ = writeln!(

@@ -151,11 +151,12 @@ pub use db::StateDb;
 pub use error::StateDbError;
 pub use metrics::StateDbMetrics;
 pub use tables::{Dup, Table};
+pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
-    WriterOptions,
+    WriterOptions, DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
 pub use writer::StateWriter;

@@ -38,6 +38,16 @@ pub struct StateDbMetrics {
     pub trie_rebuilds: Counter,
     /// The block of the last computed root.
     pub last_root_block: Gauge,
+    /// Trie node seeks the writer's cache answered.
+    pub trie_cache_hits: Counter,
+    /// Trie node seeks that went to MDBX.
+    pub trie_cache_misses: Counter,
+    /// Cache entries dropped to keep within its budget.
+    pub trie_cache_evicted: Counter,
+    /// Bytes the trie cache holds (its estimate of its entries' sizes).
+    pub trie_cache_bytes: Gauge,
+    /// Entries the trie cache holds.
+    pub trie_cache_entries: Gauge,
     /// Bytes of the data file up to its last used page.
     pub used_bytes: Gauge,
     /// Bytes of the memory map (the file's current size).
@@ -70,6 +80,11 @@ impl Default for StateDbMetrics {
             trie_leaves_hashed: Counter::default(),
             trie_rebuilds: Counter::default(),
             last_root_block: Gauge::default(),
+            trie_cache_hits: Counter::default(),
+            trie_cache_misses: Counter::default(),
+            trie_cache_evicted: Counter::default(),
+            trie_cache_bytes: Gauge::default(),
+            trie_cache_entries: Gauge::default(),
             used_bytes: Gauge::default(),
             map_bytes: Gauge::default(),
             branch_pages: Gauge::default(),
@@ -157,6 +172,31 @@ impl StateDbMetrics {
             "last_root_block",
             "Block of the last computed state root",
             self.last_root_block.clone(),
+        );
+        sub.register(
+            "trie_cache_hits",
+            "Trie node seeks answered by the writer's in-memory cache",
+            self.trie_cache_hits.clone(),
+        );
+        sub.register(
+            "trie_cache_misses",
+            "Trie node seeks that searched MDBX",
+            self.trie_cache_misses.clone(),
+        );
+        sub.register(
+            "trie_cache_evicted",
+            "Trie cache entries dropped to keep within its budget",
+            self.trie_cache_evicted.clone(),
+        );
+        sub.register(
+            "trie_cache_bytes",
+            "Bytes the trie cache holds (estimated from its entries)",
+            self.trie_cache_bytes.clone(),
+        );
+        sub.register(
+            "trie_cache_entries",
+            "Entries the trie cache holds",
+            self.trie_cache_entries.clone(),
         );
         sub.register(
             "used_bytes",

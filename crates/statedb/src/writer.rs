@@ -20,6 +20,7 @@ use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
 use crate::read::{self, Dbs};
 use crate::tables::Table;
+use crate::trie::cache::{TrieCache, TrieCacheStats};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
@@ -87,6 +88,10 @@ pub struct StateWriter<'db> {
     hashed: HashedBuffer,
     /// Keys changed since the last root that the changed-key tables do not hold yet.
     changed: ChangedKeys,
+    /// Stored trie nodes as the open transaction has them, across roots and commits.
+    trie_cache: TrieCache,
+    /// The cache's counters as last added to the metrics.
+    cache_reported: TrieCacheStats,
     buf: Vec<u8>,
     /// The last block that survives a power loss.
     durable: ChainTip,
@@ -179,6 +184,8 @@ impl<'db> StateWriter<'db> {
             group: Group::default(),
             hashed: HashedBuffer::default(),
             changed: ChangedKeys::default(),
+            trie_cache: TrieCache::new(options.trie_cache_bytes),
+            cache_reported: TrieCacheStats::default(),
             buf: Vec::with_capacity(256),
             // What a writer finds at open survived whatever came before it, or MDBX rolled
             // it back to what did.
@@ -261,6 +268,11 @@ impl<'db> StateWriter<'db> {
             .metrics()
             .durable_block
             .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
+    }
+
+    /// The trie cache's counters and size.
+    pub fn trie_cache_stats(&self) -> TrieCacheStats {
+        self.trie_cache.stats()
     }
 
     /// The block and root of the last computed root (the open group included).
@@ -354,6 +366,8 @@ impl<'db> StateWriter<'db> {
         self.group = Group::default();
         self.hashed = HashedBuffer::default();
         self.changed.clear();
+        // It may hold nodes of the aborted transaction.
+        self.trie_cache.clear();
         self.txn = self.db.env().begin_rw_unsync().ok();
     }
 
@@ -526,6 +540,13 @@ impl<'db> StateWriter<'db> {
                 Ok(())
             }
             HashedWrites::ChangeSetOrder => {
+                if tracking {
+                    for (h, _, wiped) in &hashed_accounts {
+                        if *wiped {
+                            self.trie_cache.storage.forget(h);
+                        }
+                    }
+                }
                 let (dbs, txn) = self.reads()?;
                 let buf = &mut Vec::with_capacity(128);
                 let accounts_db = dbs.get(Table::HashedAccounts);
@@ -564,6 +585,13 @@ impl<'db> StateWriter<'db> {
         let start = Instant::now();
         let buffer = std::mem::take(&mut self.hashed);
         let tracking = self.current.trie_valid;
+        if tracking {
+            for (h, pending) in &buffer.storage {
+                if pending.wiped {
+                    self.trie_cache.storage.forget(h);
+                }
+            }
+        }
         let (dbs, txn) = self.reads()?;
         let buf = &mut Vec::with_capacity(128);
         let mut accounts: Vec<(B256, Option<AccountState>)> = buffer.accounts.into_iter().collect();
@@ -697,15 +725,24 @@ impl<'db> StateWriter<'db> {
         let rebuilt = !self.current.trie_valid;
         let pending = std::mem::take(&mut self.changed);
         let outcome = {
-            let (dbs, txn) = self.reads()?;
+            let (dbs, txn) = match &self.txn {
+                Some(txn) => (self.db.dbs(), txn),
+                None => {
+                    return Err(StateDbError::NoTransaction {
+                        reason: "beginning it after the last commit or discard failed".into(),
+                    })
+                }
+            };
             if rebuilt {
+                self.trie_cache.clear();
                 store::rebuild_root(dbs, txn)?
             } else {
                 let mut changed = store::load_changed(dbs, txn)?;
                 changed.merge(pending);
-                store::update_root(dbs, txn, changed)?
+                store::update_root(dbs, txn, changed, &mut self.trie_cache)?
             }
         };
+        let evicted = self.trie_cache.enforce_budget();
         let block = self.current.tip.number;
         self.current.trie_valid = true;
         self.current.last_root = Some((block, outcome.root));
@@ -719,6 +756,21 @@ impl<'db> StateWriter<'db> {
         if rebuilt {
             metrics.trie_rebuilds.inc();
         }
+        let cache = self.trie_cache.stats();
+        metrics.trie_cache_evicted.inc_by(evicted);
+        metrics
+            .trie_cache_hits
+            .inc_by(cache.hits.saturating_sub(self.cache_reported.hits));
+        metrics
+            .trie_cache_misses
+            .inc_by(cache.misses.saturating_sub(self.cache_reported.misses));
+        self.cache_reported = cache;
+        metrics
+            .trie_cache_bytes
+            .set(i64::try_from(cache.bytes).unwrap_or(i64::MAX));
+        metrics
+            .trie_cache_entries
+            .set(i64::try_from(cache.entries).unwrap_or(i64::MAX));
         debug!(block, root = %outcome.root, rebuilt, leaves = outcome.leaves, seconds, "state root");
         Ok(RootInfo {
             block,

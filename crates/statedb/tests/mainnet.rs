@@ -2,13 +2,17 @@
 //! over its fixture's pre-state. The fixtures hold only the accounts the block touches, not
 //! the full state, so the header's stateRoot cannot be reproduced; the root is checked
 //! instead against alloy-trie's root of the same accounts and slots, and every changed key
-//! against the model.
+//! against the model. Each block is then reverted by a second block that sets every key it
+//! changed back, whose root must be the pre-state's again: a root that seeks the nodes the
+//! first one left, through the writer's trie cache (every other block with a budget too
+//! small to keep them, so that the second root finds them evicted).
 
 mod common;
 
 use alloy_primitives::Bytes;
 use common::{apply_genesis, block, new_keys, open, Chain, Model};
 use gigas_evm::{execute_block, BlockFixture, PlainEvm};
+use gigas_primitives::{ChangeSet, ChangeSetBuilder};
 use gigas_statedb::WriterOptions;
 use gigas_statediff::MemoryKeyIndex;
 use gigas_test_support::mainnet_blocks;
@@ -36,12 +40,32 @@ fn prestate(fixture: &BlockFixture) -> Model {
     model
 }
 
+/// The block that takes every key `changes` touched back to its value in `before`.
+fn revert(changes: &ChangeSet, before: &Model) -> ChangeSet {
+    let mut out = ChangeSetBuilder::new();
+    for (address, change) in changes.accounts() {
+        match before.accounts.get(address) {
+            Some(state) => out.account(*address, *state, change.storage_wiped),
+            None => out.destroyed(*address),
+        }
+        if change.storage_wiped {
+            for (slot, value) in before.storage.get(address).into_iter().flatten() {
+                out.slot(*address, *slot, *value);
+            }
+        }
+    }
+    for (address, slot, _) in changes.storage() {
+        out.slot(*address, *slot, before.slot(address, slot));
+    }
+    out.build()
+}
+
 #[test]
 fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
     let blocks = mainnet_blocks();
     assert_eq!(blocks.len(), 50);
     let mut changes_total = 0;
-    for (fixture, prepared) in &blocks {
+    for (i, (fixture, prepared)) in blocks.iter().enumerate() {
         let mut evm = PlainEvm::new(fixture.database(), prepared);
         let outcome = execute_block(&mut evm, prepared)
             .unwrap_or_else(|e| panic!("block {} does not execute: {e}", prepared.number));
@@ -59,13 +83,19 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         let mut index = MemoryKeyIndex::new();
         let keys = new_keys(&mut index, &model, &changes);
         let (header, hash) = chain.next(&changes);
-        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        let before = model.clone();
+        let tiny = i % 2 == 0;
+        let mut writer = db
+            .writer(WriterOptions {
+                trie_cache_bytes: if tiny { 512 } else { 64 << 20 },
+                ..WriterOptions::default()
+            })
+            .unwrap();
         let root = writer
             .apply(block(&header, hash, &changes, &keys))
             .unwrap()
             .expect("root");
         writer.commit().unwrap();
-        drop(writer);
         model.apply(&changes);
         assert_eq!(root.root, model.root(), "block {}", prepared.number);
         let view = db.view().unwrap();
@@ -77,6 +107,31 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         for (address, slot, value) in changes.storage() {
             assert_eq!(&view.storage(address, slot).unwrap(), value);
         }
+        drop(view);
+        let back = revert(&changes, &before);
+        let keys = new_keys(&mut index, &model, &back);
+        let (header, hash) = chain.next(&back);
+        let reverted = writer
+            .apply(block(&header, hash, &back, &keys))
+            .unwrap()
+            .expect("root");
+        writer.commit().unwrap();
+        model.apply(&back);
+        assert_eq!(
+            reverted.root,
+            before.root(),
+            "block {} reverted",
+            prepared.number
+        );
+        let cache = writer.trie_cache_stats();
+        if tiny {
+            assert!(cache.bytes <= 512, "{cache:?}");
+        } else {
+            assert!(cache.hits > 0 && cache.evicted == 0, "{cache:?}");
+        }
+        drop(writer);
+        let view = db.view().unwrap();
+        assert_eq!(view.state_root_from_scratch().unwrap(), before.root());
         changes_total += changes.accounts().len() + changes.storage().len();
     }
     println!("50 mainnet blocks, {changes_total} state changes applied and rooted");

@@ -173,6 +173,7 @@ fn apply_throughput_by_setting() {
         max_group_blocks: 50,
         max_group_age: std::time::Duration::from_secs(3600),
         hashed_writes,
+        ..WriterOptions::default()
     };
     let live = WriterOptions {
         root_every: 1,

@@ -63,7 +63,7 @@ impl Run {
     }
 }
 
-fn stream(hashed_writes: HashedWrites, seed: u64) {
+fn stream(hashed_writes: HashedWrites, seed: u64, trie_cache_bytes: usize) {
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
     let mut run = Run::new(seed);
@@ -74,6 +74,7 @@ fn stream(hashed_writes: HashedWrites, seed: u64) {
             root_every: 1,
             max_group_blocks: 4,
             hashed_writes,
+            trie_cache_bytes,
             ..WriterOptions::default()
         })
         .unwrap();
@@ -97,6 +98,15 @@ fn stream(hashed_writes: HashedWrites, seed: u64) {
         }
     }
     assert_eq!(roots, 80);
+    let cache = writer.trie_cache_stats();
+    match trie_cache_bytes {
+        0 => assert_eq!((cache.hits, cache.misses, cache.entries), (0, 0, 0)),
+        TINY_CACHE => assert!(
+            cache.evicted > 0 && cache.bytes <= TINY_CACHE as u64,
+            "{cache:?}"
+        ),
+        _ => assert!(cache.hits > cache.misses && cache.evicted == 0, "{cache:?}"),
+    }
     writer.commit().unwrap();
     let view = db.view().unwrap();
     run.model.assert_held_by(&view, &run.touched);
@@ -155,14 +165,26 @@ fn stream(hashed_writes: HashedWrites, seed: u64) {
     }
 }
 
+/// A trie cache budget smaller than one root's nodes: every root evicts.
+const TINY_CACHE: usize = 2048;
+
 #[test]
 fn random_stream_sorted_hashed_writes() {
-    stream(HashedWrites::SortedPerGroup, 1);
+    stream(
+        HashedWrites::SortedPerGroup,
+        1,
+        gigas_statedb::DEFAULT_TRIE_CACHE_BYTES,
+    );
 }
 
 #[test]
-fn random_stream_changeset_order_hashed_writes() {
-    stream(HashedWrites::ChangeSetOrder, 2);
+fn random_stream_with_the_trie_cache_evicting_every_root() {
+    stream(HashedWrites::SortedPerGroup, 5, TINY_CACHE);
+}
+
+#[test]
+fn random_stream_changeset_order_hashed_writes_without_trie_cache() {
+    stream(HashedWrites::ChangeSetOrder, 2, 0);
 }
 
 #[test]
@@ -280,8 +302,8 @@ fn a_group_never_committed_leaves_the_previous_head() {
     // A new writer starts from the committed head, and an explicit discard does the same.
     let mut writer = db.writer(WriterOptions::default()).unwrap();
     assert_eq!(writer.tip(), committed_tip);
-    let mut again = Run {
-        rng: Rng::new(99),
+    let resume = |seed| Run {
+        rng: Rng::new(seed),
         model: committed_model.clone(),
         chain: Chain {
             parent: db
@@ -304,10 +326,25 @@ fn a_group_never_committed_leaves_the_previous_head() {
         },
         touched: run.touched.clone(),
     };
-    again.step(&mut writer);
+    let mut again = resume(99);
+    for _ in 0..3 {
+        again.step(&mut writer);
+    }
     writer.discard();
     assert_eq!(writer.tip(), committed_tip);
     assert!(matches!(writer.commit(), Ok(None)));
+    // The same writer goes on from the committed head: nothing of the discarded group (its
+    // trie nodes in the writer's cache included) shows in the next roots.
+    let mut other = resume(7);
+    for _ in 0..4 {
+        let root = other.step(&mut writer).expect("a root every block");
+        assert_eq!(root, other.model.root(), "block {}", writer.tip().number);
+        writer.commit().unwrap();
+    }
+    assert_eq!(
+        db.view().unwrap().state_root_from_scratch().unwrap(),
+        other.model.root()
+    );
 }
 
 #[test]

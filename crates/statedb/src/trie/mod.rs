@@ -1,6 +1,7 @@
 //! The Ethereum state trie (MPT) over the hashed tables: incremental roots from stored
 //! branch nodes, rebuilds, and proofs.
 
+pub(crate) mod cache;
 pub(crate) mod overlay;
 pub(crate) mod prefix;
 pub(crate) mod store;

@@ -18,6 +18,7 @@ use crate::codec::{self, PATH_LEN};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
+use crate::trie::cache::{Found, NodeMap, StorageNodes, TrieCache};
 use crate::trie::overlay::{HashedOverlay, HashedStorage, Overlaid};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::walk::{self, TrieRun, TrieSource};
@@ -44,15 +45,36 @@ fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError> {
     Ok(B256::from_slice(key))
 }
 
-/// The account trie: stored nodes (unless ignored) and the hashed accounts, each leaf
-/// completed with its storage root from `R`.
-pub(crate) struct AccountSource<'tx, K: TransactionKind, R> {
+/// The first stored node under `path` from a cursor over `AccountsTrie`.
+fn seek_account_node<K: TransactionKind>(
+    nodes: &mut Cursor<'_, K>,
+    path: &Nibbles,
+) -> Result<Found, StateDbError> {
+    let table = Table::AccountsTrie;
+    let row: Row<'_> = nodes
+        .set_range(&codec::encode_path(path))
+        .map_err(StateDbError::read(table.name()))?;
+    let found = row
+        .map(|(k, v)| -> Result<_, StateDbError> {
+            Ok((
+                codec::decode_path(table, &k, &k)?,
+                codec::decode_node(table, &k, &v)?,
+            ))
+        })
+        .transpose()?;
+    Ok(found.filter(|(found, _)| found.starts_with(path)))
+}
+
+/// The account trie: stored nodes (unless ignored), through the cache when given, and the
+/// hashed accounts, each leaf completed with its storage root from `R`.
+pub(crate) struct AccountSource<'tx, 'c, K: TransactionKind, R> {
     nodes: Option<Cursor<'tx, K>>,
+    cache: Option<&'c mut NodeMap>,
     leaves: Cursor<'tx, K>,
     roots: R,
 }
 
-impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
+impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
     pub(crate) fn new(
         dbs: &Dbs,
         txn: &'tx Tx<K>,
@@ -63,9 +85,16 @@ impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
             nodes: use_nodes
                 .then(|| cursor(dbs, txn, Table::AccountsTrie))
                 .transpose()?,
+            cache: None,
             leaves: cursor(dbs, txn, Table::HashedAccounts)?,
             roots,
         })
+    }
+
+    /// Seeks stored nodes through `cache`, which must describe this transaction's nodes.
+    pub(crate) fn cached(mut self, cache: &'c mut NodeMap) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     fn leaf(row: Row<'_>) -> Result<Option<(B256, AccountState)>, StateDbError> {
@@ -79,27 +108,22 @@ impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
     }
 }
 
-impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R> {
+impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K, R> {
     type Leaf = AccountState;
 
-    fn seek_node(
-        &mut self,
-        path: &Nibbles,
-    ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
-        let table = Table::AccountsTrie;
-        let row: Row<'_> = nodes
-            .set_range(&codec::encode_path(path))
-            .map_err(StateDbError::read(table.name()))?;
-        row.map(|(k, v)| {
-            Ok((
-                codec::decode_path(table, &k, &k)?,
-                codec::decode_node(table, &k, &v)?,
-            ))
-        })
-        .transpose()
+        let Some(cache) = self.cache.as_mut() else {
+            return seek_account_node(nodes, path);
+        };
+        if let Some(found) = cache.get(path) {
+            return Ok(found);
+        }
+        let found = seek_account_node(nodes, path)?;
+        cache.insert(*path, found.clone());
+        Ok(found)
     }
 
     fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, AccountState)>, StateDbError> {
@@ -130,14 +154,15 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R>
     }
 }
 
-/// One account's storage trie.
-pub(crate) struct StorageSource<'tx, K: TransactionKind> {
+/// One account's storage trie, its stored nodes through the cache when given.
+pub(crate) struct StorageSource<'tx, 'c, K: TransactionKind> {
     address: B256,
     nodes: Option<Cursor<'tx, K>>,
+    cache: Option<&'c mut StorageNodes>,
     leaves: Cursor<'tx, K>,
 }
 
-impl<'tx, K: TransactionKind> StorageSource<'tx, K> {
+impl<'tx, 'c, K: TransactionKind> StorageSource<'tx, 'c, K> {
     pub(crate) fn new(
         dbs: &Dbs,
         txn: &'tx Tx<K>,
@@ -149,23 +174,18 @@ impl<'tx, K: TransactionKind> StorageSource<'tx, K> {
             nodes: use_nodes
                 .then(|| cursor(dbs, txn, Table::StoragesTrie))
                 .transpose()?,
+            cache: None,
             leaves: cursor(dbs, txn, Table::HashedStorages)?,
         })
     }
 
-    fn leaf(&self, row: Option<Cow<'_, [u8]>>) -> Result<Option<(B256, U256)>, StateDbError> {
-        row.map(|v| codec::decode_slot(Table::HashedStorages, self.address.as_slice(), &v))
-            .transpose()
+    /// Seeks stored nodes through `cache`, which must describe this transaction's nodes.
+    pub(crate) fn cached(mut self, cache: Option<&'c mut StorageNodes>) -> Self {
+        self.cache = cache;
+        self
     }
-}
 
-impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
-    type Leaf = U256;
-
-    fn seek_node(
-        &mut self,
-        path: &Nibbles,
-    ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
+    fn seek_stored(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
@@ -174,13 +194,39 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
             .get_both_range(self.address.as_slice(), &codec::encode_path(path))
             .map_err(StateDbError::read(table.name()))?;
         let key = self.address.as_slice();
-        row.map(|v| {
-            Ok((
-                codec::decode_path(table, key, &v)?,
-                codec::decode_node(table, key, &v[PATH_LEN..])?,
-            ))
-        })
-        .transpose()
+        let found = row
+            .map(|v| -> Result<_, StateDbError> {
+                Ok((
+                    codec::decode_path(table, key, &v)?,
+                    codec::decode_node(table, key, &v[PATH_LEN..])?,
+                ))
+            })
+            .transpose()?;
+        Ok(found.filter(|(found, _)| found.starts_with(path)))
+    }
+
+    fn leaf(&self, row: Option<Cow<'_, [u8]>>) -> Result<Option<(B256, U256)>, StateDbError> {
+        row.map(|v| codec::decode_slot(Table::HashedStorages, self.address.as_slice(), &v))
+            .transpose()
+    }
+}
+
+impl<K: TransactionKind> TrieSource for StorageSource<'_, '_, K> {
+    type Leaf = U256;
+
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+        if self.nodes.is_none() {
+            return Ok(None);
+        }
+        let address = self.address;
+        if let Some(found) = self.cache.as_mut().and_then(|c| c.get(&address, path)) {
+            return Ok(found);
+        }
+        let found = self.seek_stored(path)?;
+        if let Some(cache) = self.cache.as_mut() {
+            cache.insert(address, *path, found.clone());
+        }
+        Ok(found)
     }
 
     fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
@@ -279,6 +325,7 @@ pub(crate) struct StoredRoots<'a, 'tx, K: TransactionKind, W> {
     /// `(low, next)`: `next` is the first account with slots at or after `low`.
     probe_at: Option<(B256, Option<B256>)>,
     use_nodes: bool,
+    cache: Option<&'a mut StorageNodes>,
     sink: W,
     computed: u64,
     leaves: u64,
@@ -299,10 +346,18 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
             probe: cursor(dbs, txn, Table::HashedStorages)?,
             probe_at: None,
             use_nodes,
+            cache: None,
             sink,
             computed: 0,
             leaves: 0,
         })
+    }
+
+    /// Seeks storage tries' stored nodes through `cache`, which must describe this
+    /// transaction's nodes.
+    pub(crate) fn cached(mut self, cache: &'a mut StorageNodes) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     fn has_slots(&mut self, address: &B256) -> Result<bool, StateDbError> {
@@ -334,7 +389,8 @@ impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K,
             return Ok(EMPTY_ROOT_HASH);
         }
         let run = {
-            let mut source = StorageSource::new(&self.dbs, self.txn, *address, self.use_nodes)?;
+            let mut source = StorageSource::new(&self.dbs, self.txn, *address, self.use_nodes)?
+                .cached(self.cache.as_deref_mut());
             let updates = self.sink.wants_updates();
             let sink = &mut self.sink;
             let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| sink.spill(address, nodes);
@@ -569,23 +625,33 @@ pub(crate) struct RootOutcome {
 
 /// The incremental root: recomputes the storage tries and account leaves `changed` names,
 /// stores the new nodes, and empties the changed-key tables (whose contents `changed` must
-/// already hold).
+/// already hold). Stored nodes are sought through `cache` (which must describe the
+/// transaction's nodes, and is kept so) unless it is off.
 pub(crate) fn update_root(
     dbs: &Dbs,
     txn: &RwTxUnsync,
     changed: ChangedKeys,
+    cache: &mut TrieCache,
 ) -> Result<RootOutcome, StateDbError> {
     let mut out = RootOutcome::default();
     let mut storage: Vec<(B256, Vec<B256>)> = changed.storage.into_iter().collect();
     storage.sort_unstable_by_key(|(a, _)| *a);
     let mut known = B256Map::default();
     let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
+    let enabled = cache.enabled();
+    if enabled {
+        cache.begin_root();
+    }
     for (address, slots) in storage {
         let run = {
-            let mut source = StorageSource::new(dbs, txn, address, true)?;
+            let mut source = StorageSource::new(dbs, txn, address, true)?
+                .cached(enabled.then_some(&mut cache.storage));
             walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), true)?
         };
         write_storage_trie(dbs, txn, &address, &run)?;
+        if enabled {
+            cache.storage.written(&address, &run.removed, &run.updates);
+        }
         out.storage_tries += 1;
         out.leaves += run.leaves;
         out.skipped += run.skipped;
@@ -593,13 +659,21 @@ pub(crate) fn update_root(
         accounts.push(address);
     }
     let set = PrefixSet::new(accounts);
-    let (run, computed, leaves) = {
+    let (run, computed, leaves) = if enabled {
+        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?.cached(&mut cache.storage);
+        let mut source = AccountSource::new(dbs, txn, true, roots)?.cached(&mut cache.accounts);
+        let run = walk::run(&mut source, &set, Vec::new(), true)?;
+        (run, source.roots.computed, source.roots.leaves)
+    } else {
         let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
         let mut source = AccountSource::new(dbs, txn, true, roots)?;
         let run = walk::run(&mut source, &set, Vec::new(), true)?;
         (run, source.roots.computed, source.roots.leaves)
     };
     write_account_trie(dbs, txn, &run)?;
+    if enabled {
+        cache.accounts.written(&run.removed, &run.updates);
+    }
     clear(
         dbs,
         txn,

@@ -37,7 +37,8 @@ pub(crate) trait TrieSource {
     /// A leaf as the hashed table holds it.
     type Leaf;
 
-    /// The first stored node at or after `path` in path order.
+    /// The first stored node in path order whose path starts with `path` (the node at
+    /// `path` itself, or the first below it), if any.
     fn seek_node(
         &mut self,
         path: &Nibbles,
@@ -275,10 +276,7 @@ impl Walker<'_> {
                 }));
             }
             if present && below {
-                if let Some((path, node)) = source
-                    .seek_node(&child)?
-                    .filter(|(path, _)| path.starts_with(&child))
-                {
+                if let Some((path, node)) = source.seek_node(&child)? {
                     self.enter(&child, path, node);
                     continue;
                 }
@@ -373,7 +371,8 @@ mod tests {
             path: &Nibbles,
         ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
             let key = crate::codec::encode_path(path).to_vec();
-            Ok(self.nodes.range(key..).next().map(|(_, v)| v.clone()))
+            let found = self.nodes.range(key..).next().map(|(_, v)| v.clone());
+            Ok(found.filter(|(found, _)| found.starts_with(path)))
         }
 
         fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {

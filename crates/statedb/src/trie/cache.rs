@@ -1,0 +1,432 @@
+//! The stored branch nodes kept in memory across blocks, under a byte budget.
+//!
+//! Every root walks from the top of the account trie down to each changed key, entering
+//! the stored node at each level. Over 10M accounts that is about 16,000 node seeks per
+//! block of 6,300 changes, each a B-tree search in MDBX (`AccountsTrie` holds about a
+//! million nodes), and the same upper nodes are sought again by the next block. The cache
+//! answers those seeks from memory: what it holds is exactly what the seek would find in
+//! the write transaction, so a root computed through it is the root computed without it.
+//!
+//! **What is cached:** the answer to "the first stored node under this path" (the walk's
+//! only question, [`crate::trie::walk::TrieSource::seek_node`]), found or not found, per
+//! trie (the account trie, and each account's storage trie).
+//!
+//! **Kept exact by:** every write of trie nodes goes through [`NodeMap::written`], which
+//! drops the answer of every path above a node that changed (only those answers can
+//! change) and records the new nodes; a wiped account's storage trie is dropped whole; a
+//! rebuild or a discarded group drops everything.
+//!
+//! **Bounded by:** a byte budget, enforced after each root ([`TrieCache::enforce_budget`]):
+//! answers not used for the most roots go first, down to three quarters of the budget, so
+//! the upper levels, which every block uses, stay. A budget of 0 turns the cache off.
+
+use std::mem::size_of;
+
+use alloy_primitives::map::{B256Map, HashMap};
+use alloy_primitives::B256;
+use alloy_trie::{BranchNodeCompact, Nibbles};
+
+/// One trie's stored node, as a seek under a path finds it.
+pub(crate) type Found = Option<(Nibbles, BranchNodeCompact)>;
+
+#[derive(Debug)]
+struct Cached {
+    found: Found,
+    /// The root (epoch) that last used it.
+    used: u32,
+}
+
+/// What an entry costs: the map's slot (key, value and control byte, rounded) and the
+/// node's hashes on the heap.
+fn entry_bytes(found: &Found) -> usize {
+    let heap = found.as_ref().map_or(0, |(_, node)| {
+        // The Arc's counts and the Vec's header, then the hashes.
+        2 * size_of::<usize>() + size_of::<Vec<B256>>() + node.hashes.len() * size_of::<B256>()
+    });
+    size_of::<Nibbles>() + size_of::<Cached>() + 8 + heap
+}
+
+/// Hits, misses and evictions since the cache was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrieCacheStats {
+    /// Seeks answered from memory.
+    pub hits: u64,
+    /// Seeks that went to MDBX.
+    pub misses: u64,
+    /// Entries dropped to keep within the budget.
+    pub evicted: u64,
+    /// Entries held now.
+    pub entries: u64,
+    /// Bytes held now (estimated as the entries' sizes).
+    pub bytes: u64,
+}
+
+/// One trie's cached seeks.
+#[derive(Debug, Default)]
+pub(crate) struct NodeMap {
+    entries: HashMap<Nibbles, Cached>,
+    bytes: usize,
+    epoch: u32,
+    hits: u64,
+    misses: u64,
+}
+
+impl NodeMap {
+    /// The cached answer for `path`, if any.
+    pub(crate) fn get(&mut self, path: &Nibbles) -> Option<Found> {
+        match self.entries.get_mut(path) {
+            Some(entry) => {
+                entry.used = self.epoch;
+                self.hits += 1;
+                Some(entry.found.clone())
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Records what a seek under `path` found in MDBX.
+    pub(crate) fn insert(&mut self, path: Nibbles, found: Found) {
+        let bytes = entry_bytes(&found);
+        let entry = Cached {
+            found,
+            used: self.epoch,
+        };
+        if let Some(old) = self.entries.insert(path, entry) {
+            self.bytes -= entry_bytes(&old.found);
+        }
+        self.bytes += bytes;
+    }
+
+    fn remove(&mut self, path: &Nibbles) {
+        if let Some(old) = self.entries.remove(path) {
+            self.bytes -= entry_bytes(&old.found);
+        }
+    }
+
+    /// The trie's stored nodes at `removed` were deleted or replaced, and `updates` were
+    /// stored: the answer for a path changes only if a changed node lies under it, so the
+    /// answers of every prefix of a changed path go, and each stored node answers for its
+    /// own path.
+    pub(crate) fn written(
+        &mut self,
+        removed: &[Nibbles],
+        updates: &[(Nibbles, BranchNodeCompact)],
+    ) {
+        if self.entries.is_empty() && updates.is_empty() {
+            return;
+        }
+        for path in removed.iter().chain(updates.iter().map(|(p, _)| p)) {
+            for len in 0..=path.len() {
+                self.remove(&path.slice(..len));
+            }
+        }
+        for (path, node) in updates {
+            self.insert(*path, Some((*path, node.clone())));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Each account's storage trie's cached seeks.
+#[derive(Debug, Default)]
+pub(crate) struct StorageNodes {
+    owners: B256Map<NodeMap>,
+    /// Bytes of every owner's map as of its last change through this type.
+    bytes: usize,
+    epoch: u32,
+    hits: u64,
+    misses: u64,
+}
+
+impl StorageNodes {
+    /// The cached answer for `path` in `owner`'s storage trie, if any.
+    pub(crate) fn get(&mut self, owner: &B256, path: &Nibbles) -> Option<Found> {
+        let found = self.owners.get_mut(owner).and_then(|map| {
+            map.epoch = self.epoch;
+            map.get(path)
+        });
+        match found {
+            Some(_) => self.hits += 1,
+            None => self.misses += 1,
+        }
+        found
+    }
+
+    /// Records what a seek under `path` in `owner`'s storage trie found in MDBX.
+    pub(crate) fn insert(&mut self, owner: B256, path: Nibbles, found: Found) {
+        let map = self.owners.entry(owner).or_default();
+        map.epoch = self.epoch;
+        let before = map.bytes;
+        map.insert(path, found);
+        self.bytes = self.bytes + map.bytes - before;
+    }
+
+    /// [`NodeMap::written`] for `owner`'s storage trie.
+    pub(crate) fn written(
+        &mut self,
+        owner: &B256,
+        removed: &[Nibbles],
+        updates: &[(Nibbles, BranchNodeCompact)],
+    ) {
+        if removed.is_empty() && updates.is_empty() {
+            return;
+        }
+        let map = self.owners.entry(*owner).or_default();
+        map.epoch = self.epoch;
+        let before = map.bytes;
+        map.written(removed, updates);
+        self.bytes = self.bytes + map.bytes - before;
+    }
+
+    /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
+    pub(crate) fn forget(&mut self, owner: &B256) {
+        if let Some(map) = self.owners.remove(owner) {
+            self.bytes -= map.bytes;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.owners.clear();
+        self.bytes = 0;
+    }
+}
+
+/// The account trie's and the storage tries' cached seeks, under one budget.
+#[derive(Debug)]
+pub(crate) struct TrieCache {
+    pub(crate) accounts: NodeMap,
+    pub(crate) storage: StorageNodes,
+    budget: usize,
+    epoch: u32,
+    evicted: u64,
+}
+
+impl TrieCache {
+    /// An empty cache holding at most `budget` bytes (0: off).
+    pub(crate) fn new(budget: usize) -> Self {
+        Self {
+            accounts: NodeMap::default(),
+            storage: StorageNodes::default(),
+            budget,
+            epoch: 0,
+            evicted: 0,
+        }
+    }
+
+    /// Whether seeks should go through the cache at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    /// Starts a root: what it uses is marked with a new epoch.
+    pub(crate) fn begin_root(&mut self) {
+        self.epoch = self.epoch.wrapping_add(1);
+        self.accounts.epoch = self.epoch;
+        self.storage.epoch = self.epoch;
+    }
+
+    /// Drops everything: the stored nodes changed in ways the cache did not follow (a
+    /// rebuild, a discarded write transaction).
+    pub(crate) fn clear(&mut self) {
+        self.accounts.clear();
+        self.storage.clear();
+    }
+
+    fn bytes(&self) -> usize {
+        self.accounts.bytes + self.storage.bytes
+    }
+
+    /// Evicts the entries unused for the most roots until at most three quarters of the
+    /// budget is held, if the budget is exceeded. Returns how many went.
+    pub(crate) fn enforce_budget(&mut self) -> u64 {
+        if self.bytes() <= self.budget {
+            return 0;
+        }
+        // Bytes by age in roots (the last bucket: that old or older), then the youngest
+        // ages that fit in the target.
+        const AGES: usize = 64;
+        let epoch = self.epoch;
+        let age = |used: u32| (epoch.wrapping_sub(used) as usize).min(AGES - 1);
+        let mut by_age = [0usize; AGES];
+        let mut count = |map: &NodeMap| {
+            for entry in map.entries.values() {
+                by_age[age(entry.used)] += entry_bytes(&entry.found);
+            }
+        };
+        count(&self.accounts);
+        for map in self.storage.owners.values() {
+            count(map);
+        }
+        let target = self.budget / 4 * 3;
+        let mut kept = 0;
+        let mut keep_below = 0;
+        for (a, bytes) in by_age.iter().enumerate() {
+            if kept + bytes > target {
+                break;
+            }
+            kept += bytes;
+            keep_below = a + 1;
+        }
+        let before = self.accounts.len()
+            + self
+                .storage
+                .owners
+                .values()
+                .map(NodeMap::len)
+                .sum::<usize>();
+        let retain = |map: &mut NodeMap| {
+            let mut bytes = 0;
+            map.entries.retain(|_, entry| {
+                let keep = age(entry.used) < keep_below;
+                if keep {
+                    bytes += entry_bytes(&entry.found);
+                }
+                keep
+            });
+            map.bytes = bytes;
+        };
+        retain(&mut self.accounts);
+        self.storage.owners.retain(|_, map| {
+            retain(map);
+            !map.entries.is_empty()
+        });
+        self.storage.bytes = self.storage.owners.values().map(|m| m.bytes).sum();
+        let after = self.accounts.len()
+            + self
+                .storage
+                .owners
+                .values()
+                .map(NodeMap::len)
+                .sum::<usize>();
+        let evicted = (before - after) as u64;
+        self.evicted += evicted;
+        evicted
+    }
+
+    /// Counters and sizes.
+    pub(crate) fn stats(&self) -> TrieCacheStats {
+        let storage_entries: usize = self.storage.owners.values().map(NodeMap::len).sum();
+        TrieCacheStats {
+            hits: self.accounts.hits + self.storage.hits,
+            misses: self.accounts.misses + self.storage.misses,
+            evicted: self.evicted,
+            entries: (self.accounts.len() + storage_entries) as u64,
+            bytes: self.bytes() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_trie::TrieMask;
+    use std::sync::Arc;
+
+    fn node(hashes: usize) -> BranchNodeCompact {
+        BranchNodeCompact {
+            state_mask: TrieMask::new(0xffff),
+            tree_mask: TrieMask::new(0),
+            hash_mask: TrieMask::new((1u16 << hashes) - 1),
+            hashes: Arc::new(vec![B256::ZERO; hashes]),
+            root_hash: None,
+        }
+    }
+
+    fn path(nibbles: &[u8]) -> Nibbles {
+        Nibbles::from_nibbles(nibbles)
+    }
+
+    #[test]
+    fn a_write_drops_the_answers_above_it_and_keeps_the_others() {
+        let mut map = NodeMap::default();
+        map.insert(path(&[]), Some((path(&[]), node(2))));
+        // Under [1] the first stored node is behind an extension, at [1, 2, 3].
+        map.insert(path(&[1]), Some((path(&[1, 2, 3]), node(1))));
+        map.insert(path(&[1, 2, 3]), Some((path(&[1, 2, 3]), node(1))));
+        map.insert(path(&[2]), Some((path(&[2]), node(1))));
+        map.insert(path(&[3]), None);
+        map.written(&[path(&[]), path(&[1, 2, 3])], &[(path(&[1, 2]), node(3))]);
+        // The root and [1] lie above a changed node; [1, 2, 3] was removed; [1, 2] is new.
+        assert!(map.get(&path(&[])).is_none());
+        assert!(map.get(&path(&[1])).is_none());
+        assert!(map.get(&path(&[1, 2, 3])).is_none());
+        assert_eq!(
+            map.get(&path(&[1, 2])),
+            Some(Some((path(&[1, 2]), node(3))))
+        );
+        // Siblings are untouched, found and not found alike.
+        assert_eq!(map.get(&path(&[2])), Some(Some((path(&[2]), node(1)))));
+        assert_eq!(map.get(&path(&[3])), Some(None));
+        let expected: usize = map.entries.values().map(|e| entry_bytes(&e.found)).sum();
+        assert_eq!(map.bytes, expected);
+    }
+
+    #[test]
+    fn the_budget_keeps_what_recent_roots_used() {
+        let one = entry_bytes(&Some((path(&[]), node(16))));
+        let mut cache = TrieCache::new(one * 28);
+        // Root 1 finds 16 account nodes, root 3 ten storage tries' roots, root 5 uses
+        // four of the account nodes again.
+        cache.begin_root();
+        for i in 0..16u8 {
+            cache
+                .accounts
+                .insert(path(&[i]), Some((path(&[i]), node(16))));
+        }
+        cache.begin_root();
+        cache.begin_root();
+        for i in 0..10u8 {
+            let root = Some((path(&[]), node(16)));
+            cache
+                .storage
+                .insert(B256::with_last_byte(i), path(&[]), root);
+        }
+        cache.begin_root();
+        cache.begin_root();
+        for i in 0..4u8 {
+            assert!(cache.accounts.get(&path(&[i])).is_some());
+        }
+        assert_eq!(cache.enforce_budget(), 0, "within the budget");
+        for i in 1..4u8 {
+            let p = path(&[1, i]);
+            cache.accounts.insert(p, Some((p, node(16))));
+        }
+        assert_eq!(cache.bytes(), one * 29);
+        // Over it: down to 21 entries' worth, the oldest first. Those root 5 used (7) and
+        // root 3's (10) fit; root 1's other twelve go.
+        assert_eq!(cache.enforce_budget(), 12);
+        assert_eq!(cache.bytes(), one * 17);
+        for i in 0..4u8 {
+            assert!(cache.accounts.get(&path(&[i])).is_some(), "{i} evicted");
+        }
+        for i in 4..16u8 {
+            assert!(cache.accounts.get(&path(&[i])).is_none(), "{i} kept");
+        }
+        for i in 0..10u8 {
+            let owner = B256::with_last_byte(i);
+            assert!(
+                cache.storage.get(&owner, &path(&[])).is_some(),
+                "{i} evicted"
+            );
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.evicted, 12);
+        assert_eq!(stats.entries, 17);
+        assert_eq!(stats.bytes as usize, cache.bytes());
+        cache.storage.forget(&B256::with_last_byte(0));
+        cache.clear();
+        assert_eq!(cache.stats().entries, 0);
+        assert_eq!(cache.bytes(), 0);
+    }
+}
