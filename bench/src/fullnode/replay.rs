@@ -232,6 +232,10 @@ pub struct RunResult {
     pub root_leaves: u64,
     /// Accounts whose leaf those roots recomputed.
     pub root_changed_accounts: u64,
+    /// Leaves those roots took from the trie cache's remembered hashes.
+    pub root_remembered: u64,
+    /// Trie walks those roots did again without remembered hashes.
+    pub root_rereads: u64,
     /// The root at the last block.
     pub final_root: String,
     /// Batched: seconds of the one root at the end (a rebuild of the whole trie from the
@@ -292,6 +296,8 @@ pub struct TrieCacheFigures {
     pub hits: u64,
     /// Node seeks that searched MDBX.
     pub misses: u64,
+    /// Leaves taken from remembered hashes.
+    pub leaf_hits: u64,
     /// Entries dropped to keep within the budget.
     pub evicted: u64,
 }
@@ -840,6 +846,7 @@ impl Replay<'_> {
         let (mut commits, mut mdbx_commit, mut roots, mut leaves, mut changed_accounts) =
             (0u64, 0.0, 0u64, 0u64, 0u64);
         let (mut syncs, mut sync_seconds) = (0u64, 0.0);
+        let (mut remembered, mut rereads) = (0u64, 0u64);
         let mut last_root = None;
         let mut count_commit = |info: Option<gigas_statedb::CommitInfo>| {
             if let Some(info) = info {
@@ -870,6 +877,8 @@ impl Replay<'_> {
                 roots += 1;
                 leaves += root.leaves;
                 changed_accounts += root.changed_accounts;
+                remembered += root.remembered;
+                rereads += root.rereads;
                 last_root = Some(root.root);
             }
             if applier.should_commit() {
@@ -902,6 +911,7 @@ impl Replay<'_> {
                     entries: stats.entries,
                     hits: stats.hits,
                     misses: stats.misses,
+                    leaf_hits: stats.leaf_hits,
                     evicted: stats.evicted,
                 })
             }
@@ -973,6 +983,8 @@ impl Replay<'_> {
             roots,
             root_leaves: leaves,
             root_changed_accounts: changed_accounts,
+            root_remembered: remembered,
+            root_rereads: rereads,
             final_root: final_root.to_string(),
             final_root_seconds,
             final_root_commit_seconds,

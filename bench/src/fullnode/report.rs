@@ -177,14 +177,14 @@ pub fn markdown(r: &FullnodeReport) -> String {
         );
         let _ = writeln!(
             md,
-            "| round | mode | budget MiB | held MiB | entries | hits | misses | hit ratio | evicted |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+            "| round | mode | budget MiB | held MiB | entries | node hits | node misses | hit ratio | leaves from remembered hashes | leaves hashed | walks redone | evicted |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for run in &r.runs {
             let Some(c) = &run.trie_cache else { continue };
             let seeks = c.hits + c.misses;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 run.round,
                 run.mode.short(),
                 c.budget_bytes >> 20,
@@ -197,6 +197,9 @@ pub fn markdown(r: &FullnodeReport) -> String {
                 } else {
                     "-".into()
                 },
+                c.leaf_hits,
+                run.root_leaves,
+                run.root_rereads,
                 c.evicted,
             );
         }

@@ -274,6 +274,11 @@ pub struct RootInfo {
     pub leaves: u64,
     /// Subtries taken from their stored hash.
     pub skipped: u64,
+    /// Leaves taken from the writer's remembered hashes instead of read and hashed.
+    pub remembered: u64,
+    /// Trie walks done again without remembered hashes (a deletion changed the shape
+    /// around one).
+    pub rereads: u64,
     /// Seconds it took.
     pub seconds: f64,
 }

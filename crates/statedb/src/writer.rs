@@ -780,6 +780,8 @@ impl<'db> StateWriter<'db> {
             storage_tries: outcome.storage_tries,
             leaves: outcome.leaves,
             skipped: outcome.skipped,
+            remembered: outcome.remembered,
+            rereads: outcome.rereads,
             seconds,
         })
     }

@@ -16,6 +16,12 @@
 //! change) and records the new nodes; a wiped account's storage trie is dropped whole; a
 //! rebuild or a discarded group drops everything.
 //!
+//! **Also remembered:** the hash of each leaf child of a stored node the walk read, by its
+//! child path ([`crate::trie::walk::run_memo`]): a stored node keeps hashes for its branch
+//! children only, so without them every root reads and hashes again each sibling leaf of
+//! each changed key. Such a hash changes only when a key under its path does, so the
+//! hashes at every prefix of each changed key are forgotten before its root.
+//!
 //! **Bounded by:** a byte budget, enforced after each root ([`TrieCache::enforce_budget`]):
 //! answers not used for the most roots go first, down to three quarters of the budget, so
 //! the upper levels, which every block uses, stay. A budget of 0 turns the cache off.
@@ -53,6 +59,8 @@ pub struct TrieCacheStats {
     pub hits: u64,
     /// Seeks that went to MDBX.
     pub misses: u64,
+    /// Leaves taken from their remembered hash instead of read and hashed.
+    pub leaf_hits: u64,
     /// Entries dropped to keep within the budget.
     pub evicted: u64,
     /// Entries held now.
@@ -61,14 +69,27 @@ pub struct TrieCacheStats {
     pub bytes: u64,
 }
 
-/// One trie's cached seeks.
+#[derive(Debug)]
+struct Memo {
+    hash: B256,
+    used: u32,
+}
+
+/// What a remembered leaf hash costs.
+const MEMO_BYTES: usize = size_of::<Nibbles>() + size_of::<Memo>() + 8;
+
+/// One trie's cached seeks and remembered leaf hashes.
 #[derive(Debug, Default)]
 pub(crate) struct NodeMap {
     entries: HashMap<Nibbles, Cached>,
+    leaves: HashMap<Nibbles, Memo>,
+    /// The longest child path with a remembered hash.
+    leaf_depth: usize,
     bytes: usize,
     epoch: u32,
     hits: u64,
     misses: u64,
+    leaf_hits: u64,
 }
 
 impl NodeMap {
@@ -98,6 +119,42 @@ impl NodeMap {
             self.bytes -= entry_bytes(&old.found);
         }
         self.bytes += bytes;
+    }
+
+    /// The remembered hash of the leaf at `child`.
+    pub(crate) fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
+        let memo = self.leaves.get_mut(child)?;
+        memo.used = self.epoch;
+        self.leaf_hits += 1;
+        Some(memo.hash)
+    }
+
+    /// Remembers the hash of the leaf at `child`.
+    pub(crate) fn remember_leaf(&mut self, child: Nibbles, hash: B256) {
+        let memo = Memo {
+            hash,
+            used: self.epoch,
+        };
+        if self.leaves.insert(child, memo).is_none() {
+            self.bytes += MEMO_BYTES;
+        }
+        self.leaf_depth = self.leaf_depth.max(child.len());
+    }
+
+    /// Forgets the leaf hashes at every prefix of each key: those leaves changed, or a new
+    /// key went under their path.
+    pub(crate) fn changed_keys<'k>(&mut self, keys: impl IntoIterator<Item = &'k B256>) {
+        if self.leaves.is_empty() {
+            return;
+        }
+        for key in keys {
+            let key = Nibbles::unpack(key);
+            for len in 1..=self.leaf_depth.min(key.len()) {
+                if self.leaves.remove(&key.slice(..len)).is_some() {
+                    self.bytes -= MEMO_BYTES;
+                }
+            }
+        }
     }
 
     fn remove(&mut self, path: &Nibbles) {
@@ -130,11 +187,12 @@ impl NodeMap {
 
     fn clear(&mut self) {
         self.entries.clear();
+        self.leaves.clear();
         self.bytes = 0;
     }
 
     fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.leaves.len()
     }
 }
 
@@ -147,6 +205,7 @@ pub(crate) struct StorageNodes {
     epoch: u32,
     hits: u64,
     misses: u64,
+    leaf_hits: u64,
 }
 
 impl StorageNodes {
@@ -187,6 +246,33 @@ impl StorageNodes {
         let before = map.bytes;
         map.written(removed, updates);
         self.bytes = self.bytes + map.bytes - before;
+    }
+
+    /// [`NodeMap::leaf_hash`] in `owner`'s storage trie.
+    pub(crate) fn leaf_hash(&mut self, owner: &B256, child: &Nibbles) -> Option<B256> {
+        let map = self.owners.get_mut(owner)?;
+        map.epoch = self.epoch;
+        let hash = map.leaf_hash(child);
+        self.leaf_hits += u64::from(hash.is_some());
+        hash
+    }
+
+    /// [`NodeMap::remember_leaf`] in `owner`'s storage trie.
+    pub(crate) fn remember_leaf(&mut self, owner: B256, child: Nibbles, hash: B256) {
+        let map = self.owners.entry(owner).or_default();
+        map.epoch = self.epoch;
+        let before = map.bytes;
+        map.remember_leaf(child, hash);
+        self.bytes = self.bytes + map.bytes - before;
+    }
+
+    /// [`NodeMap::changed_keys`] in `owner`'s storage trie.
+    pub(crate) fn changed_keys(&mut self, owner: &B256, keys: &[B256]) {
+        if let Some(map) = self.owners.get_mut(owner) {
+            let before = map.bytes;
+            map.changed_keys(keys);
+            self.bytes = self.bytes + map.bytes - before;
+        }
     }
 
     /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
@@ -263,6 +349,9 @@ impl TrieCache {
             for entry in map.entries.values() {
                 by_age[age(entry.used)] += entry_bytes(&entry.found);
             }
+            for memo in map.leaves.values() {
+                by_age[age(memo.used)] += MEMO_BYTES;
+            }
         };
         count(&self.accounts);
         for map in self.storage.owners.values() {
@@ -294,12 +383,13 @@ impl TrieCache {
                 }
                 keep
             });
-            map.bytes = bytes;
+            map.leaves.retain(|_, memo| age(memo.used) < keep_below);
+            map.bytes = bytes + map.leaves.len() * MEMO_BYTES;
         };
         retain(&mut self.accounts);
         self.storage.owners.retain(|_, map| {
             retain(map);
-            !map.entries.is_empty()
+            map.len() > 0
         });
         self.storage.bytes = self.storage.owners.values().map(|m| m.bytes).sum();
         let after = self.accounts.len()
@@ -320,6 +410,7 @@ impl TrieCache {
         TrieCacheStats {
             hits: self.accounts.hits + self.storage.hits,
             misses: self.accounts.misses + self.storage.misses,
+            leaf_hits: self.accounts.leaf_hits + self.storage.leaf_hits,
             evicted: self.evicted,
             entries: (self.accounts.len() + storage_entries) as u64,
             bytes: self.bytes() as u64,

@@ -152,6 +152,16 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K
         TrieAccount::new(leaf.nonce, leaf.balance, storage_root, leaf.code_hash).encode(out);
         Ok(())
     }
+
+    fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
+        self.cache.as_mut()?.leaf_hash(child)
+    }
+
+    fn remember_leaf_hash(&mut self, child: Nibbles, hash: B256) {
+        if let Some(cache) = self.cache.as_mut() {
+            cache.remember_leaf(child, hash);
+        }
+    }
 }
 
 /// One account's storage trie, its stored nodes through the cache when given.
@@ -253,6 +263,18 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, '_, K> {
     ) -> Result<(), StateDbError> {
         leaf.encode(out);
         Ok(())
+    }
+
+    fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
+        let address = self.address;
+        self.cache.as_mut()?.leaf_hash(&address, child)
+    }
+
+    fn remember_leaf_hash(&mut self, child: Nibbles, hash: B256) {
+        let address = self.address;
+        if let Some(cache) = self.cache.as_mut() {
+            cache.remember_leaf(address, child, hash);
+        }
     }
 }
 
@@ -621,6 +643,10 @@ pub(crate) struct RootOutcome {
     pub(crate) storage_tries: u64,
     pub(crate) leaves: u64,
     pub(crate) skipped: u64,
+    /// Leaves taken from their remembered hash.
+    pub(crate) remembered: u64,
+    /// Walks done again without remembered hashes.
+    pub(crate) rereads: u64,
 }
 
 /// The incremental root: recomputes the storage tries and account leaves `changed` names,
@@ -643,11 +669,17 @@ pub(crate) fn update_root(
         cache.begin_root();
     }
     for (address, slots) in storage {
-        let run = {
-            let mut source = StorageSource::new(dbs, txn, address, true)?
-                .cached(enabled.then_some(&mut cache.storage));
+        let run = if enabled {
+            cache.storage.changed_keys(&address, &slots);
+            let mut source =
+                StorageSource::new(dbs, txn, address, true)?.cached(Some(&mut cache.storage));
+            walk::run_memo(&mut source, &PrefixSet::new(slots))?
+        } else {
+            let mut source = StorageSource::new(dbs, txn, address, true)?;
             walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), true)?
         };
+        out.remembered += run.remembered;
+        out.rereads += u64::from(run.reread);
         write_storage_trie(dbs, txn, &address, &run)?;
         if enabled {
             cache.storage.written(&address, &run.removed, &run.updates);
@@ -658,11 +690,14 @@ pub(crate) fn update_root(
         known.insert(address, run.root);
         accounts.push(address);
     }
+    if enabled {
+        cache.accounts.changed_keys(&accounts);
+    }
     let set = PrefixSet::new(accounts);
     let (run, computed, leaves) = if enabled {
         let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?.cached(&mut cache.storage);
         let mut source = AccountSource::new(dbs, txn, true, roots)?.cached(&mut cache.accounts);
-        let run = walk::run(&mut source, &set, Vec::new(), true)?;
+        let run = walk::run_memo(&mut source, &set)?;
         (run, source.roots.computed, source.roots.leaves)
     } else {
         let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
@@ -684,6 +719,8 @@ pub(crate) fn update_root(
     out.storage_tries += computed;
     out.leaves += run.leaves + leaves;
     out.skipped += run.skipped;
+    out.remembered += run.remembered;
+    out.rereads += u64::from(run.reread);
     Ok(out)
 }
 
@@ -720,7 +757,7 @@ pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, S
         changed_accounts: run.leaves,
         storage_tries: computed,
         leaves: run.leaves + leaves,
-        skipped: 0,
+        ..RootOutcome::default()
     })
 }
 

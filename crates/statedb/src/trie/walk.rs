@@ -26,7 +26,8 @@ use std::collections::VecDeque;
 
 use alloy_primitives::B256;
 use alloy_trie::proof::{ProofNodes, ProofRetainer};
-use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles};
+use alloy_trie::nodes::LeafNodeRef;
+use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles, TrieMask};
 
 use crate::codec::{key_after, lower_key};
 use crate::error::StateDbError;
@@ -57,6 +58,15 @@ pub(crate) trait TrieSource {
         leaf: &Self::Leaf,
         out: &mut Vec<u8>,
     ) -> Result<(), StateDbError>;
+
+    /// The hash of the leaf node at `child`, the one leaf under that child path, if the
+    /// source remembers it (see [`run_memo`]).
+    fn leaf_hash(&mut self, _child: &Nibbles) -> Option<B256> {
+        None
+    }
+
+    /// Remembers the hash of the leaf node at `child`, the one leaf under it.
+    fn remember_leaf_hash(&mut self, _child: Nibbles, _hash: B256) {}
 }
 
 /// What a walk computed.
@@ -74,6 +84,10 @@ pub(crate) struct TrieRun {
     pub(crate) leaves: u64,
     /// Subtries taken from their stored hash.
     pub(crate) skipped: u64,
+    /// Leaves taken from their remembered hash ([`run_memo`]).
+    pub(crate) remembered: u64,
+    /// [`run_memo`] walked again without remembered hashes.
+    pub(crate) reread: bool,
 }
 
 /// Computes the root of the trie `source` holds, recomputing what `changed` names (which
@@ -85,6 +99,65 @@ pub(crate) fn run<S: TrieSource>(
     updates: bool,
 ) -> Result<TrieRun, StateDbError> {
     run_spilling(source, changed, targets, updates, None)
+}
+
+/// [`run`] with updates, taking the hash of every unchanged leaf child of an entered node
+/// from [`TrieSource::leaf_hash`] instead of reading and hashing the leaf, and remembering
+/// the hashes of those it reads ([`TrieSource::remember_leaf_hash`]).
+///
+/// A stored node keeps no hash for its leaf children, so a walk otherwise reads every
+/// sibling leaf of every changed key from the hashed table and hashes it again: over 10M
+/// accounts about nine per changed account. A remembered hash stands for the leaf at one
+/// child path, which only a changed key under that path can change, so the source must
+/// forget the hashes at every prefix of each changed key.
+///
+/// The hash builder takes a hash it is given as a branch child: the node above gets a hash
+/// bit (and the hash) for it, which the stored layout keeps for branch children only. Those
+/// are taken out of the updates afterwards. If the node above is then no longer a stored
+/// node (its last branch child went), or no longer a branch (a deletion merged its
+/// children), the given hash stood where the trie has no such child: the walk is done again
+/// without remembered hashes, which gives the true root and updates.
+pub(crate) fn run_memo<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+) -> Result<TrieRun, StateDbError> {
+    let mut fed = Vec::new();
+    let mut out = walk(source, changed, Vec::new(), true, None, Some(&mut fed))?;
+    if fed.is_empty() || unfeed(&mut out.updates, &fed) {
+        return Ok(out);
+    }
+    let mut again = walk(source, changed, Vec::new(), true, None, None)?;
+    again.reread = true;
+    Ok(again)
+}
+
+/// Takes the hashes fed for the leaf children `fed` out of the nodes above them. False when
+/// a node above is not in `updates` as a branch with that child, or keeps no hash or
+/// stored child once they are gone: the walk must be done again.
+fn unfeed(updates: &mut [(Nibbles, BranchNodeCompact)], fed: &[Nibbles]) -> bool {
+    let mut touched = Vec::with_capacity(fed.len());
+    for child in fed {
+        let Some(nibble) = child.last() else {
+            return false;
+        };
+        let parent = child.slice(..child.len() - 1);
+        let Ok(at) = updates.binary_search_by(|(path, _)| path.cmp(&parent)) else {
+            return false;
+        };
+        let node = &mut updates[at].1;
+        if !node.state_mask.is_bit_set(nibble) || !node.hash_mask.is_bit_set(nibble) {
+            return false;
+        }
+        let below = (node.hash_mask.get() & ((1u16 << nibble) - 1)).count_ones() as usize;
+        let mut hashes = node.hashes.as_ref().clone();
+        hashes.remove(below);
+        node.hashes = std::sync::Arc::new(hashes);
+        node.hash_mask = TrieMask::new(node.hash_mask.get() & !(1u16 << nibble));
+        touched.push(at);
+    }
+    touched
+        .iter()
+        .all(|at| !updates[*at].1.hash_mask.is_empty() || !updates[*at].1.tree_mask.is_empty())
 }
 
 /// Branch nodes a rebuild holds before handing them to its spill (about 200 bytes each).
@@ -105,7 +178,20 @@ pub(crate) fn run_spilling<S: TrieSource>(
     changed: &PrefixSet,
     targets: Vec<Nibbles>,
     updates: bool,
+    spill: Option<Spill<'_>>,
+) -> Result<TrieRun, StateDbError> {
+    walk(source, changed, targets, updates, spill, None)
+}
+
+/// The walk. With `fed`, unchanged leaf children are fed by their remembered hashes, whose
+/// paths go into `fed` ([`run_memo`] only).
+fn walk<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+    targets: Vec<Nibbles>,
+    updates: bool,
     mut spill: Option<Spill<'_>>,
+    mut fed: Option<&mut Vec<Nibbles>>,
 ) -> Result<TrieRun, StateDbError> {
     if changed.is_empty() && targets.is_empty() {
         // Nothing changed: the stored root node carries the root.
@@ -124,6 +210,7 @@ pub(crate) fn run_spilling<S: TrieSource>(
     }
     let mut walker = Walker {
         changed,
+        memo: fed.is_some(),
         stack: Vec::new(),
         queue: VecDeque::new(),
         started: false,
@@ -135,14 +222,34 @@ pub(crate) fn run_spilling<S: TrieSource>(
         count: 0,
     };
     let mut buf = Vec::with_capacity(128);
-    let mut skipped = 0;
+    let mut rlp = Vec::with_capacity(128);
+    let (mut skipped, mut remembered) = (0, 0);
     while let Some(step) = walker.next(source)? {
         match step {
             Step::Skip { path, hash, stored } => {
                 hb.add_branch(path, hash, stored);
                 skipped += 1;
             }
-            Step::Leaves(range) => feed.feed(source, &mut hb, range, &mut buf, &mut spill)?,
+            Step::Remembered { path, hash } => {
+                hb.add_branch(path, hash, false);
+                remembered += 1;
+                if let Some(fed) = fed.as_mut() {
+                    fed.push(path);
+                }
+            }
+            Step::Leaves(range, memo) => {
+                let single = feed.feed(source, &mut hb, range, &mut buf, &mut spill)?;
+                if let (Some(child), Some(key)) = (memo, single) {
+                    // `buf` still holds the one leaf's value. A leaf node under 32 bytes
+                    // is inlined in its parent, not hashed: not remembered.
+                    rlp.clear();
+                    let key = Nibbles::unpack(key);
+                    let node = LeafNodeRef::new(&key.slice(child.len()..), &buf).rlp(&mut rlp);
+                    if let Some(hash) = node.as_hash() {
+                        source.remember_leaf_hash(child, hash);
+                    }
+                }
+            }
         }
     }
     let root = hb.root();
@@ -157,6 +264,8 @@ pub(crate) fn run_spilling<S: TrieSource>(
         proof,
         leaves: feed.count,
         skipped,
+        remembered,
+        reread: false,
     })
 }
 
@@ -174,7 +283,10 @@ enum Step {
         hash: B256,
         stored: bool,
     },
-    Leaves(Range),
+    /// An unchanged leaf child, by its remembered hash.
+    Remembered { path: Nibbles, hash: B256 },
+    /// Leaves to read; with the path of a leaf child whose hash is to be remembered.
+    Leaves(Range, Option<Nibbles>),
 }
 
 struct Frame {
@@ -189,6 +301,8 @@ struct Frame {
 
 struct Walker<'p> {
     changed: &'p PrefixSet,
+    /// Feed unchanged leaf children by remembered hashes.
+    memo: bool,
     stack: Vec<Frame>,
     queue: VecDeque<Step>,
     started: bool,
@@ -203,7 +317,7 @@ impl Walker<'_> {
             (Some(_), None) => false,
         };
         if !empty {
-            self.queue.push_back(Step::Leaves(Range { from, to }));
+            self.queue.push_back(Step::Leaves(Range { from, to }, None));
         }
     }
 
@@ -281,6 +395,16 @@ impl Walker<'_> {
                     continue;
                 }
                 // The mask names a stored node that is not there: recompute from leaves.
+            } else if present && !changed && self.memo {
+                // A leaf child: neither hashed in the node nor stored below it.
+                if let Some(hash) = source.leaf_hash(&child) {
+                    return Ok(Some(Step::Remembered { path: child, hash }));
+                }
+                let range = Range {
+                    from: Some(lower_key(&child)),
+                    to: key_after(&child),
+                };
+                return Ok(Some(Step::Leaves(range, Some(child))));
             }
             self.push_leaves(Some(lower_key(&child)), key_after(&child));
         }
@@ -305,10 +429,11 @@ impl<L> LeafFeed<L> {
         range: Range,
         buf: &mut Vec<u8>,
         spill: &mut Option<Spill<'_>>,
-    ) -> Result<(), StateDbError> {
+    ) -> Result<Option<B256>, StateDbError> {
         let Some(from) = range.from else {
-            return Ok(());
+            return Ok(None);
         };
+        let (mut fed, mut first) = (0u64, None);
         let positioned = match self.low {
             Some((low, exclusive)) => {
                 (low < from || (low == from && !exclusive))
@@ -329,6 +454,8 @@ impl<L> LeafFeed<L> {
             source.leaf_value(&key, &leaf, buf)?;
             hb.add_leaf(Nibbles::unpack(key), buf);
             self.count += 1;
+            fed += 1;
+            first.get_or_insert(key);
             if let Some(spill) = spill.as_mut() {
                 let held = hb.updated_branch_nodes.as_ref().map_or(0, |u| u.len());
                 if held >= SPILL_NODES {
@@ -341,7 +468,8 @@ impl<L> LeafFeed<L> {
             self.peek = source.next_leaf()?;
             self.low = Some((key, true));
         }
-        Ok(())
+        // The range's leaf, if it held exactly one (its value is left in `buf`).
+        Ok(first.filter(|_| fed == 1))
     }
 }
 
@@ -361,6 +489,8 @@ mod tests {
         nodes: BTreeMap<Vec<u8>, (Nibbles, BranchNodeCompact)>,
         leaves: BTreeMap<B256, U256>,
         at: Option<B256>,
+        /// Remembered leaf hashes by child path.
+        memo: BTreeMap<Nibbles, B256>,
     }
 
     impl TrieSource for Memory {
@@ -401,6 +531,14 @@ mod tests {
             alloy_rlp::Encodable::encode(leaf, out);
             Ok(())
         }
+
+        fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
+            self.memo.get(child).copied()
+        }
+
+        fn remember_leaf_hash(&mut self, child: Nibbles, hash: B256) {
+            self.memo.insert(child, hash);
+        }
     }
 
     fn reference(leaves: &BTreeMap<B256, U256>) -> B256 {
@@ -421,6 +559,7 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
+        let (mut remembered, mut rereads) = (0, 0);
         for round in 0..60 {
             let mut changed = Vec::new();
             let count = if round == 0 { 3000 } else { 1 + rand() % 200 };
@@ -434,9 +573,26 @@ mod tests {
                     trie.leaves.insert(key, U256::from(rand()));
                 }
             }
+            // Remembered hashes at a prefix of a changed key are stale.
+            for key in &changed {
+                let key = Nibbles::unpack(key);
+                for len in 1..=key.len() {
+                    trie.memo.remove(&key.slice(..len));
+                }
+            }
             let set = PrefixSet::new(changed);
+            let memo = run_memo(&mut trie, &set).unwrap();
             let out = run(&mut trie, &set, Vec::new(), true).unwrap();
             assert_eq!(out.root, reference(&trie.leaves), "round {round}");
+            // Remembered hashes change how much is read, never what is computed.
+            assert_eq!(memo.root, out.root, "round {round}");
+            assert_eq!(memo.updates, out.updates, "round {round}");
+            assert_eq!(memo.removed, out.removed, "round {round}");
+            remembered += memo.remembered;
+            rereads += u64::from(memo.reread);
+            if memo.remembered > 0 && !memo.reread {
+                assert!(memo.leaves < out.leaves, "round {round}");
+            }
             for path in &out.removed {
                 trie.nodes
                     .remove(crate::codec::encode_path(path).as_slice());
@@ -453,6 +609,8 @@ mod tests {
             let again = run(&mut trie, &PrefixSet::default(), Vec::new(), true).unwrap();
             assert_eq!(again.root, out.root);
         }
+        assert!(remembered > 1000, "{remembered} leaves from remembered hashes");
+        assert!(rereads > 0, "no deletion changed the shape around a remembered leaf");
         // A rebuild that spills as it goes stores the same nodes as one that does not.
         let mut spilled = Vec::new();
         let mut collect = |nodes: &[(Nibbles, BranchNodeCompact)]| {
