@@ -296,8 +296,6 @@ pub struct TrieCacheFigures {
     pub hits: u64,
     /// Node seeks that searched MDBX.
     pub misses: u64,
-    /// Leaves taken from remembered hashes.
-    pub leaf_hits: u64,
     /// Entries dropped to keep within the budget.
     pub evicted: u64,
 }
@@ -911,7 +909,6 @@ impl Replay<'_> {
                     entries: stats.entries,
                     hits: stats.hits,
                     misses: stats.misses,
-                    leaf_hits: stats.leaf_hits,
                     evicted: stats.evicted,
                 })
             }

@@ -197,7 +197,7 @@ pub fn markdown(r: &FullnodeReport) -> String {
                 } else {
                     "-".into()
                 },
-                c.leaf_hits,
+                run.root_remembered,
                 run.root_leaves,
                 run.root_rereads,
                 c.evicted,

@@ -16,11 +16,11 @@
 //! change) and records the new nodes; a wiped account's storage trie is dropped whole; a
 //! rebuild or a discarded group drops everything.
 //!
-//! **Also remembered:** the hash of each leaf child of a stored node the walk read, by its
-//! child path ([`crate::trie::walk::run_memo`]): a stored node keeps hashes for its branch
+//! **Kept with each node:** the hashes of its leaf children as the last walk that entered it
+//! knew them ([`crate::trie::walk::run_memo`]): a stored node keeps hashes for its branch
 //! children only, so without them every root reads and hashes again each sibling leaf of
-//! each changed key. Such a hash changes only when a key under its path does, so the
-//! hashes at every prefix of each changed key are forgotten before its root.
+//! each changed key. They stay true until a key under the node changes, and then the walk
+//! enters the node and they are replaced with it.
 //!
 //! **Bounded by:** a byte budget, enforced after each root ([`TrieCache::enforce_budget`]):
 //! answers not used for the most roots go first, down to three quarters of the budget, so
@@ -32,24 +32,35 @@ use alloy_primitives::map::{B256Map, HashMap};
 use alloy_primitives::B256;
 use alloy_trie::{BranchNodeCompact, Nibbles};
 
+use crate::trie::walk::LeafHashes;
+
 /// One trie's stored node, as a seek under a path finds it.
 pub(crate) type Found = Option<(Nibbles, BranchNodeCompact)>;
 
 #[derive(Debug)]
 struct Cached {
     found: Found,
+    /// The found node's leaf children's hashes.
+    leaves: Option<LeafHashes>,
     /// The root (epoch) that last used it.
     used: u32,
 }
 
 /// What an entry costs: the map's slot (key, value and control byte, rounded) and the
-/// node's hashes on the heap.
-fn entry_bytes(found: &Found) -> usize {
+/// node's and its leaf hashes on the heap.
+fn entry_bytes(found: &Found, leaves: &Option<LeafHashes>) -> usize {
     let heap = found.as_ref().map_or(0, |(_, node)| {
         // The Arc's counts and the Vec's header, then the hashes.
         2 * size_of::<usize>() + size_of::<Vec<B256>>() + node.hashes.len() * size_of::<B256>()
     });
-    size_of::<Nibbles>() + size_of::<Cached>() + 8 + heap
+    let leaves = leaves.as_ref().map_or(0, LeafHashes::heap_bytes);
+    size_of::<Nibbles>() + size_of::<Cached>() + 8 + heap + leaves
+}
+
+impl Cached {
+    fn bytes(&self) -> usize {
+        entry_bytes(&self.found, &self.leaves)
+    }
 }
 
 /// Hits, misses and evictions since the cache was made.
@@ -59,8 +70,6 @@ pub struct TrieCacheStats {
     pub hits: u64,
     /// Seeks that went to MDBX.
     pub misses: u64,
-    /// Leaves taken from their remembered hash instead of read and hashed.
-    pub leaf_hits: u64,
     /// Entries dropped to keep within the budget.
     pub evicted: u64,
     /// Entries held now.
@@ -69,37 +78,24 @@ pub struct TrieCacheStats {
     pub bytes: u64,
 }
 
-#[derive(Debug)]
-struct Memo {
-    hash: B256,
-    used: u32,
-}
-
-/// What a remembered leaf hash costs.
-const MEMO_BYTES: usize = size_of::<Nibbles>() + size_of::<Memo>() + 8;
-
-/// One trie's cached seeks and remembered leaf hashes.
+/// One trie's cached seeks.
 #[derive(Debug, Default)]
 pub(crate) struct NodeMap {
     entries: HashMap<Nibbles, Cached>,
-    leaves: HashMap<Nibbles, Memo>,
-    /// The longest child path with a remembered hash.
-    leaf_depth: usize,
     bytes: usize,
     epoch: u32,
     hits: u64,
     misses: u64,
-    leaf_hits: u64,
 }
 
 impl NodeMap {
-    /// The cached answer for `path`, if any.
-    pub(crate) fn get(&mut self, path: &Nibbles) -> Option<Found> {
+    /// The cached answer for `path`, with the found node's leaf hashes, if any.
+    pub(crate) fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
         match self.entries.get_mut(path) {
             Some(entry) => {
                 entry.used = self.epoch;
                 self.hits += 1;
-                Some(entry.found.clone())
+                Some((entry.found.clone(), entry.leaves.clone()))
             }
             None => {
                 self.misses += 1;
@@ -110,89 +106,87 @@ impl NodeMap {
 
     /// Records what a seek under `path` found in MDBX.
     pub(crate) fn insert(&mut self, path: Nibbles, found: Found) {
-        let bytes = entry_bytes(&found);
+        self.put(path, found, None);
+    }
+
+    fn put(&mut self, path: Nibbles, found: Found, leaves: Option<LeafHashes>) {
         let entry = Cached {
             found,
+            leaves,
             used: self.epoch,
         };
+        let bytes = entry.bytes();
         if let Some(old) = self.entries.insert(path, entry) {
-            self.bytes -= entry_bytes(&old.found);
+            self.bytes -= old.bytes();
         }
         self.bytes += bytes;
     }
 
-    /// The remembered hash of the leaf at `child`.
-    pub(crate) fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
-        let memo = self.leaves.get_mut(child)?;
-        memo.used = self.epoch;
-        self.leaf_hits += 1;
-        Some(memo.hash)
-    }
-
-    /// Remembers the hash of the leaf at `child`.
-    pub(crate) fn remember_leaf(&mut self, child: Nibbles, hash: B256) {
-        let memo = Memo {
-            hash,
-            used: self.epoch,
-        };
-        if self.leaves.insert(child, memo).is_none() {
-            self.bytes += MEMO_BYTES;
-        }
-        self.leaf_depth = self.leaf_depth.max(child.len());
-    }
-
-    /// Forgets the leaf hashes at every prefix of each key: those leaves changed, or a new
-    /// key went under their path.
-    pub(crate) fn changed_keys<'k>(&mut self, keys: impl IntoIterator<Item = &'k B256>) {
-        if self.leaves.is_empty() {
-            return;
-        }
-        for key in keys {
-            let key = Nibbles::unpack(key);
-            for len in 1..=self.leaf_depth.min(key.len()) {
-                if self.leaves.remove(&key.slice(..len)).is_some() {
-                    self.bytes -= MEMO_BYTES;
-                }
-            }
-        }
-    }
-
     fn remove(&mut self, path: &Nibbles) {
         if let Some(old) = self.entries.remove(path) {
-            self.bytes -= entry_bytes(&old.found);
+            self.bytes -= old.bytes();
         }
     }
 
     /// The trie's stored nodes at `removed` were deleted or replaced, and `updates` were
-    /// stored: the answer for a path changes only if a changed node lies under it, so the
-    /// answers of every prefix of a changed path go, and each stored node answers for its
-    /// own path.
+    /// stored (both sorted by path, as a walk gives them), with the leaf hashes the walk
+    /// knew for them (sorted by path): the answer for a path changes only if a changed node
+    /// lies under it, so the answers of every prefix of a changed path go, and each stored
+    /// node answers for its own path.
     pub(crate) fn written(
         &mut self,
         removed: &[Nibbles],
         updates: &[(Nibbles, BranchNodeCompact)],
+        leaf_hashes: &[(Nibbles, LeafHashes)],
     ) {
         if self.entries.is_empty() && updates.is_empty() {
             return;
         }
-        for path in removed.iter().chain(updates.iter().map(|(p, _)| p)) {
-            for len in 0..=path.len() {
-                self.remove(&path.slice(..len));
+        let is_update = |path: &Nibbles| updates.binary_search_by(|(p, _)| p.cmp(path)).is_ok();
+        // Merged in path order, consecutive paths share their ancestors: each prefix is
+        // dropped once, and an updated path is overwritten below rather than dropped.
+        let mut last: Option<Nibbles> = None;
+        let mut drop_prefixes = |path: &Nibbles, map: &mut Self| {
+            let shared = last.map_or(0, |l| l.common_prefix_length(path) + 1);
+            for len in shared.min(path.len() + 1)..=path.len() {
+                let prefix = path.slice(..len);
+                if !is_update(&prefix) {
+                    map.remove(&prefix);
+                }
             }
+            last = Some(*path);
+        };
+        let (mut r, mut u) = (0, 0);
+        while r < removed.len() || u < updates.len() {
+            let take_removed = match (removed.get(r), updates.get(u)) {
+                (Some(a), Some((b, _))) => a <= b,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            let path = if take_removed {
+                r += 1;
+                removed[r - 1]
+            } else {
+                u += 1;
+                updates[u - 1].0
+            };
+            drop_prefixes(&path, self);
         }
+        let mut hashes = leaf_hashes.iter().peekable();
         for (path, node) in updates {
-            self.insert(*path, Some((*path, node.clone())));
+            while hashes.next_if(|(p, _)| p < path).is_some() {}
+            let leaves = hashes.next_if(|(p, _)| p == path).map(|(_, h)| h.clone());
+            self.put(*path, Some((*path, node.clone())), leaves);
         }
     }
 
     fn clear(&mut self) {
         self.entries.clear();
-        self.leaves.clear();
         self.bytes = 0;
     }
 
     fn len(&self) -> usize {
-        self.entries.len() + self.leaves.len()
+        self.entries.len()
     }
 }
 
@@ -205,12 +199,15 @@ pub(crate) struct StorageNodes {
     epoch: u32,
     hits: u64,
     misses: u64,
-    leaf_hits: u64,
 }
 
 impl StorageNodes {
     /// The cached answer for `path` in `owner`'s storage trie, if any.
-    pub(crate) fn get(&mut self, owner: &B256, path: &Nibbles) -> Option<Found> {
+    pub(crate) fn get(
+        &mut self,
+        owner: &B256,
+        path: &Nibbles,
+    ) -> Option<(Found, Option<LeafHashes>)> {
         let found = self.owners.get_mut(owner).and_then(|map| {
             map.epoch = self.epoch;
             map.get(path)
@@ -237,6 +234,7 @@ impl StorageNodes {
         owner: &B256,
         removed: &[Nibbles],
         updates: &[(Nibbles, BranchNodeCompact)],
+        leaf_hashes: &[(Nibbles, LeafHashes)],
     ) {
         if removed.is_empty() && updates.is_empty() {
             return;
@@ -244,35 +242,8 @@ impl StorageNodes {
         let map = self.owners.entry(*owner).or_default();
         map.epoch = self.epoch;
         let before = map.bytes;
-        map.written(removed, updates);
+        map.written(removed, updates, leaf_hashes);
         self.bytes = self.bytes + map.bytes - before;
-    }
-
-    /// [`NodeMap::leaf_hash`] in `owner`'s storage trie.
-    pub(crate) fn leaf_hash(&mut self, owner: &B256, child: &Nibbles) -> Option<B256> {
-        let map = self.owners.get_mut(owner)?;
-        map.epoch = self.epoch;
-        let hash = map.leaf_hash(child);
-        self.leaf_hits += u64::from(hash.is_some());
-        hash
-    }
-
-    /// [`NodeMap::remember_leaf`] in `owner`'s storage trie.
-    pub(crate) fn remember_leaf(&mut self, owner: B256, child: Nibbles, hash: B256) {
-        let map = self.owners.entry(owner).or_default();
-        map.epoch = self.epoch;
-        let before = map.bytes;
-        map.remember_leaf(child, hash);
-        self.bytes = self.bytes + map.bytes - before;
-    }
-
-    /// [`NodeMap::changed_keys`] in `owner`'s storage trie.
-    pub(crate) fn changed_keys(&mut self, owner: &B256, keys: &[B256]) {
-        if let Some(map) = self.owners.get_mut(owner) {
-            let before = map.bytes;
-            map.changed_keys(keys);
-            self.bytes = self.bytes + map.bytes - before;
-        }
     }
 
     /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
@@ -347,10 +318,7 @@ impl TrieCache {
         let mut by_age = [0usize; AGES];
         let mut count = |map: &NodeMap| {
             for entry in map.entries.values() {
-                by_age[age(entry.used)] += entry_bytes(&entry.found);
-            }
-            for memo in map.leaves.values() {
-                by_age[age(memo.used)] += MEMO_BYTES;
+                by_age[age(entry.used)] += entry.bytes();
             }
         };
         count(&self.accounts);
@@ -379,12 +347,11 @@ impl TrieCache {
             map.entries.retain(|_, entry| {
                 let keep = age(entry.used) < keep_below;
                 if keep {
-                    bytes += entry_bytes(&entry.found);
+                    bytes += entry.bytes();
                 }
                 keep
             });
-            map.leaves.retain(|_, memo| age(memo.used) < keep_below);
-            map.bytes = bytes + map.leaves.len() * MEMO_BYTES;
+            map.bytes = bytes;
         };
         retain(&mut self.accounts);
         self.storage.owners.retain(|_, map| {
@@ -410,7 +377,6 @@ impl TrieCache {
         TrieCacheStats {
             hits: self.accounts.hits + self.storage.hits,
             misses: self.accounts.misses + self.storage.misses,
-            leaf_hits: self.accounts.leaf_hits + self.storage.leaf_hits,
             evicted: self.evicted,
             entries: (self.accounts.len() + storage_entries) as u64,
             bytes: self.bytes() as u64,
@@ -447,25 +413,35 @@ mod tests {
         map.insert(path(&[1, 2, 3]), Some((path(&[1, 2, 3]), node(1))));
         map.insert(path(&[2]), Some((path(&[2]), node(1))));
         map.insert(path(&[3]), None);
-        map.written(&[path(&[]), path(&[1, 2, 3])], &[(path(&[1, 2]), node(3))]);
+        let leaf = LeafHashes::single(7, B256::with_last_byte(7));
+        map.written(
+            &[path(&[]), path(&[1, 2, 3])],
+            &[(path(&[1, 2]), node(3))],
+            &[(path(&[1, 2]), leaf.clone())],
+        );
         // The root and [1] lie above a changed node; [1, 2, 3] was removed; [1, 2] is new.
         assert!(map.get(&path(&[])).is_none());
         assert!(map.get(&path(&[1])).is_none());
         assert!(map.get(&path(&[1, 2, 3])).is_none());
         assert_eq!(
             map.get(&path(&[1, 2])),
-            Some(Some((path(&[1, 2]), node(3))))
+            Some((Some((path(&[1, 2]), node(3))), Some(leaf.clone())))
         );
+        assert_eq!(leaf.get(7), Some(B256::with_last_byte(7)));
+        assert_eq!(leaf.get(6), None);
         // Siblings are untouched, found and not found alike.
-        assert_eq!(map.get(&path(&[2])), Some(Some((path(&[2]), node(1)))));
-        assert_eq!(map.get(&path(&[3])), Some(None));
-        let expected: usize = map.entries.values().map(|e| entry_bytes(&e.found)).sum();
+        assert_eq!(
+            map.get(&path(&[2])),
+            Some((Some((path(&[2]), node(1))), None))
+        );
+        assert_eq!(map.get(&path(&[3])), Some((None, None)));
+        let expected: usize = map.entries.values().map(Cached::bytes).sum();
         assert_eq!(map.bytes, expected);
     }
 
     #[test]
     fn the_budget_keeps_what_recent_roots_used() {
-        let one = entry_bytes(&Some((path(&[]), node(16))));
+        let one = entry_bytes(&Some((path(&[]), node(16))), &None);
         let mut cache = TrieCache::new(one * 28);
         // Root 1 finds 16 account nodes, root 3 ten storage tries' roots, root 5 uses
         // four of the account nodes again.

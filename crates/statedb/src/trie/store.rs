@@ -21,7 +21,7 @@ use crate::tables::Table;
 use crate::trie::cache::{Found, NodeMap, StorageNodes, TrieCache};
 use crate::trie::overlay::{HashedOverlay, HashedStorage, Overlaid};
 use crate::trie::prefix::PrefixSet;
-use crate::trie::walk::{self, TrieRun, TrieSource};
+use crate::trie::walk::{self, LeafHashes, TrieRun, TrieSource};
 
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 
@@ -70,6 +70,8 @@ fn seek_account_node<K: TransactionKind>(
 pub(crate) struct AccountSource<'tx, 'c, K: TransactionKind, R> {
     nodes: Option<Cursor<'tx, K>>,
     cache: Option<&'c mut NodeMap>,
+    /// The leaf hashes the cache kept with the node the last seek found.
+    stash: Option<LeafHashes>,
     leaves: Cursor<'tx, K>,
     roots: R,
 }
@@ -86,6 +88,7 @@ impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
                 .then(|| cursor(dbs, txn, Table::AccountsTrie))
                 .transpose()?,
             cache: None,
+            stash: None,
             leaves: cursor(dbs, txn, Table::HashedAccounts)?,
             roots,
         })
@@ -115,10 +118,12 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
+        self.stash = None;
         let Some(cache) = self.cache.as_mut() else {
             return seek_account_node(nodes, path);
         };
-        if let Some(found) = cache.get(path) {
+        if let Some((found, leaves)) = cache.get(path) {
+            self.stash = leaves;
             return Ok(found);
         }
         let found = seek_account_node(nodes, path)?;
@@ -153,14 +158,8 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K
         Ok(())
     }
 
-    fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
-        self.cache.as_mut()?.leaf_hash(child)
-    }
-
-    fn remember_leaf_hash(&mut self, child: Nibbles, hash: B256) {
-        if let Some(cache) = self.cache.as_mut() {
-            cache.remember_leaf(child, hash);
-        }
+    fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
+        self.stash.take()
     }
 }
 
@@ -169,6 +168,8 @@ pub(crate) struct StorageSource<'tx, 'c, K: TransactionKind> {
     address: B256,
     nodes: Option<Cursor<'tx, K>>,
     cache: Option<&'c mut StorageNodes>,
+    /// The leaf hashes the cache kept with the node the last seek found.
+    stash: Option<LeafHashes>,
     leaves: Cursor<'tx, K>,
 }
 
@@ -185,6 +186,7 @@ impl<'tx, 'c, K: TransactionKind> StorageSource<'tx, 'c, K> {
                 .then(|| cursor(dbs, txn, Table::StoragesTrie))
                 .transpose()?,
             cache: None,
+            stash: None,
             leaves: cursor(dbs, txn, Table::HashedStorages)?,
         })
     }
@@ -229,7 +231,9 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, '_, K> {
             return Ok(None);
         }
         let address = self.address;
-        if let Some(found) = self.cache.as_mut().and_then(|c| c.get(&address, path)) {
+        self.stash = None;
+        if let Some((found, leaves)) = self.cache.as_mut().and_then(|c| c.get(&address, path)) {
+            self.stash = leaves;
             return Ok(found);
         }
         let found = self.seek_stored(path)?;
@@ -265,16 +269,8 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, '_, K> {
         Ok(())
     }
 
-    fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
-        let address = self.address;
-        self.cache.as_mut()?.leaf_hash(&address, child)
-    }
-
-    fn remember_leaf_hash(&mut self, child: Nibbles, hash: B256) {
-        let address = self.address;
-        if let Some(cache) = self.cache.as_mut() {
-            cache.remember_leaf(address, child, hash);
-        }
+    fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
+        self.stash.take()
     }
 }
 
@@ -670,7 +666,6 @@ pub(crate) fn update_root(
     }
     for (address, slots) in storage {
         let run = if enabled {
-            cache.storage.changed_keys(&address, &slots);
             let mut source =
                 StorageSource::new(dbs, txn, address, true)?.cached(Some(&mut cache.storage));
             walk::run_memo(&mut source, &PrefixSet::new(slots))?
@@ -682,16 +677,15 @@ pub(crate) fn update_root(
         out.rereads += u64::from(run.reread);
         write_storage_trie(dbs, txn, &address, &run)?;
         if enabled {
-            cache.storage.written(&address, &run.removed, &run.updates);
+            cache
+                .storage
+                .written(&address, &run.removed, &run.updates, &run.leaf_hashes);
         }
         out.storage_tries += 1;
         out.leaves += run.leaves;
         out.skipped += run.skipped;
         known.insert(address, run.root);
         accounts.push(address);
-    }
-    if enabled {
-        cache.accounts.changed_keys(&accounts);
     }
     let set = PrefixSet::new(accounts);
     let (run, computed, leaves) = if enabled {
@@ -707,7 +701,9 @@ pub(crate) fn update_root(
     };
     write_account_trie(dbs, txn, &run)?;
     if enabled {
-        cache.accounts.written(&run.removed, &run.updates);
+        cache
+            .accounts
+            .written(&run.removed, &run.updates, &run.leaf_hashes);
     }
     clear(
         dbs,

@@ -25,8 +25,8 @@
 use std::collections::VecDeque;
 
 use alloy_primitives::B256;
-use alloy_trie::proof::{ProofNodes, ProofRetainer};
 use alloy_trie::nodes::LeafNodeRef;
+use alloy_trie::proof::{ProofNodes, ProofRetainer};
 use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles, TrieMask};
 
 use crate::codec::{key_after, lower_key};
@@ -59,14 +59,63 @@ pub(crate) trait TrieSource {
         out: &mut Vec<u8>,
     ) -> Result<(), StateDbError>;
 
-    /// The hash of the leaf node at `child`, the one leaf under that child path, if the
-    /// source remembers it (see [`run_memo`]).
-    fn leaf_hash(&mut self, _child: &Nibbles) -> Option<B256> {
+    /// The hashes of the leaf children of the node the last [`TrieSource::seek_node`]
+    /// returned, as a past walk left them with it (see [`run_memo`]).
+    fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
         None
     }
+}
 
-    /// Remembers the hash of the leaf node at `child`, the one leaf under it.
-    fn remember_leaf_hash(&mut self, _child: Nibbles, _hash: B256) {}
+/// The hashes of some of a branch node's leaf children (children that are one leaf: neither
+/// hashed in the stored node nor stored below it), by nibble. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeafHashes {
+    mask: u16,
+    hashes: std::sync::Arc<[B256]>,
+}
+
+impl LeafHashes {
+    /// The hash of the leaf child at `nibble`, if held.
+    pub(crate) fn get(&self, nibble: u8) -> Option<B256> {
+        let bit = 1u16 << nibble;
+        (self.mask & bit != 0).then(|| self.hashes[(self.mask & (bit - 1)).count_ones() as usize])
+    }
+
+    /// One leaf child's hash.
+    #[cfg(test)]
+    pub(crate) fn single(nibble: u8, hash: B256) -> Self {
+        Self {
+            mask: 1 << nibble,
+            hashes: vec![hash].into(),
+        }
+    }
+
+    /// Heap bytes it holds.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        2 * size_of::<usize>() + self.hashes.len() * size_of::<B256>()
+    }
+}
+
+/// Leaf hashes collected in nibble order.
+#[derive(Debug, Default)]
+struct LeafHashesBuilder {
+    mask: u16,
+    hashes: Vec<B256>,
+}
+
+impl LeafHashesBuilder {
+    fn push(&mut self, nibble: u8, hash: B256) {
+        debug_assert!(self.mask >> nibble == 0, "leaf hashes out of nibble order");
+        self.mask |= 1 << nibble;
+        self.hashes.push(hash);
+    }
+
+    fn build(self) -> Option<LeafHashes> {
+        (self.mask != 0).then(|| LeafHashes {
+            mask: self.mask,
+            hashes: self.hashes.into(),
+        })
+    }
 }
 
 /// What a walk computed.
@@ -86,6 +135,9 @@ pub(crate) struct TrieRun {
     pub(crate) skipped: u64,
     /// Leaves taken from their remembered hash ([`run_memo`]).
     pub(crate) remembered: u64,
+    /// Each entered node's leaf children's hashes, as known after the walk, sorted by the
+    /// node's path ([`run_memo`]): for the source to give back with the node next time.
+    pub(crate) leaf_hashes: Vec<(Nibbles, LeafHashes)>,
     /// [`run_memo`] walked again without remembered hashes.
     pub(crate) reread: bool,
 }
@@ -102,14 +154,15 @@ pub(crate) fn run<S: TrieSource>(
 }
 
 /// [`run`] with updates, taking the hash of every unchanged leaf child of an entered node
-/// from [`TrieSource::leaf_hash`] instead of reading and hashing the leaf, and remembering
-/// the hashes of those it reads ([`TrieSource::remember_leaf_hash`]).
+/// from the hashes the source gave with the node ([`TrieSource::take_leaf_hashes`]) instead
+/// of reading and hashing the leaf, and returning every entered node's leaf hashes as known
+/// after the walk ([`TrieRun::leaf_hashes`]), for the source to keep with the node.
 ///
 /// A stored node keeps no hash for its leaf children, so a walk otherwise reads every
 /// sibling leaf of every changed key from the hashed table and hashes it again: over 10M
-/// accounts about nine per changed account. A remembered hash stands for the leaf at one
-/// child path, which only a changed key under that path can change, so the source must
-/// forget the hashes at every prefix of each changed key.
+/// accounts about seven per changed account. The hashes kept with a node stay true while
+/// the node is not entered: a change to a key under it makes the walk enter it, and its
+/// hashes are then replaced by the ones this walk returns.
 ///
 /// The hash builder takes a hash it is given as a branch child: the node above gets a hash
 /// bit (and the hash) for it, which the stored layout keeps for branch children only. Those
@@ -122,11 +175,18 @@ pub(crate) fn run_memo<S: TrieSource>(
     changed: &PrefixSet,
 ) -> Result<TrieRun, StateDbError> {
     let mut fed = Vec::new();
-    let mut out = walk(source, changed, Vec::new(), true, None, Some(&mut fed))?;
+    let mut out = walk(
+        source,
+        changed,
+        Vec::new(),
+        true,
+        None,
+        Memo::Feed(&mut fed),
+    )?;
     if fed.is_empty() || unfeed(&mut out.updates, &fed) {
         return Ok(out);
     }
-    let mut again = walk(source, changed, Vec::new(), true, None, None)?;
+    let mut again = walk(source, changed, Vec::new(), true, None, Memo::Collect)?;
     again.reread = true;
     Ok(again)
 }
@@ -180,18 +240,27 @@ pub(crate) fn run_spilling<S: TrieSource>(
     updates: bool,
     spill: Option<Spill<'_>>,
 ) -> Result<TrieRun, StateDbError> {
-    walk(source, changed, targets, updates, spill, None)
+    walk(source, changed, targets, updates, spill, Memo::Off)
 }
 
-/// The walk. With `fed`, unchanged leaf children are fed by their remembered hashes, whose
-/// paths go into `fed` ([`run_memo`] only).
+/// What a walk does with leaf hashes.
+enum Memo<'f> {
+    /// Reads and hashes every leaf it needs.
+    Off,
+    /// Also collects the entered nodes' leaf hashes.
+    Collect,
+    /// Also feeds the hashes the source gave with each node, their paths into the vector.
+    Feed(&'f mut Vec<Nibbles>),
+}
+
+/// The walk.
 fn walk<S: TrieSource>(
     source: &mut S,
     changed: &PrefixSet,
     targets: Vec<Nibbles>,
     updates: bool,
     mut spill: Option<Spill<'_>>,
-    mut fed: Option<&mut Vec<Nibbles>>,
+    mut memo: Memo<'_>,
 ) -> Result<TrieRun, StateDbError> {
     if changed.is_empty() && targets.is_empty() {
         // Nothing changed: the stored root node carries the root.
@@ -210,7 +279,9 @@ fn walk<S: TrieSource>(
     }
     let mut walker = Walker {
         changed,
-        memo: fed.is_some(),
+        collect: !matches!(memo, Memo::Off),
+        feed: matches!(memo, Memo::Feed(_)),
+        leaf_hashes: Vec::new(),
         stack: Vec::new(),
         queue: VecDeque::new(),
         started: false,
@@ -233,20 +304,20 @@ fn walk<S: TrieSource>(
             Step::Remembered { path, hash } => {
                 hb.add_branch(path, hash, false);
                 remembered += 1;
-                if let Some(fed) = fed.as_mut() {
+                if let Memo::Feed(fed) = &mut memo {
                     fed.push(path);
                 }
             }
-            Step::Leaves(range, memo) => {
+            Step::Leaves(range, leaf_child) => {
                 let single = feed.feed(source, &mut hb, range, &mut buf, &mut spill)?;
-                if let (Some(child), Some(key)) = (memo, single) {
+                if let (Some(child), Some(key)) = (leaf_child, single) {
                     // `buf` still holds the one leaf's value. A leaf node under 32 bytes
-                    // is inlined in its parent, not hashed: not remembered.
+                    // is inlined in its parent, not hashed: not kept.
                     rlp.clear();
                     let key = Nibbles::unpack(key);
                     let node = LeafNodeRef::new(&key.slice(child.len()..), &buf).rlp(&mut rlp);
                     if let Some(hash) = node.as_hash() {
-                        source.remember_leaf_hash(child, hash);
+                        walker.collect_leaf(&child, hash);
                     }
                 }
             }
@@ -265,6 +336,11 @@ fn walk<S: TrieSource>(
         leaves: feed.count,
         skipped,
         remembered,
+        leaf_hashes: {
+            let mut hashes = walker.leaf_hashes;
+            hashes.sort_unstable_by_key(|(path, _)| *path);
+            hashes
+        },
         reread: false,
     })
 }
@@ -297,12 +373,20 @@ struct Frame {
     /// Leaves to read once the node is done: the rest of the child range an extension led
     /// into this node from.
     tail: Option<Range>,
+    /// Its leaf children's hashes as the source kept them.
+    known: Option<LeafHashes>,
+    /// Its leaf children's hashes as this walk knows them.
+    collected: LeafHashesBuilder,
 }
 
 struct Walker<'p> {
     changed: &'p PrefixSet,
-    /// Feed unchanged leaf children by remembered hashes.
-    memo: bool,
+    /// Collect the hashes of entered nodes' leaf children.
+    collect: bool,
+    /// Feed unchanged leaf children by the hashes kept with their node.
+    feed: bool,
+    /// Each entered node's collected leaf hashes, as the nodes are done.
+    leaf_hashes: Vec<(Nibbles, LeafHashes)>,
     stack: Vec<Frame>,
     queue: VecDeque<Step>,
     started: bool,
@@ -324,7 +408,13 @@ impl Walker<'_> {
     /// Enters the stored node at `path`, the first under the child range `within` (the
     /// whole key space for the top node): the keys of the range before and after the
     /// node's own subtrie can only be new ones, and are read.
-    fn enter(&mut self, within: &Nibbles, path: Nibbles, node: BranchNodeCompact) {
+    fn enter(
+        &mut self,
+        within: &Nibbles,
+        path: Nibbles,
+        node: BranchNodeCompact,
+        known: Option<LeafHashes>,
+    ) {
         let tail = if &path == within {
             None
         } else {
@@ -340,7 +430,18 @@ impl Walker<'_> {
             node,
             next: 0,
             tail,
+            known: known.filter(|_| self.feed),
+            collected: LeafHashesBuilder::default(),
         });
+    }
+
+    /// The hash of the leaf child `child` of the node being walked, just read.
+    fn collect_leaf(&mut self, child: &Nibbles, hash: B256) {
+        if let (Some(frame), Some(nibble)) = (self.stack.last_mut(), child.last()) {
+            if child.len() == frame.path.len() + 1 && child.starts_with(&frame.path) {
+                frame.collected.push(nibble, hash);
+            }
+        }
     }
 
     fn next<S: TrieSource>(&mut self, source: &mut S) -> Result<Option<Step>, StateDbError> {
@@ -352,7 +453,10 @@ impl Walker<'_> {
                 self.started = true;
                 let top = Nibbles::new();
                 match source.seek_node(&top)? {
-                    Some((path, node)) => self.enter(&top, path, node),
+                    Some((path, node)) => {
+                        let known = source.take_leaf_hashes();
+                        self.enter(&top, path, node, known);
+                    }
                     None => self.push_leaves(Some(B256::ZERO), None),
                 }
                 continue;
@@ -361,11 +465,15 @@ impl Walker<'_> {
                 return Ok(None);
             };
             if frame.next >= 16 {
-                if let Some(Frame {
-                    tail: Some(tail), ..
-                }) = self.stack.pop()
-                {
-                    self.push_leaves(tail.from, tail.to);
+                if let Some(done) = self.stack.pop() {
+                    if self.collect {
+                        if let Some(hashes) = done.collected.build() {
+                            self.leaf_hashes.push((done.path, hashes));
+                        }
+                    }
+                    if let Some(tail) = done.tail {
+                        self.push_leaves(tail.from, tail.to);
+                    }
                 }
                 continue;
             }
@@ -391,13 +499,15 @@ impl Walker<'_> {
             }
             if present && below {
                 if let Some((path, node)) = source.seek_node(&child)? {
-                    self.enter(&child, path, node);
+                    let known = source.take_leaf_hashes();
+                    self.enter(&child, path, node, known);
                     continue;
                 }
                 // The mask names a stored node that is not there: recompute from leaves.
-            } else if present && !changed && self.memo {
+            } else if present && !changed && self.collect {
                 // A leaf child: neither hashed in the node nor stored below it.
-                if let Some(hash) = source.leaf_hash(&child) {
+                if let Some(hash) = frame.known.as_ref().and_then(|k| k.get(i)) {
+                    frame.collected.push(i, hash);
                     return Ok(Some(Step::Remembered { path: child, hash }));
                 }
                 let range = Range {
@@ -489,8 +599,10 @@ mod tests {
         nodes: BTreeMap<Vec<u8>, (Nibbles, BranchNodeCompact)>,
         leaves: BTreeMap<B256, U256>,
         at: Option<B256>,
-        /// Remembered leaf hashes by child path.
-        memo: BTreeMap<Nibbles, B256>,
+        /// Leaf hashes kept with nodes, by node path.
+        kept: BTreeMap<Nibbles, LeafHashes>,
+        /// What the last node seek found kept.
+        stash: Option<LeafHashes>,
     }
 
     impl TrieSource for Memory {
@@ -502,7 +614,9 @@ mod tests {
         ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
             let key = crate::codec::encode_path(path).to_vec();
             let found = self.nodes.range(key..).next().map(|(_, v)| v.clone());
-            Ok(found.filter(|(found, _)| found.starts_with(path)))
+            let found = found.filter(|(found, _)| found.starts_with(path));
+            self.stash = found.as_ref().and_then(|(p, _)| self.kept.get(p).cloned());
+            Ok(found)
         }
 
         fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
@@ -532,12 +646,8 @@ mod tests {
             Ok(())
         }
 
-        fn leaf_hash(&mut self, child: &Nibbles) -> Option<B256> {
-            self.memo.get(child).copied()
-        }
-
-        fn remember_leaf_hash(&mut self, child: Nibbles, hash: B256) {
-            self.memo.insert(child, hash);
+        fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
+            self.stash.take()
         }
     }
 
@@ -573,13 +683,6 @@ mod tests {
                     trie.leaves.insert(key, U256::from(rand()));
                 }
             }
-            // Remembered hashes at a prefix of a changed key are stale.
-            for key in &changed {
-                let key = Nibbles::unpack(key);
-                for len in 1..=key.len() {
-                    trie.memo.remove(&key.slice(..len));
-                }
-            }
             let set = PrefixSet::new(changed);
             let memo = run_memo(&mut trie, &set).unwrap();
             let out = run(&mut trie, &set, Vec::new(), true).unwrap();
@@ -596,6 +699,13 @@ mod tests {
             for path in &out.removed {
                 trie.nodes
                     .remove(crate::codec::encode_path(path).as_slice());
+                trie.kept.remove(path);
+            }
+            // As the writer's cache keeps them: with the stored nodes they describe.
+            for (path, hashes) in memo.leaf_hashes {
+                if out.updates.binary_search_by(|(p, _)| p.cmp(&path)).is_ok() {
+                    trie.kept.insert(path, hashes);
+                }
             }
             for (path, node) in out.updates {
                 trie.nodes
@@ -609,8 +719,14 @@ mod tests {
             let again = run(&mut trie, &PrefixSet::default(), Vec::new(), true).unwrap();
             assert_eq!(again.root, out.root);
         }
-        assert!(remembered > 1000, "{remembered} leaves from remembered hashes");
-        assert!(rereads > 0, "no deletion changed the shape around a remembered leaf");
+        assert!(
+            remembered > 1000,
+            "{remembered} leaves from remembered hashes"
+        );
+        assert!(
+            rereads > 0,
+            "no deletion changed the shape around a remembered leaf"
+        );
         // A rebuild that spills as it goes stores the same nodes as one that does not.
         let mut spilled = Vec::new();
         let mut collect = |nodes: &[(Nibbles, BranchNodeCompact)]| {
