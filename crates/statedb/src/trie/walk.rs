@@ -309,15 +309,30 @@ fn walk<S: TrieSource>(
                 }
             }
             Step::Leaves(range, leaf_child) => {
-                let single = feed.feed(source, &mut hb, range, &mut buf, &mut spill)?;
-                if let (Some(child), Some(key)) = (leaf_child, single) {
+                // Feeding, a leaf child's one leaf is held back and given to the hash builder
+                // as its hash, so that it is hashed once, here, not again by the builder.
+                let hold = leaf_child.is_some() && matches!(memo, Memo::Feed(_));
+                let single = feed.feed(source, &mut hb, range, &mut buf, &mut spill, hold)?;
+                if let (Some(child), Some((key, held))) = (leaf_child, single) {
                     // `buf` still holds the one leaf's value. A leaf node under 32 bytes
                     // is inlined in its parent, not hashed: not kept.
                     rlp.clear();
                     let key = Nibbles::unpack(key);
                     let node = LeafNodeRef::new(&key.slice(child.len()..), &buf).rlp(&mut rlp);
-                    if let Some(hash) = node.as_hash() {
-                        walker.collect_leaf(&child, hash);
+                    match (node.as_hash(), held, &mut memo) {
+                        (Some(hash), true, Memo::Feed(fed)) => {
+                            hb.add_branch(child, hash, false);
+                            fed.push(child);
+                            walker.collect_leaf(&child, hash);
+                        }
+                        (hash, true, _) => {
+                            hb.add_leaf(key, &buf);
+                            if let Some(hash) = hash {
+                                walker.collect_leaf(&child, hash);
+                            }
+                        }
+                        (Some(hash), false, _) => walker.collect_leaf(&child, hash),
+                        (None, false, _) => {}
                     }
                 }
             }
@@ -539,11 +554,14 @@ impl<L> LeafFeed<L> {
         range: Range,
         buf: &mut Vec<u8>,
         spill: &mut Option<Spill<'_>>,
-    ) -> Result<Option<B256>, StateDbError> {
+        hold: bool,
+    ) -> Result<Option<(B256, bool)>, StateDbError> {
         let Some(from) = range.from else {
             return Ok(None);
         };
         let (mut fed, mut first) = (0u64, None);
+        // With `hold`: the range's first leaf, not yet given to the hash builder.
+        let mut held: Option<B256> = None;
         let positioned = match self.low {
             Some((low, exclusive)) => {
                 (low < from || (low == from && !exclusive))
@@ -560,9 +578,17 @@ impl<L> LeafFeed<L> {
                 self.peek = Some((key, leaf));
                 break;
             }
+            if let Some(first) = held.take() {
+                // A second leaf: the first one goes to the builder after all.
+                hb.add_leaf(Nibbles::unpack(first), buf);
+            }
             buf.clear();
             source.leaf_value(&key, &leaf, buf)?;
-            hb.add_leaf(Nibbles::unpack(key), buf);
+            if hold && fed == 0 {
+                held = Some(key);
+            } else {
+                hb.add_leaf(Nibbles::unpack(key), buf);
+            }
             self.count += 1;
             fed += 1;
             first.get_or_insert(key);
@@ -578,8 +604,9 @@ impl<L> LeafFeed<L> {
             self.peek = source.next_leaf()?;
             self.low = Some((key, true));
         }
-        // The range's leaf, if it held exactly one (its value is left in `buf`).
-        Ok(first.filter(|_| fed == 1))
+        // The range's leaf, if it held exactly one (its value is left in `buf`), and whether
+        // it was held back from the builder.
+        Ok(first.filter(|_| fed == 1).map(|key| (key, held.is_some())))
     }
 }
 
