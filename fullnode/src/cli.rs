@@ -114,11 +114,13 @@ struct Cli {
     /// (e.g. `256MiB`), which bounds how long one sync takes.
     #[arg(long = "db.sync-bytes", value_name = "SIZE", default_value = "256MiB", value_parser = gigas_cgroup::parse_size)]
     db_sync_bytes: u64,
-    /// Memory for the state trie's stored nodes kept across blocks (e.g. `1GiB`), so that each
-    /// root finds the nodes recent blocks used without searching the database; the least
-    /// recently used go beyond it. `0` turns it off. The account trie of 10M accounts takes
-    /// about 250 MiB whole.
-    #[arg(long = "trie.cache-size", value_name = "SIZE", default_value = "1GiB", value_parser = gigas_cgroup::parse_size)]
+    /// Memory for the state trie's stored nodes (with their leaf children's hashes) kept
+    /// across blocks (e.g. `1GiB`), so that a root finds what recent roots used without
+    /// searching the database; the least recently used go beyond it. `0`, the default, turns
+    /// it off: over 10M accounts it held 224 MiB and applied no faster (1.7 % slower with a
+    /// commit per block, 7 % with grouped commits), since a root's cost there is writing the
+    /// nodes it changes, not finding them.
+    #[arg(long = "trie.cache-size", value_name = "SIZE", default_value = "0", value_parser = gigas_cgroup::parse_size)]
     trie_cache_size: u64,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,

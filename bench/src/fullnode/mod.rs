@@ -219,7 +219,7 @@ pub struct FullnodeArgs {
     /// Live mode: the writer's trie cache budget (`gigas-fullnode --trie.cache-size`);
     /// several (comma-separated, `0` for none) run one live mode each, alternating in every
     /// round.
-    #[arg(long, value_delimiter = ',', default_value = "1GiB", value_parser = gigas_cgroup::parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
     pub trie_cache: Vec<u64>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]

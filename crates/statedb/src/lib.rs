@@ -92,6 +92,15 @@
 //! slower; what a root costs here is MDBX's B-tree searches and page copies, not the leaves'
 //! keccak (5 % of a profile). Keccak is alloy-primitives' `asm-keccak`, as reth's.
 //!
+//! The writer can keep stored nodes in memory across roots, each with its leaf children's
+//! hashes as the last walk that entered it knew them (`trie::cache`, [`WriterOptions`]'s
+//! `trie_cache_bytes`, off by default): a root then seeks most nodes in a hash map and
+//! feeds unchanged sibling leaves to the hash builder by their kept hash. Over 10M
+//! accounts it answered 83 % of seeks and skipped 46 % of the leaves, and applied no
+//! faster (the figures are on the field): the root's time goes to writing changed nodes
+//! into MDBX, which a cache of reads does not touch. Keeping the changed nodes themselves
+//! in memory and writing them every few blocks is the step that would.
+//!
 //! # Environment settings
 //!
 //! [`StateDbOptions`], after reth's (`crates/storage/db/src/implementation/mdbx/mod.rs`).

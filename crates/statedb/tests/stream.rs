@@ -170,11 +170,7 @@ const TINY_CACHE: usize = 2048;
 
 #[test]
 fn random_stream_sorted_hashed_writes() {
-    stream(
-        HashedWrites::SortedPerGroup,
-        1,
-        gigas_statedb::DEFAULT_TRIE_CACHE_BYTES,
-    );
+    stream(HashedWrites::SortedPerGroup, 1, 64 << 20);
 }
 
 #[test]
