@@ -335,13 +335,7 @@ impl TrieCache {
             kept += bytes;
             keep_below = a + 1;
         }
-        let before = self.accounts.len()
-            + self
-                .storage
-                .owners
-                .values()
-                .map(NodeMap::len)
-                .sum::<usize>();
+        let before = self.entries();
         let retain = |map: &mut NodeMap| {
             let mut bytes = 0;
             map.entries.retain(|_, entry| {
@@ -359,26 +353,24 @@ impl TrieCache {
             map.len() > 0
         });
         self.storage.bytes = self.storage.owners.values().map(|m| m.bytes).sum();
-        let after = self.accounts.len()
-            + self
-                .storage
-                .owners
-                .values()
-                .map(NodeMap::len)
-                .sum::<usize>();
+        let after = self.entries();
         let evicted = (before - after) as u64;
         self.evicted += evicted;
         evicted
     }
 
+    fn entries(&self) -> usize {
+        let storage: usize = self.storage.owners.values().map(NodeMap::len).sum();
+        self.accounts.len() + storage
+    }
+
     /// Counters and sizes.
     pub(crate) fn stats(&self) -> TrieCacheStats {
-        let storage_entries: usize = self.storage.owners.values().map(NodeMap::len).sum();
         TrieCacheStats {
             hits: self.accounts.hits + self.storage.hits,
             misses: self.accounts.misses + self.storage.misses,
             evicted: self.evicted,
-            entries: (self.accounts.len() + storage_entries) as u64,
+            entries: self.entries() as u64,
             bytes: self.bytes() as u64,
         }
     }
