@@ -301,12 +301,7 @@ impl<'db> StateWriter<'db> {
     }
 
     fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {
-        match &self.txn {
-            Some(txn) => Ok((self.db.dbs(), txn)),
-            None => Err(StateDbError::NoTransaction {
-                reason: "beginning it after the last commit or discard failed".into(),
-            }),
-        }
+        Ok((self.db.dbs(), open_txn(&self.txn)?))
     }
 
     fn index_length(&self) -> Result<u64, StateDbError> {
@@ -725,14 +720,8 @@ impl<'db> StateWriter<'db> {
         let rebuilt = !self.current.trie_valid;
         let pending = std::mem::take(&mut self.changed);
         let outcome = {
-            let (dbs, txn) = match &self.txn {
-                Some(txn) => (self.db.dbs(), txn),
-                None => {
-                    return Err(StateDbError::NoTransaction {
-                        reason: "beginning it after the last commit or discard failed".into(),
-                    })
-                }
-            };
+            // Not `reads()`: the cache is borrowed beside the transaction.
+            let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
             if rebuilt {
                 self.trie_cache.clear();
                 store::rebuild_root(dbs, txn)?
@@ -853,6 +842,13 @@ impl<'db> StateWriter<'db> {
             ..info
         })
     }
+}
+
+/// The writer's open transaction, or why there is none.
+fn open_txn(txn: &Option<RwTxUnsync>) -> Result<&RwTxUnsync, StateDbError> {
+    txn.as_ref().ok_or_else(|| StateDbError::NoTransaction {
+        reason: "beginning it after the last commit or discard failed".into(),
+    })
 }
 
 fn write_hashed_account(

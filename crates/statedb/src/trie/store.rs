@@ -95,8 +95,8 @@ impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
     }
 
     /// Seeks stored nodes through `cache`, which must describe this transaction's nodes.
-    pub(crate) fn cached(mut self, cache: &'c mut NodeMap) -> Self {
-        self.cache = Some(cache);
+    pub(crate) fn cached(mut self, cache: Option<&'c mut NodeMap>) -> Self {
+        self.cache = cache;
         self
     }
 
@@ -373,8 +373,8 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
 
     /// Seeks storage tries' stored nodes through `cache`, which must describe this
     /// transaction's nodes.
-    pub(crate) fn cached(mut self, cache: &'a mut StorageNodes) -> Self {
-        self.cache = Some(cache);
+    pub(crate) fn cached(mut self, cache: Option<&'a mut StorageNodes>) -> Self {
+        self.cache = cache;
         self
     }
 
@@ -664,14 +664,23 @@ pub(crate) fn update_root(
     if enabled {
         cache.begin_root();
     }
-    for (address, slots) in storage {
-        let run = if enabled {
-            let mut source =
-                StorageSource::new(dbs, txn, address, true)?.cached(Some(&mut cache.storage));
-            walk::run_memo(&mut source, &PrefixSet::new(slots))?
+    // Through the cache, the walk also takes and gives back the leaf hashes it keeps.
+    fn walk_cached<S: TrieSource>(
+        source: &mut S,
+        changed: &PrefixSet,
+        cached: bool,
+    ) -> Result<TrieRun, StateDbError> {
+        if cached {
+            walk::run_memo(source, changed)
         } else {
-            let mut source = StorageSource::new(dbs, txn, address, true)?;
-            walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), true)?
+            walk::run(source, changed, Vec::new(), true)
+        }
+    }
+    for (address, slots) in storage {
+        let run = {
+            let mut source = StorageSource::new(dbs, txn, address, true)?
+                .cached(enabled.then_some(&mut cache.storage));
+            walk_cached(&mut source, &PrefixSet::new(slots), enabled)?
         };
         out.remembered += run.remembered;
         out.rereads += u64::from(run.reread);
@@ -688,15 +697,12 @@ pub(crate) fn update_root(
         accounts.push(address);
     }
     let set = PrefixSet::new(accounts);
-    let (run, computed, leaves) = if enabled {
-        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?.cached(&mut cache.storage);
-        let mut source = AccountSource::new(dbs, txn, true, roots)?.cached(&mut cache.accounts);
-        let run = walk::run_memo(&mut source, &set)?;
-        (run, source.roots.computed, source.roots.leaves)
-    } else {
-        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
-        let mut source = AccountSource::new(dbs, txn, true, roots)?;
-        let run = walk::run(&mut source, &set, Vec::new(), true)?;
+    let (run, computed, leaves) = {
+        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?
+            .cached(enabled.then_some(&mut cache.storage));
+        let mut source = AccountSource::new(dbs, txn, true, roots)?
+            .cached(enabled.then_some(&mut cache.accounts));
+        let run = walk_cached(&mut source, &set, enabled)?;
         (run, source.roots.computed, source.roots.leaves)
     };
     write_account_trie(dbs, txn, &run)?;

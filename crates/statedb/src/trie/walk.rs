@@ -191,33 +191,45 @@ pub(crate) fn run_memo<S: TrieSource>(
     Ok(again)
 }
 
-/// Takes the hashes fed for the leaf children `fed` out of the nodes above them. False when
-/// a node above is not in `updates` as a branch with that child, or keeps no hash or
-/// stored child once they are gone: the walk must be done again.
+/// Takes the hashes fed for the leaf children `fed` (in walk order, so a node's children
+/// are consecutive) out of the nodes above them, each node rebuilt once. False when a node
+/// above is not in `updates` as a branch with those children, or keeps no hash or stored
+/// child once they are gone: the walk must be done again.
 fn unfeed(updates: &mut [(Nibbles, BranchNodeCompact)], fed: &[Nibbles]) -> bool {
-    let mut touched = Vec::with_capacity(fed.len());
-    for child in fed {
-        let Some(nibble) = child.last() else {
+    let mut i = 0;
+    while i < fed.len() {
+        let Some(parent) = fed[i].len().checked_sub(1).map(|len| fed[i].slice(..len)) else {
             return false;
         };
-        let parent = child.slice(..child.len() - 1);
+        let mut mask = 0u16;
+        while let Some(child) = fed.get(i).filter(|c| c.len() == parent.len() + 1) {
+            if !child.starts_with(&parent) {
+                break;
+            }
+            mask |= 1 << child.last().unwrap_or_default();
+            i += 1;
+        }
         let Ok(at) = updates.binary_search_by(|(path, _)| path.cmp(&parent)) else {
             return false;
         };
         let node = &mut updates[at].1;
-        if !node.state_mask.is_bit_set(nibble) || !node.hash_mask.is_bit_set(nibble) {
+        let (state, hashed) = (node.state_mask.get(), node.hash_mask.get());
+        if state & mask != mask || hashed & mask != mask {
             return false;
         }
-        let below = (node.hash_mask.get() & ((1u16 << nibble) - 1)).count_ones() as usize;
-        let mut hashes = node.hashes.as_ref().clone();
-        hashes.remove(below);
-        node.hashes = std::sync::Arc::new(hashes);
-        node.hash_mask = TrieMask::new(node.hash_mask.get() & !(1u16 << nibble));
-        touched.push(at);
+        let kept = (0..16u8)
+            .filter(|n| hashed & (1 << n) != 0)
+            .zip(node.hashes.iter())
+            .filter(|(n, _)| mask & (1 << n) == 0)
+            .map(|(_, hash)| *hash)
+            .collect::<Vec<_>>();
+        node.hashes = std::sync::Arc::new(kept);
+        node.hash_mask = TrieMask::new(hashed & !mask);
+        if node.hash_mask.is_empty() && node.tree_mask.is_empty() {
+            return false;
+        }
     }
-    touched
-        .iter()
-        .all(|at| !updates[*at].1.hash_mask.is_empty() || !updates[*at].1.tree_mask.is_empty())
+    true
 }
 
 /// Branch nodes a rebuild holds before handing them to its spill (about 200 bytes each).
@@ -313,26 +325,23 @@ fn walk<S: TrieSource>(
                 // as its hash, so that it is hashed once, here, not again by the builder.
                 let hold = leaf_child.is_some() && matches!(memo, Memo::Feed(_));
                 let single = feed.feed(source, &mut hb, range, &mut buf, &mut spill, hold)?;
-                if let (Some(child), Some((key, held))) = (leaf_child, single) {
+                if let (Some(child), Some(key)) = (leaf_child, single) {
                     // `buf` still holds the one leaf's value. A leaf node under 32 bytes
-                    // is inlined in its parent, not hashed: not kept.
+                    // is inlined in its parent, not hashed: neither kept nor given.
                     rlp.clear();
                     let key = Nibbles::unpack(key);
                     let node = LeafNodeRef::new(&key.slice(child.len()..), &buf).rlp(&mut rlp);
-                    match (node.as_hash(), held, &mut memo) {
-                        (Some(hash), true, Memo::Feed(fed)) => {
+                    let hash = node.as_hash();
+                    if let Some(hash) = hash {
+                        walker.collect_leaf(&child, hash);
+                    }
+                    match (hash, &mut memo) {
+                        (Some(hash), Memo::Feed(fed)) if hold => {
                             hb.add_branch(child, hash, false);
                             fed.push(child);
-                            walker.collect_leaf(&child, hash);
                         }
-                        (hash, true, _) => {
-                            hb.add_leaf(key, &buf);
-                            if let Some(hash) = hash {
-                                walker.collect_leaf(&child, hash);
-                            }
-                        }
-                        (Some(hash), false, _) => walker.collect_leaf(&child, hash),
-                        (None, false, _) => {}
+                        _ if hold => hb.add_leaf(key, &buf),
+                        _ => {}
                     }
                 }
             }
@@ -555,7 +564,7 @@ impl<L> LeafFeed<L> {
         buf: &mut Vec<u8>,
         spill: &mut Option<Spill<'_>>,
         hold: bool,
-    ) -> Result<Option<(B256, bool)>, StateDbError> {
+    ) -> Result<Option<B256>, StateDbError> {
         let Some(from) = range.from else {
             return Ok(None);
         };
@@ -604,9 +613,9 @@ impl<L> LeafFeed<L> {
             self.peek = source.next_leaf()?;
             self.low = Some((key, true));
         }
-        // The range's leaf, if it held exactly one (its value is left in `buf`), and whether
-        // it was held back from the builder.
-        Ok(first.filter(|_| fed == 1).map(|key| (key, held.is_some())))
+        // The range's leaf, if it held exactly one (its value is left in `buf`; with `hold`,
+        // the builder has not had it).
+        Ok(first.filter(|_| fed == 1))
     }
 }
 
