@@ -1,13 +1,17 @@
 //! The apply thread: takes fetched diffs in order, verifies each against the open group,
 //! optionally re-executes its block, writes it, and commits groups by count and age.
 //!
-//! What "applied" means: a block is reported (to [`SyncState`], the RPC, `/metrics`) only
-//! once the group holding it is committed, so a kill at any instant loses nothing reported;
-//! the open group is lost whole and fetched again from the durable head at the next start.
-//! Under `Durability::Periodic` (the node's default) commits are not synced: a process kill
-//! still loses nothing committed (the page cache holds it), and a power loss takes the node
-//! back to its last durable point (`gigas_statedb_durable_block`), made every sync period or
-//! sync bytes and at a clean stop; the blocks after it are fetched again, as after a kill.
+//! What "applied" means: a block is reported (to [`SyncState`], the RPC, `/metrics`) once it
+//! is written into the open group *and* its diff is appended to the applied-block log
+//! ([`crate::wal`]); the RPC serves it from the window's redo records until its group
+//! commits ([`crate::window`]). A kill at any instant loses nothing reported: the next start
+//! applies the logged blocks again before it serves anything. Without a log
+//! ([`FollowConfig::applied_log`] `None`) a block is reported only once its group commits.
+//! Groups are bounded by count and age; each commit empties the log. Under
+//! `Durability::Periodic` (the node's default) commits are not synced: a process kill still
+//! loses nothing (the page cache holds the commits and the log), and a power loss takes the
+//! node back to its last durable point (`gigas_statedb_durable_block`), made every sync
+//! period or sync bytes and at a clean stop; the blocks after it are fetched again.
 //!
 //! A rejected diff changes nothing: [`Applier::verify`] decodes against the open group
 //! without writing, and only a verified diff reaches the writer. The thread then commits what
@@ -16,11 +20,12 @@
 //! block is fetched again: a corrupt copy in a cache may be replaced, a forged one never
 //! gets through, and the node never advances past a block it could not verify.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
-use gigas_statedb::{StateDb, StateDbError, WriterOptions};
+use gigas_statedb::{StateDb, StateDbError, StoredHeader, WriterOptions};
 use gigas_statediff::{BlockFile, ChainTip};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
@@ -29,6 +34,8 @@ use crate::apply::{Applier, ApplyError};
 use crate::fetch::{Cursor, Fetched};
 use crate::metrics::FollowerMetrics;
 use crate::status::SyncState;
+use crate::wal::{AppliedLog, WalError};
+use crate::window::BlockUndo;
 
 /// What the apply thread is configured with.
 #[derive(Debug, Clone)]
@@ -43,8 +50,12 @@ pub struct FollowConfig {
     pub spec: gigas_primitives::ChainSpec,
     /// Wait after a rejection before fetching the block again.
     pub retry_after_rejection: Duration,
-    /// Where each applied block's undo record goes, for reads of recent states.
+    /// Where each applied block's undo record goes, for reads of recent states, and its
+    /// redo record while its group is open.
     pub window: Arc<crate::window::StateWindow>,
+    /// The applied-block log ([`crate::wal`]): with one, each block is served as soon as it
+    /// is applied and logged; without, once its group commits.
+    pub applied_log: Option<PathBuf>,
 }
 
 /// Why the apply thread stopped.
@@ -83,10 +94,14 @@ pub enum FollowError {
         /// Why.
         detail: String,
     },
+    /// The applied-block log failed.
+    #[error(transparent)]
+    Log(#[from] WalError),
 }
 
-/// Called after each commit with the new durable tip (publishes heads to subscribers).
-pub type OnCommit = Box<dyn FnMut(&StateDb, ChainTip) + Send>;
+/// Called each time the served head moves, with the new head (publishes heads to
+/// subscribers).
+pub type OnHead = Box<dyn FnMut(&StateDb, ChainTip) + Send>;
 
 /// The apply thread's connections to the rest of the node.
 #[derive(Debug)]
@@ -118,8 +133,9 @@ struct ApplyLoop<'db> {
     io: ThreadIo,
     sync: Arc<SyncState>,
     metrics: FollowerMetrics,
-    on_commit: OnCommit,
+    on_head: OnHead,
     applier: Applier<'db>,
+    log: Option<AppliedLog>,
     epoch: u64,
     last_commit: Instant,
     changes_since_commit: u64,
@@ -135,9 +151,19 @@ pub fn run(
     io: ThreadIo,
     sync: Arc<SyncState>,
     metrics: FollowerMetrics,
-    on_commit: OnCommit,
+    on_head: OnHead,
 ) -> Result<(), FollowError> {
     let applier = Applier::new(&db, config.writer, config.sequencer)?;
+    // Recovery replayed and emptied the log before the node started serving; a record still
+    // there is at or below the head.
+    let log = match &config.applied_log {
+        Some(path) => {
+            let (mut log, _) = AppliedLog::open(path)?;
+            log.clear()?;
+            Some(log)
+        }
+        None => None,
+    };
     let epoch = io.cursor.borrow().epoch;
     let mut this = ApplyLoop {
         db: &db,
@@ -145,8 +171,9 @@ pub fn run(
         io,
         sync,
         metrics,
-        on_commit,
+        on_head,
         applier,
+        log,
         epoch,
         last_commit: Instant::now(),
         changes_since_commit: 0,
@@ -181,10 +208,11 @@ impl ApplyLoop<'_> {
         self.first_pending_arrival = None;
         self.metrics.group_blocks.observe(info.blocks as f64);
         let tip = self.applier.committed_tip();
-        self.sync.set_applied(tip.number, tip.hash);
-        self.metrics
-            .applied_block
-            .set(i64::try_from(tip.number).unwrap_or(i64::MAX));
+        self.config.window.committed(tip.number);
+        match self.log.as_mut() {
+            Some(log) => log.clear()?,
+            None => self.serve(tip),
+        }
         debug!(
             head = info.head,
             blocks = info.blocks,
@@ -192,8 +220,16 @@ impl ApplyLoop<'_> {
             commit_ms = info.commit_seconds * 1e3,
             "group committed"
         );
-        (self.on_commit)(self.db, tip);
         Ok(())
+    }
+
+    /// Reports `tip` as the head: `latest` for the RPC, the metrics, the subscribers.
+    fn serve(&mut self, tip: ChainTip) {
+        self.sync.set_applied(tip.number, tip.hash);
+        self.metrics
+            .applied_block
+            .set(i64::try_from(tip.number).unwrap_or(i64::MAX));
+        (self.on_head)(self.db, tip);
     }
 
     fn run(&mut self) -> Result<(), FollowError> {
@@ -309,6 +345,23 @@ impl ApplyLoop<'_> {
         self.changes_since_commit += applied.changes;
         if let Some(root) = &applied.root {
             debug!(block = root.block, root = %root.root, ms = root.seconds * 1e3, "state root");
+        }
+        if let Some(log) = self.log.as_mut() {
+            // Logged before it is served: a kill from here on finds it at the next start.
+            log.append(applied.number, &item.diff)
+                .map_err(|e| Refusal::Fatal(e.into()))?;
+            self.config.window.push_ahead(
+                BlockUndo::after(applied.number, applied.hash, &verified.changes),
+                StoredHeader {
+                    header: verified.header.clone(),
+                    hash: verified.hash,
+                    signature: Some(verified.signature),
+                    state_root: applied.root.as_ref().map(|r| r.root),
+                },
+            );
+            let tip = self.applier.tip();
+            self.serve(tip);
+            self.first_pending_arrival = None;
         }
         Ok(())
     }

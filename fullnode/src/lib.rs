@@ -4,12 +4,14 @@
 //! WebSocket push, with reconnects), verifying every diff before any of it is written
 //! ([`apply::Applier`]), applying verified diffs into [`gigas_statedb`] in grouped write
 //! transactions, keeping the MPT root every K blocks, optional re-execution of each block to
-//! check the diff, the read-only JSON-RPC over its state, and its metrics.
+//! check the diff, serving each block as soon as it is applied (from memory until its group
+//! commits, [`window`], logged so that a kill loses none, [`wal`]), the read-only JSON-RPC
+//! over its state, and its metrics.
 //!
 //! **Must not:** accept transactions (writes are refused with the sequencer's URL), apply a
-//! diff that failed verification or part of one, report a block as applied before its group
-//! is durable, or hold unbounded queues (the fetcher stays a bounded number of blocks ahead
-//! of the apply thread).
+//! diff that failed verification or part of one, report a block as applied before it is
+//! logged or committed, or hold unbounded queues (the fetcher stays a bounded number of
+//! blocks ahead of the apply thread; the blocks served from memory are one group).
 
 pub mod apply;
 pub mod cli;
@@ -21,4 +23,5 @@ pub mod node;
 pub mod reexec;
 pub mod rpc;
 pub mod status;
+pub mod wal;
 pub mod window;

@@ -73,6 +73,9 @@ pub enum NodeError {
     /// The apply thread failed.
     #[error(transparent)]
     Follow(#[from] FollowError),
+    /// Applying the logged blocks again at start failed.
+    #[error(transparent)]
+    Recover(#[from] crate::wal::WalError),
     /// A server could not start.
     #[error("{what}: {detail}")]
     Serve {
@@ -144,6 +147,11 @@ impl FullNode {
                 tip
             }
         };
+        let sequencer = crate::genesis::sequencer_address(&config.chain)?;
+        let applied_log = config.datadir.join(crate::wal::FILE_NAME);
+        // The blocks served before the last stop and not committed: applied again before
+        // anything is served, so that `latest` never goes back.
+        let tip = crate::wal::recover(&db, &applied_log, config.writer, sequencer, tip)?;
         info!(head = tip.number, hash = %tip.hash, datadir = %config.datadir.display(), "state opened");
         let sync = Arc::new(SyncState::new(tip.number, tip.hash));
         metrics
@@ -179,7 +187,8 @@ impl FullNode {
         let follow = FollowConfig {
             window: window.clone(),
             writer: config.writer,
-            sequencer: crate::genesis::sequencer_address(&config.chain)?,
+            sequencer,
+            applied_log: Some(applied_log),
             verify_execution: config.verify_execution,
             spec: config.chain.spec(),
             retry_after_rejection: Duration::from_secs(1),
@@ -212,7 +221,7 @@ impl FullNode {
             rpc.metrics().register(&mut registry);
         }
         info!(url = %format!("http://{rpc_addr}"), "JSON-RPC (HTTP and WebSocket)");
-        let on_commit: crate::follow::OnCommit = {
+        let on_head: crate::follow::OnHead = {
             let backend = backend.clone();
             Box::new(move |_, tip| {
                 if let Err(e) = backend.publish_heads(tip.number) {
@@ -242,7 +251,7 @@ impl FullNode {
                         },
                         sync,
                         metrics,
-                        on_commit,
+                        on_head,
                     );
                     if let Err(e) = &result {
                         error!(error = %e, "the apply thread failed; stopping the node");

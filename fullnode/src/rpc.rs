@@ -2,12 +2,14 @@
 //! MDBX state ([`gigas_statedb`]), served by the same method tables and error type as the
 //! sequencer's ([`gigas_rpc::RpcServer`]).
 //!
-//! **What it answers.** `latest` (and `pending`, `safe`, `finalized`) is the last *durable*
-//! block ([`SyncState::applied`]); state reads use a [`StateView`], a snapshot of the last
-//! commit, read through the undo records of the blocks after the one asked for when it is
-//! below the head ([`crate::window`]: the last `--state-window` blocks, 128 by default, as
-//! geth keeps); an older block is refused with the range served and the sequencer's URL.
-//! Proofs are served at the head only (the trie is the head's). `eth_getProof` proves accounts and slots against the state root (MPT) this node
+//! **What it answers.** `latest` (and `pending`, `safe`, `finalized`) is the last *applied*
+//! block ([`SyncState::applied`]: written, and logged against a kill, perhaps not yet
+//! committed); state reads use a [`StateView`], a snapshot of the last commit, read through
+//! the redo records of the blocks applied since when the block asked for is above it, or
+//! through the undo records of the blocks after the one asked for when it is below
+//! ([`crate::window`]: the last `--state-window` blocks, 128 by default, as geth keeps); an
+//! older block is refused with the range served and the sequencer's URL. Headers of blocks
+//! above the last commit come from the same records. `eth_getProof` proves accounts and slots against the state root (MPT) this node
 //! computed; `eth_call` and `eth_estimateGas` run revm over the view through `gigas-evm`,
 //! configured as the sequencer configures its calls. Blocks are the headers the database holds,
 //! as signed (the full node keeps no bodies: a block with transactions is refused, its header
@@ -18,10 +20,9 @@
 //! logs, traces) with an error that names the sequencer's URL: a wallet pointed at the full
 //! node learns where to go instead of waiting for a receipt that never comes.
 //!
-//! **Race with the follower.** The RPC layer resolves `latest` to a number before it calls the
-//! backend; a commit that lands in between moves the view one group ahead of that number, and
-//! the request is refused as "older state". The window is the hand-over to the blocking pool
-//! (microseconds against a commit every few hundred milliseconds); clients retry.
+//! **Race with the follower.** A commit drops the redo records it made durable; a read that
+//! took its snapshot before the commit and finds them gone takes a new snapshot (a few
+//! times at most).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -156,8 +157,8 @@ impl FullNodeBackend {
     }
 
     /// Publishes to `newHeads` the headers of the blocks after the last one published, through
-    /// `head` (at most the last 256 after a long catch-up). The follower calls it after each
-    /// commit, once [`SyncState::set_applied`] has moved `latest`; with no subscriber it only
+    /// `head` (at most the last 256 after a long catch-up). The follower calls it each time
+    /// [`SyncState::set_applied`] has moved `latest`; with no subscriber it only
     /// moves the mark. Heads carry this node's state root, as [`rpc_header`] builds them.
     pub fn publish_heads(&self, head: u64) -> Result<(), RpcError> {
         let previous = self.published.fetch_max(head, Ordering::AcqRel);
@@ -167,11 +168,36 @@ impl FullNodeBackend {
         let from = (previous + 1).max(head.saturating_sub(MAX_HEADS_PUBLISHED - 1));
         let view = self.db.view().map_err(store)?;
         for number in from..=head {
-            if let Some(stored) = view.header(number).map_err(store)? {
+            if let Some(stored) = self.header_at(&view, number)? {
                 self.hub.publish_head(rpc_header(&stored));
             }
         }
         Ok(())
+    }
+
+    /// Block `number`'s header: from the window's records when it is above the last commit,
+    /// else from `view`, else (committed after `view` was taken) from a new snapshot.
+    fn header_at(
+        &self,
+        view: &StateView<'_>,
+        number: u64,
+    ) -> Result<Option<StoredHeader>, RpcError> {
+        if let Some(header) = self.window.ahead_header(number) {
+            return Ok(Some(header));
+        }
+        if let Some(header) = view.header(number).map_err(store)? {
+            return Ok(Some(header));
+        }
+        if number > self.sync.applied() {
+            return Ok(None);
+        }
+        self.db.view().map_err(store)?.header(number).map_err(store)
+    }
+
+    /// [`Self::header_at`], for a block that must exist.
+    fn header_of(&self, view: &StateView<'_>, number: u64) -> Result<StoredHeader, RpcError> {
+        self.header_at(view, number)?
+            .ok_or(RpcError::HeaderNotFound)
     }
 
     /// The refusal of a method this node cannot serve, naming the sequencer.
@@ -193,18 +219,42 @@ impl FullNodeBackend {
     /// snapshot, read through the undo records of the blocks after `at` when `at` is below
     /// the head and within the window; older blocks are refused with the range served.
     fn view_at(&self, at: u64) -> Result<(PastState<StateView<'_>>, u64), RpcError> {
-        let view = self.db.view().map_err(store)?;
-        let tip = view
-            .tip()
-            .map_err(store)?
-            .ok_or_else(|| internal("the state database holds no chain yet"))?
-            .number;
-        if at == LATEST_STATE {
-            return Ok((PastState::new(view, Vec::new()), tip));
+        // A commit between the snapshot and the redo records drops records the snapshot
+        // lacks: then a new snapshot holds them. Commits are a group apart, so a second
+        // attempt nearly always succeeds.
+        for _ in 0..4 {
+            let view = self.db.view().map_err(store)?;
+            let tip = view
+                .tip()
+                .map_err(store)?
+                .ok_or_else(|| internal("the state database holds no chain yet"))?
+                .number;
+            let head = self.sync.applied().max(tip);
+            let at = if at == LATEST_STATE { head } else { at };
+            if at > head {
+                return Err(RpcError::HeaderNotFound);
+            }
+            if at <= tip {
+                return self.view_below(view, at, tip);
+            }
+            if let Some(redo) = self.window.ahead(tip, at) {
+                return Ok((PastState::new(view, redo), at));
+            }
         }
-        if at > tip {
-            // `latest` never runs ahead of the last commit, so this is a caller's mistake.
-            return Err(RpcError::HeaderNotFound);
+        Err(internal(
+            "the head kept moving while this read looked for its state; retry",
+        ))
+    }
+
+    /// The state after `at`, at or below the snapshot's block `tip`.
+    fn view_below<'a>(
+        &self,
+        view: StateView<'a>,
+        at: u64,
+        tip: u64,
+    ) -> Result<(PastState<StateView<'a>>, u64), RpcError> {
+        if at == tip {
+            return Ok((PastState::new(view, Vec::new()), tip));
         }
         match self.window.undo(at, tip) {
             Some(undo) => Ok((PastState::new(view, undo), at)),
@@ -224,12 +274,6 @@ impl FullNodeBackend {
         address: &Address,
     ) -> Result<Option<gigas_primitives::AccountState>, RpcError> {
         PriorState::account(view, address).map_err(internal)
-    }
-
-    fn header_of(view: &StateView<'_>, number: u64) -> Result<StoredHeader, RpcError> {
-        view.header(number)
-            .map_err(store)?
-            .ok_or(RpcError::HeaderNotFound)
     }
 
     /// Balance of `address` at the head `at`.
@@ -252,6 +296,9 @@ impl FullNodeBackend {
         };
         if account.code_hash == alloy_primitives::KECCAK256_EMPTY {
             return Ok(Bytes::new());
+        }
+        if let Some(code) = view.code_override(&account.code_hash) {
+            return Ok(code);
         }
         view.head()
             .code(&account.code_hash)
@@ -292,7 +339,7 @@ impl FullNodeBackend {
         if !overlay.is_empty() {
             // A root was computed at every block when the roots run every block (`--dev`);
             // between roots there is nothing to check against, as at the head.
-            if let Some(root) = Self::header_of(head, at)?.state_root {
+            if let Some(root) = self.header_of(head, at)?.state_root {
                 if root != proof.state_root {
                     return Err(internal(format!(
                         "eth_getProof at block {at}: the proof's state root {} is not the \
@@ -331,7 +378,7 @@ impl FullNodeBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(view.head(), at)?.header;
+        let header = self.header_of(view.head(), at)?.header;
         call_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
@@ -345,7 +392,7 @@ impl FullNodeBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(view.head(), at)?.header;
+        let header = self.header_of(view.head(), at)?.header;
         estimate_gas_over(&self.spec, &header, &view, req, state, block, self.budget)
     }
 
@@ -357,7 +404,7 @@ impl FullNodeBackend {
     /// than answer an empty list that would be wrong.
     pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
         let view = self.db.view().map_err(store)?;
-        let Some(stored) = view.header(number).map_err(store)? else {
+        let Some(stored) = self.header_at(&view, number)? else {
             return Ok(None);
         };
         if stored.header.transactions_root != alloy_consensus::EMPTY_ROOT_HASH {
@@ -386,15 +433,14 @@ impl FullNodeBackend {
     /// The header of block `number`, as signed (see [`rpc_header`]).
     pub fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
         let view = self.db.view().map_err(store)?;
-        Ok(view.header(number).map_err(store)?.map(|s| rpc_header(&s)))
+        Ok(self.header_at(&view, number)?.map(|s| rpc_header(&s)))
     }
 
     /// Block `number`'s signed state checksum and the MPT root this node computed after it.
     pub fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
         let view = self.db.view().map_err(store)?;
-        Ok(view
-            .header(number)
-            .map_err(store)?
+        Ok(self
+            .header_at(&view, number)?
             .map(|stored| gigas_rpc::StateRoots {
                 number: alloy_primitives::U64::from(number),
                 hash: stored.hash,
@@ -410,6 +456,9 @@ impl FullNodeBackend {
         if self.sync.applied_hash() == hash {
             return Ok(Some(head));
         }
+        if let Some(number) = self.window.ahead_number(&hash) {
+            return Ok(Some(number).filter(|n| *n <= head));
+        }
         let view = self.db.view().map_err(store)?;
         Ok(view
             .number_by_hash(&hash)
@@ -420,7 +469,7 @@ impl FullNodeBackend {
     /// The base fee of the block after the head.
     fn next_base_fee(&self) -> Result<u64, RpcError> {
         let view = self.db.view().map_err(store)?;
-        let head = Self::header_of(&view, self.sync.applied())?.header;
+        let head = self.header_of(&view, self.sync.applied())?.header;
         Ok(self.base_fee.next(
             head.gas_used,
             head.gas_limit,
@@ -465,7 +514,7 @@ impl FullNodeBackend {
         };
         let mut next = None;
         for number in oldest..=newest {
-            let h = Self::header_of(&view, number)?.header;
+            let h = self.header_of(&view, number)?.header;
             let base = h.base_fee_per_gas.unwrap_or_default();
             history.base_fee_per_gas.push(u128::from(base));
             history
@@ -550,11 +599,8 @@ impl Backend for FullNodeBackend {
 
     /// The head's nonce: the full node has no pool.
     fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
-        let view = self.db.view().map_err(store)?;
-        Ok(view
-            .account(&address)
-            .map_err(store)?
-            .map_or(0, |a| a.nonce))
+        let (view, _) = self.view_at(LATEST_STATE)?;
+        Ok(Self::account(&view, &address)?.map_or(0, |a| a.nonce))
     }
 
     fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
@@ -674,7 +720,7 @@ impl Backend for FullNodeBackend {
         state: Option<StateOverride>,
     ) -> Result<AccessListResult, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(view.head(), at)?.header;
+        let header = self.header_of(view.head(), at)?.header;
         access_list_over(
             &self.spec,
             &header,
@@ -712,7 +758,7 @@ impl Backend for FullNodeBackend {
         options: GethDebugTracingCallOptions,
     ) -> Result<GethTrace, RpcError> {
         let (view, at) = self.view_at(at)?;
-        let header = Self::header_of(view.head(), at)?.header;
+        let header = self.header_of(view.head(), at)?.header;
         trace_call_over(&self.spec, &header, &view, &request, &options, self.budget)
     }
 }

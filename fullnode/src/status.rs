@@ -1,5 +1,6 @@
-//! What the follower knows of the chain, shared with the RPC and the metrics: the durable
-//! head the node serves, and the sequencer's head as last seen.
+//! What the follower knows of the chain, shared with the RPC and the metrics: the head the
+//! node serves (applied, and committed or logged: a kill loses none of it), and the
+//! sequencer's head as last seen.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -11,18 +12,18 @@ use alloy_primitives::B256;
 pub struct SyncState {
     /// The first block this node applied after its start (for `eth_syncing`'s `startingBlock`).
     starting: AtomicU64,
-    /// The last durable block: what the RPC serves as `latest`.
+    /// The last served block (committed, or logged in `applied.wal`): the RPC's `latest`.
     applied: AtomicU64,
     /// The sequencer's head as last seen (the head endpoint or the newest pushed diff).
     sequencer_head: AtomicU64,
     /// A verification failure that holds the node at `applied`, in words.
     halted: Mutex<Option<String>>,
-    /// Hash of the last durable block.
+    /// Hash of the last served block.
     applied_hash: Mutex<B256>,
 }
 
 impl SyncState {
-    /// A state at the durable head `applied` (with `hash`).
+    /// A state at the head `applied` (with `hash`).
     pub fn new(applied: u64, hash: B256) -> Self {
         Self {
             starting: AtomicU64::new(applied),
@@ -33,12 +34,12 @@ impl SyncState {
         }
     }
 
-    /// The last durable block.
+    /// The last served block.
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Acquire)
     }
 
-    /// Hash of the last durable block.
+    /// Hash of the last served block.
     pub fn applied_hash(&self) -> B256 {
         *self.applied_hash.lock().unwrap_or_else(|p| p.into_inner())
     }

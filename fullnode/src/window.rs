@@ -8,9 +8,20 @@
 //! block `n` is then the value before the first block after `n` that changed it, or the head's
 //! value if none did ([`PastState`]).
 //!
+//! The same records serve the blocks applied and not yet committed, the other way round:
+//! the apply thread commits a group of blocks at once (a commit per block writes every page
+//! a block touches, about 120 MB per block over 10M accounts), but serves each block as soon
+//! as it is applied. The database's snapshot is the last commit, so the state after an
+//! applied block `n` above it is the snapshot read through what the blocks up to `n` wrote
+//! ([`BlockUndo::after`]: a *redo* record, with the block's header), newest first
+//! ([`StateWindow::ahead`]). A kill loses none of them: the apply thread logs each block
+//! before it is served (`crate::wal`).
+//!
 //! **Owns:** the undo records of the last `--state-window` blocks, bounded in blocks and in
-//! bytes, and reads of past states through them, including the overlay through which a
-//! proof at a past block is computed over the head's trie ([`PastState::overlay`]).
+//! bytes, the redo records and headers of the blocks above the last commit (bounded by the
+//! group: dropped at each commit), and reads of past and not-yet-committed states through
+//! them, including the overlay through which a proof at such a block is computed over the
+//! committed trie ([`PastState::overlay`]).
 //!
 //! **Must not:** grow without bound (the oldest block goes first when either bound is passed),
 //! or answer a block whose undo records it does not hold: a read below the window is refused
@@ -24,9 +35,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::{Address, Bytes, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet};
-use gigas_statedb::StateOverlay;
+use gigas_statedb::{StateOverlay, StoredHeader};
 use gigas_statediff::{PriorState, StoreError};
 
 /// Rough heap cost of one account record (key, value, map overhead), for the byte bound.
@@ -34,13 +45,20 @@ const ACCOUNT_BYTES: usize = 128;
 /// Rough heap cost of one slot record.
 const SLOT_BYTES: usize = 128;
 
-/// What one block changed, as it was before the block.
+/// What one block changed, at its value before the block (an undo record) or after it (a
+/// redo record: [`BlockUndo::after`]). `wiped` means the same both ways: every slot of the
+/// account that the record does not name is empty.
 #[derive(Debug, Default)]
 pub struct BlockUndo {
     number: u64,
     accounts: HashMap<Address, Option<AccountState>>,
     slots: HashMap<(Address, U256), U256>,
     wiped: HashSet<Address>,
+    /// Code the block deployed (redo records only: an undo record's state has its code in
+    /// the database already).
+    codes: HashMap<B256, Bytes>,
+    /// The block's hash (redo records only: its header is not in the database yet).
+    hash: Option<B256>,
 }
 
 impl BlockUndo {
@@ -55,7 +73,7 @@ impl BlockUndo {
             number,
             accounts: HashMap::with_capacity(changes.accounts().len()),
             slots: HashMap::with_capacity(changes.storage().len()),
-            wiped: HashSet::new(),
+            ..Self::default()
         };
         for (address, change) in changes.accounts() {
             undo.accounts.insert(*address, prior.account(address)?);
@@ -75,15 +93,51 @@ impl BlockUndo {
         Ok(undo)
     }
 
-    /// The block it undoes.
+    /// The redo record of block `number` (with `hash`): every key its `changes` write, at its
+    /// value after the block, and the code it deploys. Needs no read: the diff carries the
+    /// new values.
+    pub fn after(number: u64, hash: B256, changes: &ChangeSet) -> Self {
+        let mut redo = BlockUndo {
+            number,
+            accounts: HashMap::with_capacity(changes.accounts().len()),
+            slots: HashMap::with_capacity(changes.storage().len()),
+            hash: Some(hash),
+            ..Self::default()
+        };
+        for (address, change) in changes.accounts() {
+            redo.accounts.insert(*address, change.state);
+            if change.storage_wiped {
+                redo.wiped.insert(*address);
+            }
+        }
+        for (address, slot, value) in changes.storage() {
+            redo.slots.insert((*address, *slot), *value);
+        }
+        for (hash, code) in changes.bytecodes() {
+            redo.codes.insert(*hash, code.clone());
+        }
+        redo
+    }
+
+    /// The block it undoes (or redoes).
     pub fn number(&self) -> u64 {
         self.number
     }
 
     /// Its approximate heap size.
     pub fn bytes(&self) -> usize {
-        self.accounts.len() * ACCOUNT_BYTES + self.slots.len() * SLOT_BYTES + 64
+        self.accounts.len() * ACCOUNT_BYTES
+            + self.slots.len() * SLOT_BYTES
+            + self.codes.values().map(|c| c.len() + 64).sum::<usize>()
+            + 64
     }
+}
+
+/// A block applied above the last commit: what it wrote, and its header.
+#[derive(Debug)]
+pub struct AheadBlock {
+    redo: Arc<BlockUndo>,
+    header: StoredHeader,
 }
 
 /// The bounds of a [`StateWindow`].
@@ -110,6 +164,9 @@ struct Inner {
     /// Consecutive blocks, oldest first.
     blocks: VecDeque<Arc<BlockUndo>>,
     bytes: usize,
+    /// Consecutive blocks above the last commit, oldest first (kept whatever the window's
+    /// bounds: they are the head).
+    ahead: VecDeque<Arc<AheadBlock>>,
 }
 
 /// The undo records of the last applied blocks, shared by the apply thread (which pushes)
@@ -216,6 +273,82 @@ impl StateWindow {
         (records.len() as u64 == head - at).then_some(records)
     }
 
+    /// Adds block `redo.number()`, applied and not committed, with its header. A block that
+    /// does not follow the last one starts the list over.
+    pub fn push_ahead(&self, redo: BlockUndo, header: StoredHeader) {
+        let mut inner = self.write();
+        if inner
+            .ahead
+            .back()
+            .is_some_and(|last| last.redo.number + 1 != redo.number)
+        {
+            inner.ahead.clear();
+        }
+        inner.ahead.push_back(Arc::new(AheadBlock {
+            redo: Arc::new(redo),
+            header,
+        }));
+    }
+
+    /// Forgets the blocks above the last commit up to `number`, now committed. A reader that
+    /// took its snapshot before the commit finds them gone and takes a new snapshot.
+    pub fn committed(&self, number: u64) {
+        let mut inner = self.write();
+        while inner.ahead.front().is_some_and(|b| b.redo.number <= number) {
+            inner.ahead.pop_front();
+        }
+    }
+
+    /// Forgets every block above `number` (applied and then discarded), ahead and in the
+    /// window.
+    pub fn discard_after(&self, number: u64) {
+        self.truncate_after(number);
+        let mut inner = self.write();
+        while inner.ahead.back().is_some_and(|b| b.redo.number > number) {
+            inner.ahead.pop_back();
+        }
+    }
+
+    /// The redo records that turn the committed state after block `committed` into the
+    /// state after `at` (`at > committed`), newest first, or `None` when some block between
+    /// is not held (committed since the caller's snapshot was taken).
+    pub fn ahead(&self, committed: u64, at: u64) -> Option<Vec<Arc<BlockUndo>>> {
+        let inner = self.read();
+        let records: Vec<Arc<BlockUndo>> = inner
+            .ahead
+            .iter()
+            .rev()
+            .filter(|b| b.redo.number > committed && b.redo.number <= at)
+            .map(|b| b.redo.clone())
+            .collect();
+        (records.len() as u64 == at.saturating_sub(committed)).then_some(records)
+    }
+
+    /// The header of block `number` if it is above the last commit.
+    pub fn ahead_header(&self, number: u64) -> Option<StoredHeader> {
+        let inner = self.read();
+        let first = inner.ahead.front()?.redo.number;
+        let block = inner
+            .ahead
+            .get(usize::try_from(number.checked_sub(first)?).ok()?)?;
+        (block.redo.number == number).then(|| block.header.clone())
+    }
+
+    /// The number of the block with `hash` if it is above the last commit.
+    pub fn ahead_number(&self, hash: &B256) -> Option<u64> {
+        let inner = self.read();
+        inner
+            .ahead
+            .iter()
+            .find(|b| b.header.hash == *hash)
+            .map(|b| b.redo.number)
+    }
+
+    /// Blocks above the last commit.
+    pub fn ahead_len(&self) -> usize {
+        self.read().ahead.len()
+    }
+
     /// Blocks held.
     pub fn len(&self) -> usize {
         self.read().blocks.len()
@@ -232,7 +365,10 @@ impl StateWindow {
     }
 }
 
-/// A past state: the head's state read through the undo records of the blocks after `at`.
+/// The state after some block `at`: a committed snapshot read through records, the first
+/// record that names a key giving its value. Either the undo records of the blocks after
+/// `at`, oldest first (`at` below the snapshot), or the redo records of the blocks up to
+/// `at`, newest first (`at` above it).
 #[derive(Debug)]
 pub struct PastState<S> {
     head: S,
@@ -240,11 +376,27 @@ pub struct PastState<S> {
 }
 
 impl<S> PastState<S> {
-    /// The state after block `at`, given the head's state and the records of the blocks
-    /// `at + 1 ..= head`, oldest first (see [`StateWindow::undo`]). With no records it is the
-    /// head's state.
+    /// The state after block `at`, given the snapshot's state and the records of the blocks
+    /// between, in the order that gives each key its value at `at` (see
+    /// [`StateWindow::undo`] and [`StateWindow::ahead`]). With no records it is the
+    /// snapshot's state.
     pub fn new(head: S, undo: Vec<Arc<BlockUndo>>) -> Self {
         Self { head, undo }
+    }
+
+    /// Code deployed by a block the records redo, by hash.
+    pub fn code_override(&self, hash: &B256) -> Option<Bytes> {
+        self.undo
+            .iter()
+            .find_map(|block| block.codes.get(hash).cloned())
+    }
+
+    /// The hash of block `number` if a redo record holds it.
+    pub fn block_hash_override(&self, number: u64) -> Option<B256> {
+        self.undo
+            .iter()
+            .find(|block| block.number == number)
+            .and_then(|block| block.hash)
     }
 
     /// The head's state underneath.
@@ -273,10 +425,9 @@ impl<S> PastState<S> {
 }
 
 impl<S> PastState<S> {
-    /// The same past state as an overlay of the head's, for proofs through the head's trie:
-    /// each key set to its value in the oldest record that has it, and an account wiped by a
-    /// block after `at` cleared of the slots no earlier record names, as
-    /// [`Self::slot_override`] reads them.
+    /// The same state as an overlay of the snapshot's, for proofs through its trie: each key
+    /// set to its value in the first record that has it, and an account a record wipes
+    /// cleared of the slots no earlier record names, as [`Self::slot_override`] reads them.
     pub fn overlay(&self) -> StateOverlay {
         let mut overlay = StateOverlay::new();
         for block in &self.undo {
@@ -336,7 +487,11 @@ where
         &self,
         code_hash: B256,
     ) -> Result<gigas_evm::revm::state::Bytecode, Self::Error> {
-        // Code is kept by hash and never removed: the head has every code a past state names.
+        // Code is kept by hash and never removed: the snapshot has every code a past state
+        // names, and the redo records the code deployed since.
+        if let Some(code) = self.code_override(&code_hash) {
+            return Ok(gigas_evm::revm::state::Bytecode::new_raw(code));
+        }
         self.head.code_by_hash_ref(code_hash)
     }
 
@@ -348,7 +503,10 @@ where
     }
 
     fn block_hash_ref(&self, number: u64) -> Result<B256, Self::Error> {
-        self.head.block_hash_ref(number)
+        match self.block_hash_override(number) {
+            Some(hash) => Ok(hash),
+            None => self.head.block_hash_ref(number),
+        }
     }
 }
 
@@ -474,6 +632,117 @@ mod tests {
             }
         }
         assert_eq!(window.len(), 9);
+    }
+
+    /// Random blocks applied above a committed snapshot: the state after every block above
+    /// it, read as the snapshot through the redo records, equals the model's; a commit
+    /// drops the records it made durable, and a reader whose snapshot is older then finds
+    /// them gone (and must take a new one) instead of reading a wrong state.
+    #[test]
+    fn states_above_the_commit_read_through_redo_records_equal_the_model() {
+        let addresses: Vec<Address> = (1..=4).map(Address::with_last_byte).collect();
+        let slots: Vec<U256> = (0..3).map(U256::from).collect();
+        let window = StateWindow::new(WindowLimits {
+            blocks: 0,
+            max_bytes: 0,
+        });
+        let mut state = Mem::default();
+        let mut committed = (0u64, state.clone());
+        let mut history = vec![state.clone()];
+        let mut seed = 11u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let code = Bytes::from_static(&[0x60, 0x00]);
+        let code_hash = alloy_primitives::keccak256(&code);
+        for number in 1..=60u64 {
+            let mut builder = ChangeSetBuilder::new();
+            for address in &addresses {
+                let bare = !state.slots.keys().any(|(a, _)| a == address);
+                match next() % 5 {
+                    0 => builder.account(*address, account(next() % 1000, number), false),
+                    1 if bare => builder.account(*address, account(1, 0), true),
+                    2 if bare => builder.destroyed(*address),
+                    _ => {}
+                }
+                for slot in &slots {
+                    if next() % 3 == 0 {
+                        builder.slot(*address, *slot, U256::from(next() % 4));
+                    }
+                }
+            }
+            if number == 5 {
+                builder.bytecode(code.clone());
+            }
+            let changes = builder.build();
+            let hash = B256::with_last_byte(number as u8);
+            let header = StoredHeader {
+                header: alloy_consensus::Header {
+                    number,
+                    ..Default::default()
+                },
+                hash,
+                signature: None,
+                state_root: None,
+            };
+            window.push_ahead(BlockUndo::after(number, hash, &changes), header);
+            state.apply(&changes);
+            history.push(state.clone());
+            // A commit every 7 blocks.
+            if number % 7 == 0 {
+                let stale = window.ahead(committed.0, number).unwrap();
+                window.committed(number);
+                assert!(
+                    window.ahead(committed.0, number).is_none(),
+                    "a snapshot from before the commit finds its records gone"
+                );
+                drop(stale);
+                committed = (number, state.clone());
+            }
+            let (base, snapshot) = &committed;
+            for at in base + 1..=number {
+                let redo = window.ahead(*base, at).unwrap();
+                assert_eq!(redo.len() as u64, at - base);
+                let past = PastState::new(snapshot.clone(), redo);
+                for address in &addresses {
+                    assert_eq!(
+                        past.account(address).unwrap(),
+                        history[at as usize].account(address).unwrap(),
+                        "{address} after block {at}, committed {base}, head {number}"
+                    );
+                    for slot in &slots {
+                        assert_eq!(
+                            past.slot(address, slot).unwrap(),
+                            history[at as usize].slot(address, slot).unwrap(),
+                            "{address} slot {slot} after block {at}, committed {base}"
+                        );
+                    }
+                }
+                if at >= 5 && *base < 5 {
+                    assert_eq!(past.code_override(&code_hash), Some(code.clone()));
+                }
+                assert_eq!(
+                    past.block_hash_override(at),
+                    Some(B256::with_last_byte(at as u8))
+                );
+                assert_eq!(
+                    window.ahead_header(at).map(|h| h.hash),
+                    Some(B256::with_last_byte(at as u8))
+                );
+                assert_eq!(
+                    window.ahead_number(&B256::with_last_byte(at as u8)),
+                    Some(at)
+                );
+            }
+            assert_eq!(window.ahead_len() as u64, number - base);
+            assert!(window.ahead_header(*base).is_none());
+        }
+        window.discard_after(57);
+        assert_eq!(window.ahead_len(), 1);
+        assert!(window.ahead(56, 58).is_none());
     }
 
     #[test]

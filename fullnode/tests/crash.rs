@@ -100,6 +100,72 @@ async fn killed_at_random_points_the_full_node_converges_to_the_sequencers_state
     );
 }
 
+/// Blocks served before their group commits (commits 10 minutes apart, so none lands in the
+/// test): the node serves each block as soon as it applies it, from memory over the last
+/// commit: the state and proofs at `latest` and at a block above the commit, and headers.
+/// A SIGKILL then loses none of them: the next start applies the logged blocks again before
+/// it serves anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_served_before_their_commit_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let seq = Process::sequencer(&dir.path().join("seq"));
+    let fn_dir = dir.path().join("fn");
+    let flags = ["--commit-blocks", "1000000", "--commit-interval", "10m"];
+    let mut node = Process::fullnode(&fn_dir, &seq.url, &flags);
+    let load = Load::start(&seq.url, 2, 41).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let touched = load.stop(&seq.url).await;
+    let target = head(&seq.url).await;
+    common::wait_for_block(&node.url, target, Duration::from_secs(60)).await;
+    assert_eq!(
+        node.metric("gigas_statedb_groups_committed_total"),
+        Some(0.0),
+        "a group was committed: the test would not read uncommitted blocks"
+    );
+    let logged = std::fs::metadata(fn_dir.join("applied.wal")).unwrap().len();
+    assert!(logged > 0, "the served blocks are logged");
+    common::assert_same_state(&node.url, &seq.url, &touched).await;
+    let tag = serde_json::json!(format!("{target:#x}"));
+    common::assert_proofs_at(&node.url, &seq.url, &touched, tag.clone()).await;
+    let below = serde_json::json!(format!("{:#x}", target - 1));
+    common::assert_same_state_at(&node.url, &seq.url, &touched, below).await;
+    let block = |url: String| {
+        let tag = tag.clone();
+        async move { common::rpc(&url, "eth_getHeaderByNumber", serde_json::json!([tag])).await }
+    };
+    let (ours, theirs) = (block(node.url.clone()).await, block(seq.url.clone()).await);
+    assert_eq!(
+        ours["result"]["hash"], theirs["result"]["hash"],
+        "{ours} vs {theirs}"
+    );
+    let by_hash = common::rpc(
+        &node.url,
+        "eth_getBlockByHash",
+        serde_json::json!([theirs["result"]["hash"], false]),
+    )
+    .await;
+    assert_eq!(
+        by_hash["result"]["number"],
+        serde_json::json!(format!("{target:#x}")),
+        "{by_hash}"
+    );
+
+    let reported = head(&node.url).await;
+    node.kill();
+    let node = Process::fullnode(&fn_dir, &seq.url, &flags);
+    let restarted = head(&node.url).await;
+    assert!(
+        restarted >= reported,
+        "the node served block {reported}, and restarted at {restarted}"
+    );
+    assert!(
+        node.log_text().contains("applied again the blocks logged"),
+        "the start replayed the log: {}",
+        node.log_text()
+    );
+    common::assert_same_state(&node.url, &seq.url, &touched).await;
+}
+
 /// The sequencer's key index log damaged in its middle (issue 29, finding 13): the sequencer
 /// refuses to start and names the remedy; `gigas-sequencer rebuild-key-log` writes the log
 /// again from a stopped full node's index; the sequencer then re-encodes the blocks after the

@@ -166,8 +166,9 @@ pub struct FullnodeArgs {
     /// How the recorded workload draws senders and receivers.
     #[arg(long, value_enum, default_value = "zipf")]
     pub distribution: Distribution,
-    /// MDBX page size of the genesis and run databases, in bytes (a power of two from 4096
-    /// to 65536; default: the OS page size). A genesis per page size is cached.
+    /// MDBX page size of the genesis and run databases, in bytes (a power of two from 256
+    /// to 65536, MDBX's own bounds; default: the OS page size). A genesis per page size is
+    /// cached.
     #[arg(long, value_name = "BYTES")]
     pub page_size: Option<usize>,
     /// Let the kernel read ahead around MDBX's page faults (off by default, as reth: each
@@ -411,8 +412,8 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
     };
     let limits = args.limits()?;
     if let Some(size) = args.page_size {
-        if !size.is_power_of_two() || !(4096..=65536).contains(&size) {
-            bail!("--page-size must be a power of two from 4096 to 65536");
+        if !size.is_power_of_two() || !(256..=65536).contains(&size) {
+            bail!("--page-size must be a power of two from 256 to 65536 (MDBX's bounds)");
         }
     }
     let bin = sequencer_bin(args.sequencer_bin.as_deref());
