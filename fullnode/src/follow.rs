@@ -37,6 +37,11 @@ use crate::status::SyncState;
 use crate::wal::{AppliedLog, WalError};
 use crate::window::BlockUndo;
 
+/// Most bytes of redo records the blocks above the last commit may hold before a commit,
+/// whatever the group bounds say (`--commit-blocks` and `--commit-interval` can be set
+/// high): the window's own default budget.
+const MAX_AHEAD_BYTES: usize = 256 << 20;
+
 /// What the apply thread is configured with.
 #[derive(Debug, Clone)]
 pub struct FollowConfig {
@@ -281,7 +286,7 @@ impl ApplyLoop<'_> {
                     self.hold(item.number, reason, message)?
                 }
             }
-            if self.applier.should_commit() {
+            if self.applier.should_commit() || self.config.window.ahead_bytes() > MAX_AHEAD_BYTES {
                 self.commit()?;
             }
         }
@@ -348,7 +353,8 @@ impl ApplyLoop<'_> {
         }
         if let Some(log) = self.log.as_mut() {
             // Logged before it is served: a kill from here on finds it at the next start.
-            log.append(applied.number, &item.diff)
+            let sync = self.db.options().durability.every_commit();
+            log.append(applied.number, &item.diff, sync)
                 .map_err(|e| Refusal::Fatal(e.into()))?;
             self.config.window.push_ahead(
                 BlockUndo::after(applied.number, applied.hash, &verified.changes),

@@ -12,10 +12,11 @@
 //! **Owns:** the file `applied.wal` in the data directory and its record format:
 //! `magic (4) ‖ block (8) ‖ length (4) ‖ CRC-32 of block ‖ diff (4) ‖ diff`, little-endian.
 //!
-//! **Must not:** make anything durable against a power loss (it is not synced: after one the
-//! database rolls back to its last durable point, the log is read only as far as its records
-//! are whole, follow the head and verify, and the rest is fetched again), or be trusted: each
-//! record is verified again as a fetched diff is.
+//! **Must not:** be trusted (each record is verified again as a fetched diff is), or weaken
+//! the database's durability: under `--db.sync durable` each record is synced before its
+//! block is served, as each commit is; under `periodic` (the default) it is not, and after a
+//! power loss the database rolls back to its last durable point, the log is read only as far
+//! as its records are whole, follow that point and verify, and the rest is fetched again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -130,8 +131,8 @@ impl AppliedLog {
         Ok((log, records))
     }
 
-    /// Appends block `number`'s diff in one write.
-    pub fn append(&mut self, number: u64, diff: &[u8]) -> Result<(), WalError> {
+    /// Appends block `number`'s diff in one write, synced to the disk when `sync`.
+    pub fn append(&mut self, number: u64, diff: &[u8], sync: bool) -> Result<(), WalError> {
         let mut record = Vec::with_capacity(HEADER + diff.len());
         record.extend_from_slice(&MAGIC.to_le_bytes());
         record.extend_from_slice(&number.to_le_bytes());
@@ -146,6 +147,13 @@ impl AppliedLog {
                 what: "append",
                 source,
             })?;
+        if sync {
+            self.file.sync_data().map_err(|source| WalError::Io {
+                path: self.path.clone(),
+                what: "sync",
+                source,
+            })?;
+        }
         self.len += record.len() as u64;
         self.records += 1;
         Ok(())
@@ -275,8 +283,8 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         let (mut log, records) = AppliedLog::open(&path).unwrap();
         assert!(records.is_empty());
-        log.append(7, b"seven").unwrap();
-        log.append(8, &[0xab; 1000]).unwrap();
+        log.append(7, b"seven", false).unwrap();
+        log.append(8, &[0xab; 1000], true).unwrap();
         drop(log);
         let (log, records) = AppliedLog::open(&path).unwrap();
         assert_eq!(
@@ -305,7 +313,7 @@ mod tests {
         let (mut log, records) = AppliedLog::open(&path).unwrap();
         assert_eq!(records.len(), 2);
         assert_eq!(log.len(), whole);
-        log.append(9, b"nine").unwrap();
+        log.append(9, b"nine", false).unwrap();
         drop(log);
         let (_, records) = AppliedLog::open(&path).unwrap();
         assert_eq!(
@@ -327,10 +335,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
         let (mut log, _) = AppliedLog::open(&path).unwrap();
-        log.append(1, b"one").unwrap();
+        log.append(1, b"one", false).unwrap();
         log.clear().unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
-        log.append(2, b"two").unwrap();
+        log.append(2, b"two", false).unwrap();
         assert_eq!(log.records(), 1);
         drop(log);
         let (_, records) = AppliedLog::open(&path).unwrap();

@@ -165,8 +165,9 @@ struct Inner {
     blocks: VecDeque<Arc<BlockUndo>>,
     bytes: usize,
     /// Consecutive blocks above the last commit, oldest first (kept whatever the window's
-    /// bounds: they are the head).
+    /// bounds: they are the head; the apply thread commits when they grow past its bound).
     ahead: VecDeque<Arc<AheadBlock>>,
+    ahead_bytes: usize,
 }
 
 /// The undo records of the last applied blocks, shared by the apply thread (which pushes)
@@ -283,7 +284,9 @@ impl StateWindow {
             .is_some_and(|last| last.redo.number + 1 != redo.number)
         {
             inner.ahead.clear();
+            inner.ahead_bytes = 0;
         }
+        inner.ahead_bytes += redo.bytes();
         inner.ahead.push_back(Arc::new(AheadBlock {
             redo: Arc::new(redo),
             header,
@@ -295,7 +298,9 @@ impl StateWindow {
     pub fn committed(&self, number: u64) {
         let mut inner = self.write();
         while inner.ahead.front().is_some_and(|b| b.redo.number <= number) {
-            inner.ahead.pop_front();
+            if let Some(old) = inner.ahead.pop_front() {
+                inner.ahead_bytes -= old.redo.bytes();
+            }
         }
     }
 
@@ -305,7 +310,9 @@ impl StateWindow {
         self.truncate_after(number);
         let mut inner = self.write();
         while inner.ahead.back().is_some_and(|b| b.redo.number > number) {
-            inner.ahead.pop_back();
+            if let Some(old) = inner.ahead.pop_back() {
+                inner.ahead_bytes -= old.redo.bytes();
+            }
         }
     }
 
@@ -347,6 +354,11 @@ impl StateWindow {
     /// Blocks above the last commit.
     pub fn ahead_len(&self) -> usize {
         self.read().ahead.len()
+    }
+
+    /// Approximate bytes of the redo records above the last commit.
+    pub fn ahead_bytes(&self) -> usize {
+        self.read().ahead_bytes
     }
 
     /// Blocks held.
@@ -738,6 +750,7 @@ mod tests {
                 );
             }
             assert_eq!(window.ahead_len() as u64, number - base);
+            assert_eq!(window.ahead_bytes() == 0, number == *base);
             assert!(window.ahead_header(*base).is_none());
         }
         window.discard_after(57);

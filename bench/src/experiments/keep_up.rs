@@ -300,7 +300,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
             (
                 "full node".into(),
                 format!(
-                    "gigas-fullnode --chain --sequencer --memory-limit {} (defaults: root every block, commit every 16 blocks or 200 ms)",
+                    "gigas-fullnode --chain --sequencer --memory-limit {} (defaults: root every block, commit every 16 blocks or 1 s, each block served as applied)",
                     args.keep_up_limit
                 ),
             ),
