@@ -25,17 +25,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
-use gigas_statedb::{StateDb, StateDbError, StoredHeader, WriterOptions};
+use gigas_statedb::{StateDb, StateDbError, WriterOptions};
 use gigas_statediff::{BlockFile, ChainTip};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
+use crate::ahead::AheadServing;
 use crate::apply::{Applier, ApplyError};
 use crate::fetch::{Cursor, Fetched};
 use crate::metrics::FollowerMetrics;
 use crate::status::SyncState;
 use crate::wal::{AppliedLog, WalError};
-use crate::window::BlockUndo;
 
 /// Most bytes of redo records the blocks above the last commit may hold before a commit,
 /// whatever the group bounds say (`--commit-blocks` and `--commit-interval` can be set
@@ -140,7 +140,7 @@ struct ApplyLoop<'db> {
     metrics: FollowerMetrics,
     on_head: OnHead,
     applier: Applier<'db>,
-    log: Option<AppliedLog>,
+    ahead: Option<AheadServing>,
     epoch: u64,
     last_commit: Instant,
     changes_since_commit: u64,
@@ -161,11 +161,11 @@ pub fn run(
     let applier = Applier::new(&db, config.writer, config.sequencer)?;
     // Recovery replayed and emptied the log before the node started serving; a record still
     // there is at or below the head.
-    let log = match &config.applied_log {
+    let ahead = match &config.applied_log {
         Some(path) => {
-            let (mut log, _) = AppliedLog::open(path)?;
-            log.clear()?;
-            Some(log)
+            let (log, _) = AppliedLog::open(path)?;
+            let sync = db.options().durability.every_commit();
+            Some(AheadServing::new(log, config.window.clone(), sync)?)
         }
         None => None,
     };
@@ -178,7 +178,7 @@ pub fn run(
         metrics,
         on_head,
         applier,
-        log,
+        ahead,
         epoch,
         last_commit: Instant::now(),
         changes_since_commit: 0,
@@ -213,9 +213,8 @@ impl ApplyLoop<'_> {
         self.first_pending_arrival = None;
         self.metrics.group_blocks.observe(info.blocks as f64);
         let tip = self.applier.committed_tip();
-        self.config.window.committed(tip.number);
-        match self.log.as_mut() {
-            Some(log) => log.clear()?,
+        match self.ahead.as_mut() {
+            Some(ahead) => ahead.committed(tip.number)?,
             None => self.serve(tip),
         }
         debug!(
@@ -286,7 +285,12 @@ impl ApplyLoop<'_> {
                     self.hold(item.number, reason, message)?
                 }
             }
-            if self.applier.should_commit() || self.config.window.ahead_bytes() > MAX_AHEAD_BYTES {
+            if self.applier.should_commit()
+                || self
+                    .ahead
+                    .as_ref()
+                    .is_some_and(|a| a.bytes() > MAX_AHEAD_BYTES)
+            {
                 self.commit()?;
             }
         }
@@ -351,20 +355,11 @@ impl ApplyLoop<'_> {
         if let Some(root) = &applied.root {
             debug!(block = root.block, root = %root.root, ms = root.seconds * 1e3, "state root");
         }
-        if let Some(log) = self.log.as_mut() {
+        if let Some(ahead) = self.ahead.as_mut() {
             // Logged before it is served: a kill from here on finds it at the next start.
-            let sync = self.db.options().durability.every_commit();
-            log.append(applied.number, &item.diff, sync)
+            ahead
+                .applied(&item.diff, &verified, &applied)
                 .map_err(|e| Refusal::Fatal(e.into()))?;
-            self.config.window.push_ahead(
-                BlockUndo::after(applied.number, applied.hash, &verified.changes),
-                StoredHeader {
-                    header: verified.header.clone(),
-                    hash: verified.hash,
-                    signature: Some(verified.signature),
-                    state_root: applied.root.as_ref().map(|r| r.root),
-                },
-            );
             let tip = self.applier.tip();
             self.serve(tip);
             self.first_pending_arrival = None;

@@ -13,6 +13,7 @@
 //! logged or committed, or hold unbounded queues (the fetcher stays a bounded number of
 //! blocks ahead of the apply thread; the blocks served from memory are one group).
 
+pub mod ahead;
 pub mod apply;
 pub mod cli;
 pub mod fetch;

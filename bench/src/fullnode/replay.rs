@@ -2,11 +2,15 @@
 //! mode through the full node's `Applier`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eyre::{bail, eyre, Result, WrapErr};
+use gigas_fullnode::ahead::AheadServing;
 use gigas_fullnode::apply::{Applier, ApplyTimings};
 use gigas_fullnode::metrics::ProcessMemory;
+use gigas_fullnode::wal::AppliedLog;
+use gigas_fullnode::window::{StateWindow, WindowLimits};
 use gigas_primitives::machine::Machine;
 use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -707,30 +711,41 @@ impl Replay<'_> {
 
     /// Applies block `n`; with `--verify-execution`, re-executes it first over the state
     /// before it (see `execute`'s module doc for why before the diff's verification).
+    /// Verifies and writes block `n` (re-executing it first when asked), then, as the node
+    /// does, logs it and records it for reads before its commit (`serving`: live modes).
     fn step(
         &self,
         applier: &mut Applier<'_>,
         reexecutor: Option<&mut Reexecutor>,
+        serving: Option<&mut AheadServing>,
         n: u64,
     ) -> Result<gigas_fullnode::apply::AppliedBlock> {
         let bytes = self.diff(n)?;
-        let (Some(r), Some(x)) = (reexecutor, &self.execute) else {
-            return applier
-                .apply(bytes)
-                .wrap_err_with(|| format!("applying block {n}"));
+        let expected = match (reexecutor, &self.execute) {
+            (Some(r), Some(x)) => {
+                let i = preload_index(n);
+                let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
+                    bail!("the recording has no block file {n}");
+                };
+                Some((r.execute(applier.writer(), header, block)?, r))
+            }
+            _ => None,
         };
-        let i = preload_index(n);
-        let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
-            bail!("the recording has no block file {n}");
-        };
-        let got = r.execute(applier.writer(), header, block)?;
         let verified = applier
             .verify(bytes)
             .wrap_err_with(|| format!("verifying block {n}"))?;
-        r.compare(n, &verified.changes, &got)?;
-        applier
+        if let Some((got, r)) = expected {
+            r.compare(n, &verified.changes, &got)?;
+        }
+        let applied = applier
             .write(&verified)
-            .wrap_err_with(|| format!("writing block {n}"))
+            .wrap_err_with(|| format!("writing block {n}"))?;
+        if let Some(serving) = serving {
+            serving
+                .applied(bytes, &verified, &applied)
+                .wrap_err_with(|| format!("logging block {n}"))?;
+        }
+        Ok(applied)
     }
 
     fn run(
@@ -786,20 +801,35 @@ impl Replay<'_> {
             durability: mode.sync().to_statedb(),
             ..self.options.clone()
         };
+        let every_commit = options.durability.every_commit();
         let db = StateDb::open(dir, options)?;
         let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
+        // Live modes pay what the node pays to serve each block before its group commits:
+        // the applied-block log and the redo records (the node's `gigas_fullnode::ahead`).
+        let mut serving = match mode.kind() {
+            ModeKind::Live => {
+                let (log, _) = AppliedLog::open(&dir.join(gigas_fullnode::wal::FILE_NAME))?;
+                let window = Arc::new(StateWindow::new(WindowLimits {
+                    blocks: 0,
+                    max_bytes: 0,
+                }));
+                Some(AheadServing::new(log, window, every_commit)?)
+            }
+            ModeKind::Batched => None,
+        };
+
         let mut reexecutor = self
             .execute
             .as_ref()
             .map(|x| Reexecutor::new(x.spec.clone()));
         // The empty blocks before the load, outside the clock.
         for n in 1..m.first_loaded {
-            self.step(&mut applier, reexecutor.as_mut(), n)?;
+            self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
             if applier.should_commit() {
-                applier.commit()?;
+                commit(&mut applier, &mut serving)?;
             }
         }
-        applier.commit()?;
+        commit(&mut applier, &mut serving)?;
         // Warm-up: the first loaded blocks, applied and committed outside the clock, bring
         // the workload's hot accounts into the page cache as a node that has been running
         // would have them.
@@ -809,13 +839,13 @@ impl Replay<'_> {
             .min(m.loaded_blocks.saturating_sub(1));
         let first_timed = m.first_loaded + warmup;
         for n in m.first_loaded..first_timed {
-            self.step(&mut applier, reexecutor.as_mut(), n)
+            self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)
                 .wrap_err("a warm-up block")?;
             if applier.should_commit() {
-                applier.commit()?;
+                commit(&mut applier, &mut serving)?;
             }
         }
-        applier.commit()?;
+        commit(&mut applier, &mut serving)?;
         // What the warm-up left unsynced is not the timed blocks' to write.
         applier.sync()?;
         applier.reset_timings();
@@ -870,7 +900,7 @@ impl Replay<'_> {
                 complete = false;
                 break;
             }
-            let applied = self.step(&mut applier, reexecutor.as_mut(), n)?;
+            let applied = self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
             if let Some(root) = applied.root {
                 roots += 1;
                 leaves += root.leaves;
@@ -880,11 +910,11 @@ impl Replay<'_> {
                 last_root = Some(root.root);
             }
             if applier.should_commit() {
-                count_commit(applier.commit()?);
+                count_commit(commit(&mut applier, &mut serving)?);
             }
             bar.inc(1);
         }
-        count_commit(applier.commit()?);
+        count_commit(commit(&mut applier, &mut serving)?);
         // Every mode ends durable, in its clock: a periodic run pays for its last durable
         // point as the durable run paid for each commit's.
         if let Some(took) = applier.sync()? {
@@ -1276,7 +1306,7 @@ fn print_config(c: &FullnodeConfig, machine: &Machine, genesis: &GenesisInfo) {
     println!("  rounds     : {} (modes alternated A B, B A, ...)", c.runs);
     println!("  statedb    : {}", c.statedb_options);
     println!("  scratch    : {}", c.scratch);
-    println!("  apply path : gigas_fullnode::apply::Applier (verify, write, root, commit), as the node runs it");
+    println!("  apply path : gigas_fullnode::apply::Applier (verify, write, root, commit) and, live, gigas_fullnode::ahead (the applied-block log, redo records), as the node runs them");
     println!("  source     : {}", c.source);
     println!(
         "  build      : {}; machine: {}",
@@ -1343,4 +1373,17 @@ fn print_run(r: &RunResult) {
             }
         );
     }
+}
+
+/// Commits the open group and, in a live mode, drops what served its blocks before the
+/// commit (as the node's apply thread does).
+fn commit(
+    applier: &mut Applier<'_>,
+    serving: &mut Option<AheadServing>,
+) -> Result<Option<gigas_statedb::CommitInfo>> {
+    let info = applier.commit()?;
+    if let Some(serving) = serving.as_mut() {
+        serving.committed(applier.committed_tip().number)?;
+    }
+    Ok(info)
 }

@@ -38,7 +38,7 @@ pub fn markdown(r: &FullnodeReport) -> String {
     );
     let _ = writeln!(
         md,
-        "- apply path: `gigas_fullnode::apply::Applier` as the node runs it (verify the frame, the signature and the checksum chain while decoding against the state; write plain, hashed and index tables; root; commit); the diffs were read into memory before the clock started"
+        "- apply path: `gigas_fullnode::apply::Applier` as the node runs it (verify the frame, the signature and the checksum chain while decoding against the state; write plain, hashed and index tables; root; in live modes, as the node serves each block before its commit, append its diff to the applied-block log and record its redo record; commit); the diffs were read into memory before the clock started"
     );
     let _ = writeln!(md, "- modes: {}", r.config.modes.join("; "));
     let _ = writeln!(
