@@ -577,6 +577,45 @@ mod tests {
         }
     }
 
+    /// A deterministic stream of pseudo-random numbers from `seed`.
+    fn lcg(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        }
+    }
+
+    /// A random block `number` over `addresses` and `slots` after `state`: balance changes,
+    /// re-creations, destroys and slot writes.
+    fn random_block(
+        state: &Mem,
+        number: u64,
+        next: &mut impl FnMut() -> u64,
+        addresses: &[Address],
+        slots: &[U256],
+    ) -> ChangeSetBuilder {
+        let mut builder = ChangeSetBuilder::new();
+        for address in addresses {
+            // Only an account without storage is destroyed or re-created (Cancun: see the
+            // module documentation).
+            let bare = !state.slots.keys().any(|(a, _)| a == address);
+            match next() % 5 {
+                0 => builder.account(*address, account(next() % 1000, number), false),
+                1 if bare => builder.account(*address, account(1, 0), true),
+                2 if bare => builder.destroyed(*address),
+                _ => {}
+            }
+            for slot in slots {
+                if next().is_multiple_of(3) {
+                    builder.slot(*address, *slot, U256::from(next() % 4));
+                }
+            }
+        }
+        builder
+    }
+
     /// Random blocks over a few keys: every past state read through the window equals the
     /// state the model had after that block, at every depth the window holds, and nothing
     /// older is answered.
@@ -590,32 +629,9 @@ mod tests {
         });
         let mut state = Mem::default();
         let mut history = vec![state.clone()];
-        let mut seed = 7u64;
-        let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            seed >> 33
-        };
+        let mut next = lcg(7);
         for number in 1..=40u64 {
-            let mut builder = ChangeSetBuilder::new();
-            for address in &addresses {
-                // Only an account without storage is destroyed or re-created (Cancun: see the
-                // module documentation).
-                let bare = !state.slots.keys().any(|(a, _)| a == address);
-                match next() % 5 {
-                    0 => builder.account(*address, account(next() % 1000, number), false),
-                    1 if bare => builder.account(*address, account(1, 0), true),
-                    2 if bare => builder.destroyed(*address),
-                    _ => {}
-                }
-                for slot in &slots {
-                    if next() % 3 == 0 {
-                        builder.slot(*address, *slot, U256::from(next() % 4));
-                    }
-                }
-            }
-            let changes = builder.build();
+            let changes = random_block(&state, number, &mut next, &addresses, &slots).build();
             window.push(BlockUndo::capture(number, &changes, &state).unwrap());
             state.apply(&changes);
             history.push(state.clone());
@@ -661,31 +677,11 @@ mod tests {
         let mut state = Mem::default();
         let mut committed = (0u64, state.clone());
         let mut history = vec![state.clone()];
-        let mut seed = 11u64;
-        let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            seed >> 33
-        };
+        let mut next = lcg(11);
         let code = Bytes::from_static(&[0x60, 0x00]);
         let code_hash = alloy_primitives::keccak256(&code);
         for number in 1..=60u64 {
-            let mut builder = ChangeSetBuilder::new();
-            for address in &addresses {
-                let bare = !state.slots.keys().any(|(a, _)| a == address);
-                match next() % 5 {
-                    0 => builder.account(*address, account(next() % 1000, number), false),
-                    1 if bare => builder.account(*address, account(1, 0), true),
-                    2 if bare => builder.destroyed(*address),
-                    _ => {}
-                }
-                for slot in &slots {
-                    if next() % 3 == 0 {
-                        builder.slot(*address, *slot, U256::from(next() % 4));
-                    }
-                }
-            }
+            let mut builder = random_block(&state, number, &mut next, &addresses, &slots);
             if number == 5 {
                 builder.bytecode(code.clone());
             }
