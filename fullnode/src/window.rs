@@ -616,6 +616,30 @@ mod tests {
         builder
     }
 
+    /// Every account and slot of `state` equals the model's.
+    fn assert_same(
+        state: &impl PriorState,
+        model: &Mem,
+        addresses: &[Address],
+        slots: &[U256],
+        context: &str,
+    ) {
+        for address in addresses {
+            assert_eq!(
+                state.account(address).unwrap(),
+                model.account(address).unwrap(),
+                "{address} {context}"
+            );
+            for slot in slots {
+                assert_eq!(
+                    state.slot(address, slot).unwrap(),
+                    model.slot(address, slot).unwrap(),
+                    "{address} slot {slot} {context}"
+                );
+            }
+        }
+    }
+
     /// Random blocks over a few keys: every past state read through the window equals the
     /// state the model had after that block, at every depth the window holds, and nothing
     /// older is answered.
@@ -640,20 +664,8 @@ mod tests {
             assert_eq!(oldest, number.saturating_sub(9));
             for at in oldest..=number {
                 let past = PastState::new(state.clone(), window.undo(at, number).unwrap());
-                for address in &addresses {
-                    assert_eq!(
-                        past.account(address).unwrap(),
-                        history[at as usize].account(address).unwrap(),
-                        "{address} after block {at}, head {number}"
-                    );
-                    for slot in &slots {
-                        assert_eq!(
-                            past.slot(address, slot).unwrap(),
-                            history[at as usize].slot(address, slot).unwrap(),
-                            "{address} slot {slot} after block {at}, head {number}"
-                        );
-                    }
-                }
+                let context = format!("after block {at}, head {number}");
+                assert_same(&past, &history[at as usize], &addresses, &slots, &context);
             }
             if oldest > 0 {
                 assert!(window.undo(oldest - 1, number).is_none());
@@ -715,20 +727,8 @@ mod tests {
                 let redo = window.ahead(*base, at).unwrap();
                 assert_eq!(redo.len() as u64, at - base);
                 let past = PastState::new(snapshot.clone(), redo);
-                for address in &addresses {
-                    assert_eq!(
-                        past.account(address).unwrap(),
-                        history[at as usize].account(address).unwrap(),
-                        "{address} after block {at}, committed {base}, head {number}"
-                    );
-                    for slot in &slots {
-                        assert_eq!(
-                            past.slot(address, slot).unwrap(),
-                            history[at as usize].slot(address, slot).unwrap(),
-                            "{address} slot {slot} after block {at}, committed {base}"
-                        );
-                    }
-                }
+                let context = format!("after block {at}, committed {base}, head {number}");
+                assert_same(&past, &history[at as usize], &addresses, &slots, &context);
                 if at >= 5 && *base < 5 {
                     assert_eq!(past.code_override(&code_hash), Some(code.clone()));
                 }
