@@ -214,7 +214,10 @@ impl ApplyLoop<'_> {
         self.metrics.group_blocks.observe(info.blocks as f64);
         let tip = self.applier.committed_tip();
         match self.ahead.as_mut() {
-            Some(ahead) => ahead.committed(tip.number)?,
+            Some(ahead) => {
+                ahead.committed(tip.number)?;
+                self.report_uncommitted();
+            }
             None => self.serve(tip),
         }
         debug!(
@@ -363,8 +366,21 @@ impl ApplyLoop<'_> {
             let tip = self.applier.tip();
             self.serve(tip);
             self.first_pending_arrival = None;
+            self.report_uncommitted();
         }
         Ok(())
+    }
+
+    /// The gauges of the blocks served above the last commit.
+    fn report_uncommitted(&self) {
+        let blocks = self.applier.group_blocks();
+        let bytes = self.ahead.as_ref().map_or(0, AheadServing::bytes);
+        self.metrics
+            .uncommitted_blocks
+            .set(i64::try_from(blocks).unwrap_or(i64::MAX));
+        self.metrics
+            .uncommitted_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Re-executes the block over the open group and compares with its diff. A bad block

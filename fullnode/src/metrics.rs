@@ -67,6 +67,10 @@ pub struct FollowerMetrics {
     pub state_window_blocks: Gauge,
     /// Approximate bytes those records take (bounded by `--state-window-mib`).
     pub state_window_bytes: Gauge,
+    /// Blocks served and not yet committed (logged in `applied.wal`, read from memory).
+    pub uncommitted_blocks: Gauge,
+    /// Approximate bytes of their redo records (a commit is forced past 256 MiB).
+    pub uncommitted_bytes: Gauge,
 }
 
 impl Default for FollowerMetrics {
@@ -93,6 +97,8 @@ impl Default for FollowerMetrics {
             reexecuted_blocks: Counter::default(),
             state_window_blocks: Gauge::default(),
             state_window_bytes: Gauge::default(),
+            uncommitted_blocks: Gauge::default(),
+            uncommitted_bytes: Gauge::default(),
         }
     }
 }
@@ -235,6 +241,16 @@ impl FollowerMetrics {
             "state_window_bytes",
             "Approximate bytes of the undo records held for reads of recent states",
             self.state_window_bytes.clone(),
+        );
+        sub.register(
+            "uncommitted_blocks",
+            "Blocks served and not yet committed: logged in applied.wal, read from memory",
+            self.uncommitted_blocks.clone(),
+        );
+        sub.register(
+            "uncommitted_bytes",
+            "Approximate bytes of the redo records of the blocks served and not yet committed",
+            self.uncommitted_bytes.clone(),
         );
     }
 }

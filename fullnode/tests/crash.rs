@@ -124,6 +124,13 @@ async fn blocks_served_before_their_commit_survive_a_kill() {
     );
     let logged = std::fs::metadata(fn_dir.join("applied.wal")).unwrap().len();
     assert!(logged > 0, "the served blocks are logged");
+    let uncommitted = node
+        .metric("gigas_fullnode_uncommitted_blocks")
+        .unwrap_or(0.0);
+    assert!(
+        uncommitted >= target as f64,
+        "{uncommitted} blocks reported above the commit, with block {target} served and none committed"
+    );
     common::assert_same_state(&node.url, &seq.url, &touched).await;
     let tag = serde_json::json!(format!("{target:#x}"));
     common::assert_proofs_at(&node.url, &seq.url, &touched, tag.clone()).await;
