@@ -135,7 +135,7 @@ impl BlockUndo {
 
 /// A block applied above the last commit: what it wrote, and its header.
 #[derive(Debug)]
-pub struct AheadBlock {
+struct AheadBlock {
     redo: Arc<BlockUndo>,
     header: StoredHeader,
 }
@@ -166,7 +166,7 @@ struct Inner {
     bytes: usize,
     /// Consecutive blocks above the last commit, oldest first (kept whatever the window's
     /// bounds: they are the head; the apply thread commits when they grow past its bound).
-    ahead: VecDeque<Arc<AheadBlock>>,
+    ahead: VecDeque<AheadBlock>,
     ahead_bytes: usize,
 }
 
@@ -287,10 +287,10 @@ impl StateWindow {
             inner.ahead_bytes = 0;
         }
         inner.ahead_bytes += redo.bytes();
-        inner.ahead.push_back(Arc::new(AheadBlock {
+        inner.ahead.push_back(AheadBlock {
             redo: Arc::new(redo),
             header,
-        }));
+        });
     }
 
     /// Forgets the blocks above the last commit up to `number`, now committed. A reader that

@@ -710,9 +710,9 @@ impl Replay<'_> {
     }
 
     /// Applies block `n`; with `--verify-execution`, re-executes it first over the state
-    /// before it (see `execute`'s module doc for why before the diff's verification).
-    /// Verifies and writes block `n` (re-executing it first when asked), then, as the node
-    /// does, logs it and records it for reads before its commit (`serving`: live modes).
+    /// before it (see `execute`'s module doc for why before the diff's verification). Then,
+    /// as the node does, logs it and records it for reads before its commit (`serving`: live
+    /// modes).
     fn step(
         &self,
         applier: &mut Applier<'_>,
