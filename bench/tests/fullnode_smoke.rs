@@ -11,7 +11,7 @@ use std::path::Path;
 
 use clap::Parser;
 use common::sequencer_binary;
-use gigas_bench::fullnode::{run, DurabilityArg, FullnodeArgs, Mode};
+use gigas_bench::fullnode::{run, DurabilityArg, FullnodeArgs, Mode, RootArg};
 
 #[derive(Debug, Parser)]
 struct Cli {
@@ -76,7 +76,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
             Mode::Live {
                 sync,
                 group: 1,
-                trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64
+                trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64,
+                root: RootArg::Layered(0),
             }
         ]
     );

@@ -124,6 +124,13 @@ struct Cli {
     /// nodes it changes, not finding them.
     #[arg(long = "trie.cache-size", value_name = "SIZE", default_value = "0", value_parser = gigas_cgroup::parse_size)]
     trie_cache_size: u64,
+    /// Threads each state root runs on (`0`, the default: one per core). A root reads the
+    /// last commit with the blocks since it held in memory, so different storage tries and
+    /// the account trie's sixteen subtries are walked at once; the blocks' trie nodes are
+    /// written once, at their group's commit. With `--trie.cache-size` above 0 roots run on
+    /// the apply thread instead, inside its write transaction.
+    #[arg(long = "trie.root-threads", value_name = "N", default_value_t = 0)]
+    trie_root_threads: usize,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,
     #[command(flatten)]
@@ -230,6 +237,8 @@ where
             max_group_age: cli.commit_interval,
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: usize::try_from(cli.trie_cache_size).unwrap_or(usize::MAX),
+            root_threads: cli.trie_root_threads,
+            ..WriterOptions::default()
         },
         db: StateDbOptions {
             readahead: cli.db_readahead,

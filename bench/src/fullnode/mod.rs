@@ -49,7 +49,7 @@ use crate::load::{
 
 pub use execute::{ExecutionFigures, RequestKind};
 pub use record::Manifest;
-pub use replay::{limit_label, CgroupFigures, GenesisInfo, Mode, RunResult};
+pub use replay::{limit_label, CgroupFigures, GenesisInfo, Mode, RootArg, RunResult};
 pub use report::markdown;
 
 /// The state changes per second issue 30 asks of the batched mode over 10M accounts (5x the
@@ -222,6 +222,12 @@ pub struct FullnodeArgs {
     /// round.
     #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
     pub trie_cache: Vec<u64>,
+    /// Live mode: where roots run: `txn` (inside the write transaction, on the writer's
+    /// thread: the node before layered roots), `all` (over the last commit with the group in
+    /// memory, on every core: the node's default) or a number of threads; several
+    /// (comma-separated) run one live mode each, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub root: Vec<RootArg>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -303,11 +309,14 @@ impl FullnodeArgs {
             if self.modes.contains(&ModeKind::Live) {
                 for &group in &self.live_group {
                     for &trie_cache in &self.trie_cache {
-                        modes.push(Mode::Live {
-                            sync,
-                            group,
-                            trie_cache,
-                        });
+                        for &root in &self.root {
+                            modes.push(Mode::Live {
+                                sync,
+                                group,
+                                trie_cache,
+                                root,
+                            });
+                        }
                     }
                 }
             }

@@ -23,6 +23,48 @@ use super::{
 };
 
 /// A trie cache budget for labels.
+/// Where a live mode's roots run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RootArg {
+    /// Inside the write transaction, on the writer's thread (before issue 30's fourth step).
+    InTxn,
+    /// Over the last commit and the group in memory, on this many threads (0: one per core).
+    Layered(usize),
+}
+
+impl std::str::FromStr for RootArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "txn" => Ok(Self::InTxn),
+            "all" => Ok(Self::Layered(0)),
+            n => n.parse().map(Self::Layered).map_err(|_| {
+                format!("`{n}`: expected `txn`, `all` or a number of threads")
+            }),
+        }
+    }
+}
+
+impl RootArg {
+    fn label(self) -> String {
+        match self {
+            Self::InTxn => "root in the transaction".into(),
+            Self::Layered(0) => "layered root on all cores".into(),
+            Self::Layered(1) => "layered root on 1 thread".into(),
+            Self::Layered(n) => format!("layered root on {n} threads"),
+        }
+    }
+
+    fn short(self) -> String {
+        match self {
+            Self::InTxn => "txn".into(),
+            Self::Layered(0) => "all".into(),
+            Self::Layered(n) => format!("t{n}"),
+        }
+    }
+}
+
 fn cache_label(bytes: u64) -> String {
     if bytes == 0 {
         "no trie cache".into()
@@ -50,6 +92,8 @@ pub enum Mode {
         group: u64,
         /// The writer's trie cache budget in bytes (0: off).
         trie_cache: u64,
+        /// Where the roots run.
+        root: RootArg,
     },
 }
 
@@ -79,19 +123,23 @@ impl Mode {
                 sync,
                 group: 1,
                 trie_cache,
+                root,
             } => format!(
-                "live (root and commit every block, {}, {})",
+                "live (root and commit every block, {}, {}, {})",
                 sync.name(),
-                cache_label(*trie_cache)
+                cache_label(*trie_cache),
+                root.label()
             ),
             Self::Live {
                 sync,
                 group,
                 trie_cache,
+                root,
             } => format!(
-                "live (root every block, commit every {group} blocks, {}, {})",
+                "live (root every block, commit every {group} blocks, {}, {}, {})",
                 sync.name(),
-                cache_label(*trie_cache)
+                cache_label(*trie_cache),
+                root.label()
             ),
         }
     }
@@ -104,12 +152,24 @@ impl Mode {
                 sync,
                 group: 1,
                 trie_cache,
-            } => format!("live-{}-tc{}", sync.name(), trie_cache >> 20),
+                root,
+            } => format!(
+                "live-{}-tc{}-{}",
+                sync.name(),
+                trie_cache >> 20,
+                root.short()
+            ),
             Self::Live {
                 sync,
                 group,
                 trie_cache,
-            } => format!("live-{group}-{}-tc{}", sync.name(), trie_cache >> 20),
+                root,
+            } => format!(
+                "live-{group}-{}-tc{}-{}",
+                sync.name(),
+                trie_cache >> 20,
+                root.short()
+            ),
         }
     }
 
@@ -125,12 +185,20 @@ impl Mode {
                 ..WriterOptions::default()
             },
             Self::Live {
-                group, trie_cache, ..
+                group,
+                trie_cache,
+                root,
+                ..
             } => WriterOptions {
                 root_every: 1,
                 max_group_blocks: group,
                 max_group_age: Duration::from_secs(24 * 3600),
                 trie_cache_bytes: usize::try_from(trie_cache).unwrap_or(usize::MAX),
+                layered_roots: root != RootArg::InTxn,
+                root_threads: match root {
+                    RootArg::InTxn => 1,
+                    RootArg::Layered(n) => n,
+                },
                 ..WriterOptions::default()
             },
         }

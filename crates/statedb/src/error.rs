@@ -77,6 +77,9 @@ pub enum StateDbError {
         /// Why.
         reason: String,
     },
+    /// A thread computing part of a root panicked (a bug: its message is in the log).
+    #[error("a state root thread panicked")]
+    RootThreadPanicked,
     /// A proof or root was asked of a trie that is not maintained (the writer ran with
     /// `root_every: 0` since the last root); the next computed root rebuilds it.
     #[error("the state trie is not maintained since block {last_root}; compute a root first")]

@@ -170,7 +170,7 @@ pub use trie::overlay::StateOverlay;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
-    WriterOptions, DEFAULT_TRIE_CACHE_BYTES,
+    WriterOptions, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
 pub use writer::StateWriter;

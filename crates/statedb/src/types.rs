@@ -140,7 +140,22 @@ pub struct WriterOptions {
     /// leaves; hash-map lookups in a table larger than the CPU caches cost about what the
     /// hot B-tree searches they replace did.
     pub trie_cache_bytes: usize,
+    /// Roots over the last commit with the open group's changes in memory over it, on
+    /// [`WriterOptions::root_threads`] threads (the default), instead of inside the write
+    /// transaction on the writer's thread. Needs the trie cache off and
+    /// [`HashedWrites::SortedPerGroup`]; otherwise roots run inside the transaction.
+    /// The group's hashed leaves and branch nodes are then written once, at its commit.
+    pub layered_roots: bool,
+    /// Threads a layered root runs on (0: one per core): different storage tries, and the
+    /// account trie's sixteen subtries, are walked at once.
+    pub root_threads: usize,
+    /// Fewest changed accounts for which a root splits the account trie across threads
+    /// (below it the split's fixed cost, a walk per subtrie, is not worth it).
+    pub root_split_min_accounts: usize,
 }
+
+/// [`WriterOptions::root_split_min_accounts`] by default.
+pub const DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS: usize = 256;
 
 /// [`WriterOptions::trie_cache_bytes`] by default: off, as measured (see the field).
 pub const DEFAULT_TRIE_CACHE_BYTES: usize = 0;
@@ -153,6 +168,9 @@ impl Default for WriterOptions {
             max_group_age: Duration::from_millis(500),
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: DEFAULT_TRIE_CACHE_BYTES,
+            layered_roots: true,
+            root_threads: 0,
+            root_split_min_accounts: DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
         }
     }
 }

@@ -6,7 +6,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use alloy_primitives::map::B256Map;
 use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet};
 use gigas_statediff::{ChainTip, StateKey};
@@ -21,6 +20,7 @@ use crate::error::StateDbError;
 use crate::read::{self, Dbs};
 use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
+use crate::trie::layer::{self, Parallelism, StorageLayer, TrieLayer};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
@@ -41,19 +41,6 @@ struct Group {
     blocks: u64,
     changes: u64,
     opened: Option<Instant>,
-}
-
-#[derive(Debug, Default)]
-struct PendingStorage {
-    wiped: bool,
-    slots: B256Map<U256>,
-}
-
-/// Hashed-table writes of the open group, written sorted and once per key.
-#[derive(Debug, Default)]
-struct HashedBuffer {
-    accounts: B256Map<Option<AccountState>>,
-    storage: B256Map<PendingStorage>,
 }
 
 /// Applies verified blocks into the state, several per MDBX write transaction.
@@ -85,7 +72,13 @@ pub struct StateWriter<'db> {
     /// Something was written since the last commit.
     dirty: bool,
     group: Group,
-    hashed: HashedBuffer,
+    /// Hashed-table writes of the open group (written sorted and once per key) and, when
+    /// roots run over it ([`StateWriter::layered`]), the trie nodes they changed.
+    hashed: TrieLayer,
+    /// Since the last commit, every hashed-table and trie write of the group went into
+    /// `hashed` (none into the transaction): a read transaction with `hashed` over it sees
+    /// what the write transaction holds, which a layered root needs.
+    layer_exact: bool,
     /// Keys changed since the last root that the changed-key tables do not hold yet.
     changed: ChangedKeys,
     /// Stored trie nodes as the open transaction has them, across roots and commits.
@@ -182,7 +175,8 @@ impl<'db> StateWriter<'db> {
             current: snapshot,
             dirty: false,
             group: Group::default(),
-            hashed: HashedBuffer::default(),
+            hashed: TrieLayer::default(),
+            layer_exact: true,
             changed: ChangedKeys::default(),
             trie_cache: TrieCache::new(options.trie_cache_bytes),
             cache_reported: TrieCacheStats::default(),
@@ -359,7 +353,8 @@ impl<'db> StateWriter<'db> {
         self.current = self.committed;
         self.dirty = false;
         self.group = Group::default();
-        self.hashed = HashedBuffer::default();
+        self.hashed = TrieLayer::default();
+        self.layer_exact = true;
         self.changed.clear();
         // It may hold nodes of the aborted transaction.
         self.trie_cache.clear();
@@ -521,6 +516,8 @@ impl<'db> StateWriter<'db> {
                         let entry = self.hashed.storage.entry(h).or_default();
                         entry.wiped = true;
                         entry.slots.clear();
+                        // Nodes of the trie the wipe took.
+                        entry.nodes.clear();
                     }
                     self.hashed.accounts.insert(h, state);
                 }
@@ -572,9 +569,10 @@ impl<'db> StateWriter<'db> {
         }
     }
 
-    /// Writes the buffered hashed-table changes in key order.
+    /// Writes the buffered hashed-table changes, and the trie nodes roots over them changed,
+    /// in key order.
     fn flush_hashed(&mut self) -> Result<(), StateDbError> {
-        if self.hashed.accounts.is_empty() && self.hashed.storage.is_empty() {
+        if self.hashed.is_empty() {
             return Ok(());
         }
         let start = Instant::now();
@@ -589,13 +587,12 @@ impl<'db> StateWriter<'db> {
         }
         let (dbs, txn) = self.reads()?;
         let buf = &mut Vec::with_capacity(128);
-        let mut accounts: Vec<(B256, Option<AccountState>)> = buffer.accounts.into_iter().collect();
-        accounts.sort_unstable_by_key(|a| a.0);
         let accounts_db = dbs.get(Table::HashedAccounts);
-        for (h, state) in &accounts {
+        for (h, state) in &buffer.accounts {
             write_hashed_account(txn, accounts_db, h, state.as_ref(), buf)?;
         }
-        let mut storage: Vec<(B256, PendingStorage)> = buffer.storage.into_iter().collect();
+        store::write_account_nodes(dbs, txn, &buffer.account_nodes)?;
+        let mut storage: Vec<(B256, StorageLayer)> = buffer.storage.into_iter().collect();
         storage.sort_unstable_by_key(|s| s.0);
         let mut slots_cursor = cursor(dbs, txn, Table::HashedStorages)?;
         let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
@@ -608,19 +605,18 @@ impl<'db> StateWriter<'db> {
                     delete_dups(&mut trie, h.as_slice())?;
                 }
             }
-            let mut slots: Vec<(B256, U256)> = pending.slots.into_iter().collect();
-            slots.sort_unstable_by_key(|s| s.0);
-            for (s, value) in slots {
+            for (s, value) in &pending.slots {
                 put_slot(
                     &mut slots_cursor,
                     Table::HashedStorages,
                     h.as_slice(),
-                    &s,
-                    &value,
+                    s,
+                    value,
                     pending.wiped,
                     buf,
                 )?;
             }
+            store::write_storage_nodes(&mut trie, &h, &pending.nodes)?;
         }
         self.db
             .metrics()
@@ -714,12 +710,56 @@ impl<'db> StateWriter<'db> {
         }
     }
 
+    /// Whether roots run over the last commit and the open group's changes in memory
+    /// ([`crate::trie::layer`]), on [`WriterOptions::root_threads`] threads, instead of
+    /// inside the write transaction: whenever the trie cache (which describes the write
+    /// transaction's nodes) is off and the hashed writes wait for the commit.
+    /// Within a group, once a root ran inside the transaction (a rebuild), the rest of the
+    /// group's roots do too: the transaction then holds trie writes the layer does not.
+    fn layered(&self) -> bool {
+        self.layer_exact
+            && self.options.layered_roots
+            && !self.trie_cache.enabled()
+            && self.options.hashed_writes == HashedWrites::SortedPerGroup
+    }
+
+    fn parallelism(&self) -> Parallelism {
+        let threads = match self.options.root_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        Parallelism {
+            threads,
+            min_split_accounts: self.options.root_split_min_accounts,
+        }
+    }
+
     fn root_now(&mut self) -> Result<RootInfo, StateDbError> {
         let start = Instant::now();
-        self.flush_hashed()?;
         let rebuilt = !self.current.trie_valid;
+        if rebuilt || !self.layered() {
+            self.flush_hashed()?;
+        }
         let pending = std::mem::take(&mut self.changed);
-        let outcome = {
+        let layered = !rebuilt && self.layered();
+        if !layered {
+            self.layer_exact = false;
+        }
+        let outcome = if layered {
+            let (dbs, txn) = self.reads()?;
+            let mut changed = store::load_changed(dbs, txn)?;
+            changed.merge(pending);
+            let root = layer::layered_root(
+                self.db.env(),
+                dbs,
+                &self.hashed,
+                changed,
+                self.parallelism(),
+            )?;
+            store::clear_changed(dbs, txn)?;
+            self.hashed.record_root(&root);
+            root.outcome
+        } else {
             // Not `reads()`: the cache is borrowed beside the transaction.
             let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
             if rebuilt {
@@ -825,6 +865,7 @@ impl<'db> StateWriter<'db> {
         };
         self.committed = self.current;
         self.dirty = false;
+        self.layer_exact = true;
         self.group = Group::default();
         let metrics = self.db.metrics();
         metrics.groups_committed.inc();

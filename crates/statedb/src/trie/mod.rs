@@ -2,6 +2,7 @@
 //! branch nodes, rebuilds, and proofs.
 
 pub(crate) mod cache;
+pub(crate) mod layer;
 pub(crate) mod overlay;
 pub(crate) mod prefix;
 pub(crate) mod store;

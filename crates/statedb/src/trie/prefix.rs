@@ -39,6 +39,25 @@ impl PrefixSet {
         self.keys.len()
     }
 
+    /// The keys by their first nibble: one set per nibble that has any, in nibble order.
+    pub(crate) fn split_by_first_nibble(&self) -> Vec<(u8, PrefixSet)> {
+        let mut out: Vec<(u8, PrefixSet)> = Vec::new();
+        for key in &self.keys {
+            let nibble = key[0] >> 4;
+            match out.last_mut() {
+                Some((n, set)) if *n == nibble => set.keys.push(*key),
+                _ => out.push((
+                    nibble,
+                    PrefixSet {
+                        keys: vec![*key],
+                        all: false,
+                    },
+                )),
+            }
+        }
+        out
+    }
+
     /// Whether some changed key starts with `prefix`.
     pub(crate) fn contains_prefix(&self, prefix: &Nibbles) -> bool {
         if self.all {

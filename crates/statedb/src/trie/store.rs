@@ -19,6 +19,7 @@ use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
 use crate::trie::cache::{Found, NodeMap, StorageNodes, TrieCache};
+use crate::trie::layer::{NodeLayer, NodesFrom};
 use crate::trie::overlay::{HashedOverlay, HashedStorage, Overlaid};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::walk::{self, LeafHashes, TrieRun, TrieSource};
@@ -73,7 +74,7 @@ pub(crate) struct AccountSource<'tx, 'c, K: TransactionKind, R> {
     /// The leaf hashes the cache kept with the node the last seek found.
     stash: Option<LeafHashes>,
     leaves: Cursor<'tx, K>,
-    roots: R,
+    pub(crate) roots: R,
 }
 
 impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
@@ -163,6 +164,25 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K
     }
 }
 
+impl<K: TransactionKind, R: StorageRoots> NodesFrom for AccountSource<'_, '_, K, R> {
+    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
+        let Some(nodes) = self.nodes.as_mut() else {
+            return Ok(None);
+        };
+        let table = Table::AccountsTrie;
+        let row: Row<'_> = nodes
+            .set_range(&codec::encode_path(from))
+            .map_err(StateDbError::read(table.name()))?;
+        row.map(|(k, v)| -> Result<_, StateDbError> {
+            Ok((
+                codec::decode_path(table, &k, &k)?,
+                codec::decode_node(table, &k, &v)?,
+            ))
+        })
+        .transpose()
+    }
+}
+
 /// One account's storage trie, its stored nodes through the cache when given.
 pub(crate) struct StorageSource<'tx, 'c, K: TransactionKind> {
     address: B256,
@@ -198,28 +218,34 @@ impl<'tx, 'c, K: TransactionKind> StorageSource<'tx, 'c, K> {
     }
 
     fn seek_stored(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
-        let Some(nodes) = self.nodes.as_mut() else {
-            return Ok(None);
-        };
-        let table = Table::StoragesTrie;
-        let row: Option<Cow<'_, [u8]>> = nodes
-            .get_both_range(self.address.as_slice(), &codec::encode_path(path))
-            .map_err(StateDbError::read(table.name()))?;
-        let key = self.address.as_slice();
-        let found = row
-            .map(|v| -> Result<_, StateDbError> {
-                Ok((
-                    codec::decode_path(table, key, &v)?,
-                    codec::decode_node(table, key, &v[PATH_LEN..])?,
-                ))
-            })
-            .transpose()?;
-        Ok(found.filter(|(found, _)| found.starts_with(path)))
+        Ok(self
+            .seek_node_from(path)?
+            .filter(|(found, _)| found.starts_with(path)))
     }
 
     fn leaf(&self, row: Option<Cow<'_, [u8]>>) -> Result<Option<(B256, U256)>, StateDbError> {
         row.map(|v| codec::decode_slot(Table::HashedStorages, self.address.as_slice(), &v))
             .transpose()
+    }
+}
+
+impl<K: TransactionKind> NodesFrom for StorageSource<'_, '_, K> {
+    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
+        let Some(nodes) = self.nodes.as_mut() else {
+            return Ok(None);
+        };
+        let table = Table::StoragesTrie;
+        let row: Option<Cow<'_, [u8]>> = nodes
+            .get_both_range(self.address.as_slice(), &codec::encode_path(from))
+            .map_err(StateDbError::read(table.name()))?;
+        let key = self.address.as_slice();
+        row.map(|v| -> Result<_, StateDbError> {
+            Ok((
+                codec::decode_path(table, key, &v)?,
+                codec::decode_node(table, key, &v[PATH_LEN..])?,
+            ))
+        })
+        .transpose()
     }
 }
 
@@ -345,8 +371,10 @@ pub(crate) struct StoredRoots<'a, 'tx, K: TransactionKind, W> {
     use_nodes: bool,
     cache: Option<&'a mut StorageNodes>,
     sink: W,
-    computed: u64,
-    leaves: u64,
+    /// Storage tries walked for roots not `known`.
+    pub(crate) computed: u64,
+    /// Leaves those walks hashed.
+    pub(crate) leaves: u64,
 }
 
 impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
@@ -376,6 +404,11 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
     pub(crate) fn cached(mut self, cache: Option<&'a mut StorageNodes>) -> Self {
         self.cache = cache;
         self
+    }
+
+    /// The root this run computed for `address`, if it did.
+    pub(crate) fn known(&self, address: &B256) -> Option<B256> {
+        self.known.get(address).copied()
     }
 
     fn has_slots(&mut self, address: &B256) -> Result<bool, StateDbError> {
@@ -499,6 +532,60 @@ fn put_storage_nodes(
             .map_err(StateDbError::mdbx("write StoragesTrie"))?;
     }
     Ok(())
+}
+
+/// Writes a layer's account trie nodes: each stored, or deleted where the layer removed it.
+pub(crate) fn write_account_nodes(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    nodes: &NodeLayer,
+) -> Result<(), StateDbError> {
+    let db = dbs.get(Table::AccountsTrie);
+    let mut buf = Vec::with_capacity(600);
+    for (path, node) in nodes {
+        match node {
+            Some(node) => {
+                buf.clear();
+                codec::encode_node(node, &mut buf);
+                txn.put(db, codec::encode_path(path), &buf, WriteFlags::empty())
+                    .map_err(StateDbError::mdbx("write AccountsTrie"))?;
+            }
+            None => {
+                txn.del(db, codec::encode_path(path), None)
+                    .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a layer's storage trie nodes of `address` through `c` (a `StoragesTrie` cursor).
+pub(crate) fn write_storage_nodes(
+    c: &mut Cursor<'_, signet_libmdbx::Rw>,
+    address: &B256,
+    nodes: &NodeLayer,
+) -> Result<(), StateDbError> {
+    let mut buf = Vec::with_capacity(600);
+    for (path, node) in nodes {
+        delete_storage_node(c, address, path)?;
+        if let Some(node) = node {
+            buf.clear();
+            buf.extend_from_slice(&codec::encode_path(path));
+            codec::encode_node(node, &mut buf);
+            c.put(address.as_slice(), &buf, WriteFlags::empty())
+                .map_err(StateDbError::mdbx("write StoragesTrie"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Empties the changed-key tables (a root took their keys).
+pub(crate) fn clear_changed(dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
+    clear(
+        dbs,
+        txn,
+        &[Table::TrieChangedAccounts, Table::TrieChangedStorages],
+    )
 }
 
 /// Stores account trie nodes, replacing any at the same paths.

@@ -1,0 +1,606 @@
+//! Roots over the last commit plus the open group, held in memory, on several threads.
+//!
+//! **Why.** A root computed inside the writer's transaction runs on the writer's thread
+//! (MDBX ties a write transaction to one thread), and writes every block's changed branch
+//! nodes and hashed leaves into it: over 10M accounts the same upper nodes are copied and
+//! rewritten by every block of a group. Here the group's hashed leaves and branch nodes stay
+//! in memory ([`TrieLayer`]) until the commit writes them once, sorted; a root reads the
+//! last commit through read transactions of its own, with the layer laid over it
+//! ([`Layered`]), so it can run on every core.
+//!
+//! **Exact.** A read transaction begun while the writer's group is open sees the last
+//! commit, and the layer holds every hashed and trie change since: together they are what
+//! the writer's transaction holds, so a root over them is the root over it, and the
+//! branch nodes it returns are those a walk inside the transaction would store.
+//!
+//! **In parallel.** The storage tries of different accounts are independent walks. The
+//! account trie is split under its root node: one walk per first nibble with changed keys,
+//! each recomputing its child and taking every other child's hash from the root node as
+//! stored; the root node is then assembled from the sixteen children's hashes. When the
+//! split cannot hold (no stored root node, a child that is not a hashed branch before or
+//! after), the account trie is walked whole, on one thread.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use alloy_primitives::map::B256Map;
+use alloy_primitives::{keccak256, B256, U256};
+use alloy_rlp::Encodable;
+use alloy_trie::nodes::{BranchNode, RlpNode};
+use alloy_trie::{BranchNodeCompact, Nibbles, TrieMask};
+use gigas_mdbx::StoreError as _;
+use gigas_primitives::AccountState;
+use signet_libmdbx::tx::Tx;
+use signet_libmdbx::{Environment, Ro, TransactionKind};
+
+use crate::error::StateDbError;
+use crate::read::Dbs;
+use crate::trie::cache::Found;
+use crate::trie::prefix::PrefixSet;
+use crate::trie::store::{
+    AccountSource, ChangedKeys, RootOutcome, StorageRoots, StorageSource, StoredRoots,
+};
+use crate::trie::walk::{self, TrieRun, TrieSource};
+
+/// Branch nodes changed since the last commit, by path (`None`: removed).
+pub(crate) type NodeLayer = BTreeMap<Nibbles, Option<BranchNodeCompact>>;
+
+/// One account's storage changed since the last commit.
+#[derive(Debug, Default)]
+pub(crate) struct StorageLayer {
+    /// The committed slots and storage trie are gone (self-destruct): only what is here.
+    pub(crate) wiped: bool,
+    /// Hashed slot to value (zero: the slot is empty).
+    pub(crate) slots: BTreeMap<B256, U256>,
+    /// The storage trie's branch nodes.
+    pub(crate) nodes: NodeLayer,
+}
+
+/// The hashed tables' and trie tables' changes of the open group.
+#[derive(Debug, Default)]
+pub(crate) struct TrieLayer {
+    /// Hashed account to state (`None`: the account does not exist).
+    pub(crate) accounts: BTreeMap<B256, Option<AccountState>>,
+    /// The account trie's branch nodes.
+    pub(crate) account_nodes: NodeLayer,
+    pub(crate) storage: B256Map<StorageLayer>,
+}
+
+impl TrieLayer {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.accounts.is_empty() && self.account_nodes.is_empty() && self.storage.is_empty()
+    }
+
+    /// Records a walk's nodes: the entered ones replaced by its updates or removed.
+    fn record(nodes: &mut NodeLayer, run: &TrieRun) {
+        for path in &run.removed {
+            nodes.insert(*path, None);
+        }
+        for (path, node) in &run.updates {
+            nodes.insert(*path, Some(node.clone()));
+        }
+    }
+
+    /// Takes in what a root computed.
+    pub(crate) fn record_root(&mut self, root: &LayeredRoot) {
+        for (address, run) in &root.storage {
+            Self::record(&mut self.storage.entry(*address).or_default().nodes, run);
+        }
+        Self::record(&mut self.account_nodes, &root.accounts);
+    }
+}
+
+/// A source that can find the first stored node at or after a path, whatever its prefix.
+pub(crate) trait NodesFrom: TrieSource {
+    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError>;
+}
+
+/// The path right after `path` in path order (its first possible descendant).
+fn successor(path: &Nibbles) -> Nibbles {
+    let mut next = *path;
+    next.push(0);
+    next
+}
+
+/// A committed trie (`inner`) with the layer's nodes and leaves (values `V`) laid over it.
+pub(crate) struct Layered<'l, S: TrieSource, V> {
+    inner: S,
+    nodes: &'l NodeLayer,
+    leaves: &'l BTreeMap<B256, V>,
+    /// A layer value as a leaf (`None`: no leaf there, an empty slot or a deleted account).
+    leaf: fn(&V) -> Option<S::Leaf>,
+    /// The committed trie is not there (a wiped storage trie).
+    hidden: bool,
+    /// The committed leaf the merge stands at, not yet returned.
+    pending: Option<(B256, S::Leaf)>,
+    /// The layer entry the merge stands at, not yet returned.
+    next: Option<(B256, Option<S::Leaf>)>,
+}
+
+impl<'l, S: TrieSource, V> Layered<'l, S, V> {
+    pub(crate) fn new(
+        inner: S,
+        nodes: &'l NodeLayer,
+        leaves: &'l BTreeMap<B256, V>,
+        leaf: fn(&V) -> Option<S::Leaf>,
+        hidden: bool,
+    ) -> Self {
+        Self {
+            inner,
+            nodes,
+            leaves,
+            leaf,
+            hidden,
+            pending: None,
+            next: None,
+        }
+    }
+
+    fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn layer_from(&self, from: Bound<B256>) -> Option<(B256, Option<S::Leaf>)> {
+        self.leaves
+            .range((from, Bound::Unbounded))
+            .next()
+            .map(|(k, v)| (*k, (self.leaf)(v)))
+    }
+
+    fn advance_inner(&mut self) -> Result<(), StateDbError> {
+        self.pending = if self.hidden {
+            None
+        } else {
+            self.inner.next_leaf()?
+        };
+        Ok(())
+    }
+
+    fn merged(&mut self) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+        loop {
+            let layer_first = match (&self.pending, &self.next) {
+                (None, None) => return Ok(None),
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((key, _)), Some((l_key, _))) => l_key <= key,
+            };
+            if !layer_first {
+                let leaf = self.pending.take();
+                self.advance_inner()?;
+                return Ok(leaf);
+            }
+            let Some((key, leaf)) = self.next.take() else {
+                return Ok(None);
+            };
+            if self.pending.as_ref().is_some_and(|(k, _)| *k == key) {
+                self.advance_inner()?;
+            }
+            self.next = self.layer_from(Bound::Excluded(key));
+            if let Some(leaf) = leaf {
+                return Ok(Some((key, leaf)));
+            }
+        }
+    }
+}
+
+impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
+    type Leaf = S::Leaf;
+
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+        let layer = self
+            .nodes
+            .range(*path..)
+            .take_while(|(k, _)| k.starts_with(path))
+            .find_map(|(k, node)| node.as_ref().map(|n| (*k, n.clone())));
+        if self.hidden || layer.as_ref().is_some_and(|(k, _)| k == path) {
+            return Ok(layer);
+        }
+        let mut from = *path;
+        loop {
+            let Some((found, node)) = self
+                .inner
+                .seek_node_from(&from)?
+                .filter(|(k, _)| k.starts_with(path))
+            else {
+                return Ok(layer);
+            };
+            if layer.as_ref().is_some_and(|(k, _)| *k <= found) {
+                return Ok(layer);
+            }
+            // A committed node the layer names is one it removed (one it replaced would
+            // sort at or before `found` in `layer`): look past it.
+            if self.nodes.contains_key(&found) {
+                from = successor(&found);
+                continue;
+            }
+            return Ok(Some((found, node)));
+        }
+    }
+
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+        self.pending = if self.hidden {
+            None
+        } else {
+            self.inner.seek_leaf(key)?
+        };
+        self.next = self.layer_from(Bound::Included(*key));
+        self.merged()
+    }
+
+    fn next_leaf(&mut self) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+        self.merged()
+    }
+
+    fn leaf_value(
+        &mut self,
+        key: &B256,
+        leaf: &S::Leaf,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateDbError> {
+        self.inner.leaf_value(key, leaf, out)
+    }
+}
+
+fn account_leaf(state: &Option<AccountState>) -> Option<AccountState> {
+    *state
+}
+
+fn slot_leaf(value: &U256) -> Option<U256> {
+    (!value.is_zero()).then_some(*value)
+}
+
+/// Storage roots for the account walk: those computed by this root (`known`), else over
+/// the layer for an account whose storage the group changed, else from the committed trie.
+struct LayeredRoots<'a, 'tx, K: TransactionKind> {
+    dbs: Dbs,
+    txn: &'tx Tx<K>,
+    layer: &'a TrieLayer,
+    committed: StoredRoots<'a, 'tx, K, crate::trie::store::Discard>,
+    computed: u64,
+    leaves: u64,
+}
+
+impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
+        if let Some(root) = self.committed.known(address) {
+            return Ok(root);
+        }
+        let Some(storage) = self.layer.storage.get(address) else {
+            return self.committed.storage_root(address);
+        };
+        let run = storage_walk(
+            &self.dbs,
+            self.txn,
+            address,
+            storage,
+            &PrefixSet::default(),
+            false,
+        )?;
+        self.computed += 1;
+        self.leaves += run.leaves;
+        Ok(run.root)
+    }
+}
+
+/// Walks one account's storage trie over the layer.
+fn storage_walk<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    address: &B256,
+    storage: &StorageLayer,
+    changed: &PrefixSet,
+    updates: bool,
+) -> Result<TrieRun, StateDbError> {
+    let mut source = Layered::new(
+        StorageSource::new(dbs, txn, *address, true)?,
+        &storage.nodes,
+        &storage.slots,
+        slot_leaf,
+        storage.wiped,
+    );
+    walk::run(&mut source, changed, Vec::new(), updates)
+}
+
+/// The account trie, over the layer, with storage roots from `known` or found as needed.
+fn account_walk<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    layer: &TrieLayer,
+    known: &B256Map<B256>,
+    changed: &PrefixSet,
+) -> Result<(TrieRun, u64, u64), StateDbError> {
+    let roots = LayeredRoots {
+        dbs: *dbs,
+        txn,
+        layer,
+        committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?,
+        computed: 0,
+        leaves: 0,
+    };
+    let mut source = Layered::new(
+        AccountSource::new(dbs, txn, true, roots)?,
+        &layer.account_nodes,
+        &layer.accounts,
+        account_leaf,
+        false,
+    );
+    let run = walk::run(&mut source, changed, Vec::new(), true)?;
+    let roots = source.into_inner().roots;
+    let computed = roots.computed + roots.committed.computed;
+    let leaves = roots.leaves + roots.committed.leaves;
+    Ok((run, computed, leaves))
+}
+
+/// What a layered root computed: the root, and the nodes to take into the layer.
+#[derive(Debug, Default)]
+pub(crate) struct LayeredRoot {
+    pub(crate) outcome: RootOutcome,
+    /// Each changed storage trie's walk, by account.
+    pub(crate) storage: Vec<(B256, TrieRun)>,
+    /// The account trie's walk (its root, updates and removed nodes).
+    pub(crate) accounts: TrieRun,
+    /// The account trie was split under its root node and walked on several threads.
+    pub(crate) split: bool,
+}
+
+/// How a layered root spreads its work.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parallelism {
+    /// Threads, the caller's included.
+    pub(crate) threads: usize,
+    /// Fewest changed accounts for which the account trie is split.
+    pub(crate) min_split_accounts: usize,
+}
+
+/// Runs `job(i)` for `i in 0..jobs` on `threads` threads (the caller's one of them), each
+/// thread with one read transaction of its own, and returns the results in job order.
+fn run_jobs<T: Send>(
+    env: &Environment,
+    jobs: usize,
+    threads: usize,
+    job: &(dyn Fn(&Tx<Ro>, usize) -> Result<T, StateDbError> + Sync),
+) -> Result<Vec<T>, StateDbError> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..jobs).map(|_| None).collect());
+    let work = || -> Result<(), StateDbError> {
+        if next.load(Ordering::Relaxed) >= jobs {
+            return Ok(());
+        }
+        let txn = env
+            .begin_ro_unsync()
+            .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= jobs {
+                return Ok(());
+            }
+            let out = job(&txn, i)?;
+            if let Ok(mut results) = results.lock() {
+                results[i] = Some(out);
+            }
+        }
+    };
+    let threads = threads.clamp(1, jobs.max(1));
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut outcome = work();
+        for helper in helpers {
+            let joined = helper.join().unwrap_or_else(|_| {
+                Err(StateDbError::RootThreadPanicked)
+            });
+            outcome = outcome.and(joined);
+        }
+        outcome
+    })?;
+    let results = results
+        .into_inner()
+        .map_err(|_| StateDbError::RootThreadPanicked)?;
+    results
+        .into_iter()
+        .map(|r| {
+            // Every job ran, or the first error returned above.
+            r.ok_or(StateDbError::RootThreadPanicked)
+        })
+        .collect()
+}
+
+/// The root of the last commit with `layer` over it, recomputing what `changed` names.
+pub(crate) fn layered_root(
+    env: &Environment,
+    dbs: &Dbs,
+    layer: &TrieLayer,
+    changed: ChangedKeys,
+    parallelism: Parallelism,
+) -> Result<LayeredRoot, StateDbError> {
+    let mut out = LayeredRoot::default();
+    let mut storage: Vec<(B256, Vec<B256>)> = changed.storage.into_iter().collect();
+    storage.sort_unstable_by_key(|(a, _)| *a);
+    let no_storage = StorageLayer::default();
+    let runs = run_jobs(env, storage.len(), parallelism.threads, &|txn, i| {
+        let (address, slots) = &storage[i];
+        let layered = layer.storage.get(address).unwrap_or(&no_storage);
+        storage_walk(
+            dbs,
+            txn,
+            address,
+            layered,
+            &PrefixSet::new(slots.clone()),
+            true,
+        )
+    })?;
+    let mut known = B256Map::default();
+    let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
+    for ((address, _), run) in storage.iter().zip(runs) {
+        out.outcome.storage_tries += 1;
+        out.outcome.leaves += run.leaves;
+        out.outcome.skipped += run.skipped;
+        known.insert(*address, run.root);
+        accounts.push(*address);
+        out.storage.push((*address, run));
+    }
+    let set = PrefixSet::new(accounts);
+    out.outcome.changed_accounts = set.len() as u64;
+    let split = if parallelism.threads > 1 && set.len() >= parallelism.min_split_accounts {
+        split_account_walk(env, dbs, layer, &known, &set, parallelism.threads)?
+    } else {
+        None
+    };
+    let (run, computed, leaves) = match split {
+        Some(done) => {
+            out.split = true;
+            done
+        }
+        None => {
+            let txn = env
+                .begin_ro_unsync()
+                .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+            account_walk(dbs, &txn, layer, &known, &set)?
+        }
+    };
+    out.outcome.root = run.root;
+    out.outcome.storage_tries += computed;
+    out.outcome.leaves += run.leaves + leaves;
+    out.outcome.skipped += run.skipped;
+    out.accounts = run;
+    Ok(out)
+}
+
+/// The committed or layered root node of the account trie.
+fn root_node<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    layer: &TrieLayer,
+) -> Result<Option<BranchNodeCompact>, StateDbError> {
+    let mut source = Layered::new(
+        AccountSource::new(dbs, txn, true, NoRoots)?,
+        &layer.account_nodes,
+        &layer.accounts,
+        account_leaf,
+        false,
+    );
+    let top = Nibbles::new();
+    Ok(source
+        .seek_node(&top)?
+        .filter(|(path, _)| path.is_empty())
+        .map(|(_, node)| node))
+}
+
+/// Storage roots are not asked for: no leaf is read.
+struct NoRoots;
+
+impl StorageRoots for NoRoots {
+    fn storage_root(&mut self, _: &B256) -> Result<B256, StateDbError> {
+        Ok(alloy_trie::EMPTY_ROOT_HASH)
+    }
+}
+
+/// One child of the root node, recomputed by its own walk.
+struct Child {
+    nibble: u8,
+    run: TrieRun,
+    computed: u64,
+    leaves: u64,
+    /// Stored nodes lie below it.
+    below: bool,
+    hash: B256,
+}
+
+/// The account walk split under the root node (see the module doc), or `None` when the
+/// split cannot hold and the whole trie must be walked instead.
+fn split_account_walk(
+    env: &Environment,
+    dbs: &Dbs,
+    layer: &TrieLayer,
+    known: &B256Map<B256>,
+    set: &PrefixSet,
+    threads: usize,
+) -> Result<Option<(TrieRun, u64, u64)>, StateDbError> {
+    let old = {
+        let txn = env
+            .begin_ro_unsync()
+            .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+        root_node(dbs, &txn, layer)?
+    };
+    let Some(old) = old else {
+        return Ok(None);
+    };
+    // Every child a hashed branch: each can be recomputed alone and given back as a hash.
+    if old.state_mask != old.hash_mask {
+        return Ok(None);
+    }
+    let parts = set.split_by_first_nibble();
+    let children = run_jobs(env, parts.len(), threads, &|txn, i| {
+        let (nibble, keys) = &parts[i];
+        let (run, computed, leaves) = account_walk(dbs, txn, layer, known, keys)?;
+        let top = run
+            .updates
+            .first()
+            .filter(|(path, _)| path.is_empty())
+            .map(|(_, node)| node);
+        let bit = |mask: TrieMask| mask.is_bit_set(*nibble);
+        let Some((below, hash)) = top
+            .filter(|top| bit(top.state_mask) && bit(top.hash_mask))
+            .map(|top| (bit(top.tree_mask), top.hash_for_nibble(*nibble)))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Child {
+            nibble: *nibble,
+            below,
+            hash,
+            run,
+            computed,
+            leaves,
+        }))
+    })?;
+    let Some(children) = children.into_iter().collect::<Option<Vec<Child>>>() else {
+        return Ok(None);
+    };
+    let mut hashes: [Option<B256>; 16] = [None; 16];
+    let mut tree = old.tree_mask.get();
+    for n in 0..16u8 {
+        if old.state_mask.is_bit_set(n) {
+            hashes[usize::from(n)] = Some(old.hash_for_nibble(n));
+        }
+    }
+    let mut run = TrieRun::default();
+    let (mut computed, mut leaves) = (0, 0);
+    for child in children {
+        hashes[usize::from(child.nibble)] = Some(child.hash);
+        let bit = 1u16 << child.nibble;
+        tree = if child.below { tree | bit } else { tree & !bit };
+        computed += child.computed;
+        leaves += child.leaves;
+        run.leaves += child.run.leaves;
+        run.skipped += child.run.skipped;
+        run.updates.extend(
+            child
+                .run
+                .updates
+                .into_iter()
+                .filter(|(path, _)| !path.is_empty()),
+        );
+        run.removed.extend(
+            child
+                .run
+                .removed
+                .into_iter()
+                .filter(|path| !path.is_empty()),
+        );
+    }
+    let state = old.state_mask;
+    let present: Vec<B256> = hashes.iter().flatten().copied().collect();
+    let stack: Vec<RlpNode> = present.iter().map(RlpNode::word_rlp).collect();
+    let mut rlp = Vec::with_capacity(3 + 33 * 16 + 1);
+    BranchNode::new(stack, state).encode(&mut rlp);
+    let root = keccak256(&rlp);
+    let top = BranchNodeCompact::new(state, TrieMask::new(tree), state, present, Some(root));
+    run.root = root;
+    run.updates.push((Nibbles::new(), top));
+    run.updates.sort_unstable_by_key(|(path, _)| *path);
+    run.removed.push(Nibbles::new());
+    run.removed.sort_unstable();
+    Ok(Some((run, computed, leaves)))
+}
