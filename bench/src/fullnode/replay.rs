@@ -39,9 +39,10 @@ impl std::str::FromStr for RootArg {
         match s {
             "txn" => Ok(Self::InTxn),
             "all" => Ok(Self::Layered(0)),
-            n => n.parse().map(Self::Layered).map_err(|_| {
-                format!("`{n}`: expected `txn`, `all` or a number of threads")
-            }),
+            n => n
+                .parse()
+                .map(Self::Layered)
+                .map_err(|_| format!("`{n}`: expected `txn`, `all` or a number of threads")),
         }
     }
 }

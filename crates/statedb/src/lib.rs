@@ -98,8 +98,18 @@
 //! feeds unchanged sibling leaves to the hash builder by their kept hash. Over 10M
 //! accounts it answered 83 % of seeks and skipped 46 % of the leaves, and applied no
 //! faster (the figures are on the field): the root's time goes to writing changed nodes
-//! into MDBX, which a cache of reads does not touch. Keeping the changed nodes themselves
-//! in memory and writing them every few blocks is the step that would.
+//! into MDBX, which a cache of reads does not touch.
+//!
+//! With the cache off (the default), roots are *layered* (`trie::layer`,
+//! [`WriterOptions`]'s `layered_roots` and `root_threads`): the open group's hashed leaves
+//! and the branch nodes its roots change stay in memory and are written once, sorted, at the
+//! group's commit; a root reads the last commit through read transactions of its own with
+//! them laid over it, so it runs off the write transaction's thread: changed storage tries
+//! on every core, then the account trie split into its sixteen subtries under the root
+//! node, the root node assembled from their hashes. Over 10M accounts (Zipf transfers, a
+//! commit every 4 blocks, 2 cores) the trie's share of the time went from 16.9 s to 6.7 s
+//! of a run and the apply rate from 19,141 to 21,860 changes/s: the commit's writeback
+//! (the same 80 MB per block either way) is what is left.
 //!
 //! # Environment settings
 //!

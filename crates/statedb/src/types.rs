@@ -306,6 +306,9 @@ pub struct RootInfo {
     /// Trie walks done again without remembered hashes (a deletion changed the shape
     /// around one).
     pub rereads: u64,
+    /// The account trie was walked as subtries under its root node on several threads
+    /// ([`WriterOptions::root_threads`]).
+    pub split: bool,
     /// Seconds it took.
     pub seconds: f64,
 }

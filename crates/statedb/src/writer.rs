@@ -745,6 +745,7 @@ impl<'db> StateWriter<'db> {
         if !layered {
             self.layer_exact = false;
         }
+        let mut split = false;
         let outcome = if layered {
             let (dbs, txn) = self.reads()?;
             let mut changed = store::load_changed(dbs, txn)?;
@@ -758,6 +759,7 @@ impl<'db> StateWriter<'db> {
             )?;
             store::clear_changed(dbs, txn)?;
             self.hashed.record_root(&root);
+            split = root.split;
             root.outcome
         } else {
             // Not `reads()`: the cache is borrowed beside the transaction.
@@ -811,6 +813,7 @@ impl<'db> StateWriter<'db> {
             skipped: outcome.skipped,
             remembered: outcome.remembered,
             rereads: outcome.rereads,
+            split,
             seconds,
         })
     }

@@ -65,6 +65,7 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
     let blocks = mainnet_blocks();
     assert_eq!(blocks.len(), 50);
     let mut changes_total = 0;
+    let (mut splits, mut layered_roots) = (0, 0);
     for (i, (fixture, prepared)) in blocks.iter().enumerate() {
         let mut evm = PlainEvm::new(fixture.database(), prepared);
         let outcome = execute_block(&mut evm, prepared)
@@ -84,10 +85,18 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         let keys = new_keys(&mut index, &model, &changes);
         let (header, hash) = chain.next(&changes);
         let before = model.clone();
-        let tiny = i % 2 == 0;
+        // In turn: roots through a cache evicting everything, through a cache holding
+        // everything, and layered roots split across four threads.
+        let (tiny, layered) = (i % 3 == 0, i % 3 == 2);
         let mut writer = db
             .writer(WriterOptions {
-                trie_cache_bytes: if tiny { 512 } else { 64 << 20 },
+                trie_cache_bytes: match (tiny, layered) {
+                    (true, _) => 512,
+                    (_, true) => 0,
+                    _ => 64 << 20,
+                },
+                root_threads: 4,
+                root_split_min_accounts: 1,
                 ..WriterOptions::default()
             })
             .unwrap();
@@ -126,6 +135,9 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         let cache = writer.trie_cache_stats();
         if tiny {
             assert!(cache.bytes <= 512, "{cache:?}");
+        } else if layered {
+            splits += u64::from(root.split) + u64::from(reverted.split);
+            layered_roots += 2;
         } else {
             assert!(cache.hits > 0 && cache.evicted == 0, "{cache:?}");
         }
@@ -134,5 +146,12 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         assert_eq!(view.state_root_from_scratch().unwrap(), before.root());
         changes_total += changes.accounts().len() + changes.storage().len();
     }
-    println!("50 mainnet blocks, {changes_total} state changes applied and rooted");
+    println!(
+        "50 mainnet blocks, {changes_total} state changes applied and rooted; \
+         {splits} of {layered_roots} layered roots split across threads"
+    );
+    assert!(
+        splits * 2 >= layered_roots,
+        "{splits} of {layered_roots} layered roots split the account trie"
+    );
 }

@@ -12,7 +12,7 @@ use common::{
     Rng,
 };
 use gigas_evm::revm::database_interface::DatabaseRef;
-use gigas_statedb::{HashedWrites, StateDbError, StateWriter, WriterOptions};
+use gigas_statedb::{HashedWrites, RootInfo, StateDbError, StateWriter, WriterOptions};
 use gigas_statediff::{decode_body, encode_body, KeyIndex, MemoryKeyIndex, PriorValues};
 
 const ACCOUNTS: u64 = 400;
@@ -41,6 +41,11 @@ impl Run {
     /// Makes the next block, decodes its diff against the writer (the open group included)
     /// as a follower would, and applies it. Returns the root the writer computed, if any.
     fn step(&mut self, writer: &mut StateWriter<'_>) -> Option<alloy_primitives::B256> {
+        self.step_info(writer).map(|r| r.root)
+    }
+
+    /// [`Run::step`], with all the writer said about its root.
+    fn step_info(&mut self, writer: &mut StateWriter<'_>) -> Option<RootInfo> {
         let number = self.chain.parent.number + 1;
         let raw = random_changes(&mut self.rng, &self.model, ACCOUNTS, number);
         let changes = consistent(raw, &self.model);
@@ -59,11 +64,24 @@ impl Run {
             .unwrap_or_else(|e| panic!("block {number}: {e}"));
         self.model.apply(&changes);
         assert_eq!(writer.tip().number, number);
-        root.map(|r| r.root)
+        root
     }
 }
 
 fn stream(hashed_writes: HashedWrites, seed: u64, trie_cache_bytes: usize) {
+    stream_with(
+        WriterOptions {
+            hashed_writes,
+            trie_cache_bytes,
+            ..WriterOptions::default()
+        },
+        seed,
+    );
+}
+
+/// Returns how many roots split the account trie across threads.
+fn stream_with(options: WriterOptions, seed: u64) -> u64 {
+    let trie_cache_bytes = options.trie_cache_bytes;
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
     let mut run = Run::new(seed);
@@ -73,14 +91,14 @@ fn stream(hashed_writes: HashedWrites, seed: u64, trie_cache_bytes: usize) {
         .writer(WriterOptions {
             root_every: 1,
             max_group_blocks: 4,
-            hashed_writes,
-            trie_cache_bytes,
-            ..WriterOptions::default()
+            ..options
         })
         .unwrap();
-    let mut roots = 0;
+    let (mut roots, mut splits) = (0, 0);
     for _ in 0..80 {
-        let root = run.step(&mut writer).expect("a root every block");
+        let info = run.step_info(&mut writer).expect("a root every block");
+        splits += u64::from(info.split);
+        let root = info.root;
         assert_eq!(root, run.model.root(), "block {}", writer.tip().number);
         roots += 1;
         // Random group sizes: commit on the count bound or at random.
@@ -163,6 +181,7 @@ fn stream(hashed_writes: HashedWrites, seed: u64, trie_cache_bytes: usize) {
         assert_eq!(view.key_at(i).unwrap(), Some(key));
         assert_eq!(view.index_of(&key).unwrap(), Some(i));
     }
+    splits
 }
 
 /// A trie cache budget smaller than one root's nodes: every root evicts.
@@ -176,6 +195,47 @@ fn random_stream_sorted_hashed_writes() {
 #[test]
 fn random_stream_with_the_trie_cache_evicting_every_root() {
     stream(HashedWrites::SortedPerGroup, 5, TINY_CACHE);
+}
+
+/// Layered roots (the group in memory over the last commit) split across four threads
+/// whenever the root node allows: every root equals the model's, and the stored nodes the
+/// split writes are exactly those of a genesis of the final state.
+#[test]
+fn random_stream_layered_roots_split_across_threads() {
+    let splits = stream_with(
+        WriterOptions {
+            root_threads: 4,
+            root_split_min_accounts: 1,
+            ..WriterOptions::default()
+        },
+        3,
+    );
+    assert!(splits >= 40, "{splits} of 80 roots split the account trie");
+}
+
+/// Layered roots on one thread: the account trie walked whole over the layer.
+#[test]
+fn random_stream_layered_roots_on_one_thread() {
+    let splits = stream_with(
+        WriterOptions {
+            root_threads: 1,
+            ..WriterOptions::default()
+        },
+        4,
+    );
+    assert_eq!(splits, 0);
+}
+
+/// Roots inside the write transaction (the path the trie cache takes), with the cache off.
+#[test]
+fn random_stream_roots_in_the_transaction() {
+    stream_with(
+        WriterOptions {
+            layered_roots: false,
+            ..WriterOptions::default()
+        },
+        6,
+    );
 }
 
 #[test]

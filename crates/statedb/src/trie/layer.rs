@@ -354,13 +354,16 @@ pub(crate) struct Parallelism {
     pub(crate) min_split_accounts: usize,
 }
 
+/// One piece of a root, given a read transaction at the last commit and its index.
+type Job<'a, T> = dyn Fn(&Tx<Ro>, usize) -> Result<T, StateDbError> + Sync + 'a;
+
 /// Runs `job(i)` for `i in 0..jobs` on `threads` threads (the caller's one of them), each
 /// thread with one read transaction of its own, and returns the results in job order.
 fn run_jobs<T: Send>(
     env: &Environment,
     jobs: usize,
     threads: usize,
-    job: &(dyn Fn(&Tx<Ro>, usize) -> Result<T, StateDbError> + Sync),
+    job: &Job<'_, T>,
 ) -> Result<Vec<T>, StateDbError> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<T>>> = Mutex::new((0..jobs).map(|_| None).collect());
@@ -387,9 +390,9 @@ fn run_jobs<T: Send>(
         let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
         let mut outcome = work();
         for helper in helpers {
-            let joined = helper.join().unwrap_or_else(|_| {
-                Err(StateDbError::RootThreadPanicked)
-            });
+            let joined = helper
+                .join()
+                .unwrap_or_else(|_| Err(StateDbError::RootThreadPanicked));
             outcome = outcome.and(joined);
         }
         outcome
@@ -567,9 +570,12 @@ fn split_account_walk(
     }
     let mut run = TrieRun::default();
     let (mut computed, mut leaves) = (0, 0);
+    let mut state = old.state_mask.get();
     for child in children {
         hashes[usize::from(child.nibble)] = Some(child.hash);
         let bit = 1u16 << child.nibble;
+        // A child the old root did not have (the first keys under a nibble).
+        state |= bit;
         tree = if child.below { tree | bit } else { tree & !bit };
         computed += child.computed;
         leaves += child.leaves;
@@ -590,7 +596,7 @@ fn split_account_walk(
                 .filter(|path| !path.is_empty()),
         );
     }
-    let state = old.state_mask;
+    let state = TrieMask::new(state);
     let present: Vec<B256> = hashes.iter().flatten().copied().collect();
     let stack: Vec<RlpNode> = present.iter().map(RlpNode::word_rlp).collect();
     let mut rlp = Vec::with_capacity(3 + 33 * 16 + 1);
@@ -603,4 +609,186 @@ fn split_account_walk(
     run.removed.push(Nibbles::new());
     run.removed.sort_unstable();
     Ok(Some((run, computed, leaves)))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The merge of a committed trie with a layer, against the merged maps it stands for.
+
+    use super::*;
+
+    /// A committed trie in memory: nodes and leaves in sorted maps.
+    #[derive(Default)]
+    struct Committed {
+        nodes: BTreeMap<Nibbles, BranchNodeCompact>,
+        leaves: BTreeMap<B256, U256>,
+        at: Option<B256>,
+    }
+
+    impl TrieSource for Committed {
+        type Leaf = U256;
+
+        fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+            Ok(self
+                .seek_node_from(path)?
+                .filter(|(k, _)| k.starts_with(path)))
+        }
+
+        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
+            let found = self.leaves.range(*key..).next().map(|(k, v)| (*k, *v));
+            self.at = found.map(|(k, _)| k);
+            Ok(found)
+        }
+
+        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, StateDbError> {
+            let Some(at) = self.at else { return Ok(None) };
+            let found = self
+                .leaves
+                .range((Bound::Excluded(at), Bound::Unbounded))
+                .next()
+                .map(|(k, v)| (*k, *v));
+            self.at = found.map(|(k, _)| k);
+            Ok(found)
+        }
+
+        fn leaf_value(&mut self, _: &B256, _: &U256, _: &mut Vec<u8>) -> Result<(), StateDbError> {
+            Ok(())
+        }
+    }
+
+    impl NodesFrom for Committed {
+        fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
+            Ok(self
+                .nodes
+                .range(*from..)
+                .next()
+                .map(|(k, n)| (*k, n.clone())))
+        }
+    }
+
+    /// A node told apart by its root hash.
+    fn node(tag: u8) -> BranchNodeCompact {
+        BranchNodeCompact::new(
+            TrieMask::new(0b11),
+            TrieMask::new(0),
+            TrieMask::new(0),
+            vec![],
+            Some(B256::repeat_byte(tag)),
+        )
+    }
+
+    fn path(nibbles: &[u8]) -> Nibbles {
+        Nibbles::from_nibbles(nibbles)
+    }
+
+    fn key(first: u8) -> B256 {
+        B256::repeat_byte(first)
+    }
+
+    /// Every path the committed nodes and the layer name, with their prefixes.
+    fn probes(committed: &Committed, layer: &NodeLayer) -> Vec<Nibbles> {
+        let mut out = vec![Nibbles::new()];
+        for p in committed.nodes.keys().chain(layer.keys()) {
+            for len in 0..=p.len() {
+                out.push(p.slice(..len));
+            }
+            out.push(successor(p));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn node_seeks_equal_the_merged_tables() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..300 {
+            let mut committed = Committed::default();
+            let mut layer = NodeLayer::new();
+            let random_path = |next: &mut dyn FnMut() -> u64| {
+                let len = (next() % 4) as usize;
+                let nibbles: Vec<u8> = (0..len).map(|_| (next() % 3) as u8).collect();
+                path(&nibbles)
+            };
+            for i in 0..(next() % 8) {
+                committed
+                    .nodes
+                    .insert(random_path(&mut next), node(i as u8));
+            }
+            for i in 0..(next() % 8) {
+                let value = (next() % 2 == 0).then(|| node(100 + i as u8));
+                layer.insert(random_path(&mut next), value);
+            }
+            // What the writer's transaction would hold after the layer's writes.
+            let mut merged = committed.nodes.clone();
+            for (p, n) in &layer {
+                match n {
+                    Some(n) => merged.insert(*p, n.clone()),
+                    None => merged.remove(p),
+                };
+            }
+            let hidden = round % 10 == 0;
+            if hidden {
+                merged = layer
+                    .iter()
+                    .filter_map(|(p, n)| n.clone().map(|n| (*p, n)))
+                    .collect();
+            }
+            let probes = probes(&committed, &layer);
+            let leaves = BTreeMap::new();
+            let mut source = Layered::new(committed, &layer, &leaves, slot_leaf, hidden);
+            for probe in probes {
+                let expected = merged
+                    .range(probe..)
+                    .next()
+                    .filter(|(k, _)| k.starts_with(&probe))
+                    .map(|(k, n)| (*k, n.clone()));
+                assert_eq!(
+                    source.seek_node(&probe).unwrap(),
+                    expected,
+                    "round {round}, seek under {probe:?}, layer {layer:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn leaves_merge_in_key_order_with_replacements_and_removals() {
+        let mut committed = Committed::default();
+        for k in [1u8, 3, 5, 7] {
+            committed.leaves.insert(key(k), U256::from(k));
+        }
+        // 2 added, 3 replaced, 5 emptied (removed), 9 added past the committed end.
+        let layer: BTreeMap<B256, U256> = [(2u8, 20u64), (3, 30), (5, 0), (9, 90)]
+            .into_iter()
+            .map(|(k, v)| (key(k), U256::from(v)))
+            .collect();
+        let nodes = NodeLayer::new();
+        let all = |source: &mut Layered<'_, Committed, U256>, from: u8| {
+            let mut out = Vec::new();
+            let mut leaf = source.seek_leaf(&key(from)).unwrap();
+            while let Some((k, v)) = leaf {
+                out.push((k[0], v.to::<u64>()));
+                leaf = source.next_leaf().unwrap();
+            }
+            out
+        };
+        let mut source = Layered::new(committed, &nodes, &layer, slot_leaf, false);
+        assert_eq!(
+            all(&mut source, 0),
+            [(1, 1), (2, 20), (3, 30), (7, 7), (9, 90)]
+        );
+        assert_eq!(all(&mut source, 3), [(3, 30), (7, 7), (9, 90)]);
+        assert_eq!(all(&mut source, 4), [(7, 7), (9, 90)]);
+        assert_eq!(all(&mut source, 8), [(9, 90)]);
+        let committed = source.into_inner();
+        let mut wiped = Layered::new(committed, &nodes, &layer, slot_leaf, true);
+        assert_eq!(all(&mut wiped, 0), [(2, 20), (3, 30), (9, 90)]);
+    }
 }
