@@ -78,6 +78,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 group: 1,
                 trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64,
                 root: RootArg::Layered(0),
+                prefetch: true,
             }
         ]
     );
@@ -165,6 +166,28 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 r.label
             ),
         }
+    }
+
+    // Roots in the write transaction, layered on one thread and on two, each with and
+    // without the prefetch thread: the same final root.
+    let roots = run(&args(
+        dir.path(),
+        &bin,
+        &[
+            "--modes",
+            "live",
+            "--root",
+            "txn,1,2",
+            "--prefetch",
+            "false,true",
+        ],
+    ))
+    .expect("a replay of the root modes")
+    .expect("a report");
+    assert_eq!(roots.runs.len(), 6);
+    for r in &roots.runs {
+        assert_eq!(r.final_root, live.final_root, "{}", r.label);
+        assert!(r.head_matches, "{}: head", r.label);
     }
 
     // With --verify-execution: every timed block re-executed over the state (the recording

@@ -131,6 +131,12 @@ struct Cli {
     /// the apply thread instead, inside its write transaction.
     #[arg(long = "trie.root-threads", value_name = "N", default_value_t = 0)]
     trie_root_threads: usize,
+    /// Read each fetched diff's keys (plain and hashed leaves, trie paths) on a thread of
+    /// their own before the apply thread takes it, so that the pages it needs are in memory
+    /// by then: under a memory limit those reads are page faults that would stall it.
+    /// `--prefetch false` turns the stage off.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    prefetch: bool,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,
     #[command(flatten)]
@@ -258,6 +264,7 @@ where
             blocks: cli.state_window,
             max_bytes: cli.state_window_mib.saturating_mul(1 << 20),
         },
+        prefetch: cli.prefetch,
     };
     let runtime = gigas_sequencer::rpc_args::runtime("gigas-fullnode", Some(2))
         .wrap_err("starting the async runtime")?;

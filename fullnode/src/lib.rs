@@ -21,6 +21,7 @@ pub mod follow;
 pub mod genesis;
 pub mod metrics;
 pub mod node;
+pub mod prefetch;
 pub mod reexec;
 pub mod rpc;
 pub mod status;

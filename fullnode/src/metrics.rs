@@ -71,6 +71,10 @@ pub struct FollowerMetrics {
     pub uncommitted_blocks: Gauge,
     /// Approximate bytes of their redo records (a commit is forced past 256 MiB).
     pub uncommitted_bytes: Gauge,
+    /// Keys whose pages the prefetch stage read ahead of the apply thread.
+    pub prefetched_keys: Counter,
+    /// Seconds per block the prefetch stage took.
+    pub prefetch_seconds: Histogram,
 }
 
 impl Default for FollowerMetrics {
@@ -99,6 +103,8 @@ impl Default for FollowerMetrics {
             state_window_bytes: Gauge::default(),
             uncommitted_blocks: Gauge::default(),
             uncommitted_bytes: Gauge::default(),
+            prefetched_keys: Counter::default(),
+            prefetch_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 40)),
         }
     }
 }
@@ -201,6 +207,16 @@ impl FollowerMetrics {
             "verify_seconds",
             "Seconds per block to decode and verify its diff (prior-value reads included)",
             self.verify_seconds.clone(),
+        );
+        sub.register(
+            "prefetched_keys",
+            "Keys whose pages the prefetch stage read ahead of the apply thread",
+            self.prefetched_keys.clone(),
+        );
+        sub.register(
+            "prefetch_seconds",
+            "Seconds per block the prefetch stage took",
+            self.prefetch_seconds.clone(),
         );
         sub.register(
             "group_blocks",

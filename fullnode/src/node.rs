@@ -43,6 +43,8 @@ pub struct FullNodeConfig {
     pub sequencer_url: String,
     /// How many recent blocks' states are served besides the head's, and in how many bytes.
     pub state_window: crate::window::WindowLimits,
+    /// Read each fetched diff's pages ahead of the apply thread ([`crate::prefetch`]).
+    pub prefetch: bool,
 }
 
 /// Why the node could not start or stopped.
@@ -162,11 +164,35 @@ impl FullNode {
             epoch: 0,
             next: tip.number + 1,
         });
-        let (items_tx, items_rx) = mpsc::channel(config.fetch.queue_blocks.max(1));
+        let queue = config.fetch.queue_blocks.max(1);
+        // With the prefetch stage, the fetcher's queue is in front of it and only a few
+        // warmed diffs wait for the apply thread: pages read further ahead could be evicted
+        // again (under a memory limit) before they are used.
+        let (items_tx, items_rx) = mpsc::channel(if config.prefetch {
+            crate::prefetch::AHEAD_BLOCKS
+        } else {
+            queue
+        });
         let mut fetch_config = config.fetch.clone();
         fetch_config.with_blocks = config.verify_execution;
         let fetcher = Fetcher::new(fetch_config, metrics.clone(), sync.clone())?;
-        runtime.spawn(fetcher.run(cursor_rx, items_tx, stop_rx.clone()));
+        let fetched_tx = if config.prefetch {
+            let (fetched_tx, fetched_rx) = mpsc::channel(queue);
+            let db = db.clone();
+            let metrics = metrics.clone();
+            // Ends when the fetcher drops its sender or the apply thread its receiver.
+            std::thread::Builder::new()
+                .name("gigas-prefetch".into())
+                .spawn(move || crate::prefetch::run(db, sequencer, fetched_rx, items_tx, metrics))
+                .map_err(|e| NodeError::Serve {
+                    what: "the prefetch thread",
+                    detail: e.to_string(),
+                })?;
+            fetched_tx
+        } else {
+            items_tx
+        };
+        runtime.spawn(fetcher.run(cursor_rx, fetched_tx, stop_rx.clone()));
 
         // Memory gauges, sampled once a second.
         {

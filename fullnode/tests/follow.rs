@@ -24,7 +24,14 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     let checker = Process::fullnode(
         &dir.path().join("fn-check"),
         &seq.url,
-        &["--verify-execution", "--root-every", "0"],
+        &[
+            "--verify-execution",
+            "--root-every",
+            "0",
+            // The node above reads each diff's pages ahead (the default); this one does not.
+            "--prefetch",
+            "false",
+        ],
     );
 
     let load = Load::start(&seq.url, 4, 17).await;
@@ -55,6 +62,21 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     common::assert_proofs_at(&node.url, &seq.url, &touched, tag).await;
     common::wait_for_block(&checker.url, target, Duration::from_secs(60)).await;
     common::assert_same_state(&checker.url, &seq.url, &touched).await;
+    // The prefetch stage read every touched key's pages ahead of the apply thread (keys
+    // indexed in a group not yet committed excepted: at most the load's first writes).
+    let prefetched = node
+        .metric("gigas_fullnode_prefetched_keys_total")
+        .unwrap_or(0.0);
+    let touched_keys = (touched.accounts.len() + accepted_slots) as f64;
+    assert!(
+        prefetched >= touched_keys,
+        "prefetched {prefetched} keys; the load touched {touched_keys}"
+    );
+    assert_eq!(
+        checker.metric("gigas_fullnode_prefetched_keys_total"),
+        Some(0.0),
+        "--prefetch false"
+    );
     let reexecuted = checker
         .metric("gigas_fullnode_reexecuted_blocks_total")
         .unwrap_or(0.0);

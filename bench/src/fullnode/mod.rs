@@ -228,6 +228,11 @@ pub struct FullnodeArgs {
     /// (comma-separated) run one live mode each, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub root: Vec<RootArg>,
+    /// Live mode: a thread reads each block's pages ahead of the writer, as the node's
+    /// prefetch stage does (`gigas-fullnode --prefetch`); `false,true` runs both,
+    /// alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
+    pub prefetch: Vec<bool>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -310,12 +315,15 @@ impl FullnodeArgs {
                 for &group in &self.live_group {
                     for &trie_cache in &self.trie_cache {
                         for &root in &self.root {
-                            modes.push(Mode::Live {
-                                sync,
-                                group,
-                                trie_cache,
-                                root,
-                            });
+                            for &prefetch in &self.prefetch {
+                                modes.push(Mode::Live {
+                                    sync,
+                                    group,
+                                    trie_cache,
+                                    root,
+                                    prefetch,
+                                });
+                            }
                         }
                     }
                 }

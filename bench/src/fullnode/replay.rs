@@ -66,6 +66,14 @@ impl RootArg {
     }
 }
 
+fn prefetch_label(prefetch: bool) -> &'static str {
+    if prefetch {
+        ", prefetch"
+    } else {
+        ""
+    }
+}
+
 fn cache_label(bytes: u64) -> String {
     if bytes == 0 {
         "no trie cache".into()
@@ -95,6 +103,8 @@ pub enum Mode {
         trie_cache: u64,
         /// Where the roots run.
         root: RootArg,
+        /// A prefetch thread reads each block's pages ahead (`gigas_fullnode::prefetch`).
+        prefetch: bool,
     },
 }
 
@@ -125,22 +135,26 @@ impl Mode {
                 group: 1,
                 trie_cache,
                 root,
+                prefetch,
             } => format!(
-                "live (root and commit every block, {}, {}, {})",
+                "live (root and commit every block, {}, {}, {}{})",
                 sync.name(),
                 cache_label(*trie_cache),
-                root.label()
+                root.label(),
+                prefetch_label(*prefetch)
             ),
             Self::Live {
                 sync,
                 group,
                 trie_cache,
                 root,
+                prefetch,
             } => format!(
-                "live (root every block, commit every {group} blocks, {}, {}, {})",
+                "live (root every block, commit every {group} blocks, {}, {}, {}{})",
                 sync.name(),
                 cache_label(*trie_cache),
-                root.label()
+                root.label(),
+                prefetch_label(*prefetch)
             ),
         }
     }
@@ -154,22 +168,26 @@ impl Mode {
                 group: 1,
                 trie_cache,
                 root,
+                prefetch,
             } => format!(
-                "live-{}-tc{}-{}",
+                "live-{}-tc{}-{}{}",
                 sync.name(),
                 trie_cache >> 20,
-                root.short()
+                root.short(),
+                if *prefetch { "-pf" } else { "" }
             ),
             Self::Live {
                 sync,
                 group,
                 trie_cache,
                 root,
+                prefetch,
             } => format!(
-                "live-{group}-{}-tc{}-{}",
+                "live-{group}-{}-tc{}-{}{}",
                 sync.name(),
                 trie_cache >> 20,
-                root.short()
+                root.short(),
+                if *prefetch { "-pf" } else { "" }
             ),
         }
     }
@@ -958,31 +976,65 @@ impl Replay<'_> {
         reset_peak_rss();
         let before = Resources::sample();
         let faults_before = limited.as_ref().map(|l| l.major_faults()).transpose()?;
+        // The node's prefetch stage: a thread reading each timed block's pages a few blocks
+        // ahead of the writer (the diffs are in memory, as the fetcher's queue holds them).
+        let prefetch = matches!(mode, Mode::Live { prefetch: true, .. });
+        let ahead: Vec<&[u8]> = if prefetch {
+            (first_timed..=m.last)
+                .map(|n| self.diff(n))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let (db_ref, sequencer) = (&db, self.sequencer);
         let started = Instant::now();
         let mut complete = true;
-        for n in first_timed..=m.last {
-            if self
-                .args
-                .max_run_time
-                .is_some_and(|max| started.elapsed() >= max)
-            {
-                complete = false;
-                break;
+        std::thread::scope(|scope| -> Result<()> {
+            let ready = prefetch.then(|| {
+                let (tx, rx) =
+                    std::sync::mpsc::sync_channel::<()>(gigas_fullnode::prefetch::AHEAD_BLOCKS);
+                scope.spawn(move || {
+                    for bytes in ahead {
+                        // A diff it cannot read is the writer's to report.
+                        let _ = gigas_fullnode::prefetch::warm_diff(db_ref, sequencer, bytes);
+                        if tx.send(()).is_err() {
+                            return;
+                        }
+                    }
+                });
+                rx
+            });
+            for n in first_timed..=m.last {
+                if self
+                    .args
+                    .max_run_time
+                    .is_some_and(|max| started.elapsed() >= max)
+                {
+                    complete = false;
+                    break;
+                }
+                if let Some(ready) = &ready {
+                    // Ends early only if the thread is gone, which the writer then runs without.
+                    let _ = ready.recv();
+                }
+                let applied = self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
+                if let Some(root) = applied.root {
+                    roots += 1;
+                    leaves += root.leaves;
+                    changed_accounts += root.changed_accounts;
+                    remembered += root.remembered;
+                    rereads += root.rereads;
+                    last_root = Some(root.root);
+                }
+                if applier.should_commit() {
+                    count_commit(commit(&mut applier, &mut serving)?);
+                }
+                bar.inc(1);
             }
-            let applied = self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
-            if let Some(root) = applied.root {
-                roots += 1;
-                leaves += root.leaves;
-                changed_accounts += root.changed_accounts;
-                remembered += root.remembered;
-                rereads += root.rereads;
-                last_root = Some(root.root);
-            }
-            if applier.should_commit() {
-                count_commit(commit(&mut applier, &mut serving)?);
-            }
-            bar.inc(1);
-        }
+            // The prefetch thread, if still sending, stops at its next send.
+            drop(ready);
+            Ok(())
+        })?;
         count_commit(commit(&mut applier, &mut serving)?);
         // Every mode ends durable, in its clock: a periodic run pays for its last durable
         // point as the durable run paid for each commit's.

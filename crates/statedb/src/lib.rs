@@ -169,6 +169,7 @@ pub mod tables;
 mod trie;
 mod types;
 mod view;
+mod warm;
 mod writer;
 
 pub use db::StateDb;
@@ -183,6 +184,7 @@ pub use types::{
     WriterOptions, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
+pub use warm::Warmed;
 pub use writer::StateWriter;
 
 #[cfg(test)]

@@ -33,6 +33,14 @@ impl<'db> StateView<'db> {
         Self { db, txn }
     }
 
+    pub(crate) fn txn(&self) -> &RoTxUnsync {
+        &self.txn
+    }
+
+    pub(crate) fn dbs(&self) -> &crate::read::Dbs {
+        self.db.dbs()
+    }
+
     /// The last applied block (`None` before a genesis).
     pub fn tip(&self) -> Result<Option<ChainTip>, StateDbError> {
         Ok(read::meta(self.db.dbs(), &self.txn)?.head)

@@ -526,24 +526,22 @@ fn resolve_account(
     })
 }
 
-/// Decodes a packed body against the key index and the prior values. Total: any byte string
-/// either decodes to the ChangeSet whose encoding it is, or is an error naming its offset;
-/// nothing is allocated beyond what the bytes can hold. Reads only; the caller extends the
-/// index with [`DecodedBody::new_keys`] once the diff is verified.
-///
-/// It works in passes: the structure first (every count, index and length, no lookups), then
-/// the keys of the repeated writes, then the prior values and values in key order. Each
-/// pass's lookups are independent of each other, so a store's cache misses overlap instead of
-/// queueing behind the parsing of the record before.
-pub fn decode_body<I, P>(bytes: &[u8], index: &I, prior: &P) -> Result<DecodedBody, BodyError>
-where
-    I: KeyIndex + ?Sized,
-    P: PriorState + ?Sized,
-{
-    let mut r = Reader { bytes, at: 0 };
-    let table_len = index.len().map_err(|e| index_error(0, e))?;
+/// A body's records as laid out, before any key or prior value is looked up (pass 1).
+struct Structure<'b> {
+    /// (offset, index, record)
+    repeated_accounts: Vec<(usize, u64, RawAccount)>,
+    /// (offset, address, record)
+    first_accounts: Vec<(usize, Address, RawAccount)>,
+    /// (offset, index, offset of the value)
+    repeated_slots: Vec<(usize, u64, usize)>,
+    /// (offset, address, slot, offset of the value)
+    first_slots: Vec<(usize, Address, U256, usize)>,
+    codes: Vec<&'b [u8]>,
+}
 
-    // Pass 1: the structure.
+/// Pass 1: the body's structure; indices must lie below `table_len`.
+fn structure(bytes: &[u8], table_len: u64) -> Result<Structure<'_>, BodyError> {
+    let mut r = Reader { bytes, at: 0 };
     let count = r.count(Section::RepeatedAccounts, MIN_REPEATED)?;
     let mut repeated_accounts: Vec<(usize, u64, RawAccount)> = Vec::with_capacity(count);
     let mut next = 0u64;
@@ -619,6 +617,77 @@ where
     if r.remaining() != 0 {
         return Err(r.error(r.at, BodyErrorKind::Trailing(r.remaining())));
     }
+
+    Ok(Structure {
+        repeated_accounts,
+        first_accounts,
+        repeated_slots,
+        first_slots,
+        codes,
+    })
+}
+
+/// The keys a body writes, for warming a store's pages before the body is decoded against
+/// it: the first writes' keys as they stand in the body, the repeated writes' keys as
+/// `index` names them, skipping indices it does not hold (keys indexed since `index`'s
+/// state, which a follower's open group has and a committed view does not). Only the
+/// structure is checked; [`decode_body`] checks the rest.
+pub fn body_keys<I>(bytes: &[u8], index: &I) -> Result<Vec<StateKey>, BodyError>
+where
+    I: KeyIndex + ?Sized,
+{
+    let body = structure(bytes, u64::MAX)?;
+    let mut keys = Vec::with_capacity(
+        body.repeated_accounts.len()
+            + body.first_accounts.len()
+            + body.repeated_slots.len()
+            + body.first_slots.len(),
+    );
+    let repeated = body
+        .repeated_accounts
+        .iter()
+        .map(|(at, ix, _)| (*at, *ix))
+        .chain(body.repeated_slots.iter().map(|(at, ix, _)| (*at, *ix)));
+    for (at, ix) in repeated {
+        if let Some(key) = index.key_at(ix).map_err(|e| index_error(at, e))? {
+            keys.push(key);
+        }
+    }
+    keys.extend(
+        body.first_accounts
+            .iter()
+            .map(|(_, address, _)| StateKey::Account(*address)),
+    );
+    keys.extend(
+        body.first_slots
+            .iter()
+            .map(|(_, address, slot, _)| StateKey::Slot(*address, *slot)),
+    );
+    Ok(keys)
+}
+
+/// Decodes a packed body against the key index and the prior values. Total: any byte string
+/// either decodes to the ChangeSet whose encoding it is, or is an error naming its offset;
+/// nothing is allocated beyond what the bytes can hold. Reads only; the caller extends the
+/// index with [`DecodedBody::new_keys`] once the diff is verified.
+///
+/// It works in passes: the structure first (every count, index and length, no lookups), then
+/// the keys of the repeated writes, then the prior values and values in key order. Each
+/// pass's lookups are independent of each other, so a store's cache misses overlap instead of
+/// queueing behind the parsing of the record before.
+pub fn decode_body<I, P>(bytes: &[u8], index: &I, prior: &P) -> Result<DecodedBody, BodyError>
+where
+    I: KeyIndex + ?Sized,
+    P: PriorState + ?Sized,
+{
+    let table_len = index.len().map_err(|e| index_error(0, e))?;
+    let Structure {
+        repeated_accounts,
+        first_accounts,
+        repeated_slots,
+        first_slots,
+        codes,
+    } = structure(bytes, table_len)?;
 
     // Pass 2: keys. Repeated writes name theirs by index; first writes must have none.
     let mut account_keys: Vec<(Address, u32)> =

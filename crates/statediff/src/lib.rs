@@ -24,7 +24,7 @@ mod prior;
 mod verify;
 
 pub use alloy_consensus::Header;
-pub use body::{decode_body, encode_body, DecodedBody, PackedBody};
+pub use body::{body_keys, decode_body, encode_body, DecodedBody, PackedBody};
 pub use error::{BodyError, BodyErrorKind, DiffError, DiffErrorKind, Section, StoreError};
 pub use file::{
     BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC, FORMAT_VERSION,
@@ -33,8 +33,8 @@ pub use file::{
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};
 pub use verify::{
-    encode_diff, verify_and_decode, verify_and_decode_timed, ChainTip, EncodedDiff, VerifiedDiff,
-    VerifyTimings,
+    encode_diff, open_signed, verify_and_decode, verify_and_decode_timed, ChainTip, EncodedDiff,
+    VerifiedDiff, VerifyTimings,
 };
 /// The zstd crate the files are compressed with, re-exported so that benchmarks compare
 /// levels and dictionaries with the same build.

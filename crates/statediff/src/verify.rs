@@ -138,18 +138,8 @@ where
             found: framed.header.parent_hash,
         });
     }
-    let hash = framed.header.hash_slow();
-    // EIP-2's low-s rule: one signature per header, so a diff's bytes cannot be varied
-    // through the signature.
-    let recovered =
-        alloy_consensus::crypto::secp256k1::recover_signer(&framed.signature, hash).ok();
+    let hash = check_signer(&framed, sequencer)?;
     lap(&mut timings.signature);
-    if recovered != Some(sequencer) {
-        return fail(DiffErrorKind::WrongSigner {
-            expected: sequencer,
-            recovered,
-        });
-    }
     let file = framed.decompress()?;
     lap(&mut timings.parse);
     let decoded = decode_body(&file.body, index, prior)
@@ -170,6 +160,34 @@ where
         changes: decoded.changes,
         new_keys: decoded.new_keys,
     })
+}
+
+/// The header's hash, once its signature is found to be `sequencer`'s.
+fn check_signer(framed: &FramedDiff<'_>, sequencer: Address) -> Result<B256, DiffError> {
+    let hash = framed.header.hash_slow();
+    // EIP-2's low-s rule: one signature per header, so a diff's bytes cannot be varied
+    // through the signature.
+    let recovered =
+        alloy_consensus::crypto::secp256k1::recover_signer(&framed.signature, hash).ok();
+    if recovered != Some(sequencer) {
+        return Err(DiffError::new(
+            Some(framed.header.number),
+            DiffErrorKind::WrongSigner {
+                expected: sequencer,
+                recovered,
+            },
+        ));
+    }
+    Ok(hash)
+}
+
+/// A diff's file, decompressed once its header is found signed by `sequencer`, wherever the
+/// block stands in the chain: for reading ahead of [`verify_and_decode`] (which checks the
+/// rest), never for applying.
+pub fn open_signed(bytes: &[u8], sequencer: Address) -> Result<DiffFile, DiffError> {
+    let framed = FramedDiff::parse(bytes)?;
+    check_signer(&framed, sequencer)?;
+    framed.decompress()
 }
 
 /// A diff file ready to write, and the keys to add to the index once it is durable.

@@ -4,10 +4,11 @@
 
 mod common;
 
+use alloy_primitives::Address;
 use common::{random_changes, Rng, Writer};
 use gigas_statediff::{
-    decode_body, encode_body, verify_and_decode, ChainTip, DiffFile, MemoryKeyIndex, MemoryState,
-    PriorValues,
+    body_keys, decode_body, encode_body, open_signed, verify_and_decode, ChainTip, DiffFile,
+    MemoryKeyIndex, MemoryState, PriorValues, StateKey,
 };
 use proptest::prelude::*;
 
@@ -39,6 +40,32 @@ fn stream(seed: u64, blocks: usize, universe: u64) -> (usize, usize) {
             published.body,
             "prior values captured and the whole state give the same bytes"
         );
+
+        // Read ahead (the full node's prefetch stage): the body behind the signed header,
+        // and its keys; against an index without this stream's keys, only its first writes.
+        let opened = open_signed(&published.bytes, sequencer).expect("signed by the sequencer");
+        assert_eq!(opened.body, published.body);
+        assert!(open_signed(&published.bytes, Address::repeat_byte(7)).is_err());
+        let mut keys = body_keys(&published.body, &index).expect("keys");
+        let mut expected: Vec<StateKey> = changes
+            .accounts()
+            .iter()
+            .map(|(a, _)| StateKey::Account(*a))
+            .chain(
+                changes
+                    .storage()
+                    .iter()
+                    .map(|(a, s, _)| StateKey::Slot(*a, *s)),
+            )
+            .collect();
+        keys.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+        let mut first = body_keys(&published.body, &MemoryKeyIndex::new()).expect("keys");
+        let mut new_keys = decoded.new_keys.clone();
+        first.sort_unstable();
+        new_keys.sort_unstable();
+        assert_eq!(first, new_keys);
 
         // The file: verified as the tip's successor, the same changes.
         let verified = verify_and_decode(&tip, sequencer, &published.bytes, &index, &state)
