@@ -78,7 +78,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 group: 1,
                 trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64,
                 root: RootArg::Layered(0),
-                prefetch: true,
+                prefetch: false,
             }
         ]
     );

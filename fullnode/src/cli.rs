@@ -133,9 +133,11 @@ struct Cli {
     trie_root_threads: usize,
     /// Read each fetched diff's keys (plain and hashed leaves, trie paths) on a thread of
     /// their own before the apply thread takes it, so that the pages it needs are in memory
-    /// by then: under a memory limit those reads are page faults that would stall it.
-    /// `--prefetch false` turns the stage off.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    /// by then. Off by default, as measured over 10M accounts (`gigas-bench fullnode
+    /// --prefetch false,true`): with the state in memory it took CPU from the roots (8 %
+    /// slower), and under a 1 GiB limit (mix workload) it faulted more pages in than it
+    /// saved (2.5M major faults against 1.9M, 9 % slower).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     prefetch: bool,
     #[command(flatten)]
     rpc: gigas_sequencer::rpc_args::RpcArgs,

@@ -18,20 +18,17 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     let seq = Process::sequencer(&dir.path().join("seq"));
     // Small groups and a root every block, as a dev node; the catch-up uses ranges and the
     // push (the node starts before the load).
-    let mut node = Process::fullnode(&dir.path().join("fn"), &seq.url, &["--root-every", "1"]);
+    let mut node = Process::fullnode(
+        &dir.path().join("fn"),
+        &seq.url,
+        &["--root-every", "1", "--prefetch", "true"],
+    );
     // A second node re-executes every block and compares it with the diff (the stateless
     // challenger's check); it halts on any difference.
     let checker = Process::fullnode(
         &dir.path().join("fn-check"),
         &seq.url,
-        &[
-            "--verify-execution",
-            "--root-every",
-            "0",
-            // The node above reads each diff's pages ahead (the default); this one does not.
-            "--prefetch",
-            "false",
-        ],
+        &["--verify-execution", "--root-every", "0"],
     );
 
     let load = Load::start(&seq.url, 4, 17).await;
@@ -75,7 +72,7 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     assert_eq!(
         checker.metric("gigas_fullnode_prefetched_keys_total"),
         Some(0.0),
-        "--prefetch false"
+        "prefetch off by default"
     );
     let reexecuted = checker
         .metric("gigas_fullnode_reexecuted_blocks_total")

@@ -229,9 +229,9 @@ pub struct FullnodeArgs {
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub root: Vec<RootArg>,
     /// Live mode: a thread reads each block's pages ahead of the writer, as the node's
-    /// prefetch stage does (`gigas-fullnode --prefetch`); `false,true` runs both,
-    /// alternating in every round.
-    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
+    /// prefetch stage does (`gigas-fullnode --prefetch`, off by default); `false,true` runs
+    /// both, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub prefetch: Vec<bool>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
