@@ -243,11 +243,13 @@ impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
     }
 }
 
-fn account_leaf(state: &Option<AccountState>) -> Option<AccountState> {
+/// A layer's account value as a leaf.
+pub(crate) fn account_leaf(state: &Option<AccountState>) -> Option<AccountState> {
     *state
 }
 
-fn slot_leaf(value: &U256) -> Option<U256> {
+/// A layer's slot value as a leaf (zero: no leaf).
+pub(crate) fn slot_leaf(value: &U256) -> Option<U256> {
     (!value.is_zero()).then_some(*value)
 }
 

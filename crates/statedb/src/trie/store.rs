@@ -19,8 +19,9 @@ use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
 use crate::trie::cache::{Found, NodeMap, StorageNodes, TrieCache};
-use crate::trie::layer::{NodeLayer, NodesFrom};
-use crate::trie::overlay::{HashedOverlay, HashedStorage, Overlaid};
+use crate::trie::layer::{
+    account_leaf, slot_leaf, Layered, NodeLayer, NodesFrom, StorageLayer, TrieLayer,
+};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::walk::{self, LeafHashes, TrieRun, TrieSource};
 
@@ -524,11 +525,25 @@ fn put_storage_nodes(
     let mut c = cursor(dbs, txn, Table::StoragesTrie)?;
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
-        delete_storage_node(&mut c, address, path)?;
+        put_storage_node(&mut c, address, path, Some(node), &mut buf)?;
+    }
+    Ok(())
+}
+
+/// Replaces the storage trie node of `address` at `path` with `node` (`None`: deletes it).
+fn put_storage_node(
+    c: &mut Cursor<'_, signet_libmdbx::Rw>,
+    address: &B256,
+    path: &Nibbles,
+    node: Option<&BranchNodeCompact>,
+    buf: &mut Vec<u8>,
+) -> Result<(), StateDbError> {
+    delete_storage_node(c, address, path)?;
+    if let Some(node) = node {
         buf.clear();
         buf.extend_from_slice(&codec::encode_path(path));
-        codec::encode_node(node, &mut buf);
-        c.put(address.as_slice(), &buf, WriteFlags::empty())
+        codec::encode_node(node, buf);
+        c.put(address.as_slice(), &*buf, WriteFlags::empty())
             .map_err(StateDbError::mdbx("write StoragesTrie"))?;
     }
     Ok(())
@@ -543,18 +558,7 @@ pub(crate) fn write_account_nodes(
     let db = dbs.get(Table::AccountsTrie);
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
-        match node {
-            Some(node) => {
-                buf.clear();
-                codec::encode_node(node, &mut buf);
-                txn.put(db, codec::encode_path(path), &buf, WriteFlags::empty())
-                    .map_err(StateDbError::mdbx("write AccountsTrie"))?;
-            }
-            None => {
-                txn.del(db, codec::encode_path(path), None)
-                    .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
-            }
-        }
+        put_account_node(txn, db, path, node.as_ref(), &mut buf)?;
     }
     Ok(())
 }
@@ -567,14 +571,7 @@ pub(crate) fn write_storage_nodes(
 ) -> Result<(), StateDbError> {
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
-        delete_storage_node(c, address, path)?;
-        if let Some(node) = node {
-            buf.clear();
-            buf.extend_from_slice(&codec::encode_path(path));
-            codec::encode_node(node, &mut buf);
-            c.put(address.as_slice(), &buf, WriteFlags::empty())
-                .map_err(StateDbError::mdbx("write StoragesTrie"))?;
-        }
+        put_storage_node(c, address, path, node.as_ref(), &mut buf)?;
     }
     Ok(())
 }
@@ -597,12 +594,31 @@ fn put_account_nodes(
     let db = dbs.get(Table::AccountsTrie);
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
-        buf.clear();
-        codec::encode_node(node, &mut buf);
-        txn.put(db, codec::encode_path(path), &buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write AccountsTrie"))?;
+        put_account_node(txn, db, path, Some(node), &mut buf)?;
     }
     Ok(())
+}
+
+/// Stores the account trie node at `path` (`None`: deletes it).
+fn put_account_node(
+    txn: &RwTxUnsync,
+    db: signet_libmdbx::Database,
+    path: &Nibbles,
+    node: Option<&BranchNodeCompact>,
+    buf: &mut Vec<u8>,
+) -> Result<(), StateDbError> {
+    match node {
+        Some(node) => {
+            buf.clear();
+            codec::encode_node(node, buf);
+            txn.put(db, codec::encode_path(path), &*buf, WriteFlags::empty())
+                .map_err(StateDbError::mdbx("write AccountsTrie"))
+        }
+        None => txn
+            .del(db, codec::encode_path(path), None)
+            .map(|_| ())
+            .map_err(StateDbError::mdbx("delete from AccountsTrie")),
+    }
 }
 
 /// Hashed keys changed since the last root.
@@ -875,27 +891,29 @@ pub(crate) fn prove<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     mut changed: ChangedKeys,
-    overlay: &HashedOverlay,
+    overlay: &TrieLayer,
     address: B256,
     slots: &[B256],
 ) -> Result<Proven, StateDbError> {
     // Every overlaid key is a changed one: the walk recomputes its path from the leaves the
     // overlay serves.
-    for (account, _) in &overlay.accounts {
+    for account in overlay.accounts.keys() {
         changed.account(*account);
     }
     for (account, storage) in &overlay.storage {
         changed
             .storage_of(*account)
-            .extend(storage.slots.iter().map(|(slot, _)| *slot));
+            .extend(storage.slots.keys().copied());
     }
-    let no_slots = HashedStorage::default();
+    let no_slots = StorageLayer::default();
     let storage_source = |account: B256| -> Result<_, StateDbError> {
         let over = overlay.storage.get(&account).unwrap_or(&no_slots);
-        Ok(Overlaid::new(
+        Ok(Layered::new(
             StorageSource::new(dbs, txn, account, true)?,
+            &over.nodes,
             &over.slots,
-            over.cleared,
+            slot_leaf,
+            over.wiped,
         ))
     };
     let targets: Vec<Nibbles> = slots.iter().map(Nibbles::unpack).collect();
@@ -920,9 +938,11 @@ pub(crate) fn prove<K: TransactionKind>(
     let target = Nibbles::unpack(address);
     let account = {
         let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
-        let mut source = Overlaid::new(
+        let mut source = Layered::new(
             AccountSource::new(dbs, txn, true, roots)?,
+            &overlay.account_nodes,
             &overlay.accounts,
+            account_leaf,
             false,
         );
         walk::run(&mut source, &PrefixSet::new(accounts), vec![target], false)?
