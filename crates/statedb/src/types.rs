@@ -146,8 +146,8 @@ pub struct WriterOptions {
     /// [`HashedWrites::SortedPerGroup`]; otherwise roots run inside the transaction.
     /// The group's hashed leaves and branch nodes are then written once, at its commit.
     pub layered_roots: bool,
-    /// Threads a layered root runs on (0: one per core): different storage tries, and the
-    /// account trie's sixteen subtries, are walked at once.
+    /// Threads a layered root runs on (0: one per core; at most 64): different storage
+    /// tries, and the account trie's sixteen subtries, are walked at once.
     pub root_threads: usize,
     /// Fewest changed accounts for which a root splits the account trie across threads
     /// (below it the split's fixed cost, a walk per subtrie, is not worth it).

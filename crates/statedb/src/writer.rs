@@ -25,6 +25,9 @@ use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
 
+/// Most threads a root runs on, whatever [`WriterOptions::root_threads`] asks.
+const MAX_ROOT_THREADS: usize = 64;
+
 /// What the database says at the last commit, or what it will say at the next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Snapshot {
@@ -727,7 +730,9 @@ impl<'db> StateWriter<'db> {
         let threads = match self.options.root_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
-        };
+        }
+        // Each thread holds a read transaction (a reader slot) for the root's length.
+        .min(MAX_ROOT_THREADS);
         Parallelism {
             threads,
             min_split_accounts: self.options.root_split_min_accounts,
