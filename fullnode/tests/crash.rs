@@ -124,12 +124,10 @@ async fn blocks_served_before_their_commit_survive_a_kill() {
     );
     let logged = std::fs::metadata(fn_dir.join("applied.wal")).unwrap().len();
     assert!(logged > 0, "the served blocks are logged");
-    let uncommitted = node
-        .metric("gigas_fullnode_uncommitted_blocks")
-        .unwrap_or(0.0);
-    assert!(
-        uncommitted >= target as f64,
-        "{uncommitted} blocks reported above the commit, with block {target} served and none committed"
+    node.assert_metric_at_least(
+        "gigas_fullnode_uncommitted_blocks",
+        target as f64,
+        "blocks above the commit, with the target block served and none committed",
     );
     common::assert_same_state(&node.url, &seq.url, &touched).await;
     let tag = serde_json::json!(format!("{target:#x}"));

@@ -742,14 +742,12 @@ impl<'db> StateWriter<'db> {
     fn root_now(&mut self) -> Result<RootInfo, StateDbError> {
         let start = Instant::now();
         let rebuilt = !self.current.trie_valid;
-        if rebuilt || !self.layered() {
-            self.flush_hashed()?;
-        }
-        let pending = std::mem::take(&mut self.changed);
         let layered = !rebuilt && self.layered();
         if !layered {
+            self.flush_hashed()?;
             self.layer_exact = false;
         }
+        let pending = std::mem::take(&mut self.changed);
         let mut split = false;
         let outcome = if layered {
             let (dbs, txn) = self.reads()?;
@@ -763,9 +761,9 @@ impl<'db> StateWriter<'db> {
                 self.parallelism(),
             )?;
             store::clear_changed(dbs, txn)?;
-            self.hashed.record_root(&root);
-            split = root.split;
-            root.outcome
+            let (outcome, was_split) = self.hashed.record_root(root);
+            split = was_split;
+            outcome
         } else {
             // Not `reads()`: the cache is borrowed beside the transaction.
             let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);

@@ -169,6 +169,15 @@ impl Process {
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
     }
+
+    /// Asserts that the metric `name` reached `min` (a missing one counts as 0).
+    pub fn assert_metric_at_least(&self, name: &str, min: f64, what: &str) {
+        let value = self.metric(name).unwrap_or(0.0);
+        assert!(
+            value >= min,
+            "{name} is {value}, at least {min} expected: {what}"
+        );
+    }
 }
 
 impl Drop for Process {

@@ -74,21 +74,22 @@ impl TrieLayer {
     }
 
     /// Records a walk's nodes: the entered ones replaced by its updates or removed.
-    fn record(nodes: &mut NodeLayer, run: &TrieRun) {
-        for path in &run.removed {
-            nodes.insert(*path, None);
+    fn record(nodes: &mut NodeLayer, run: TrieRun) {
+        for path in run.removed {
+            nodes.insert(path, None);
         }
-        for (path, node) in &run.updates {
-            nodes.insert(*path, Some(node.clone()));
+        for (path, node) in run.updates {
+            nodes.insert(path, Some(node));
         }
     }
 
-    /// Takes in what a root computed.
-    pub(crate) fn record_root(&mut self, root: &LayeredRoot) {
-        for (address, run) in &root.storage {
-            Self::record(&mut self.storage.entry(*address).or_default().nodes, run);
+    /// Takes in the nodes a root computed, and returns what it did.
+    pub(crate) fn record_root(&mut self, root: LayeredRoot) -> (RootOutcome, bool) {
+        for (address, run) in root.storage {
+            Self::record(&mut self.storage.entry(address).or_default().nodes, run);
         }
-        Self::record(&mut self.account_nodes, &root.accounts);
+        Self::record(&mut self.account_nodes, root.accounts);
+        (root.outcome, root.split)
     }
 }
 
@@ -420,20 +421,17 @@ pub(crate) fn layered_root(
     parallelism: Parallelism,
 ) -> Result<LayeredRoot, StateDbError> {
     let mut out = LayeredRoot::default();
-    let mut storage: Vec<(B256, Vec<B256>)> = changed.storage.into_iter().collect();
+    let mut storage: Vec<(B256, PrefixSet)> = changed
+        .storage
+        .into_iter()
+        .map(|(address, slots)| (address, PrefixSet::new(slots)))
+        .collect();
     storage.sort_unstable_by_key(|(a, _)| *a);
     let no_storage = StorageLayer::default();
     let runs = run_jobs(env, storage.len(), parallelism.threads, &|txn, i| {
         let (address, slots) = &storage[i];
         let layered = layer.storage.get(address).unwrap_or(&no_storage);
-        storage_walk(
-            dbs,
-            txn,
-            address,
-            layered,
-            &PrefixSet::new(slots.clone()),
-            true,
-        )
+        storage_walk(dbs, txn, address, layered, slots, true)
     })?;
     let mut known = B256Map::default();
     let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
@@ -472,32 +470,15 @@ pub(crate) fn layered_root(
     Ok(out)
 }
 
-/// The committed or layered root node of the account trie.
+/// The account trie's root node as the layer has it, else as committed.
 fn root_node<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     layer: &TrieLayer,
 ) -> Result<Option<BranchNodeCompact>, StateDbError> {
-    let mut source = Layered::new(
-        AccountSource::new(dbs, txn, true, NoRoots)?,
-        &layer.account_nodes,
-        &layer.accounts,
-        account_leaf,
-        false,
-    );
-    let top = Nibbles::new();
-    Ok(source
-        .seek_node(&top)?
-        .filter(|(path, _)| path.is_empty())
-        .map(|(_, node)| node))
-}
-
-/// Storage roots are not asked for: no leaf is read.
-struct NoRoots;
-
-impl StorageRoots for NoRoots {
-    fn storage_root(&mut self, _: &B256) -> Result<B256, StateDbError> {
-        Ok(alloy_trie::EMPTY_ROOT_HASH)
+    match layer.account_nodes.get(&Nibbles::new()) {
+        Some(node) => Ok(node.clone()),
+        None => crate::trie::store::stored_account_root(dbs, txn),
     }
 }
 

@@ -47,6 +47,18 @@ fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError> {
     Ok(B256::from_slice(key))
 }
 
+/// The account trie's stored root node, if any.
+pub(crate) fn stored_account_root<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+) -> Result<Option<BranchNodeCompact>, StateDbError> {
+    let top = Nibbles::new();
+    let found = seek_account_node(&mut cursor(dbs, txn, Table::AccountsTrie)?, &top)?;
+    Ok(found
+        .filter(|(path, _)| path.is_empty())
+        .map(|(_, node)| node))
+}
+
 /// The first stored node under `path` from a cursor over `AccountsTrie`.
 fn seek_account_node<K: TransactionKind>(
     nodes: &mut Cursor<'_, K>,
