@@ -200,6 +200,9 @@ impl<'db> Applier<'db> {
         let trie = root.as_ref().map_or(0.0, |r| r.seconds);
         self.timings.trie += trie;
         self.timings.write += (elapsed - trie).max(0.0);
+        // A durable point whose writeback ended is finished now, before the group dirties
+        // many more pages that its sync would have to write too.
+        self.sync_if_due()?;
         let changes = (diff.changes.accounts().len() + diff.changes.storage().len()) as u64;
         self.timings.blocks += 1;
         self.timings.changes += changes;

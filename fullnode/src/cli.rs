@@ -57,13 +57,19 @@ struct Cli {
     #[arg(long, value_name = "K", default_value_t = 1)]
     root_every: u64,
     /// Commit after this many blocks in one write transaction...
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    #[arg(long, value_name = "N", default_value_t = 32)]
     commit_blocks: u64,
     /// ...or once the oldest uncommitted block was applied this long ago. A block is served
     /// as soon as it is applied (from memory, logged against a kill in `applied.wal`), so
-    /// this bounds the memory and the replay at start, not the lag; fewer commits write
-    /// fewer pages (over 10M accounts a commit per block writes about 120 MB).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    /// this bounds the memory and the replay at start, not the lag. Fewer commits write
+    /// fewer pages: over 10M accounts (Zipf transfers, the same 94 blocks) a commit every 4 /
+    /// 16 / 32 blocks wrote 7.1 / 4.2 / 2.9 GB and applied 22k / 28k / 37k state changes per
+    /// second on two cores, and every 4 / 32 / 64 blocks 16k / 27k / 29k on one
+    /// (`gigas-bench fullnode --live-group`), for 20-35 MiB more anonymous memory. The cost:
+    /// a longer replay of `applied.wal` at the start after a kill (up to `--commit-blocks`
+    /// blocks) and, since durable points follow commits, up to this much more taken back by
+    /// a power loss (fetched again).
+    #[arg(long, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
     commit_interval: Duration,
     /// Blocks per range request while catching up.
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -108,14 +114,21 @@ struct Cli {
         default_value = "periodic"
     )]
     db_sync: SyncMode,
-    /// With `--db.sync periodic`: at most this long between durable points, i.e. what a
-    /// power loss can take back (to be fetched again).
+    /// With `--db.sync periodic`: a durable point at the first commit this long after the
+    /// last one. A power loss takes back what was applied since the last durable point (it
+    /// is fetched again): up to this period plus `--commit-interval`.
     #[arg(long = "db.sync-period", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     db_sync_period: Duration,
     /// With `--db.sync periodic`: a durable point sooner once commits wrote this much
     /// (e.g. `256MiB`), which bounds how long one sync takes.
     #[arg(long = "db.sync-bytes", value_name = "SIZE", default_value = "256MiB", value_parser = gigas_cgroup::parse_size)]
     db_sync_bytes: u64,
+    /// With `--db.sync periodic`: write a durable point's pages back on a thread of their
+    /// own while blocks apply on, then finish it (the rest, the meta page) on the apply
+    /// thread. `false`: the apply thread syncs and waits (over 10M accounts, 1 to 2 s per
+    /// point, the lag's peaks).
+    #[arg(long = "db.sync-background", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    db_sync_background: bool,
     /// Memory for the state trie's stored nodes (with their leaf children's hashes) kept
     /// across blocks (e.g. `1GiB`), so that a root finds what recent roots used without
     /// searching the database; the least recently used go beyond it. `0`, the default, turns
@@ -160,6 +173,7 @@ impl Cli {
             SyncMode::Periodic => Durability::Periodic(SyncSchedule {
                 period: self.db_sync_period,
                 bytes: self.db_sync_bytes,
+                background: self.db_sync_background,
             }),
             SyncMode::Durable => Durability::Durable,
             SyncMode::NoMetaSync => Durability::NoMetaSync,

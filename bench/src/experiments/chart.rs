@@ -192,13 +192,20 @@ pub(super) fn keep_up(r: &KeepUpReport, file: &Path) -> Result<()> {
     let root = SVGBackend::new(file, (1100, 450)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
     let x_max = r.samples.last().map_or(1.0, |s| s.t).max(1.0);
+    // Every sample is drawn, the first catch-up included.
+    let y_max = r
+        .samples
+        .iter()
+        .map(|s| s.sequencer.saturating_sub(s.fullnode))
+        .max()
+        .unwrap_or(0);
     line_chart(
         &root,
         file,
         "full node lag behind the sequencer (blocks)",
         20,
         ("seconds", "blocks behind"),
-        (x_max, (r.lag_max as f64 + 1.0).max(4.0)),
+        (x_max, (y_max as f64 + 1.0).max(4.0)),
         vec![
             Line {
                 label: "lag".to_string(),

@@ -102,6 +102,11 @@ pub struct ExperimentsArgs {
     /// keep-up: the full node's memory limit.
     #[arg(long, default_value = "8GiB")]
     pub keep_up_limit: String,
+    /// keep-up: one more argument for the full node (repeat for several, e.g.
+    /// `--keep-up-fullnode-arg=--commit-interval --keep-up-fullnode-arg=8s`), to compare its
+    /// settings under the same load.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    pub keep_up_fullnode_arg: Vec<String>,
     /// Where the reports go (one directory per experiment).
     #[arg(long, value_name = "DIR", default_value = "reports/experiments")]
     pub out: PathBuf,
@@ -545,11 +550,13 @@ pub fn run(args: &ExperimentsArgs) -> Result<()> {
             Experiment::KeepUp => {
                 let r = keep_up::run(args, &args.out.join("keep-up"))?;
                 println!(
-                    "keep-up: lag median {:.0}, p99 {:.0}, max {} blocks ({} samples); report in {}",
+                    "keep-up: at the head after {}; from then on lag median {:.0}, p99 {:.0}, max {} blocks ({} samples); report in {}",
+                    r.catch_up_seconds
+                        .map_or_else(|| "never".to_string(), |t| format!("{t:.1} s")),
                     r.lag.p50,
                     r.lag.p99,
                     r.lag_max,
-                    r.samples.len(),
+                    r.samples_at_head,
                     args.out.join("keep-up").display()
                 );
             }

@@ -80,8 +80,12 @@ pub enum DurabilityArg {
     /// Nothing synced at commit (a process kill still loses nothing).
     SafeNoSync,
     /// Commits not synced, a durable point every second or 256 MiB of written pages, and at
-    /// the end of the run (in its clock): the full node's default.
+    /// the end of the run (in its clock), its pages written back on a thread of their own
+    /// while applying goes on: the full node's default.
     Periodic,
+    /// As `periodic`, with each durable point synced on the apply thread (the node before
+    /// background writeback, `--db.sync-background false`).
+    PeriodicInline,
 }
 
 impl DurabilityArg {
@@ -93,6 +97,12 @@ impl DurabilityArg {
             Self::Periodic => {
                 gigas_statedb::Durability::Periodic(gigas_statedb::SyncSchedule::default())
             }
+            Self::PeriodicInline => {
+                gigas_statedb::Durability::Periodic(gigas_statedb::SyncSchedule {
+                    background: false,
+                    ..gigas_statedb::SyncSchedule::default()
+                })
+            }
         }
     }
 
@@ -103,6 +113,7 @@ impl DurabilityArg {
             Self::NoMetaSync => "no-meta-sync",
             Self::SafeNoSync => "safe-no-sync",
             Self::Periodic => "periodic",
+            Self::PeriodicInline => "periodic-inline",
         }
     }
 }

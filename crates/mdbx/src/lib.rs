@@ -218,6 +218,11 @@ pub struct EnvOptions {
     pub autosync_period: Option<std::time::Duration>,
 }
 
+/// The data file MDBX keeps in an environment's directory (beside `mdbx.lck`).
+pub fn data_file(dir: &Path) -> std::path::PathBuf {
+    dir.join("mdbx.dat")
+}
+
 /// Opens (creating the directory if needed) an environment: the given options, plus what every
 /// Gigas store wants: the file never shrinks (a shrink remaps it, and stores only grow),
 /// `coalesce` of freed pages and reth's page-reclaim limit.

@@ -187,6 +187,11 @@ impl StateDb {
         &self.dbs
     }
 
+    /// MDBX's data file.
+    pub(crate) fn data_file(&self) -> PathBuf {
+        gigas_mdbx::data_file(&self.dir)
+    }
+
     pub(crate) fn env(&self) -> &Environment {
         &self.env
     }

@@ -93,6 +93,15 @@ pub enum StateDbError {
     /// A code hash without its code.
     #[error("code {0} is missing from Bytecodes")]
     MissingCode(B256),
+    /// A file operation of the store's own (outside MDBX) failed.
+    #[error("failed to {what}: {source}")]
+    Io {
+        /// What the store was doing.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl DBErrorMarker for StateDbError {}

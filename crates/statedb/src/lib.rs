@@ -170,6 +170,7 @@ mod trie;
 mod types;
 mod view;
 mod warm;
+mod writeback;
 mod writer;
 
 pub use db::StateDb;

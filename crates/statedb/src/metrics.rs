@@ -26,8 +26,10 @@ pub struct StateDbMetrics {
     pub commit_seconds: Histogram,
     /// Durable points made by syncing commits that were not synced when made.
     pub syncs: Counter,
-    /// Seconds per such sync.
+    /// Seconds per such sync on the writer's thread (after a writeback, what is left of it).
     pub sync_seconds: Histogram,
+    /// Seconds per durable point's writeback on its own thread, while the writer applies on.
+    pub writeback_seconds: Histogram,
     /// The last block that survives a power loss.
     pub durable_block: Gauge,
     /// Seconds per state root (trie update).
@@ -75,6 +77,7 @@ impl Default for StateDbMetrics {
             commit_seconds: seconds(),
             syncs: Counter::default(),
             sync_seconds: seconds(),
+            writeback_seconds: seconds(),
             durable_block: Gauge::default(),
             trie_update_seconds: seconds(),
             trie_leaves_hashed: Counter::default(),
@@ -115,8 +118,13 @@ impl StateDbMetrics {
         );
         sub.register(
             "sync_seconds",
-            "Seconds per sync of unsynced commits",
+            "Seconds per sync of unsynced commits on the writer's thread",
             self.sync_seconds.clone(),
+        );
+        sub.register(
+            "writeback_seconds",
+            "Seconds per durable point's writeback on its own thread",
+            self.writeback_seconds.clone(),
         );
         sub.register(
             "durable_block",

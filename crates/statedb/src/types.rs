@@ -53,6 +53,13 @@ pub struct SyncSchedule {
     /// 58 per run), pages written back were faulted writable again, and applying was 13 %
     /// slower than leaving the pages for the durable point.
     pub bytes: u64,
+    /// Write a due durable point's pages back on a thread of the writer's (an `fdatasync`
+    /// of the data file) while the writer applies on, and finish it (what was written since,
+    /// then the steady meta page) on the writer's thread at its first call after that ends:
+    /// the commit after the one that was due, or the next block through
+    /// [`crate::StateWriter::sync_if_due`]. `false`: the writer syncs when due, standing still
+    /// meanwhile. Either way a block is durable only once the writer's own sync returned.
+    pub background: bool,
 }
 
 impl Default for SyncSchedule {
@@ -60,6 +67,7 @@ impl Default for SyncSchedule {
         Self {
             period: Duration::from_secs(1),
             bytes: 256 << 20,
+            background: true,
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::trie::layer::{self, Parallelism, StorageLayer, TrieLayer};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
+use crate::writeback::Writeback;
 
 /// Most threads a root runs on, whatever [`WriterOptions::root_threads`] asks.
 const MAX_ROOT_THREADS: usize = 64;
@@ -95,6 +96,11 @@ pub struct StateWriter<'db> {
     last_sync: Instant,
     /// [`StateDb::page_bytes_written`] at the last durable point.
     written_at_sync: u64,
+    /// The durable points' writeback thread ([`crate::SyncSchedule::background`]), started
+    /// at the first one.
+    writeback: Option<Writeback>,
+    /// The writeback asked for and not yet followed by the writer's sync.
+    pending_writeback: Option<u64>,
     /// Last, so that it is released after the transaction is aborted (fields drop in order).
     _lock: WriteLock<'db>,
 }
@@ -189,6 +195,8 @@ impl<'db> StateWriter<'db> {
             durable: tip,
             last_sync: Instant::now(),
             written_at_sync: db.page_bytes_written(),
+            writeback: None,
+            pending_writeback: None,
             _lock: lock,
         })
     }
@@ -219,7 +227,12 @@ impl<'db> StateWriter<'db> {
     /// commits are left unsynced and its period passed since the last one, or its bytes were
     /// written. Done after every commit; a caller whose commits stop (no block comes) calls
     /// it on a timer, so that the last commit does not stay unsynced. Returns how long the
-    /// sync took, if one was made.
+    /// sync took on this thread, if one was made.
+    ///
+    /// With [`crate::SyncSchedule::background`], a due point first has its pages written
+    /// back on the writeback thread and this returns at once; the first call after that
+    /// ended makes the point (call it after every block, as the full node's applier does, so
+    /// that it comes before the next group dirties many more pages).
     pub fn sync_if_due(&mut self) -> Result<Option<Duration>, StateDbError> {
         let crate::Durability::Periodic(schedule) = self.db.options().durability else {
             return Ok(None);
@@ -227,16 +240,54 @@ impl<'db> StateWriter<'db> {
         if self.durable == self.committed.tip {
             return Ok(None);
         }
-        let due = self.last_sync.elapsed() >= schedule.period
-            || self
-                .db
-                .page_bytes_written()
-                .saturating_sub(self.written_at_sync)
-                >= schedule.bytes;
-        if due {
-            return self.sync();
+        let written = self
+            .db
+            .page_bytes_written()
+            .saturating_sub(self.written_at_sync);
+        if let (Some(generation), Some(writeback)) = (self.pending_writeback, &self.writeback) {
+            // A writeback slower than the schedule's bytes come in: the disk is the limit,
+            // so wait for it here rather than let unsynced pages pile up.
+            let overdue = written >= schedule.bytes.saturating_mul(4);
+            if writeback.finished(generation)? || overdue {
+                return self.sync();
+            }
+            return Ok(None);
         }
-        Ok(None)
+        let due = self.last_sync.elapsed() >= schedule.period || written >= schedule.bytes;
+        if !due {
+            return Ok(None);
+        }
+        if schedule.background {
+            if let Some(generation) = self.request_writeback() {
+                self.pending_writeback = Some(generation);
+                return Ok(None);
+            }
+        }
+        self.sync()
+    }
+
+    /// Whether a durable point's writeback was asked of the writeback thread and not yet
+    /// followed by this writer's sync (which [`StateWriter::sync_if_due`] makes once it ended).
+    pub fn writeback_pending(&self) -> bool {
+        self.pending_writeback.is_some()
+    }
+
+    /// Asks the writeback thread (started now if need be) to write the data file back;
+    /// `None` when it cannot (the caller syncs by itself).
+    fn request_writeback(&mut self) -> Option<u64> {
+        if self.writeback.is_none() {
+            match Writeback::start(
+                &self.db.data_file(),
+                self.db.metrics().writeback_seconds.clone(),
+            ) {
+                Ok(writeback) => self.writeback = Some(writeback),
+                Err(e) => {
+                    warn!(error = %e, "no writeback thread; durable points sync on the writer's thread");
+                    return None;
+                }
+            }
+        }
+        self.writeback.as_mut()?.request()
     }
 
     /// Makes every commit so far durable now (a clean stop does this), whatever the
@@ -247,6 +298,8 @@ impl<'db> StateWriter<'db> {
             return Ok(None);
         }
         let took = self.db.sync()?;
+        // Whatever writeback was asked for, this sync covered it.
+        self.pending_writeback = None;
         self.last_sync = Instant::now();
         self.written_at_sync = self.db.page_bytes_written();
         self.mark_durable();

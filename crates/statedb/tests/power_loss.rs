@@ -19,7 +19,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alloy_consensus::Header;
 use alloy_primitives::B256;
@@ -42,6 +42,7 @@ fn periodic() -> StateDbOptions {
         durability: Durability::Periodic(SyncSchedule {
             period: Duration::from_secs(3600),
             bytes: u64::MAX,
+            background: false,
         }),
         page_size: Some(PAGE),
         ..small_options()
@@ -133,11 +134,32 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
         "the gauge names the last durable point"
     );
     let (at, durable_model, synced) = durable.expect("durable points");
-    let now = std::fs::read(data_file(dir.path())).unwrap();
+    power_loss_trials(
+        dir.path(),
+        &mut rng,
+        &blocks,
+        (at, &durable_model, &synced),
+        (&model, final_root),
+    );
+}
+
+/// Five simulated power losses of the database in `dir`, last synced as `synced` at block
+/// `at` (whose state `durable_model` is), each keeping another share of the pages written
+/// since: each must open at block `at` with its state and root, and `blocks` after it must
+/// apply again to `model`'s state and `final_root`.
+fn power_loss_trials(
+    dir: &Path,
+    rng: &mut Rng,
+    blocks: &[Recorded],
+    (at, durable_model, synced): (u64, &Model, &[u8]),
+    (model, final_root): (&Model, B256),
+) {
+    let last = blocks.last().map_or(0, |b| b.header.number);
+    let now = std::fs::read(data_file(dir)).unwrap();
     assert_eq!(now.len() % PAGE, 0);
 
     for (trial, percent) in [0u64, 10, 50, 90, 100].into_iter().enumerate() {
-        let (disk, kept) = after_power_loss(&synced, &now, &mut rng, percent);
+        let (disk, kept) = after_power_loss(synced, &now, rng, percent);
         println!("trial {trial}: {percent}% of the unsynced pages, {kept} pages");
         let lost = tempfile::tempdir().unwrap();
         std::fs::write(data_file(lost.path()), &disk).unwrap();
@@ -185,12 +207,117 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
         again.commit().unwrap();
         again.sync().unwrap();
         assert_eq!(root, final_root, "trial {trial}: another final state");
-        assert_eq!(again.durable_tip().number, 60);
+        assert_eq!(again.durable_tip().number, last);
         drop(again);
         let view = after.view().unwrap();
         model.assert_held_by(&view, &touched);
         assert_eq!(view.state_root_from_scratch().unwrap(), final_root);
     }
+}
+
+/// With the writeback on a thread of its own ([`SyncSchedule::background`]), the commit that
+/// finds a durable point due does not make it: the thread writes the file back, and the
+/// writer's first `sync_if_due` after that makes it, here in the middle of the next group
+/// (its write transaction holding that group's pages), covering every commit before. A
+/// power loss then comes back at that point.
+#[test]
+fn a_background_writeback_makes_its_point_mid_group_and_survives_a_power_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(23);
+    let mut model = random_model(&mut rng, ACCOUNTS);
+    let mut chain = Chain::genesis();
+    let mut index = MemoryKeyIndex::new();
+    let db = StateDb::open(
+        dir.path(),
+        StateDbOptions {
+            durability: Durability::Periodic(SyncSchedule {
+                period: Duration::from_secs(3600),
+                // Due at every commit of a group of three blocks.
+                bytes: 64 * PAGE as u64,
+                background: true,
+            }),
+            page_size: Some(PAGE),
+            ..small_options()
+        },
+    )
+    .unwrap();
+    apply_genesis(&db, &chain, &model, 500);
+    let mut writer = db
+        .writer(WriterOptions {
+            root_every: 1,
+            max_group_blocks: 3,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    // The state after each block, the genesis first.
+    let mut states = vec![model.clone()];
+    let mut blocks = Vec::new();
+    let mut points = Vec::new();
+    let mut durable: Option<(u64, Vec<u8>)> = None;
+    let mut final_root = B256::ZERO;
+    for number in 1..=45u64 {
+        let changes = consistent(random_changes(&mut rng, &model, ACCOUNTS, number), &model);
+        let keys = new_keys(&mut index, &model, &changes);
+        let (header, hash) = chain.next(&changes);
+        let root = writer
+            .apply(block(&header, hash, &changes, &keys))
+            .unwrap()
+            .expect("a root every block");
+        model.apply(&changes);
+        assert_eq!(root.root, model.root(), "block {number}");
+        final_root = root.root;
+        states.push(model.clone());
+        blocks.push(Recorded {
+            header,
+            hash,
+            changes,
+            keys,
+        });
+        if writer.should_commit() {
+            let before = writer.durable_tip();
+            let info = writer.commit().unwrap().expect("a commit");
+            assert_eq!(
+                info.sync_seconds, 0.0,
+                "block {number}: synced by the commit"
+            );
+            assert_eq!(
+                writer.durable_tip(),
+                before,
+                "block {number}: durable before the writer's own sync"
+            );
+        } else if writer.writeback_pending() {
+            let committed = writer.committed_tip();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while writer.sync_if_due().unwrap().is_none() {
+                assert!(
+                    writer.writeback_pending(),
+                    "block {number}: the point was dropped"
+                );
+                assert!(Instant::now() < deadline, "no writeback ended within 60 s");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(!writer.writeback_pending());
+            assert_eq!(writer.durable_tip(), committed, "block {number}");
+            assert!(committed.number < number, "made with a group open");
+            points.push(committed.number);
+            durable = Some((
+                committed.number,
+                std::fs::read(data_file(dir.path())).unwrap(),
+            ));
+        }
+    }
+    writer.commit().unwrap();
+    assert!(points.len() >= 5, "durable points at blocks {points:?}");
+    assert_eq!(db.metrics().syncs.get(), points.len() as u64);
+    let (at, synced) = durable.expect("durable points");
+    assert!(at < 45, "blocks after the last point");
+    power_loss_trials(
+        dir.path(),
+        &mut rng,
+        &blocks,
+        (at, &states[at as usize], &synced),
+        (&model, final_root),
+    );
 }
 
 #[test]
@@ -207,6 +334,8 @@ fn durable_points_come_on_the_schedule() {
                 period: Duration::from_secs(3600),
                 // A few blocks' pages.
                 bytes: 64 * PAGE as u64,
+                // Each due point synced by the commit that found it due.
+                background: false,
             }),
             ..small_options()
         },
@@ -243,6 +372,7 @@ fn durable_points_come_on_the_schedule() {
             durability: Durability::Periodic(SyncSchedule {
                 period: Duration::ZERO,
                 bytes: u64::MAX,
+                background: false,
             }),
             ..small_options()
         },
