@@ -125,8 +125,11 @@ struct Cli {
     db_sync_bytes: u64,
     /// With `--db.sync periodic`: write a durable point's pages back on a thread of their
     /// own while blocks apply on, then finish it (the rest, the meta page) on the apply
-    /// thread. `false`: the apply thread syncs and waits (over 10M accounts, 1 to 2 s per
-    /// point, the lag's peaks).
+    /// thread. `false`: the apply thread syncs and waits, 1 to 2 s per point over 10M
+    /// accounts. Measured there: following a sequencer at 9,000 transfers/s on the same 2
+    /// cores, lag p99 5 blocks against 18 to 33 without; catching up, about 10 % slower
+    /// (the writeback competes with applying), 30,658 to 34,051 state changes/s against
+    /// 34,403 to 38,043.
     #[arg(long = "db.sync-background", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     db_sync_background: bool,
     /// Memory for the state trie's stored nodes (with their leaf children's hashes) kept

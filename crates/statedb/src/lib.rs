@@ -138,6 +138,10 @@
 //!   rounds: 14,560 changes/s against 13,541. Only 7.5 % more: either way each commit writes
 //!   about 112 MB of fresh pages (MDBX copies every changed page, and under `SafeNoSync`
 //!   does not reuse pages freed since the last durable point), and the sync writes them all.
+//!   A due point's writeback runs on a thread of its own (`writeback`, an `fdatasync` of the
+//!   data file) while the writer applies on; the writer's next [`StateWriter::sync_if_due`]
+//!   after it ended finishes the point (what was written since, the steady meta page), so
+//!   only the writer ever makes a block durable ([`SyncSchedule::background`]).
 //! - **Page size** ([`StateDbOptions::page_size`]): the OS page size (4 KiB) by default, as
 //!   reth (which clamps it to 4..64 KiB): point reads touch one leaf page per level, and a
 //!   smaller page is less to fault in per random read. Smaller than the OS page writes
