@@ -28,7 +28,9 @@ use common::{
     Model, Rng,
 };
 use gigas_primitives::ChangeSet;
-use gigas_statedb::{Durability, StateDb, StateDbOptions, SyncSchedule, WriterOptions};
+use gigas_statedb::{
+    Durability, StateDb, StateDbOptions, StateWriter, SyncSchedule, WriterOptions,
+};
 use gigas_statediff::{MemoryKeyIndex, StateKey};
 
 const ACCOUNTS: u64 = 3_000;
@@ -99,16 +101,10 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
     let mut durable: Option<(u64, Model, Vec<u8>)> = None;
     let mut final_root = B256::ZERO;
     for number in 1..=60u64 {
-        let changes = consistent(random_changes(&mut rng, &model, ACCOUNTS, number), &model);
-        let keys = new_keys(&mut index, &model, &changes);
-        let (header, hash) = chain.next(&changes);
-        let root = writer
-            .apply(block(&header, hash, &changes, &keys))
-            .unwrap()
-            .expect("a root every block");
-        model.apply(&changes);
-        assert_eq!(root.root, model.root(), "block {number}");
-        final_root = root.root;
+        let (recorded, root) =
+            next_block(&mut writer, &mut rng, &mut index, &mut chain, &mut model);
+        blocks.push(recorded);
+        final_root = root;
         let info = writer.commit().unwrap().expect("a commit");
         assert_eq!(info.sync_seconds, 0.0, "no durable point is due");
         // A commit is the applied head, and not durable.
@@ -121,12 +117,6 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
         } else {
             assert!(writer.durable_tip().number < number);
         }
-        blocks.push(Recorded {
-            header,
-            hash,
-            changes,
-            keys,
-        });
     }
     assert_eq!(
         db.metrics().durable_block.get(),
@@ -141,6 +131,34 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
         (at, &durable_model, &synced),
         (&model, final_root),
     );
+}
+
+/// Draws the next block over `model`, applies it with a root that must be the model's, and
+/// moves `model` to it: the block and its root.
+fn next_block(
+    writer: &mut StateWriter<'_>,
+    rng: &mut Rng,
+    index: &mut MemoryKeyIndex,
+    chain: &mut Chain,
+    model: &mut Model,
+) -> (Recorded, B256) {
+    let number = chain.parent.number + 1;
+    let changes = consistent(random_changes(rng, model, ACCOUNTS, number), model);
+    let keys = new_keys(index, model, &changes);
+    let (header, hash) = chain.next(&changes);
+    let root = writer
+        .apply(block(&header, hash, &changes, &keys))
+        .unwrap()
+        .expect("a root every block");
+    model.apply(&changes);
+    assert_eq!(root.root, model.root(), "block {number}");
+    let recorded = Recorded {
+        header,
+        hash,
+        changes,
+        keys,
+    };
+    (recorded, root.root)
 }
 
 /// Five simulated power losses of the database in `dir`, last synced as `synced` at block
@@ -256,23 +274,11 @@ fn a_background_writeback_makes_its_point_mid_group_and_survives_a_power_loss() 
     let mut durable: Option<(u64, Vec<u8>)> = None;
     let mut final_root = B256::ZERO;
     for number in 1..=45u64 {
-        let changes = consistent(random_changes(&mut rng, &model, ACCOUNTS, number), &model);
-        let keys = new_keys(&mut index, &model, &changes);
-        let (header, hash) = chain.next(&changes);
-        let root = writer
-            .apply(block(&header, hash, &changes, &keys))
-            .unwrap()
-            .expect("a root every block");
-        model.apply(&changes);
-        assert_eq!(root.root, model.root(), "block {number}");
-        final_root = root.root;
+        let (recorded, root) =
+            next_block(&mut writer, &mut rng, &mut index, &mut chain, &mut model);
+        blocks.push(recorded);
+        final_root = root;
         states.push(model.clone());
-        blocks.push(Recorded {
-            header,
-            hash,
-            changes,
-            keys,
-        });
         if writer.should_commit() {
             let before = writer.durable_tip();
             let info = writer.commit().unwrap().expect("a commit");
