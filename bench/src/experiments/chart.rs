@@ -6,7 +6,7 @@ use std::path::Path;
 use eyre::{eyre, Result};
 use plotters::prelude::*;
 
-use super::keep_up::KeepUpReport;
+use super::keep_up::{KeepUpReport, LagSample};
 use super::{SweepReport, SyncModesReport};
 use crate::chart::{draw_error, line_chart, stacked_bars, Bar, Line, LineChart};
 use crate::fullnode::limit_label;
@@ -193,12 +193,7 @@ pub(super) fn keep_up(r: &KeepUpReport, file: &Path) -> Result<()> {
     root.fill(&WHITE).map_err(|e| draw_error(file, &e))?;
     let x_max = r.samples.last().map_or(1.0, |s| s.t).max(1.0);
     // Every sample is drawn, the first catch-up included.
-    let y_max = r
-        .samples
-        .iter()
-        .map(|s| s.sequencer.saturating_sub(s.fullnode))
-        .max()
-        .unwrap_or(0);
+    let y_max = r.samples.iter().map(LagSample::lag).max().unwrap_or(0);
     line_chart(
         &root,
         file,
@@ -210,11 +205,7 @@ pub(super) fn keep_up(r: &KeepUpReport, file: &Path) -> Result<()> {
             Line {
                 label: "lag".to_string(),
                 color: BLUE,
-                points: r
-                    .samples
-                    .iter()
-                    .map(|s| (s.t, s.sequencer.saturating_sub(s.fullnode) as f64))
-                    .collect(),
+                points: r.samples.iter().map(|s| (s.t, s.lag() as f64)).collect(),
             },
             Line {
                 label: "target: 2 blocks".to_string(),

@@ -35,7 +35,8 @@ pub struct LagSample {
 }
 
 impl LagSample {
-    fn lag(&self) -> u64 {
+    /// Blocks the full node is behind.
+    pub(super) fn lag(&self) -> u64 {
         self.sequencer.saturating_sub(self.fullnode)
     }
 }

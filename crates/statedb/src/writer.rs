@@ -4,6 +4,8 @@
 use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 use std::fmt;
+use std::fs::File;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
@@ -96,11 +98,14 @@ pub struct StateWriter<'db> {
     last_sync: Instant,
     /// [`StateDb::page_bytes_written`] at the last durable point.
     written_at_sync: u64,
-    /// The durable points' writeback thread ([`crate::SyncSchedule::background`]), started
-    /// at the first one.
+    /// The data file, opened at the first durable point written back in the background.
+    data_file: Option<Arc<File>>,
+    /// A durable point's writeback under way ([`crate::SyncSchedule::background`]), not yet
+    /// followed by this writer's sync.
     writeback: Option<Writeback>,
-    /// The writeback asked for and not yet followed by the writer's sync.
-    pending_writeback: Option<u64>,
+    /// Why a writeback failed. The kernel may then have dropped the pages it could not
+    /// write, and a later sync could succeed over them: no durable point is made after one.
+    writeback_failed: Option<String>,
     /// Last, so that it is released after the transaction is aborted (fields drop in order).
     _lock: WriteLock<'db>,
 }
@@ -195,8 +200,9 @@ impl<'db> StateWriter<'db> {
             durable: tip,
             last_sync: Instant::now(),
             written_at_sync: db.page_bytes_written(),
+            data_file: None,
             writeback: None,
-            pending_writeback: None,
+            writeback_failed: None,
             _lock: lock,
         })
     }
@@ -244,11 +250,11 @@ impl<'db> StateWriter<'db> {
             .db
             .page_bytes_written()
             .saturating_sub(self.written_at_sync);
-        if let (Some(generation), Some(writeback)) = (self.pending_writeback, &self.writeback) {
+        if let Some(writeback) = &self.writeback {
             // A writeback slower than the schedule's bytes come in: the disk is the limit,
             // so wait for it here rather than let unsynced pages pile up.
             let overdue = written >= schedule.bytes.saturating_mul(4);
-            if writeback.finished(generation)? || overdue {
+            if writeback.is_finished() || overdue {
                 return self.sync();
             }
             return Ok(None);
@@ -258,36 +264,52 @@ impl<'db> StateWriter<'db> {
             return Ok(None);
         }
         if schedule.background {
-            if let Some(generation) = self.request_writeback() {
-                self.pending_writeback = Some(generation);
+            if let Some(writeback) = self.start_writeback() {
+                self.writeback = Some(writeback);
                 return Ok(None);
             }
         }
         self.sync()
     }
 
-    /// Whether a durable point's writeback was asked of the writeback thread and not yet
-    /// followed by this writer's sync (which [`StateWriter::sync_if_due`] makes once it ended).
+    /// Whether a durable point's writeback is under way and not yet followed by this
+    /// writer's sync (which [`StateWriter::sync_if_due`] makes once it ended).
     pub fn writeback_pending(&self) -> bool {
-        self.pending_writeback.is_some()
+        self.writeback.is_some()
     }
 
-    /// Asks the writeback thread (started now if need be) to write the data file back;
-    /// `None` when it cannot (the caller syncs by itself).
-    fn request_writeback(&mut self) -> Option<u64> {
-        if self.writeback.is_none() {
-            match Writeback::start(
-                &self.db.data_file(),
-                self.db.metrics().writeback_seconds.clone(),
-            ) {
-                Ok(writeback) => self.writeback = Some(writeback),
+    /// Starts writing the data file back on a thread; `None` when it cannot (the caller
+    /// syncs by itself).
+    fn start_writeback(&mut self) -> Option<Writeback> {
+        let file = match &self.data_file {
+            Some(file) => Arc::clone(file),
+            None => match File::open(self.db.data_file()) {
+                Ok(file) => Arc::clone(self.data_file.insert(Arc::new(file))),
                 Err(e) => {
-                    warn!(error = %e, "no writeback thread; durable points sync on the writer's thread");
+                    warn!(error = %e, "cannot open the data file for its writeback; durable points sync on the writer's thread");
                     return None;
                 }
+            },
+        };
+        Writeback::start(file, self.db.metrics().writeback_seconds.clone())
+            .inspect_err(|e| warn!(error = %e, "durable point synced on the writer's thread"))
+            .ok()
+    }
+
+    /// Waits for the writeback under way, if any, and refuses to go on after a failed one.
+    fn finish_writeback(&mut self) -> Result<(), StateDbError> {
+        if let Some(writeback) = self.writeback.take() {
+            if let Err(e) = writeback.join() {
+                self.writeback_failed = Some(e.to_string());
             }
         }
-        self.writeback.as_mut()?.request()
+        match &self.writeback_failed {
+            Some(why) => Err(StateDbError::Io {
+                what: "make a durable point after a failed writeback".into(),
+                source: std::io::Error::other(why.clone()),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Makes every commit so far durable now (a clean stop does this), whatever the
@@ -297,9 +319,9 @@ impl<'db> StateWriter<'db> {
         if self.durable == self.committed.tip {
             return Ok(None);
         }
-        let took = self.db.sync()?;
-        // Whatever writeback was asked for, this sync covered it.
-        self.pending_writeback = None;
+        let waited = Instant::now();
+        self.finish_writeback()?;
+        let took = waited.elapsed() + self.db.sync()?;
         self.last_sync = Instant::now();
         self.written_at_sync = self.db.page_bytes_written();
         self.mark_durable();

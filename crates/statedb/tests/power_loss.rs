@@ -38,17 +38,23 @@ const PAGE: usize = 4096;
 /// MDBX's meta pages, at the start of the file.
 const META_PAGES: usize = 3;
 
-fn periodic() -> StateDbOptions {
+/// Durable points on this schedule (`background`: written back on a thread), `PAGE`-byte
+/// pages.
+fn scheduled(period: Duration, bytes: u64, background: bool) -> StateDbOptions {
     StateDbOptions {
-        // Durable points only when the test makes them.
         durability: Durability::Periodic(SyncSchedule {
-            period: Duration::from_secs(3600),
-            bytes: u64::MAX,
-            background: false,
+            period,
+            bytes,
+            background,
         }),
         page_size: Some(PAGE),
         ..small_options()
     }
+}
+
+/// Durable points only when the test makes them.
+fn periodic() -> StateDbOptions {
+    scheduled(Duration::from_secs(3600), u64::MAX, false)
 }
 
 struct Recorded {
@@ -245,20 +251,9 @@ fn a_background_writeback_makes_its_point_mid_group_and_survives_a_power_loss() 
     let mut model = random_model(&mut rng, ACCOUNTS);
     let mut chain = Chain::genesis();
     let mut index = MemoryKeyIndex::new();
-    let db = StateDb::open(
-        dir.path(),
-        StateDbOptions {
-            durability: Durability::Periodic(SyncSchedule {
-                period: Duration::from_secs(3600),
-                // Due at every commit of a group of three blocks.
-                bytes: 64 * PAGE as u64,
-                background: true,
-            }),
-            page_size: Some(PAGE),
-            ..small_options()
-        },
-    )
-    .unwrap();
+    // Due at every commit of a group of three blocks.
+    let options = scheduled(Duration::from_secs(3600), 64 * PAGE as u64, true);
+    let db = StateDb::open(dir.path(), options).unwrap();
     apply_genesis(&db, &chain, &model, 500);
     let mut writer = db
         .writer(WriterOptions {
@@ -333,20 +328,9 @@ fn durable_points_come_on_the_schedule() {
     let mut model = random_model(&mut rng, 500);
     let mut chain = Chain::genesis();
     let mut index = MemoryKeyIndex::new();
-    let db = StateDb::open(
-        dir.path(),
-        StateDbOptions {
-            durability: Durability::Periodic(SyncSchedule {
-                period: Duration::from_secs(3600),
-                // A few blocks' pages.
-                bytes: 64 * PAGE as u64,
-                // Each due point synced by the commit that found it due.
-                background: false,
-            }),
-            ..small_options()
-        },
-    )
-    .unwrap();
+    // A few blocks' pages; each due point synced by the commit that found it due.
+    let options = scheduled(Duration::from_secs(3600), 64 * PAGE as u64, false);
+    let db = StateDb::open(dir.path(), options).unwrap();
     apply_genesis(&db, &chain, &model, 500);
     let mut writer = db.writer(WriterOptions::default()).unwrap();
     let mut synced = Vec::new();
@@ -372,18 +356,7 @@ fn durable_points_come_on_the_schedule() {
     assert_eq!(writer.sync_if_due().unwrap(), None);
     drop(writer);
     drop(db);
-    let db = StateDb::open(
-        dir.path(),
-        StateDbOptions {
-            durability: Durability::Periodic(SyncSchedule {
-                period: Duration::ZERO,
-                bytes: u64::MAX,
-                background: false,
-            }),
-            ..small_options()
-        },
-    )
-    .unwrap();
+    let db = StateDb::open(dir.path(), scheduled(Duration::ZERO, u64::MAX, false)).unwrap();
     let mut writer = db.writer(WriterOptions::default()).unwrap();
     let changes = consistent(random_changes(&mut rng, &model, 500, 41), &model);
     let keys = new_keys(&mut index, &model, &changes);
