@@ -22,7 +22,7 @@ use tracing::{error, info};
 
 /// The Gigas L2 sequencer: accepts signed Ethereum transactions over JSON-RPC (HTTP and
 /// WebSocket on one port), orders them into blocks every block time, executes them with
-/// Block-STM and a Cranelift JIT over revm, keeps state in Vilmo and chain history in MDBX.
+/// Block-STM and a Cranelift JIT over revm, keeps state in Vilmo and chain history in a block log indexed in MDBX.
 ///
 /// Quick start: `gigas-sequencer --dev`, then point any Ethereum tool at
 /// http://127.0.0.1:8545 with one of the printed dev keys.

@@ -38,9 +38,11 @@
 //! waiting for it (at most [`node::MAX_GROUP`]) as one group and makes each durable in two
 //! steps, in this order:
 //!
-//! 1. **History** (MDBX, one durable write transaction for the whole group): each block's
-//!    header, signature, transactions, receipts, lookups, log index, the encoded ChangeSet,
-//!    and the old value of every state key it writes.
+//! 1. **History** (`gigas-history`: one append to its block log and one `fdatasync` for the
+//!    whole group): each block's header, signature, transactions, receipts, encoded ChangeSet
+//!    and the old value of every state key it writes. The history's indexer writes the MDBX
+//!    index (lookups, log index, state history) behind it, off this path; reads answer for
+//!    unindexed blocks from memory.
 //! 2. **State** (Vilmo, one durable batch per block, in block order): the block's writes.
 //!    Vilmo batch `k` holds block `k - 1` (batch 1 is the genesis state).
 //!
@@ -51,8 +53,9 @@
 //!
 //! Why a SIGKILL at any instant recovers to one consistent head with the same checksums:
 //!
-//! - Each step is atomic on its own: an MDBX commit is all or nothing, and Vilmo cuts a torn
-//!   last batch on open (its FORMAT.md). So after a crash the history ends at some block
+//! - Each step is atomic on its own: the history's block log and Vilmo each cut a torn tail
+//!   on open (records and batches appended after their last sync were never acknowledged),
+//!   and the history indexes what its log holds beyond its index before it opens. So after a crash the history ends at some block
 //!   `H` and Vilmo at some batch `V`.
 //! - A block's step 2 starts only after the step 1 that holds it returned, and a group's step
 //!   1 only after the previous group's steps 2 all returned. Hence

@@ -16,7 +16,7 @@ pub enum Stage {
     Execute,
     /// Receipts, roots, the header and its signature.
     Seal,
-    /// Writing the block to the chain history (MDBX, durable).
+    /// Writing the block to the chain history (its block log, appended and synced).
     CommitHistory,
     /// Writing the ChangeSet to Vilmo (durable).
     CommitState,

@@ -43,7 +43,7 @@ pub enum NodeError {
     #[error("state store (Vilmo): {0}")]
     Vilmo(#[from] gigas_vilmo::Error),
     /// The chain history failed.
-    #[error("chain history (MDBX): {0}")]
+    #[error("chain history: {0}")]
     History(#[from] gigas_history::HistoryError),
     /// The journal failed.
     #[error("transaction journal: {0}")]
@@ -213,7 +213,7 @@ struct SealedBlock {
 /// but the committer has not yet committed laid over it ([`crate::state::Tip`]). It hands each
 /// sealed block to the **committer** through a channel of [`PIPELINE_DEPTH`] slots and moves
 /// the pool to the tip at once. The committer takes every block waiting (up to
-/// [`MAX_GROUP`]), writes them to the history in one durable MDBX transaction, then commits
+/// [`MAX_GROUP`]), makes them durable in the history (one block-log append and sync), then commits
 /// each block's state to Vilmo and publishes it, in order. So a block's durable commit (the
 /// fsync-bound part of its time) overlaps the next block's execution (the CPU-bound part), and
 /// when the disk falls behind, blocks queue and commit in groups that share one sync.

@@ -107,6 +107,30 @@ pub enum HistoryError {
         /// The last block asked for.
         to: u64,
     },
+    /// The block log (the durable record) failed.
+    #[error("block log: {0}")]
+    BlockLog(#[from] gigas_blocklog::Error),
+    /// A block record in the log does not decode: the log verified its checksum, so it was
+    /// written so (a bug, or a log from another version).
+    #[error("block {block}'s record in the block log does not decode: {reason}")]
+    BadRecord {
+        /// The block.
+        block: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The log and the index do not fit together.
+    #[error("{dir}: {message}")]
+    Inconsistent {
+        /// The history directory.
+        dir: std::path::PathBuf,
+        /// What does not fit, and what to do.
+        message: String,
+    },
+    /// The indexer stopped on an error; blocks stay durable in the log, but the history takes
+    /// no more until it is reopened (which indexes them again).
+    #[error("the history's indexer failed: {0}")]
+    IndexerFailed(String),
 }
 
 impl From<gigas_mdbx::OpenError> for HistoryError {

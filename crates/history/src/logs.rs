@@ -22,7 +22,7 @@ use signet_libmdbx::Ro;
 
 use crate::codec::{self, block_key};
 use crate::error::HistoryError;
-use crate::store::History;
+use crate::store::Index as History;
 use crate::tables::Table;
 use crate::types::{IndexedLog, LogMatcher, LogQuery};
 

@@ -25,14 +25,61 @@ pub struct HistoryMetrics {
     /// Bytes of the data file up to its last used page, after the last commit (the file itself
     /// is sparse and may be larger).
     pub used_bytes: Gauge,
-    /// Seconds per phase of `commit_block` (see [`CommitPhase`]): where a commit's time goes
-    /// as the tables grow.
+    /// Seconds per phase of a durable commit (see [`CommitPhase`]): encoding, waiting for
+    /// room, appending to the block log, syncing it.
     pub commit_phase_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    /// Seconds per phase of an index batch (see [`IndexPhase`]): where the indexer's time
+    /// goes as the tables grow.
+    pub index_phase_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    /// Seconds per index batch (one MDBX write transaction, durable).
+    pub index_seconds: Histogram,
+    /// Blocks per index batch.
+    pub index_batch_blocks: Histogram,
+    /// The newest block in the index.
+    pub indexed_head: Gauge,
+    /// Blocks durable in the block log and not yet in the index (held in memory).
+    pub unindexed_blocks: Gauge,
+    /// Bytes of the block log's segments.
+    pub log_bytes: Gauge,
 }
 
-/// A phase of committing one block.
+/// A phase of a durable commit ([`crate::History::commit_blocks`]): what the committer
+/// waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CommitPhase {
+    /// Checking the blocks, encoding their log records, building their in-memory lookups.
+    Encode,
+    /// Waiting for the indexer to make room under the bound on unindexed blocks.
+    IndexWait,
+    /// Appending the records to the block log.
+    Append,
+    /// Syncing the block log (`fdatasync`).
+    Sync,
+}
+
+impl CommitPhase {
+    /// Every phase, in the order a commit goes through them.
+    pub const ALL: [CommitPhase; 4] = [
+        CommitPhase::Encode,
+        CommitPhase::IndexWait,
+        CommitPhase::Append,
+        CommitPhase::Sync,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommitPhase::Encode => "encode",
+            CommitPhase::IndexWait => "index_wait",
+            CommitPhase::Append => "append",
+            CommitPhase::Sync => "sync",
+        }
+    }
+}
+
+/// A phase of writing one block to the index (on the indexer's thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexPhase {
     /// Header, its hash lookup, transactions and their hash lookups.
     Transactions,
     /// Receipts and the log index.
@@ -41,28 +88,28 @@ pub enum CommitPhase {
     StateHistory,
     /// Pruning what left the state-history window.
     Prune,
-    /// The durable commit (page writes and syncs).
+    /// The durable MDBX commit of the batch (page writes and syncs).
     Commit,
 }
 
-impl CommitPhase {
-    /// Every phase, in the order a commit goes through them.
-    pub const ALL: [CommitPhase; 5] = [
-        CommitPhase::Transactions,
-        CommitPhase::Receipts,
-        CommitPhase::StateHistory,
-        CommitPhase::Prune,
-        CommitPhase::Commit,
+impl IndexPhase {
+    /// Every phase, in the order an index batch goes through them.
+    pub const ALL: [IndexPhase; 5] = [
+        IndexPhase::Transactions,
+        IndexPhase::Receipts,
+        IndexPhase::StateHistory,
+        IndexPhase::Prune,
+        IndexPhase::Commit,
     ];
 
     /// The label value.
     pub fn name(self) -> &'static str {
         match self {
-            CommitPhase::Transactions => "transactions",
-            CommitPhase::Receipts => "receipts",
-            CommitPhase::StateHistory => "state_history",
-            CommitPhase::Prune => "prune",
-            CommitPhase::Commit => "commit",
+            IndexPhase::Transactions => "transactions",
+            IndexPhase::Receipts => "receipts",
+            IndexPhase::StateHistory => "state_history",
+            IndexPhase::Prune => "prune",
+            IndexPhase::Commit => "commit",
         }
     }
 }
@@ -90,6 +137,13 @@ impl Default for HistoryMetrics {
             log_index_seeks: Counter::default(),
             used_bytes: Gauge::default(),
             commit_phase_seconds: Family::new_with_constructor(phase_histogram),
+            index_phase_seconds: Family::new_with_constructor(phase_histogram),
+            // 1 ms to about 290 s.
+            index_seconds: Histogram::new(exponential_buckets(1e-3, 1.5, 32)),
+            index_batch_blocks: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            indexed_head: Gauge::default(),
+            unindexed_blocks: Gauge::default(),
+            log_bytes: Gauge::default(),
         }
     }
 }
@@ -98,6 +152,15 @@ impl HistoryMetrics {
     /// Records how long one phase of a commit took.
     pub fn phase(&self, phase: CommitPhase, seconds: f64) {
         self.commit_phase_seconds
+            .get_or_create(&PhaseLabel {
+                phase: phase.name(),
+            })
+            .observe(seconds);
+    }
+
+    /// Records how long one phase of an index batch took.
+    pub fn index_phase(&self, phase: IndexPhase, seconds: f64) {
+        self.index_phase_seconds
             .get_or_create(&PhaseLabel {
                 phase: phase.name(),
             })
@@ -114,7 +177,7 @@ impl HistoryMetrics {
         );
         sub.register(
             "commit_seconds",
-            "Seconds per block commit, until durable",
+            "Seconds per durable commit of a group of blocks (block log appended and synced)",
             self.commit_seconds.clone(),
         );
         sub.register(
@@ -139,8 +202,38 @@ impl HistoryMetrics {
         );
         sub.register(
             "commit_phase_seconds",
-            "Seconds per phase of a block commit (transactions, receipts, state_history, prune, commit)",
+            "Seconds per phase of a durable commit (encode, index_wait, append, sync)",
             self.commit_phase_seconds.clone(),
+        );
+        sub.register(
+            "index_phase_seconds",
+            "Seconds per phase of writing a block to the index (transactions, receipts, state_history, prune, commit)",
+            self.index_phase_seconds.clone(),
+        );
+        sub.register(
+            "index_seconds",
+            "Seconds per index batch (one durable MDBX transaction)",
+            self.index_seconds.clone(),
+        );
+        sub.register(
+            "index_batch_blocks",
+            "Blocks per index batch",
+            self.index_batch_blocks.clone(),
+        );
+        sub.register(
+            "indexed_head",
+            "The newest block in the index",
+            self.indexed_head.clone(),
+        );
+        sub.register(
+            "unindexed_blocks",
+            "Blocks durable in the block log and not yet indexed (held in memory)",
+            self.unindexed_blocks.clone(),
+        );
+        sub.register(
+            "log_bytes",
+            "Bytes of the block log's segments",
+            self.log_bytes.clone(),
         );
         sub.register(
             "used_bytes",

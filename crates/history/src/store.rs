@@ -1,4 +1,6 @@
-//! [`History`]: the environment, the table handles, the write path and the point reads.
+//! [`Index`]: the MDBX environment, the table handles, the write path and the point reads.
+//! The block log is the durable record; this is what the indexer builds from it, in batches,
+//! off the path that makes a block durable.
 
 use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
@@ -18,11 +20,9 @@ use tracing::debug;
 
 use crate::codec::{self, block_key, tx_key};
 use crate::error::{hex_string, HistoryError};
-use crate::metrics::{CommitPhase, HistoryMetrics};
+use crate::metrics::{HistoryMetrics, IndexPhase};
 use crate::tables::{Table, META_SCHEMA_VERSION, META_STATE_PRUNED_BELOW, SCHEMA_VERSION};
-use crate::types::{
-    BlockRecord, HistoricValue, HistoryOptions, IndexedLog, LogQuery, SealedHeader, TxLocation,
-};
+use crate::types::{BlockRecord, HistoryOptions, IndexedLog, LogQuery, SealedHeader, TxLocation};
 
 /// A row read through a cursor, borrowed from the map where MDBX allows.
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
@@ -32,10 +32,9 @@ type StateEntry<'a> = (Vec<u8>, &'a Option<Vec<u8>>);
 /// Log positions the index covers (the EVM's LOG0..LOG4).
 const INDEXED_TOPICS: usize = 4;
 
-/// The sequencer's chain history in MDBX. `Send + Sync`: reads may run on any thread while
-/// one thread commits (each read call takes its own MDBX read transaction, a consistent
-/// snapshot).
-pub struct History {
+/// The history's MDBX index. `Send + Sync`: reads may run on any thread while the indexer
+/// commits (each read call takes its own MDBX read transaction, a consistent snapshot).
+pub(crate) struct Index {
     env: Environment,
     dbs: [Database; Table::COUNT],
     options: HistoryOptions,
@@ -43,21 +42,36 @@ pub struct History {
     dir: PathBuf,
 }
 
-impl fmt::Debug for History {
+impl fmt::Debug for Index {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("History")
+        f.debug_struct("Index")
             .field("dir", &self.dir)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
+/// What the index knows of a state key after a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum IndexedChange {
+    /// The block is older than the state-history window.
+    Pruned {
+        /// The oldest block whose state can be answered.
+        oldest: u64,
+    },
+    /// `block` is the first indexed block after the asked one that changed the key; `old` is
+    /// the key's value before it.
+    Changed { block: u64, old: Option<Vec<u8>> },
+    /// No indexed block after the asked one changed the key.
+    None,
+}
+
 /// Entries and size of one table.
 pub type TableStats = gigas_mdbx::TableStats<Table>;
 
-impl History {
+impl Index {
     /// Opens the history in `dir` (created if missing), creating the tables that are missing.
-    pub fn open(dir: &Path, options: HistoryOptions) -> Result<Self, HistoryError> {
+    pub(crate) fn open(dir: &Path, options: HistoryOptions) -> Result<Self, HistoryError> {
         let env = gigas_mdbx::open_env(
             dir,
             &gigas_mdbx::EnvOptions {
@@ -76,29 +90,19 @@ impl History {
                 .try_into()
                 .map_err(|_| HistoryError::corrupt("tables", &[], "table count"))?;
 
-        let history = Self {
+        let index = Self {
             env,
             dbs,
             options,
             metrics: HistoryMetrics::default(),
             dir: dir.to_path_buf(),
         };
-        history.update_used_bytes();
-        Ok(history)
-    }
-
-    /// The directory the history lives in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The options it was opened with.
-    pub fn options(&self) -> &HistoryOptions {
-        &self.options
+        index.update_used_bytes();
+        Ok(index)
     }
 
     /// Its metrics (register them with [`HistoryMetrics::register`]).
-    pub fn metrics(&self) -> &HistoryMetrics {
+    pub(crate) fn metrics(&self) -> &HistoryMetrics {
         &self.metrics
     }
 
@@ -113,7 +117,7 @@ impl History {
     }
 
     /// The number of the last committed block, `None` when empty.
-    pub fn head(&self) -> Result<Option<u64>, HistoryError> {
+    pub(crate) fn head(&self) -> Result<Option<u64>, HistoryError> {
         let txn = self.read_txn()?;
         self.head_in(&txn)
     }
@@ -141,44 +145,21 @@ impl History {
 
     /// The oldest block whose state `value_at` answers: `head - state_history_blocks` once
     /// the chain is longer than the window, else 0.
-    pub fn oldest_state_block(&self) -> Result<u64, HistoryError> {
+    pub(crate) fn oldest_state_block(&self) -> Result<u64, HistoryError> {
         let txn = self.read_txn()?;
         Ok(self.pruned_below_in(&txn)?.saturating_sub(1))
-    }
-
-    /// Writes one whole block in one durable write transaction: `commit` returns once MDBX
-    /// has synced it. `record.header.number` must be the head + 1 (0 on an empty history),
-    /// else [`HistoryError::NotNext`]. Also prunes the ChangeSets and state history that fell
-    /// out of the window.
-    pub fn commit_block(&self, record: &BlockRecord<'_>) -> Result<(), HistoryError> {
-        self.commit_blocks(std::slice::from_ref(record))
     }
 
     /// Writes consecutive blocks in one durable write transaction (a group commit): all or
     /// none of them are in the history afterwards. One sync for the group, and a page that
     /// several of its blocks change is written once. Each block is checked and pruned as by
     /// [`Self::commit_block`].
-    pub fn commit_blocks(&self, records: &[BlockRecord<'_>]) -> Result<(), HistoryError> {
-        let start = Instant::now();
+    pub(crate) fn commit_blocks(&self, records: &[BlockRecord<'_>]) -> Result<(), HistoryError> {
         let mut sorted = Vec::with_capacity(records.len());
         for record in records {
-            let number = record.header.number;
-            if record.transactions.len() != record.receipts.len() {
-                return Err(HistoryError::ReceiptCount {
-                    block: number,
-                    transactions: record.transactions.len(),
-                    receipts: record.receipts.len(),
-                });
-            }
-            if u32::try_from(record.transactions.len()).is_err() {
-                return Err(HistoryError::TooManyTransactions {
-                    block: number,
-                    count: record.transactions.len(),
-                });
-            }
             // Checked and sorted before the write lock is taken: rows go in in key order,
             // which keeps MDBX's cursor on neighbouring pages.
-            sorted.push(sorted_state_history(number, record.state_history)?);
+            sorted.push(check(record)?);
         }
 
         let txn = self
@@ -193,13 +174,9 @@ impl History {
         txn.commit()
             .map_err(HistoryError::mdbx("commit the block"))?;
         self.metrics
-            .phase(CommitPhase::Commit, written.elapsed().as_secs_f64());
+            .index_phase(IndexPhase::Commit, written.elapsed().as_secs_f64());
 
-        self.metrics.blocks_committed.inc_by(records.len() as u64);
         self.metrics.blocks_pruned.inc_by(pruned);
-        self.metrics
-            .commit_seconds
-            .observe(start.elapsed().as_secs_f64());
         self.update_used_bytes();
         Ok(())
     }
@@ -252,11 +229,11 @@ impl History {
         self.write_transactions(txn, number, record.transactions, &mut buf)?;
         let txs_done = Instant::now();
         self.metrics
-            .phase(CommitPhase::Transactions, (txs_done - start).as_secs_f64());
+            .index_phase(IndexPhase::Transactions, (txs_done - start).as_secs_f64());
         self.write_receipts(txn, number, record.receipts, &mut buf)?;
         let block_done = Instant::now();
         self.metrics
-            .phase(CommitPhase::Receipts, (block_done - txs_done).as_secs_f64());
+            .index_phase(IndexPhase::Receipts, (block_done - txs_done).as_secs_f64());
 
         txn.append(
             self.db(Table::ChangeSets),
@@ -285,13 +262,13 @@ impl History {
         }
 
         let state_done = Instant::now();
-        self.metrics.phase(
-            CommitPhase::StateHistory,
+        self.metrics.index_phase(
+            IndexPhase::StateHistory,
             (state_done - block_done).as_secs_f64(),
         );
         let pruned = self.prune(txn, number)?;
         self.metrics
-            .phase(CommitPhase::Prune, state_done.elapsed().as_secs_f64());
+            .index_phase(IndexPhase::Prune, state_done.elapsed().as_secs_f64());
         Ok(pruned)
     }
 
@@ -462,7 +439,7 @@ impl History {
     }
 
     /// The sealed header of block `number`.
-    pub fn sealed_header(&self, number: u64) -> Result<Option<SealedHeader>, HistoryError> {
+    pub(crate) fn sealed_header(&self, number: u64) -> Result<Option<SealedHeader>, HistoryError> {
         let txn = self.read_txn()?;
         let key = block_key(number);
         let row: Option<Cow<'_, [u8]>> = txn
@@ -473,7 +450,7 @@ impl History {
     }
 
     /// The number of the block with hash `hash`.
-    pub fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, HistoryError> {
+    pub(crate) fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, HistoryError> {
         let txn = self.read_txn()?;
         let row: Option<Cow<'_, [u8]>> = txn
             .get(self.db(Table::HeaderNumbers).dbi(), hash.as_slice())
@@ -523,7 +500,7 @@ impl History {
 
     /// The transactions of block `number` with their senders; `None` when there is no such
     /// block.
-    pub fn transactions(
+    pub(crate) fn transactions(
         &self,
         number: u64,
     ) -> Result<Option<Vec<Recovered<TxEnvelope>>>, HistoryError> {
@@ -540,7 +517,10 @@ impl History {
     }
 
     /// The receipts of block `number`; `None` when there is no such block.
-    pub fn receipts(&self, number: u64) -> Result<Option<Vec<ReceiptEnvelope>>, HistoryError> {
+    pub(crate) fn receipts(
+        &self,
+        number: u64,
+    ) -> Result<Option<Vec<ReceiptEnvelope>>, HistoryError> {
         let txn = self.read_txn()?;
         if !self.has_block(&txn, number)? {
             return Ok(None);
@@ -562,12 +542,6 @@ impl History {
         Ok(out)
     }
 
-    /// Where the transaction with hash `hash` is.
-    pub fn transaction_location(&self, hash: B256) -> Result<Option<TxLocation>, HistoryError> {
-        let txn = self.read_txn()?;
-        self.location_in(&txn, hash)
-    }
-
     fn location_in<K: TransactionKind>(
         &self,
         txn: &Tx<K>,
@@ -581,7 +555,7 @@ impl History {
     }
 
     /// The transaction with hash `hash`, its sender and where it is: two point reads.
-    pub fn transaction(
+    pub(crate) fn transaction(
         &self,
         hash: B256,
     ) -> Result<Option<(TxLocation, Recovered<TxEnvelope>)>, HistoryError> {
@@ -606,27 +580,63 @@ impl History {
         Ok(Some((location, codec::decode_tx_row(&key, &row)?)))
     }
 
+    /// Refuses `records` if the index already holds one of their block hashes or transaction
+    /// hashes (what [`Self::commit_blocks`] would refuse), in one read transaction.
+    pub(crate) fn check_unknown(&self, records: &[BlockRecord<'_>]) -> Result<(), HistoryError> {
+        let txn = self.read_txn()?;
+        for record in records {
+            let row: Option<Cow<'_, [u8]>> = txn
+                .get(self.db(Table::HeaderNumbers).dbi(), record.hash.as_slice())
+                .map_err(HistoryError::read("read HeaderNumbers"))?;
+            if let Some(row) = row {
+                return Err(HistoryError::DuplicateBlockHash {
+                    hash: record.hash,
+                    existing: codec::decode_u64(
+                        Table::HeaderNumbers,
+                        record.hash.as_slice(),
+                        &row,
+                    )?,
+                });
+            }
+            for tx in record.transactions {
+                let hash = *tx.tx_hash();
+                if let Some(existing) = self.location_in(&txn, hash)? {
+                    return Err(HistoryError::DuplicateTransaction {
+                        hash,
+                        block: existing.block,
+                        index: existing.index,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The encoded ChangeSet of block `number`, while it is in the retention window.
-    pub fn changeset(&self, number: u64) -> Result<Option<Vec<u8>>, HistoryError> {
+    pub(crate) fn changeset(&self, number: u64) -> Result<Option<Vec<u8>>, HistoryError> {
         let txn = self.read_txn()?;
         txn.get(self.db(Table::ChangeSets).dbi(), &block_key(number))
             .map_err(HistoryError::read("read ChangeSets"))
     }
 
-    /// The value state key `key` had at the end of block `block`: one seek to the first row
-    /// of `key` from a block after `block`.
-    pub fn value_at(&self, key: &[u8], block: u64) -> Result<HistoricValue, HistoryError> {
+    /// The first indexed block after `block` that changed state key `key`, with the value the
+    /// key had before it: one seek to the first row of `key` from a block after `block`.
+    pub(crate) fn first_change_after(
+        &self,
+        key: &[u8],
+        block: u64,
+    ) -> Result<IndexedChange, HistoryError> {
         let txn = self.read_txn()?;
         let oldest = self.pruned_below_in(&txn)?.saturating_sub(1);
         if block < oldest {
-            return Ok(HistoricValue::Pruned { oldest });
+            return Ok(IndexedChange::Pruned { oldest });
         }
         let Some(after) = block.checked_add(1) else {
-            return Ok(HistoricValue::Unchanged);
+            return Ok(IndexedChange::None);
         };
         // A key too long to be stored was never changed by a committed block.
         let Ok(prefix) = codec::state_prefix(block, key) else {
-            return Ok(HistoricValue::Unchanged);
+            return Ok(IndexedChange::None);
         };
         let mut seek = Vec::with_capacity(prefix.len() + 8);
         codec::state_history_key(&prefix, after, &mut seek);
@@ -637,23 +647,21 @@ impl History {
             .set_range(&seek)
             .map_err(HistoryError::read("seek StateHistory"))?;
         match row {
-            Some((found, value)) if found.len() == seek.len() && found.starts_with(&prefix) => Ok(
-                HistoricValue::Changed(codec::decode_state_value(&found, &value)?),
-            ),
-            _ => Ok(HistoricValue::Unchanged),
+            Some((found, value)) if found.len() == seek.len() && found.starts_with(&prefix) => {
+                let changed_in =
+                    codec::decode_u64(Table::StateHistory, &found, &found[prefix.len()..])?;
+                Ok(IndexedChange::Changed {
+                    block: changed_in,
+                    old: codec::decode_state_value(&found, &value)?,
+                })
+            }
+            _ => Ok(IndexedChange::None),
         }
-    }
-
-    /// Logs matching `query` in chain order, at most `limit` of them (more:
-    /// [`HistoryError::TooManyLogs`]). Walks the log index, and reads the receipts of only
-    /// the blocks the index names for every part of the filter.
-    pub fn logs(&self, query: &LogQuery, limit: usize) -> Result<Vec<IndexedLog>, HistoryError> {
-        self.logs_until(query, limit, None)
     }
 
     /// [`Self::logs`], stopping with [`HistoryError::LogScanTimedOut`] once `deadline` has
     /// passed (checked every few dozen candidate blocks).
-    pub fn logs_until(
+    pub(crate) fn logs_until(
         &self,
         query: &LogQuery,
         limit: usize,
@@ -665,7 +673,7 @@ impl History {
     }
 
     /// Rows and bytes of every table.
-    pub fn table_stats(&self) -> Result<Vec<TableStats>, HistoryError> {
+    pub(crate) fn table_stats(&self) -> Result<Vec<TableStats>, HistoryError> {
         gigas_mdbx::table_stats(&self.env, &self.dbs)
             .map_err(HistoryError::mdbx("read table statistics"))
     }
@@ -718,6 +726,26 @@ impl History {
         })?;
         codec::tx_row_hash(&key, &row)
     }
+}
+
+/// Checks what [`Index::commit_blocks`] would refuse of `record` without looking at the
+/// tables (its number and duplicate hashes aside), and returns its state history sorted.
+pub(crate) fn check<'a>(record: &BlockRecord<'a>) -> Result<Vec<StateEntry<'a>>, HistoryError> {
+    let number = record.header.number;
+    if record.transactions.len() != record.receipts.len() {
+        return Err(HistoryError::ReceiptCount {
+            block: number,
+            transactions: record.transactions.len(),
+            receipts: record.receipts.len(),
+        });
+    }
+    if u32::try_from(record.transactions.len()).is_err() {
+        return Err(HistoryError::TooManyTransactions {
+            block: number,
+            count: record.transactions.len(),
+        });
+    }
+    sorted_state_history(number, record.state_history)
 }
 
 /// The block's state history as `(len ‖ key, old value)` in StateHistory key order, refusing

@@ -30,6 +30,16 @@ pub struct HistoryOptions {
     /// window shrinks between runs this spreads the backlog over several commits instead of
     /// making one huge write transaction.
     pub prune_blocks_per_commit: u64,
+    /// The most committed blocks that may wait for the indexer, held in memory: a commit
+    /// waits for the indexer beyond it. Bounds memory (a block of 2,000 transfers holds about
+    /// 2 MB there) and what a restart re-indexes from the block log.
+    pub max_unindexed_blocks: usize,
+    /// The most blocks the indexer writes in one MDBX transaction. Larger batches write each
+    /// dirtied page of the random-keyed tables once for more blocks.
+    pub index_batch_blocks: usize,
+    /// The size at which the block log starts a new segment; segments are removed whole once
+    /// the index covers them.
+    pub log_segment_bytes: u64,
 }
 
 impl Default for HistoryOptions {
@@ -41,6 +51,9 @@ impl Default for HistoryOptions {
             write_map: false,
             max_readers: 4096,
             prune_blocks_per_commit: 16,
+            max_unindexed_blocks: 128,
+            index_batch_blocks: 64,
+            log_segment_bytes: 64 << 20,
         }
     }
 }

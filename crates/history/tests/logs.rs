@@ -4,40 +4,13 @@
 mod common;
 
 use alloy_primitives::{Address, B256};
-use common::{emitter, generate_chain, rare_emitter, rare_topic, topic, OwnedBlock, Rng};
-use gigas_history::{History, HistoryError, HistoryOptions, IndexedLog, LogQuery};
+use common::{
+    brute_force, emitter, generate_chain, rare_emitter, rare_topic, topic, OwnedBlock, Rng,
+};
+use gigas_history::{History, HistoryError, HistoryOptions, LogQuery};
 
 const BLOCKS: u64 = 300;
 const RARE: [u64; 3] = [17, 150, 233];
-
-fn brute_force(chain: &[OwnedBlock], query: &LogQuery) -> Vec<IndexedLog> {
-    let mut out = Vec::new();
-    for block in chain {
-        let n = block.header.number;
-        if n < query.from || n > query.to {
-            continue;
-        }
-        let mut log_index = 0u32;
-        for (tx_index, (tx, receipt)) in
-            (0u32..).zip(block.transactions.iter().zip(&block.receipts))
-        {
-            for log in receipt.logs() {
-                if query.matches(log) {
-                    out.push(IndexedLog {
-                        block_number: n,
-                        block_hash: block.hash,
-                        tx_hash: *tx.tx_hash(),
-                        tx_index,
-                        log_index,
-                        log: log.clone(),
-                    });
-                }
-                log_index += 1;
-            }
-        }
-    }
-    out
-}
 
 fn setup() -> (tempfile::TempDir, History, Vec<OwnedBlock>) {
     let dir = tempfile::tempdir().unwrap();
@@ -54,42 +27,12 @@ fn setup() -> (tempfile::TempDir, History, Vec<OwnedBlock>) {
     for block in &chain {
         history.commit_block(&block.record()).unwrap();
     }
+    // These tests are about the log index: let it hold every block. (`unindexed.rs` asks
+    // the same questions of blocks still in memory.)
+    assert!(history
+        .wait_indexed(std::time::Duration::from_secs(120))
+        .unwrap());
     (dir, history, chain)
-}
-
-fn random_query(rng: &mut Rng) -> LogQuery {
-    let from = rng.below(BLOCKS + 5);
-    let to = from + rng.below(BLOCKS + 10 - from);
-    let addresses: Vec<Address> = (0..rng.below(3))
-        .map(|_| {
-            if rng.chance(10) {
-                rare_emitter()
-            } else {
-                emitter(rng.below(5))
-            }
-        })
-        .collect();
-    let mut topics: [Option<Vec<B256>>; 4] = Default::default();
-    for slot in &mut topics {
-        if rng.chance(35) {
-            let list = (0..rng.below(3))
-                .map(|_| {
-                    if rng.chance(10) {
-                        rare_topic()
-                    } else {
-                        topic(rng.below(7))
-                    }
-                })
-                .collect();
-            *slot = Some(list);
-        }
-    }
-    LogQuery {
-        from,
-        to,
-        addresses,
-        topics,
-    }
 }
 
 #[test]
@@ -98,7 +41,7 @@ fn random_queries_match_a_brute_force_filter_and_respect_the_limit() {
     let mut rng = Rng(5);
     let mut nonempty = 0;
     for _ in 0..400 {
-        let query = random_query(&mut rng);
+        let query = common::random_query(&mut rng, BLOCKS);
         let want = brute_force(&chain, &query);
         let got = history.logs(&query, usize::MAX).unwrap();
         assert_eq!(got, want, "{query:?}");

@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use alloy_primitives::B256;
 use common::{OwnedBlock, Rng};
@@ -128,6 +129,9 @@ fn check(
 ) {
     let head = model.snapshots.len() as u64 - 1;
     assert_eq!(history.head().unwrap(), Some(head));
+    // The window is the index's: pruning happens as the indexer catches up.
+    // (`unindexed.rs` checks the answers before and after it does.)
+    assert!(history.wait_indexed(Duration::from_secs(120)).unwrap());
     let oldest = history.oldest_state_block().unwrap();
     let full_window = head.saturating_sub(window);
     assert!(
@@ -252,6 +256,7 @@ fn run(seed: u64) {
     let mut caught_up = false;
     for _ in 0..40 {
         commit(&history, &mut model, &mut rng);
+        assert!(history.wait_indexed(Duration::from_secs(120)).unwrap());
         let head = model.snapshots.len() as u64 - 1;
         caught_up |= history.oldest_state_block().unwrap() == head - 20;
         check(&history, &model, &keys, &mut rng, 20, caught_up);

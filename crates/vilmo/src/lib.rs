@@ -50,13 +50,14 @@ mod index;
 pub mod metrics;
 mod recovery;
 mod state;
-pub mod storage;
 mod store;
 
 pub use error::{Error, Result};
 pub use format::Checksum;
+/// The file operations behind the store (re-exported from `gigas-storage`).
+pub use gigas_storage as storage;
+pub use gigas_storage::{FsStorage, Storage, StorageFile};
 pub use metrics::Metrics;
-pub use storage::{FsStorage, Storage, StorageFile};
 pub use store::{
     Batch, Commit, Options, Recovery, Stats, Unsynced, Vilmo, MAX_KEY_LEN, MAX_VALUE_LEN,
 };

@@ -20,7 +20,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::sim::SimDisk;
+use gigas_storage::sim::SimDisk;
 use gigas_vilmo::{Checksum, Error, Storage, Vilmo};
 
 const ROOT: &str = "/db";

@@ -12,7 +12,7 @@ use alloy_eips::eip7702::Authorization;
 use alloy_primitives::{Address, Bytes, Log, LogData, Signature, TxKind, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use gigas_history::BlockRecord;
+use gigas_history::{BlockRecord, IndexedLog, LogQuery};
 
 /// The chain id of the test transactions.
 pub const CHAIN_ID: u64 = 4242;
@@ -321,5 +321,71 @@ pub fn generate_chain(seed: u64, blocks: u64, rare_blocks: &[u64]) -> Vec<OwnedB
 pub fn assert_senders_recover(block: &OwnedBlock) {
     for tx in &block.transactions {
         assert_eq!(tx.inner().recover_signer().expect("recovers"), tx.signer());
+    }
+}
+
+/// The logs of `chain` that `query` matches, found by reading every receipt.
+pub fn brute_force(chain: &[OwnedBlock], query: &LogQuery) -> Vec<IndexedLog> {
+    let mut out = Vec::new();
+    for block in chain {
+        let n = block.header.number;
+        if n < query.from || n > query.to {
+            continue;
+        }
+        let mut log_index = 0u32;
+        for (tx_index, (tx, receipt)) in
+            (0u32..).zip(block.transactions.iter().zip(&block.receipts))
+        {
+            for log in receipt.logs() {
+                if query.matches(log) {
+                    out.push(IndexedLog {
+                        block_number: n,
+                        block_hash: block.hash,
+                        tx_hash: *tx.tx_hash(),
+                        tx_index,
+                        log_index,
+                        log: log.clone(),
+                    });
+                }
+                log_index += 1;
+            }
+        }
+    }
+    out
+}
+
+/// A random log filter over a chain of `blocks` blocks from [`generate_chain`].
+pub fn random_query(rng: &mut Rng, blocks: u64) -> LogQuery {
+    let from = rng.below(blocks + 5);
+    let to = from + rng.below(blocks + 10 - from);
+    let addresses: Vec<Address> = (0..rng.below(3))
+        .map(|_| {
+            if rng.chance(10) {
+                rare_emitter()
+            } else {
+                emitter(rng.below(5))
+            }
+        })
+        .collect();
+    let mut topics: [Option<Vec<B256>>; 4] = Default::default();
+    for slot in &mut topics {
+        if rng.chance(35) {
+            let list = (0..rng.below(3))
+                .map(|_| {
+                    if rng.chance(10) {
+                        rare_topic()
+                    } else {
+                        topic(rng.below(7))
+                    }
+                })
+                .collect();
+            *slot = Some(list);
+        }
+    }
+    LogQuery {
+        from,
+        to,
+        addresses,
+        topics,
     }
 }

@@ -2,8 +2,6 @@
 
 #![allow(dead_code)]
 
-pub(crate) mod sim;
-
 use std::collections::BTreeMap;
 
 use gigas_vilmo::{Batch, Options, Storage, Vilmo};

@@ -1,13 +1,12 @@
-//! The file operations Vilmo needs, behind a small trait, so that a simulated disk can stand in
-//! for the real one in tests.
+//! The real disk: [`FsStorage`] and the traits a store's file operations go through.
 //!
-//! The store's durability argument is about *which operations reach the disk in which order*:
+//! A store's durability argument is about *which operations reach the disk in which order*:
 //! a batch is acknowledged only after `sync_data` of its file; a file is unlinked only after the
 //! batch that drops it is synced; a created or removed file is durable only after `sync_dir` of
 //! its directory. A SIGKILL test cannot check any of that, because the page cache survives the
 //! process. A [`Storage`] that records writes and directory operations between sync barriers can
 //! produce the states a power loss may leave (the synced state plus any subset of what was not
-//! synced), which is what the power-loss tests of this crate do.
+//! synced), which is what [`crate::sim`] does.
 //!
 //! [`FsStorage`] is the real implementation: `std::fs`, `pread`, `fdatasync`, `flock` and
 //! `mmap`.

@@ -2,15 +2,11 @@
 //! may and may not contain, reproducibility, fault injection, POSIX unlink and locks. The
 //! power-loss tests of the store are only as good as these guarantees.
 
-// Only the simulator, not the store's test workloads.
-#[path = "common/sim.rs"]
-mod sim;
-
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use gigas_vilmo::{Storage, StorageFile};
-use sim::{SimDisk, Snapshot, PAGE_SIZE};
+use gigas_storage::sim::{SimDisk, Snapshot, PAGE_SIZE};
+use gigas_storage::{Storage, StorageFile};
 
 const DIR: &str = "/sim/store";
 

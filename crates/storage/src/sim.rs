@@ -39,7 +39,7 @@
 //!   raise SIGBUS there, which is why the store must verify what it reads through ordinary
 //!   reads).
 //! - **Locks** are a set of locked directory paths; a second lock fails with `WouldBlock`.
-//!   Unlike [`gigas_vilmo::FsStorage`], locking creates no `LOCK` file.
+//!   Unlike [`crate::FsStorage`], locking creates no `LOCK` file.
 //! - **POSIX unlink.** Removing an open file removes the name; open handles keep reading,
 //!   appending and syncing the inode, which lives until no handle and no durable, current or
 //!   pending entry refers to it.
@@ -67,8 +67,6 @@
 //! - Out-of-space errors and short reads; a map that shows later appends (a map here is a
 //!   snapshot with exactly the length of the file when it was made).
 
-#![allow(dead_code)]
-
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -77,19 +75,19 @@ use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gigas_vilmo::{Storage, StorageFile};
+use crate::{Storage, StorageFile};
 
 /// The granularity at which a crash image mixes durable and current file content.
-pub(crate) const PAGE_SIZE: usize = 4096;
+pub const PAGE_SIZE: usize = 4096;
 
 /// A simulated disk. Clones share the same disk; see the module documentation for the model.
 #[derive(Clone)]
-pub(crate) struct SimDisk {
+pub struct SimDisk {
     state: Arc<Mutex<State>>,
 }
 
 /// An open file of a [`SimDisk`].
-pub(crate) struct SimFile {
+pub struct SimFile {
     state: Arc<Mutex<State>>,
     ino: u64,
     // The name it was opened by, for messages; the file may since have been removed.
@@ -97,18 +95,18 @@ pub(crate) struct SimFile {
 }
 
 /// A lock on a directory of a [`SimDisk`], released when dropped.
-pub(crate) struct SimLock {
+pub struct SimLock {
     state: Arc<Mutex<State>>,
     dir: PathBuf,
 }
 
 /// A read-only snapshot of a file's bytes, as [`StorageFile::map`] returns it.
 #[derive(Clone)]
-pub(crate) struct SimMap(Arc<Vec<u8>>);
+pub struct SimMap(Arc<Vec<u8>>);
 
 /// Counters of what a disk has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct SimStats {
+pub struct SimStats {
     /// `sync_data` and `sync_dir` calls, failed ones included.
     pub barriers: u64,
     /// Crash images produced (at barriers and by [`SimDisk::crash_now`]).
@@ -141,7 +139,7 @@ pub(crate) struct SimStats {
 
 /// The files and directories of a disk at one moment, for comparing disks in tests.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     /// Every directory, the roots (`/` and the empty path) excluded.
     pub dirs: BTreeSet<PathBuf>,
     /// Every file and its bytes.
@@ -629,31 +627,31 @@ impl fmt::Debug for SimDisk {
 
 impl SimDisk {
     /// An empty disk whose random choices follow `seed`. Image generation is off.
-    pub(crate) fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         Self {
             state: Arc::new(Mutex::new(State::new(seed))),
         }
     }
 
     /// From now on, every barrier produces the two extreme images and `random` random ones.
-    pub(crate) fn enable_images(&self, random: usize) {
+    pub fn enable_images(&self, random: usize) {
         lock(&self.state).images_per_barrier = Some(random);
     }
 
     /// Stops producing images at barriers; images already produced stay to be taken.
-    pub(crate) fn disable_images(&self) {
+    pub fn disable_images(&self) {
         lock(&self.state).images_per_barrier = None;
     }
 
     /// The images produced since the last call, in order: for each barrier, the image that
     /// persists nothing pending, the one that persists everything, then the random ones.
-    pub(crate) fn take_images(&self) -> Vec<SimDisk> {
+    pub fn take_images(&self) -> Vec<SimDisk> {
         std::mem::take(&mut lock(&self.state).images)
     }
 
     /// One random image of the state now, as if the power failed at this moment: for a test
     /// that continues on the image.
-    pub(crate) fn crash_now(&self) -> SimDisk {
+    pub fn crash_now(&self) -> SimDisk {
         let mut state = lock(&self.state);
         let origin = format!("crash after barrier {}", state.stats.barriers);
         state.image(Persist::Random, origin)
@@ -663,46 +661,46 @@ impl SimDisk {
     /// process, as if the page cache had also been written back. Locks are not held, image
     /// generation is off. (To restart with the pending state still pending, drop the store
     /// and reopen it on this same disk.)
-    pub(crate) fn restart(&self) -> SimDisk {
+    pub fn restart(&self) -> SimDisk {
         lock(&self.state).settled_copy()
     }
 
     /// Where an image came from (barrier number, the call, which image), for test messages;
     /// `None` for a disk made by [`SimDisk::new`] or [`SimDisk::restart`].
-    pub(crate) fn origin(&self) -> Option<String> {
+    pub fn origin(&self) -> Option<String> {
         lock(&self.state).origin.clone()
     }
 
     /// The counters.
-    pub(crate) fn stats(&self) -> SimStats {
+    pub fn stats(&self) -> SimStats {
         lock(&self.state).stats
     }
 
     /// Makes the next `sync_data` of any file fail with `EIO`, making nothing durable.
-    pub(crate) fn fail_next_sync_data(&self) {
+    pub fn fail_next_sync_data(&self) {
         self.fail_sync_data_after(0);
     }
 
     /// Makes the `sync_data` of any file after `skip` more succeeded fail with `EIO`, making
     /// nothing durable. Replaces a fault armed before.
-    pub(crate) fn fail_sync_data_after(&self, skip: u64) {
+    pub fn fail_sync_data_after(&self, skip: u64) {
         lock(&self.state).fail_sync_data = Countdown(Some(skip));
     }
 
     /// Makes the next `sync_dir` fail with `EIO`, making nothing durable.
-    pub(crate) fn fail_next_sync_dir(&self) {
+    pub fn fail_next_sync_dir(&self) {
         self.fail_sync_dir_after(0);
     }
 
     /// Makes the `sync_dir` after `skip` more succeeded fail with `EIO`. Replaces a fault
     /// armed before.
-    pub(crate) fn fail_sync_dir_after(&self, skip: u64) {
+    pub fn fail_sync_dir_after(&self, skip: u64) {
         lock(&self.state).fail_sync_dir = Countdown(Some(skip));
     }
 
     /// Makes `read_exact_at` of the file `path` names now fail with `EIO` whenever the read
     /// touches `range`, until [`SimDisk::clear_read_faults`]. Follows the file, not the name.
-    pub(crate) fn fail_reads(&self, path: &Path, range: Range<u64>) -> io::Result<()> {
+    pub fn fail_reads(&self, path: &Path, range: Range<u64>) -> io::Result<()> {
         let mut state = lock(&self.state);
         let ino = state.lookup(path)?;
         state.inode(ino).bad_reads.push(range);
@@ -710,7 +708,7 @@ impl SimDisk {
     }
 
     /// Removes every read fault.
-    pub(crate) fn clear_read_faults(&self) {
+    pub fn clear_read_faults(&self) {
         for inode in lock(&self.state).inodes.values_mut() {
             inode.bad_reads.clear();
         }
@@ -718,32 +716,32 @@ impl SimDisk {
 
     /// Whether anything is pending: a file whose durable bytes differ from its current ones
     /// (open handles to removed files included), or a directory operation not yet synced.
-    pub(crate) fn has_pending(&self) -> bool {
+    pub fn has_pending(&self) -> bool {
         let state = lock(&self.state);
         state.inodes.values().any(Inode::pending)
             || state.dirs.values().any(|d| !d.pending.is_empty())
     }
 
     /// Every directory and file as the running process sees them.
-    pub(crate) fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Snapshot {
         lock(&self.state).snapshot(false)
     }
 
     /// Every directory and file that survives any crash now: what the image persisting
     /// nothing pending holds.
-    pub(crate) fn durable_snapshot(&self) -> Snapshot {
+    pub fn durable_snapshot(&self) -> Snapshot {
         lock(&self.state).snapshot(true)
     }
 
     /// The current bytes of the file at `path`.
-    pub(crate) fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+    pub fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
         let state = lock(&self.state);
         let ino = state.lookup(path)?;
         Ok(state.inodes[&ino].current.to_vec())
     }
 
     /// Whether `path` names a file or directory now.
-    pub(crate) fn exists(&self, path: &Path) -> bool {
+    pub fn exists(&self, path: &Path) -> bool {
         let state = lock(&self.state);
         let path = normalize(path);
         state.dirs.contains_key(&path) || state.lookup(&path).is_ok()
