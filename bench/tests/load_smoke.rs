@@ -123,10 +123,25 @@ fn a_small_load_and_ramp_are_included_and_counted() {
     );
     assert!(step.diff_bytes_per_tx.is_some_and(|b| b > 0.0));
     assert!(
-        step.history_phases.iter().any(|p| p.stage == "commit"),
+        step.history_phases.iter().any(|p| p.stage == "sync"),
         "the history commit's phases: {:?}",
         step.history_phases
     );
+    assert!(
+        step.index_phases.iter().any(|p| p.stage == "commit"),
+        "the history indexer's phases: {:?}",
+        step.index_phases
+    );
+    assert!(
+        step.recovery_us_per_tx.is_some_and(|us| us > 0.0),
+        "sender recovery's cost from the node's threads: {:?}",
+        step.node_threads
+    );
+    assert!(report
+        .config
+        .disk_sync
+        .is_some_and(|d| d.small_ms_p50 > 0.0));
+    assert!(step.library_recovery_us.is_some_and(|us| us > 0.0));
     assert!(!step.node_threads.is_empty());
     for file in [
         "load.json",

@@ -154,7 +154,8 @@ impl Histogram {
 #[derive(Debug, Clone, Serialize)]
 pub struct StageSplit {
     /// The stage (`select`, `execute`, `seal`, `commit_history`, `commit_state`, `publish`) or
-    /// history commit phase (`transactions`, `receipts`, `state_history`, `prune`, `commit`).
+    /// history commit phase (`encode`, `index_wait`, `append`, `sync`), or index phase
+    /// (`transactions`, `receipts`, `state_history`, `prune`, `commit`).
     pub stage: String,
     /// Blocks observed.
     pub blocks: u64,
@@ -183,6 +184,16 @@ pub(crate) fn history_split(delta: &Scrape) -> Vec<StageSplit> {
         "gigas_history_commit_phase_seconds",
         "phase",
         &gigas_history::CommitPhase::ALL.map(|p| p.name()),
+    )
+}
+
+/// The history indexer's split by phase (off the durable path; empty for a node without one).
+pub(crate) fn index_split(delta: &Scrape) -> Vec<StageSplit> {
+    split(
+        delta,
+        "gigas_history_index_phase_seconds",
+        "phase",
+        &gigas_history::IndexPhase::ALL.map(|p| p.name()),
     )
 }
 

@@ -34,6 +34,7 @@
 //! recovered, pooled, journaled, executed and committed by the node under test).
 
 mod chart;
+pub mod disk;
 pub(crate) mod metrics;
 mod node;
 mod report;
@@ -386,6 +387,22 @@ pub struct StepResult {
     pub stages: Vec<StageSplit>,
     /// The `commit_history` stage by phase (`gigas_history_commit_phase_seconds`).
     pub history_phases: Vec<StageSplit>,
+    /// The history indexer's time by phase (`gigas_history_index_phase_seconds`), off the
+    /// durable path.
+    pub index_phases: Vec<StageSplit>,
+    /// Sender recovery's CPU microseconds per included transaction (the node's
+    /// `txpool-recover-*` threads).
+    pub recovery_us_per_tx: Option<f64>,
+    /// The rate recovery alone would allow on every core of this machine
+    /// (cores x 1 / `recovery_us_per_tx`): the bound to quote beside the figure.
+    pub recovery_bound_tps: Option<f64>,
+    /// What decoding and recovering one of this run's transactions costs on one thread of
+    /// this machine through the node's own function, outside the node: the library's cost,
+    /// against which `recovery_us_per_tx` shows the node's overhead.
+    pub library_recovery_us: Option<f64>,
+    /// Blocks durable in the history's block log and not yet in its index, at the step's
+    /// end (`gigas_history_unindexed_blocks`).
+    pub unindexed_blocks: Option<f64>,
     /// Diff file bytes per included transaction.
     pub diff_bytes_per_tx: Option<f64>,
     /// Whether the step met every criterion.
@@ -466,6 +483,8 @@ pub struct RunConfig {
     pub source: String,
     /// Pass criteria.
     pub criteria: String,
+    /// The disk's sync latency where the node's data directory is made (None: not measured).
+    pub disk_sync: Option<disk::DiskSync>,
 }
 
 /// What `load` and `ramp` write.
@@ -616,6 +635,16 @@ fn run(
         genesis: genesis_dir.display().to_string(),
         source: source_description(bin.as_deref()),
         criteria,
+        disk_sync: match &common.sequencer {
+            // A running node's disk is not known here.
+            Some(_) => None,
+            None => disk::measure(
+                &common
+                    .datadir_root
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir),
+            ),
+        },
     };
     print_config(&config, &machine, build_profile);
 
@@ -768,6 +797,25 @@ fn run(
     Ok(report)
 }
 
+/// Microseconds per transaction to decode and recover up to 2,000 of `signed` on this thread,
+/// with the node's own `decode_and_recover_bytes` (libsecp256k1 through alloy).
+fn library_recovery_us(signed: &[SignedTx], config: &gigas_txpool::PoolConfig) -> Option<f64> {
+    let raws: Vec<alloy_primitives::Bytes> = signed
+        .iter()
+        .take(2_000)
+        .filter_map(|t| alloy_primitives::hex::decode(&t.hex).ok().map(Into::into))
+        .collect();
+    if raws.is_empty() {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let recovered = raws
+        .into_iter()
+        .filter(|raw| gigas_txpool::decode_and_recover_bytes(raw.clone(), config).is_ok())
+        .count();
+    (recovered > 0).then(|| started.elapsed().as_secs_f64() * 1e6 / recovered as f64)
+}
+
 type Finished = (Vec<StepResult>, String, ReceiptCheck, Vec<SecondPoint>, u64);
 
 /// The git revision of the working directory's checkout and the binary's build time, so a
@@ -809,6 +857,8 @@ struct Session {
     windows: Vec<(f64, f64, f64)>,
     /// Included transactions sampled for the receipt check.
     sample: Vec<B256>,
+    /// The recovery library's own cost here, measured on the first step's transactions.
+    library_recovery_us: Option<f64>,
 }
 
 impl Session {
@@ -857,6 +907,7 @@ impl Session {
             metrics_url,
             node_pid,
             fetch_nonces: common.sequencer.is_some(),
+            library_recovery_us: None,
             next_id: 0,
             stop,
             watcher,
@@ -904,6 +955,11 @@ impl Session {
         // Signing blocks this thread only: the runtime's workers keep following heads.
         let signed = self.generator.sign(&drafts)?;
         let sign_seconds = signing.elapsed().as_secs_f64();
+        if self.library_recovery_us.is_none() {
+            let config =
+                gigas_txpool::PoolConfig::new(self.generator.chain_id(), self.common.gas_limit);
+            self.library_recovery_us = library_recovery_us(&signed, &config);
+        }
         let erc20_count = signed.iter().filter(|t| t.erc20).count();
         let txs: Arc<Vec<SignedTx>> = Arc::new(signed);
         let base = self.next_id;
@@ -959,7 +1015,7 @@ impl Session {
         }
         ticker.abort();
         bar.finish_and_clear();
-        let delta = match (m1, m0) {
+        let delta = match (&m1, m0) {
             (Some(m1), Some(m0)) => Some(m1.since(&m0)),
             _ => None,
         };
@@ -968,9 +1024,8 @@ impl Session {
             rate,
             sign_seconds,
             (t0, t1),
-            &cpu0,
-            &cpu1,
-            delta.as_ref(),
+            (&cpu0, &cpu1),
+            (delta.as_ref(), m1.as_ref()),
         );
         self.sample_included(&txs);
         Ok(result)
@@ -997,9 +1052,8 @@ impl Session {
         rate: f64,
         sign_seconds: f64,
         (t0, t1): (f64, f64),
-        cpu0: &Cpu,
-        cpu1: &Cpu,
-        delta: Option<&Scrape>,
+        (cpu0, cpu1): (&Cpu, &Cpu),
+        (delta, metrics_after): (Option<&Scrape>, Option<&Scrape>),
     ) -> StepResult {
         let t = lock(&self.tracker);
         let limit = self.common.latency_limit.as_secs_f64();
@@ -1115,6 +1169,18 @@ impl Session {
             .collect();
         node_threads.sort_by(|a, b| b.cores.total_cmp(&a.cores));
         let history_phases = delta.map(metrics::history_split).unwrap_or_default();
+        let index_phases = delta.map(metrics::index_split).unwrap_or_default();
+        let recovery_cores: f64 = node_threads
+            .iter()
+            .filter(|t| t.name.starts_with("txpool-recover"))
+            .map(|t| t.cores)
+            .sum();
+        let recovery_us_per_tx = (recovery_cores > 0.0 && included > 0)
+            .then(|| recovery_cores * window / included as f64 * 1e6);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let recovery_bound_tps = recovery_us_per_tx.map(|us| cores * 1e6 / us);
+        let unindexed_blocks =
+            metrics_after.and_then(|m| m.value("gigas_history_unindexed_blocks"));
         let (stages, block_ms, diff_bytes_per_tx) = match delta {
             Some(d) if !d.is_empty() => {
                 let block = d.histogram("gigas_sequencer_block_seconds", "");
@@ -1167,6 +1233,11 @@ impl Session {
             node_threads,
             stages,
             history_phases,
+            index_phases,
+            recovery_us_per_tx,
+            recovery_bound_tps,
+            library_recovery_us: self.library_recovery_us,
+            unindexed_blocks,
             diff_bytes_per_tx,
             passed: failures.is_empty(),
             failures,

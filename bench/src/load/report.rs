@@ -69,10 +69,29 @@ pub(crate) fn print_config(c: &RunConfig, machine: &Machine, build_profile: &str
     println!("  genesis    : {}", c.genesis);
     println!("  source     : {}", c.source);
     println!("  criteria   : {}", c.criteria);
+    if let Some(d) = &c.disk_sync {
+        println!(
+            "  disk       : {} (where the node's data directory is made)",
+            d.describe()
+        );
+    }
     println!(
         "  build      : {build_profile}; machine: {}; the load generator runs on the same machine",
         machine.describe()
     );
+}
+
+/// "; recovery N µs/tx, bound M tx/s on C cores" for a step whose node reported its threads.
+fn recovery_note(s: &StepResult) -> String {
+    match (s.recovery_us_per_tx, s.recovery_bound_tps) {
+        (Some(us), Some(bound)) => format!(
+            "; sender recovery {us:.0} µs/tx{}, so at most {bound:.0} tx/s on this machine's {} cores",
+            s.library_recovery_us
+                .map_or(String::new(), |lib| format!(" (the library alone: {lib:.0} µs/tx)")),
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        _ => String::new(),
+    }
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
@@ -157,6 +176,13 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
     );
     let _ = writeln!(md, "- criteria: {}", c.criteria);
     let _ = writeln!(md, "- source: {}", c.source);
+    if let Some(d) = &c.disk_sync {
+        let _ = writeln!(
+            md,
+            "- disk: {} (where the node's data directory is made)",
+            d.describe()
+        );
+    }
     let _ = writeln!(
         md,
         "- machine: {}; build: {}; load generator on the same machine{}",
@@ -170,8 +196,10 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         Some(s) if c.command == "ramp" => {
             let _ = writeln!(
                 md,
-                "\n**Maximum sustained: {:.0} tx/s** (included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms; block interval p50 {:.0} ms). Stopped: {}.",
-                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99, s.block_interval_ms.p50, r.stop_reason
+                "\n**Maximum sustained: {:.0} tx/s** (included {:.0} tx/s; latency p50 {:.0} ms, p99 {:.0} ms; block interval p50 {:.0} ms{}). Stopped: {}.",
+                s.target_tps, s.included_tps, s.latency_ms.p50, s.latency_ms.p99, s.block_interval_ms.p50,
+                recovery_note(s),
+                r.stop_reason
             );
         }
         Some(s) => {
@@ -192,13 +220,13 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
     );
     let _ = writeln!(
         md,
-        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | batch answer p50 / p99 ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | other processes' CPU cores | iowait cores | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
+        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | batch answer p50 / p99 ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | other processes' CPU cores | iowait cores | recovery µs/tx (bound tx/s) | unindexed blocks | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
     );
     for s in &r.steps {
         let refused: u64 = s.refusals.iter().map(|x| x.count).sum();
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
             s.step,
             s.target_tps,
             s.submitted_tps,
@@ -220,6 +248,11 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             s.generator_cpu_cores,
             fmt_opt(s.other_cpu_cores, 2),
             fmt_opt(s.iowait_cores, 2),
+            match (s.recovery_us_per_tx, s.recovery_bound_tps) {
+                (Some(us), Some(bound)) => format!("{us:.0} ({bound:.0})"),
+                _ => "-".to_string(),
+            },
+            fmt_opt(s.unindexed_blocks, 0),
             fmt_opt(s.diff_bytes_per_tx, 1),
             refused,
             if s.passed {
@@ -253,6 +286,14 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         if !s.history_phases.is_empty() {
             let _ = writeln!(md, "\n`commit_history` by phase:\n");
             split_table(&mut md, "phase", false, "share", &s.history_phases);
+        }
+        if !s.index_phases.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nThe history's indexer (its own thread, off the durable path), per batch by phase; {} blocks unindexed at the step's end:\n",
+                fmt_opt(s.unindexed_blocks, 0)
+            );
+            split_table(&mut md, "phase", false, "share", &s.index_phases);
         }
         if !s.node_threads.is_empty() {
             let _ = writeln!(

@@ -109,6 +109,11 @@ impl Generator {
         })
     }
 
+    /// The chain id it signs for.
+    pub(crate) fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
     /// The address of account `index`.
     pub(crate) fn address(&self, index: u32) -> Address {
         self.addresses[index as usize]

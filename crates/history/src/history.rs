@@ -52,6 +52,9 @@ struct Control {
     stop: bool,
     failed: Option<String>,
     holds: usize,
+    /// Callers of [`History::wait_indexed`] waiting: the indexer does not wait for a fuller
+    /// batch meanwhile.
+    flushes: usize,
 }
 
 impl fmt::Debug for History {
@@ -378,16 +381,18 @@ impl History {
     pub fn wait_indexed(&self, timeout: Duration) -> Result<bool, HistoryError> {
         let deadline = Instant::now() + timeout;
         let mut control = lock(&self.shared.control);
-        loop {
+        control.flushes += 1;
+        self.shared.changed.notify_all();
+        let result = loop {
             if let Some(reason) = &control.failed {
-                return Err(HistoryError::IndexerFailed(reason.clone()));
+                break Err(HistoryError::IndexerFailed(reason.clone()));
             }
             if self.recent().is_empty() {
-                return Ok(true);
+                break Ok(true);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(false);
+                break Ok(false);
             }
             control = self
                 .shared
@@ -395,7 +400,9 @@ impl History {
                 .wait_timeout(control, (deadline - now).min(Duration::from_millis(100)))
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
-        }
+        };
+        control.flushes -= 1;
+        result
     }
 
     /// The newest block the index holds (`None`: none yet). Blocks after it are durable in
@@ -586,6 +593,12 @@ impl Shared {
     /// covers. Stops on `stop` or on its first error (recorded for the committer to report).
     fn run_indexer(&self) {
         let batch_max = self.options.index_batch_blocks.max(1);
+        // A batch never waits for more blocks than commits may leave waiting.
+        let min_blocks = self
+            .options
+            .index_min_blocks
+            .clamp(1, self.options.max_unindexed_blocks.max(1));
+        let max_delay = self.options.index_max_delay;
         loop {
             let batch: Vec<Arc<RecentBlock>> = {
                 let mut control = lock(&self.control);
@@ -598,12 +611,22 @@ impl Shared {
                         .read()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .clone();
-                    if control.holds == 0 && !recent.is_empty() {
-                        break recent.iter().take(batch_max).cloned().collect();
+                    let mut wait = Duration::from_secs(1);
+                    if control.holds == 0 {
+                        if let Some(oldest) = recent.first() {
+                            let waited = oldest.committed.elapsed();
+                            if recent.len() >= min_blocks
+                                || waited >= max_delay
+                                || control.flushes > 0
+                            {
+                                break recent.iter().take(batch_max).cloned().collect();
+                            }
+                            wait = max_delay - waited;
+                        }
                     }
                     control = self
                         .changed
-                        .wait_timeout(control, Duration::from_secs(1))
+                        .wait_timeout(control, wait)
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .0;
                 }

@@ -97,7 +97,7 @@
 //! always, which crash recovery re-applies). Pruning reads the block's key list in
 //! `StateHistoryKeys` and deletes exactly those rows: no scan. The watermark lives in `Meta`,
 //! so a larger window after a restart does not pretend to answer pruned blocks, and a smaller
-//! one is caught up at most `prune_blocks_per_commit` blocks per commit so that no single
+//! one is caught up at most `prune_blocks_per_commit` blocks per indexed block so that no single
 //! write transaction balloons. Headers, transactions, receipts and the log index are kept for
 //! ever.
 //!

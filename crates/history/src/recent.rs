@@ -20,6 +20,8 @@ pub(crate) struct RecentBlock {
     tx_index: HashMap<B256, u32>,
     /// Indices into `block.state_history`, sorted by key, for binary search.
     state_order: Vec<u32>,
+    /// When it was committed (how long it has waited for the indexer).
+    pub(crate) committed: std::time::Instant,
 }
 
 impl RecentBlock {
@@ -38,6 +40,7 @@ impl RecentBlock {
             block,
             tx_index,
             state_order,
+            committed: Instant::now(),
         }
     }
 

@@ -26,9 +26,9 @@ pub struct HistoryOptions {
     /// Reader slots: concurrent read transactions across threads (each read call holds one
     /// for its duration).
     pub max_readers: u64,
-    /// The most blocks one commit prunes. Normally a commit prunes one block; after the
-    /// window shrinks between runs this spreads the backlog over several commits instead of
-    /// making one huge write transaction.
+    /// The most blocks one index batch prunes per block it indexes. Normally each indexed
+    /// block prunes one; after the window shrinks between runs this spreads the backlog over
+    /// several batches instead of making one huge write transaction.
     pub prune_blocks_per_commit: u64,
     /// The most committed blocks that may wait for the indexer, held in memory: a commit
     /// waits for the indexer beyond it. Bounds memory (a block of 2,000 transfers holds about
@@ -37,6 +37,14 @@ pub struct HistoryOptions {
     /// The most blocks the indexer writes in one MDBX transaction. Larger batches write each
     /// dirtied page of the random-keyed tables once for more blocks.
     pub index_batch_blocks: usize,
+    /// The indexer starts a batch once this many blocks wait, or once the oldest waiting has
+    /// waited [`Self::index_max_delay`]: a batch of one block dirties a page of each
+    /// random-keyed table per row, a batch of many shares the pages (measured in the crate
+    /// documentation). Reads do not wait for it: unindexed blocks answer from memory.
+    pub index_min_blocks: usize,
+    /// How long a block may wait for the indexer when fewer than
+    /// [`Self::index_min_blocks`] wait (a quiet chain is still indexed promptly).
+    pub index_max_delay: std::time::Duration,
     /// The size at which the block log starts a new segment; segments are removed whole once
     /// the index covers them.
     pub log_segment_bytes: u64,
@@ -53,6 +61,8 @@ impl Default for HistoryOptions {
             prune_blocks_per_commit: 16,
             max_unindexed_blocks: 128,
             index_batch_blocks: 64,
+            index_min_blocks: 24,
+            index_max_delay: std::time::Duration::from_secs(5),
             log_segment_bytes: 64 << 20,
         }
     }

@@ -20,6 +20,10 @@ fn small_options() -> HistoryOptions {
         // Tests open many environments in one process: keep the reserved address space small.
         max_size_bytes: 4 << 30,
         growth_step_bytes: 16 << 20,
+        // Small batches started early, so that a SIGKILL also lands inside the indexer.
+        index_min_blocks: 3,
+        index_batch_blocks: 5,
+        log_segment_bytes: 32 << 10,
         ..HistoryOptions::default()
     }
 }

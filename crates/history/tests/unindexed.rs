@@ -27,8 +27,10 @@ fn options() -> HistoryOptions {
     HistoryOptions {
         max_size_bytes: 4 << 30,
         growth_step_bytes: 16 << 20,
-        // Small batches: many instants with some blocks indexed and some not.
+        // Small batches, started at once: many instants with some blocks indexed and some
+        // not.
         index_batch_blocks: 8,
+        index_min_blocks: 1,
         max_unindexed_blocks: 1_000,
         // A window that prunes during the run.
         state_history_blocks: 180,
