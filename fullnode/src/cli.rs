@@ -188,8 +188,8 @@ impl Cli {
 /// Runs `gigas-fullnode` with these arguments (the first is the program name, as in
 /// `std::env::args`), exactly as the binary does.
 ///
-/// Logs go to stdout through `tracing` at `RUST_LOG` (default `info`); a
-/// subscriber already installed by the caller is kept.
+/// Logs go to stdout through `tracing` at `RUST_LOG` (default `info`, Cranelift's JIT at
+/// `warn`); a subscriber already installed by the caller is kept.
 pub fn main_with_args<I, T>(args: I) -> eyre::Result<()>
 where
     I: IntoIterator<Item = T>,
@@ -199,7 +199,9 @@ where
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // cranelift-jit logs every function's whole IR at info: thousands of lines
+                // per compiled contract.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn")),
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .try_init();

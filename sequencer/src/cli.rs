@@ -167,6 +167,15 @@ struct RunArgs {
     /// At least 1,288: the diff writer re-encodes blocks after a restart from this state.
     #[arg(long = "state-history", default_value_t = 10_000, value_parser = parse_state_history)]
     state_history: u64,
+    /// The history's indexer writes its MDBX index once this many blocks wait (or the oldest
+    /// has waited 5 s). Blocks are durable in the block log before that and every query
+    /// answers for them from memory meanwhile; larger batches cost the indexer less CPU per
+    /// block (measured: 0.5 cores at 18,000 tx/s indexing block by block, 0.18 at 23,000 in
+    /// batches of 24) and hold more blocks in memory (about 5 MB per block of 5,000
+    /// transfers).
+    #[arg(long = "history.index-batch", default_value_t = 24, value_name = "BLOCKS",
+          value_parser = clap::value_parser!(u64).range(1..=128))]
+    history_index_batch: u64,
     #[command(flatten)]
     rpc: crate::rpc_args::RpcArgs,
     /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
@@ -198,8 +207,8 @@ fn release_freed_memory() {
 /// Runs `gigas-sequencer` with these arguments (the first is the program name, as in
 /// `std::env::args`), exactly as the binary does.
 ///
-/// Logs go to stdout through `tracing` at `RUST_LOG` (default `info`); a
-/// subscriber already installed by the caller is kept.
+/// Logs go to stdout through `tracing` at `RUST_LOG` (default `info`, Cranelift's JIT at
+/// `warn`); a subscriber already installed by the caller is kept.
 pub fn main_with_args<I, T>(args: I) -> eyre::Result<()>
 where
     I: IntoIterator<Item = T>,
@@ -209,7 +218,9 @@ where
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // cranelift-jit logs every function's whole IR at info: thousands of lines
+                // per compiled contract.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn")),
         )
         // Colour codes only for a person at a terminal, not in a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -387,6 +398,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     config.min_priority_fee = args.min_priority_fee;
     config.max_block_txs = args.max_block_txs;
     config.state_history_blocks = args.state_history;
+    config.history_index_batch = args.history_index_batch as usize;
 
     let node = Node::open(config)
         .wrap_err_with(|| format!("opening the node in {}", datadir.display()))?;

@@ -119,6 +119,8 @@ pub struct NodeConfig {
     pub max_block_txs: usize,
     /// Blocks whose state stays queryable (old values kept).
     pub state_history_blocks: u64,
+    /// Blocks the history's indexer waits for before it writes a batch to its index.
+    pub history_index_batch: usize,
 }
 
 impl NodeConfig {
@@ -138,6 +140,7 @@ impl NodeConfig {
             min_priority_fee: 0,
             max_block_txs: 20_000,
             state_history_blocks: 10_000,
+            history_index_batch: HistoryOptions::default().index_min_blocks,
         }
     }
 }
@@ -392,6 +395,7 @@ impl Node {
             &dir.join("history"),
             HistoryOptions {
                 state_history_blocks: config.state_history_blocks,
+                index_min_blocks: config.history_index_batch,
                 ..HistoryOptions::default()
             },
         )?;
