@@ -109,6 +109,8 @@ fn a_small_load_and_ramp_are_included_and_counted() {
     // 1. `load`, starting its own node: 300 transactions, half of them WETH9 transfers.
     let mut argv = vec!["load".to_string()];
     argv.extend(["--workload", "mix", "--rate", "100", "--duration", "3s"].map(String::from));
+    // The history's indexer at every block, so that its phases show within 3 s.
+    argv.extend(["--node-arg=--history.index-batch", "--node-arg=1"].map(String::from));
     argv.extend(shared_args(dir.path(), &bin, "load"));
     let cli = LoadCli::try_parse_from(&argv).expect("load arguments");
     let report = run_load(&cli.args).expect("load run");

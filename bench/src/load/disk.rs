@@ -37,6 +37,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// of this kind; `None` (with the reason printed) where the directory is not writable.
 pub fn measure(dir: &Path) -> Option<DiskSync> {
     let run = || -> std::io::Result<DiskSync> {
+        // The node's data directory root may not exist yet: the node would make it anyway.
+        std::fs::create_dir_all(dir)?;
         let file = tempfile::NamedTempFile::new_in(dir)?;
         let mut f = file.as_file();
         let page = [0x5Au8; 4096];
