@@ -311,6 +311,11 @@ impl<S: Storage> BlockLog<S> {
         error
     }
 
+    /// [`Self::poison`] for a failed file operation.
+    fn poison_io(&mut self, path: PathBuf, op: &'static str, source: io::Error) -> Error {
+        self.poison(Error::Io { path, op, source })
+    }
+
     /// Appends record `number` (the log's [`Self::next`], or any number on a log that never
     /// held one). Not durable until [`Self::sync`].
     pub fn append(&mut self, number: u64, payload: &[u8]) -> Result<()> {
@@ -342,24 +347,24 @@ impl<S: Storage> BlockLog<S> {
             if let Some(last) = self.segments.last_mut() {
                 if last.unsynced {
                     if let Err(source) = last.file.sync_data() {
-                        let error = Error::Io {
-                            path: last.path.clone(),
-                            op: "sync a segment before starting the next",
+                        let path = last.path.clone();
+                        return Err(self.poison_io(
+                            path,
+                            "sync a segment before starting the next",
                             source,
-                        };
-                        return Err(self.poison(error));
+                        ));
                     }
                     last.unsynced = false;
                 }
             }
             if self.dir_unsynced {
                 if let Err(source) = self.storage.sync_dir(&self.dir) {
-                    let error = Error::Io {
-                        path: self.dir.clone(),
-                        op: "sync the directory before starting a segment",
+                    let path = self.dir.clone();
+                    return Err(self.poison_io(
+                        path,
+                        "sync the directory before starting a segment",
                         source,
-                    };
-                    return Err(self.poison(error));
+                    ));
                 }
                 self.dir_unsynced = false;
             }
@@ -381,12 +386,8 @@ impl<S: Storage> BlockLog<S> {
             .and_then(|()| segment.file.append(&sum));
         segment.unsynced = true;
         if let Err(source) = written {
-            let error = Error::Io {
-                path: segment.path.clone(),
-                op: "append a record",
-                source,
-            };
-            return Err(self.poison(error));
+            let path = segment.path.clone();
+            return Err(self.poison_io(path, "append a record", source));
         }
         segment.offsets.push(segment.len);
         segment.checksums.push(sum);
@@ -426,23 +427,15 @@ impl<S: Storage> BlockLog<S> {
             }
             let segment = &self.segments[i];
             if let Err(source) = segment.file.sync_data() {
-                let error = Error::Io {
-                    path: segment.path.clone(),
-                    op: "sync a segment",
-                    source,
-                };
-                return Err(self.poison(error));
+                let path = segment.path.clone();
+                return Err(self.poison_io(path, "sync a segment", source));
             }
             self.segments[i].unsynced = false;
         }
         if self.dir_unsynced {
             if let Err(source) = self.storage.sync_dir(&self.dir) {
-                let error = Error::Io {
-                    path: self.dir.clone(),
-                    op: "sync the directory",
-                    source,
-                };
-                return Err(self.poison(error));
+                let path = self.dir.clone();
+                return Err(self.poison_io(path, "sync the directory", source));
             }
             self.dir_unsynced = false;
         }
@@ -504,12 +497,7 @@ impl<S: Storage> BlockLog<S> {
             let path = segment.path.clone();
             drop(segment);
             if let Err(source) = self.storage.remove_file(&path) {
-                let error = Error::Io {
-                    path,
-                    op: "remove a segment",
-                    source,
-                };
-                return Err(self.poison(error));
+                return Err(self.poison_io(path, "remove a segment", source));
             }
             // One removal per directory sync: a power loss may persist any subset of the
             // unsynced ones, and a newer segment gone with an older one kept would be a hole

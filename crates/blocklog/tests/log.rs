@@ -30,6 +30,17 @@ fn segments(dir: &Path) -> Vec<String> {
     names
 }
 
+/// A directory holding records 0 to 59, synced, in small segments, the log closed.
+fn closed_log_of_60() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = BlockLog::open(dir.path(), small()).unwrap();
+    for n in 0..60 {
+        log.append(n, &payload(n)).unwrap();
+    }
+    log.sync().unwrap();
+    dir
+}
+
 #[test]
 fn records_round_trip_across_segments_and_reopens() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,13 +125,7 @@ fn a_torn_tail_is_cut_and_the_log_continues_where_the_last_whole_record_ends() {
 
 #[test]
 fn a_flipped_byte_in_a_synced_older_segment_is_refused_with_its_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = BlockLog::open(dir.path(), small()).unwrap();
-    for n in 0..60 {
-        log.append(n, &payload(n)).unwrap();
-    }
-    log.sync().unwrap();
-    drop(log);
+    let dir = closed_log_of_60();
     let names = segments(dir.path());
     assert!(names.len() >= 3);
     let older = dir.path().join(&names[1]);
@@ -138,13 +143,7 @@ fn a_flipped_byte_in_a_synced_older_segment_is_refused_with_its_place() {
 
 #[test]
 fn a_missing_segment_in_the_middle_breaks_the_chain() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = BlockLog::open(dir.path(), small()).unwrap();
-    for n in 0..60 {
-        log.append(n, &payload(n)).unwrap();
-    }
-    log.sync().unwrap();
-    drop(log);
+    let dir = closed_log_of_60();
     let names = segments(dir.path());
     std::fs::remove_file(dir.path().join(&names[1])).unwrap();
     let err = BlockLog::open(dir.path(), small()).unwrap_err();
@@ -157,12 +156,8 @@ fn a_missing_segment_in_the_middle_breaks_the_chain() {
 
 #[test]
 fn removal_takes_whole_covered_segments_and_never_the_newest() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = closed_log_of_60();
     let (mut log, _) = BlockLog::open(dir.path(), small()).unwrap();
-    for n in 0..60 {
-        log.append(n, &payload(n)).unwrap();
-    }
-    log.sync().unwrap();
     let before = log.segment_count();
     assert!(before > 2);
     // The first segment holds more than record 0: nothing is covered yet.
