@@ -41,22 +41,19 @@ pub fn measure(dir: &Path) -> Option<DiskSync> {
         std::fs::create_dir_all(dir)?;
         let file = tempfile::NamedTempFile::new_in(dir)?;
         let mut f = file.as_file();
-        let page = [0x5Au8; 4096];
-        let mut small = Vec::with_capacity(50);
-        for _ in 0..50 {
-            let t = Instant::now();
-            f.write_all(&page)?;
-            f.sync_data()?;
-            small.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let chunk = vec![0xA5u8; 8 << 20];
-        let mut large = Vec::with_capacity(3);
-        for _ in 0..3 {
-            let t = Instant::now();
-            f.write_all(&chunk)?;
-            f.sync_data()?;
-            large.push(t.elapsed().as_secs_f64() * 1e3);
-        }
+        // Milliseconds of each of `times` writes of `data`, each followed by an fdatasync.
+        let mut timed = |data: &[u8], times: usize| -> std::io::Result<Vec<f64>> {
+            (0..times)
+                .map(|_| {
+                    let t = Instant::now();
+                    f.write_all(data)?;
+                    f.sync_data()?;
+                    Ok(t.elapsed().as_secs_f64() * 1e3)
+                })
+                .collect()
+        };
+        let small = timed(&[0x5Au8; 4096], 50)?;
+        let large = timed(&vec![0xA5u8; 8 << 20], 3)?;
         let small_ms_max = small.iter().copied().fold(0.0, f64::max);
         Ok(DiskSync {
             small_ms_p50: median(small),

@@ -150,7 +150,7 @@ impl<S: Storage> BlockLog<S> {
         for (i, first) in firsts.into_iter().enumerate() {
             let newest = i + 1 == count;
             let path = dir.join(segment_name(first));
-            let mut file = storage
+            let file = storage
                 .open(&path)
                 .map_err(io_error(&path, "open the segment"))?;
             let size = file.size().map_err(io_error(&path, "read the size"))?;
@@ -199,9 +199,7 @@ impl<S: Storage> BlockLog<S> {
                 first,
                 anchor: header.anchor,
                 path: path.clone(),
-                file: storage
-                    .open(&path)
-                    .map_err(io_error(&path, "open the segment"))?,
+                file,
                 offsets: Vec::new(),
                 checksums: Vec::new(),
                 len: SEGMENT_HEADER_LEN as u64,
@@ -224,9 +222,13 @@ impl<S: Storage> BlockLog<S> {
                             reason,
                             "cutting records that never reached the disk whole (appended after the last sync)"
                         );
-                        file.set_len(pos as u64)
+                        segment
+                            .file
+                            .set_len(pos as u64)
                             .map_err(io_error(&path, "cut the torn tail"))?;
-                        file.sync_data()
+                        segment
+                            .file
+                            .sync_data()
                             .map_err(io_error(&path, "sync the cut segment"))?;
                         report.cut_bytes = cut;
                         break;
@@ -339,35 +341,12 @@ impl<S: Storage> BlockLog<S> {
             Some(s) => s.len >= self.options.segment_bytes && !s.offsets.is_empty(),
         };
         if rotate {
-            // The segment being closed, and its directory entry, are synced first: open treats
+            // Everything appended so far, and the directory, are synced first: open treats
             // damage in any segment but the newest, or a missing one before it, as corruption,
             // which holds only if no older segment is ever left with unsynced records or an
             // unsynced entry once a newer one exists (a power loss may persist any subset of
             // unsynced directory operations, the newer creation without the older).
-            if let Some(last) = self.segments.last_mut() {
-                if last.unsynced {
-                    if let Err(source) = last.file.sync_data() {
-                        let path = last.path.clone();
-                        return Err(self.poison_io(
-                            path,
-                            "sync a segment before starting the next",
-                            source,
-                        ));
-                    }
-                    last.unsynced = false;
-                }
-            }
-            if self.dir_unsynced {
-                if let Err(source) = self.storage.sync_dir(&self.dir) {
-                    let path = self.dir.clone();
-                    return Err(self.poison_io(
-                        path,
-                        "sync the directory before starting a segment",
-                        source,
-                    ));
-                }
-                self.dir_unsynced = false;
-            }
+            self.sync()?;
             let anchor = self.tail();
             if let Err(e) = self.create_segment(number, anchor) {
                 return Err(self.poison(e));

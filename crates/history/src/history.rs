@@ -474,7 +474,17 @@ impl History {
 
     /// Where the transaction with hash `hash` is.
     pub fn transaction_location(&self, hash: B256) -> Result<Option<TxLocation>, HistoryError> {
-        Ok(self.transaction(hash)?.map(|(location, _)| location))
+        let recent = self.recent();
+        for block in recent.iter().rev() {
+            if let Some((index, _)) = block.transaction(&hash) {
+                return Ok(Some(TxLocation {
+                    block: block.number(),
+                    index,
+                }));
+            }
+        }
+        // One seek: the row itself is neither read nor decoded.
+        self.shared.index.transaction_location(hash)
     }
 
     /// The transaction with hash `hash`, its sender and where it is.

@@ -588,6 +588,15 @@ impl Index {
         Ok(out)
     }
 
+    /// Where the transaction with hash `hash` is.
+    pub(crate) fn transaction_location(
+        &self,
+        hash: B256,
+    ) -> Result<Option<TxLocation>, HistoryError> {
+        let txn = self.read_txn()?;
+        self.location_in(&txn, hash)
+    }
+
     fn location_in<K: TransactionKind>(
         &self,
         txn: &Tx<K>,
