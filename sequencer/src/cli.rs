@@ -176,6 +176,13 @@ struct RunArgs {
     #[arg(long = "history.index-batch", default_value_t = 24, value_name = "BLOCKS",
           value_parser = clap::value_parser!(u64).range(1..=128))]
     history_index_batch: u64,
+    /// How often the history's indexer makes its MDBX index durable (0s: every batch). Blocks
+    /// are durable in the block log either way; between these points the index is committed
+    /// without a sync, a power loss takes it back to the last point, and the next start
+    /// indexes the blocks after it again from the block log (about 40 blocks at 10 s).
+    #[arg(long = "history.index-sync-period", default_value = "10s", value_name = "DURATION",
+          value_parser = parse_duration)]
+    history_index_sync_period: Duration,
     #[command(flatten)]
     rpc: crate::rpc_args::RpcArgs,
     /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
@@ -399,6 +406,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     config.max_block_txs = args.max_block_txs;
     config.state_history_blocks = args.state_history;
     config.history_index_batch = args.history_index_batch as usize;
+    config.history_index_sync_period = args.history_index_sync_period;
 
     let node = Node::open(config)
         .wrap_err_with(|| format!("opening the node in {}", datadir.display()))?;

@@ -121,6 +121,8 @@ pub struct NodeConfig {
     pub state_history_blocks: u64,
     /// Blocks the history's indexer waits for before it writes a batch to its index.
     pub history_index_batch: usize,
+    /// How often the history's indexer makes its index durable (zero: every batch).
+    pub history_index_sync_period: Duration,
 }
 
 impl NodeConfig {
@@ -141,6 +143,7 @@ impl NodeConfig {
             max_block_txs: 20_000,
             state_history_blocks: 10_000,
             history_index_batch: HistoryOptions::default().index_min_blocks,
+            history_index_sync_period: HistoryOptions::default().index_sync_period,
         }
     }
 }
@@ -396,6 +399,7 @@ impl Node {
             HistoryOptions {
                 state_history_blocks: config.state_history_blocks,
                 index_min_blocks: config.history_index_batch,
+                index_sync_period: config.history_index_sync_period,
                 ..HistoryOptions::default()
             },
         )?;

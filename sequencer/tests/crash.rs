@@ -110,13 +110,24 @@ async fn sigkill_under_load_loses_nothing() {
     let started = Instant::now();
 
     for point in 0..points {
-        // Alternately the history's indexer every 2 blocks (kills land inside its batches)
-        // and at its default (kills leave up to 24 blocks only in the block log, which the
-        // restart indexes).
-        let index_batch = if point % 2 == 0 { "2" } else { "24" };
+        // Alternately the history's indexer every 2 blocks, durable every 200 ms (kills land
+        // inside its batches and its syncs, and log segments go), and at its defaults (kills
+        // leave up to 24 blocks only in the block log, which the restart indexes).
+        let (index_batch, index_sync) = if point % 2 == 0 {
+            ("2", "200ms")
+        } else {
+            ("24", "10s")
+        };
         let mut node = NodeProcess::start(
             &datadir,
-            &["--block-time", "50ms", "--history.index-batch", index_batch],
+            &[
+                "--block-time",
+                "50ms",
+                "--history.index-batch",
+                index_batch,
+                "--history.index-sync-period",
+                index_sync,
+            ],
         );
         let provider = ProviderBuilder::new().connect_http(node.url.parse().unwrap());
         let new = accepted.lock().unwrap()[checked..].to_vec();

@@ -225,7 +225,7 @@ impl SequencerProcess {
             .args(extra)
             .env(
                 "RUST_LOG",
-                std::env::var("GIGAS_NODE_LOG").unwrap_or("info".into()),
+                std::env::var("GIGAS_NODE_LOG").unwrap_or("info,cranelift_jit=warn".into()),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

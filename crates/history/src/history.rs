@@ -159,7 +159,10 @@ impl History {
                     "indexed the blocks the block log held beyond the index"
                 );
             }
+            // What the index holds may not be durable yet (batches between durable points,
+            // or the ones just indexed): the log keeps it until it is.
             if let Some(head) = index.head()? {
+                index.sync()?;
                 log.remove_through(head)?;
             }
         }
@@ -609,6 +612,7 @@ impl Shared {
             .index_min_blocks
             .clamp(1, self.options.max_unindexed_blocks.max(1));
         let max_delay = self.options.index_max_delay;
+        let mut last_sync = Instant::now();
         loop {
             let batch: Vec<Arc<RecentBlock>> = {
                 let mut control = lock(&self.control);
@@ -641,7 +645,7 @@ impl Shared {
                         .0;
                 }
             };
-            if let Err(e) = self.index_batch(&batch) {
+            if let Err(e) = self.index_batch(&batch, &mut last_sync) {
                 error!(error = %e, "the history's indexer failed; commits fail from now on, and reopening the history indexes the block log again");
                 lock(&self.control).failed = Some(e.to_string());
                 self.changed.notify_all();
@@ -650,7 +654,13 @@ impl Shared {
         }
     }
 
-    fn index_batch(&self, batch: &[Arc<RecentBlock>]) -> Result<(), HistoryError> {
+    /// Indexes `batch`, then makes the index durable if [`HistoryOptions::index_sync_period`]
+    /// has passed since `last_sync`, and only then removes the log segments it covers.
+    fn index_batch(
+        &self,
+        batch: &[Arc<RecentBlock>],
+        last_sync: &mut Instant,
+    ) -> Result<(), HistoryError> {
         let Some(last) = batch.last().map(|b| b.number()) else {
             return Ok(());
         };
@@ -675,7 +685,15 @@ impl Shared {
             guard.len()
         };
         metrics.unindexed_blocks.set(unindexed as i64);
-        {
+        let period = self.options.index_sync_period;
+        // Durable through `last`: by the commit itself, or by a sync made now. Otherwise the
+        // log keeps the batch until a later durable point covers it.
+        let durable = period.is_zero() || last_sync.elapsed() >= period;
+        if !period.is_zero() && durable {
+            self.index.sync()?;
+            *last_sync = Instant::now();
+        }
+        if durable {
             let mut log = lock(&self.log);
             log.remove_through(last)?;
             metrics

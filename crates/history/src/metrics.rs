@@ -88,18 +88,21 @@ pub enum IndexPhase {
     StateHistory,
     /// Pruning what left the state-history window.
     Prune,
-    /// The durable MDBX commit of the batch (page writes and syncs).
+    /// The MDBX commit of the batch (page writes; syncs too when every batch is durable).
     Commit,
+    /// A durable point: `mdbx_env_sync` of the batches committed since the last one.
+    Sync,
 }
 
 impl IndexPhase {
     /// Every phase, in the order an index batch goes through them.
-    pub const ALL: [IndexPhase; 5] = [
+    pub const ALL: [IndexPhase; 6] = [
         IndexPhase::Transactions,
         IndexPhase::Receipts,
         IndexPhase::StateHistory,
         IndexPhase::Prune,
         IndexPhase::Commit,
+        IndexPhase::Sync,
     ];
 
     /// The label value.
@@ -110,6 +113,7 @@ impl IndexPhase {
             IndexPhase::StateHistory => "state_history",
             IndexPhase::Prune => "prune",
             IndexPhase::Commit => "commit",
+            IndexPhase::Sync => "sync",
         }
     }
 }

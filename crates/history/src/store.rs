@@ -88,7 +88,13 @@ impl Index {
                 growth_step_bytes: options.growth_step_bytes,
                 page_size: None,
                 max_readers: options.max_readers,
-                sync_mode: SyncMode::Durable,
+                // The block log is the durable record; the index is made durable on the
+                // indexer's schedule (`HistoryOptions::index_sync_period`).
+                sync_mode: if options.index_sync_period.is_zero() {
+                    SyncMode::Durable
+                } else {
+                    SyncMode::SafeNoSync
+                },
                 readahead: false,
                 write_map: options.write_map,
                 autosync_period: None,
@@ -159,9 +165,21 @@ impl Index {
         Ok(self.pruned_below_in(&txn)?.saturating_sub(1))
     }
 
-    /// Writes consecutive blocks in one durable write transaction (a group commit): all or
-    /// none of them are in the history afterwards. One sync for the group, and a page that
-    /// several of its blocks change is written once. Each block is checked and pruned as by
+    /// Makes every batch committed so far durable (`mdbx_env_sync`, forced: data pages, then
+    /// a steady meta page). In effect a no-op when each commit is durable already.
+    pub(crate) fn sync(&self) -> Result<(), HistoryError> {
+        let started = Instant::now();
+        self.env
+            .sync(true)
+            .map_err(HistoryError::mdbx("sync the index to the disk"))?;
+        self.metrics
+            .index_phase(IndexPhase::Sync, started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Writes consecutive blocks in one write transaction (a group commit): all or none of
+    /// them are in the history afterwards, a page that several of its blocks change is written
+    /// once, and the commit is durable or not as the environment's sync mode says. Each block is checked and pruned as by
     /// [`Self::commit_block`].
     pub(crate) fn commit_blocks(&self, records: &[BlockRecord<'_>]) -> Result<(), HistoryError> {
         let mut sorted = Vec::with_capacity(records.len());

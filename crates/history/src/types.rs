@@ -46,8 +46,14 @@ pub struct HistoryOptions {
     /// [`Self::index_min_blocks`] wait (a quiet chain is still indexed promptly).
     pub index_max_delay: std::time::Duration,
     /// The size at which the block log starts a new segment; segments are removed whole once
-    /// the index covers them.
+    /// the index covers them durably.
     pub log_segment_bytes: u64,
+    /// How often the indexer makes the index durable (an `mdbx_env_sync`). Between these
+    /// points index batches are committed without a sync (MDBX's `SafeNoSync`): a killed
+    /// process loses nothing, a power loss takes the index back to the last durable point, and
+    /// the block log, whose segments go only once a durable point covers them, still holds
+    /// every block after it for the next open to index again. Zero syncs every batch.
+    pub index_sync_period: std::time::Duration,
 }
 
 impl Default for HistoryOptions {
@@ -64,6 +70,10 @@ impl Default for HistoryOptions {
             index_min_blocks: 24,
             index_max_delay: std::time::Duration::from_secs(5),
             log_segment_bytes: 64 << 20,
+            // Under a second of blocks at a 250 ms block time would sync nearly every batch;
+            // 10 s lets the kernel write a page the batches keep dirtying once, and keeps what
+            // a power loss makes the next open index again to about 40 blocks.
+            index_sync_period: std::time::Duration::from_secs(10),
         }
     }
 }

@@ -24,6 +24,8 @@ fn small_options() -> HistoryOptions {
         index_min_blocks: 3,
         index_batch_blocks: 5,
         log_segment_bytes: 32 << 10,
+        // Durable points often enough that kills land in syncs and log segments go.
+        index_sync_period: std::time::Duration::from_millis(50),
         ..HistoryOptions::default()
     }
 }

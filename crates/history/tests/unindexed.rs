@@ -286,3 +286,61 @@ fn a_reopen_indexes_what_the_log_holds_beyond_the_index() {
     assert_eq!(history.unindexed_blocks(), 0);
     check_against_chain(&history, &chain, &states, &queries);
 }
+
+/// Indexed batches that no durable point covers yet stay in the block log (a power loss may
+/// take them from the index); a durable point lets the log drop them, and so does a reopen,
+/// which makes one first.
+#[test]
+fn the_log_keeps_what_no_durable_point_of_the_index_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chain, _) = chain_with_state();
+    let never = HistoryOptions {
+        index_sync_period: Duration::from_secs(3_600),
+        ..options()
+    };
+    let log_bytes = |history: &History| history.metrics().log_bytes.get();
+    let all_logged;
+    {
+        let history = History::open(dir.path(), never.clone()).unwrap();
+        for block in &chain {
+            history.commit_block(&block.record()).unwrap();
+        }
+        assert!(history.wait_indexed(Duration::from_secs(120)).unwrap());
+        assert_eq!(history.indexed_head().unwrap(), Some(BLOCKS - 1));
+        all_logged = log_bytes(&history);
+        // Several segments' worth, none removed although every block is indexed.
+        assert!(
+            all_logged > 4 * options().log_segment_bytes as i64,
+            "{all_logged} bytes in the log"
+        );
+    }
+    {
+        // Reopened: the open makes the index durable, then the log drops what it covers.
+        let history = History::open(dir.path(), never).unwrap();
+        assert_eq!(history.indexed_head().unwrap(), Some(BLOCKS - 1));
+        assert!(
+            log_bytes(&history) < options().log_segment_bytes as i64 * 2,
+            "{} bytes left in the log after a durable point",
+            log_bytes(&history)
+        );
+    }
+    // With a sync every batch the log follows the index as it goes.
+    let dir = tempfile::tempdir().unwrap();
+    let history = History::open(
+        dir.path(),
+        HistoryOptions {
+            index_sync_period: Duration::ZERO,
+            ..options()
+        },
+    )
+    .unwrap();
+    for block in &chain {
+        history.commit_block(&block.record()).unwrap();
+    }
+    assert!(history.wait_indexed(Duration::from_secs(120)).unwrap());
+    assert!(
+        log_bytes(&history) < all_logged / 2,
+        "{} bytes in the log with a durable index, {all_logged} without",
+        log_bytes(&history)
+    );
+}

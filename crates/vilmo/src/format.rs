@@ -444,3 +444,57 @@ mod tests {
         assert!(FileHeader::decode(&bytes).is_err());
     }
 }
+
+/// A place in a log file's verified bytes where compaction can stop reading and resume: a
+/// batch's start, a record boundary inside a batch's body, or the end of the file's batches.
+/// Compaction may stop inside a batch, so that a batch of any size (a genesis of millions of
+/// keys is one batch) is compacted in bounded steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPos {
+    /// The start of the batch `at` lies in (`at` itself at a batch start or the end).
+    pub batch: usize,
+    /// The next byte to read.
+    pub at: usize,
+}
+
+impl ReadPos {
+    /// The first batch of a file.
+    pub const START: ReadPos = ReadPos {
+        batch: FILE_HEADER_LEN,
+        at: FILE_HEADER_LEN,
+    };
+
+    /// Moves forward to `target`, or returns `None` if `target` is not a place to resume at in
+    /// `bytes`. Walks whole batches by their headers and decodes records only inside the batch
+    /// that holds `target`, from `self` when it is in that batch: a cursor that advances by
+    /// small steps through one large batch costs the records it advances over, not the batch.
+    pub fn seek(self, bytes: &[u8], target: usize) -> Option<ReadPos> {
+        let mut p = if target < self.at { Self::START } else { self };
+        loop {
+            if p.at == target {
+                return Some(p);
+            }
+            let header = decode_batch_header(bytes.get(p.batch..)?).ok()?;
+            let body_start = p.batch + BATCH_HEADER_LEN;
+            let body_end = body_start + header.body_len as usize;
+            let batch_end = body_end + FOOTER_LEN;
+            if target >= batch_end {
+                p = ReadPos {
+                    batch: batch_end,
+                    at: batch_end,
+                };
+                continue;
+            }
+            if target < body_start || target >= body_end {
+                // Inside the header or the footer.
+                return None;
+            }
+            let mut at = p.at.max(body_start);
+            while at < target {
+                let (_, len) = Record::decode(bytes.get(at..body_end)?).ok()?;
+                at += len;
+            }
+            return (at == target).then_some(ReadPos { batch: p.batch, at });
+        }
+    }
+}

@@ -1282,7 +1282,7 @@ fn sync_rejects_file_numbers_near_the_top_of_u32() {
 }
 
 #[test]
-fn sync_rejects_cursors_off_a_batch_boundary_past_the_end_or_of_a_missing_file() {
+fn sync_rejects_cursors_off_a_boundary_past_the_end_or_of_a_missing_file() {
     let h = honest();
     let id = h.next_id();
     let victim = 2u32;
@@ -1299,6 +1299,10 @@ fn sync_rejects_cursors_off_a_batch_boundary_past_the_end_or_of_a_missing_file()
         (
             "a cursor off a batch boundary",
             with_cursor(victim, off as u64),
+        ),
+        (
+            "a cursor inside a record",
+            with_cursor(victim, (boundaries[0] + BATCH_HEADER_LEN + 1) as u64),
         ),
         (
             "a cursor past the end of its file",
