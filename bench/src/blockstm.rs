@@ -12,6 +12,7 @@ use std::time::Instant;
 use alloy_primitives::{address, keccak256, Address, Bytes, B256, U256};
 use eyre::{eyre, Context, Result};
 use gigas_blockstm::{ParallelExecutor, Policy};
+use gigas_chain::bench::{weth9_code, WETH9};
 use gigas_evm::revm::bytecode::opcode::*;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
@@ -20,7 +21,6 @@ use gigas_evm::revm::state::{AccountInfo, Bytecode};
 use gigas_evm::{execute_block, load_fixtures_dir, PlainEvm, PreparedBlock, PreparedTx};
 use gigas_primitives::machine::Machine;
 use gigas_primitives::ChainSpec;
-use gigas_sequencer::genesis::{weth9_code, WETH9};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 

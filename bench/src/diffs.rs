@@ -24,6 +24,7 @@ use alloy_primitives::{
     address, keccak256, Address, Bytes, Signature, B256, KECCAK256_EMPTY, U256,
 };
 use eyre::{eyre, Result, WrapErr};
+use gigas_chain::bench::{weth9_code, WETH9};
 use gigas_evm::receipts::receipts_root_and_bloom;
 use gigas_evm::revm::context::{BlockEnv, TxEnv};
 use gigas_evm::revm::database::CacheDB;
@@ -35,7 +36,6 @@ use gigas_evm::{
 };
 use gigas_primitives::machine::Machine;
 use gigas_primitives::{state_checksum, AccountState, ChainSpec, ChangeSet};
-use gigas_sequencer::genesis::{weth9_code, WETH9};
 use gigas_statediff::{
     decode_body, encode_body, Compression, DiffFile, Header, KeyIndex, MemoryKeyIndex, MemoryState,
     PriorState, PriorValues, StateKey, StoreError,

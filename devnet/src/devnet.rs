@@ -232,7 +232,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
 
     // The benchmark chain, built once by this executable's `genesis` entry point and cached.
-    let fixtures = gigas_sequencer::genesis::default_fixtures_dir();
+    let fixtures = gigas_chain::bench::default_fixtures_dir();
     let (chain, chain_file) = ensure_genesis(Some(&exe), &genesis_dir, &spec, &fixtures)?;
     let bench = chain
         .bench_accounts
@@ -283,7 +283,7 @@ pub fn run(args: &Args) -> Result<()> {
 
     // The follower gets the public spec: full nodes refuse one carrying the signing key.
     let public_chain = tmp.join("public-chain.json");
-    gigas_sequencer::chain::write_public_spec(&chain, Some(&public_chain))
+    gigas_chain::write_public_spec(&chain, Some(&public_chain))
         .wrap_err("writing the full node's public chain spec")?;
     let mut fullnode_args: Vec<OsString> = vec![
         "--chain".into(),
@@ -403,7 +403,7 @@ pub fn run(args: &Args) -> Result<()> {
 
     let catch_up = catch_up(&http, &sequencer, &fullnode);
     println!("catch-up   : {catch_up}");
-    let addresses = gigas_sequencer::genesis::read_addresses(&bench)?;
+    let addresses = gigas_chain::bench::read_addresses(&bench)?;
     let state_check = compare_state(&http, &sequencer, &fullnode, &addresses);
     println!("state      : {state_check}");
     let prometheus_targets = match &prometheus {
@@ -597,7 +597,7 @@ fn run_profiler(out: &Path) -> ProfileOutcome {
 /// `--keep-running`: what a wallet needs, then everything stays up until Ctrl-C.
 fn keep_running(
     supervisor: &Supervisor,
-    chain: &gigas_sequencer::chain::ChainConfig,
+    chain: &gigas_chain::ChainConfig,
     sequencer: &Node,
     fullnode: &Node,
     report: &DevnetReport,
@@ -616,10 +616,10 @@ fn keep_running(
     if let PromStatus::Running { url, .. } = &report.results.prometheus {
         println!("  prometheus         : {url}");
     }
-    let accounts = gigas_sequencer::chain::dev_accounts()?;
+    let accounts = gigas_chain::dev_accounts()?;
     println!(
         "  funded accounts (10,000 ETH each; mnemonic \"{}\", path m/44'/60'/0'/0/i):",
-        gigas_sequencer::chain::DEV_MNEMONIC
+        gigas_chain::DEV_MNEMONIC
     );
     for a in accounts.iter().take(5) {
         println!("    {}  key {}", a.address, a.key);

@@ -12,8 +12,8 @@ use crate::fetch::{FetchConfig, SourceLayout};
 use crate::node::{FullNode, FullNodeConfig};
 use clap::Parser;
 use eyre::{bail, WrapErr};
+use gigas_chain::ChainConfig;
 use gigas_primitives::duration::parse_duration;
-use gigas_sequencer::chain::ChainConfig;
 use gigas_statedb::{Durability, HashedWrites, StateDbOptions, SyncSchedule, WriterOptions};
 use tracing::info;
 

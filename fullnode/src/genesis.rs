@@ -3,8 +3,8 @@
 //! (diff 0).
 
 use alloy_primitives::Address;
+use gigas_chain::ChainConfig;
 use gigas_primitives::genesis_checksum;
-use gigas_sequencer::chain::ChainConfig;
 use gigas_statedb::{GenesisBlock, GenesisEntry, GenesisOutcome, StateDb, StateDbError};
 use gigas_statediff::{ChainTip, DiffFile};
 
@@ -106,7 +106,7 @@ pub fn genesis_entries(
     }
     let bench = match &chain.bench_accounts {
         Some(bench) => {
-            let addresses = gigas_sequencer::genesis::read_addresses(bench)
+            let addresses = gigas_chain::bench::read_addresses(bench)
                 .map_err(|e| GenesisError::Chain(e.to_string()))?;
             Some((addresses, bench.balance))
         }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gigas_sequencer::chain::ChainConfig;
+use gigas_chain::ChainConfig;
 use gigas_statedb::{StateDb, StateDbError, StateDbOptions, WriterOptions};
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};

@@ -39,11 +39,11 @@ use alloy_rpc_types_trace::geth::{
     GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
 };
 use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolStatus};
+use gigas_chain::{BaseFeeConfig, ChainConfig};
 use gigas_evm::budget::CallBudget;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
 use gigas_sequencer::backend::{access_list_over, call_over, estimate_gas_over, trace_call_over};
-use gigas_sequencer::chain::{BaseFeeConfig, ChainConfig};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
 use crate::status::SyncState;

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use gigas_sequencer::chain::ChainConfig;
+use gigas_chain::ChainConfig;
 
 #[test]
 fn a_spec_with_the_signing_key_is_refused_and_the_exported_one_has_none() {

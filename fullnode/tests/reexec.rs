@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
+use gigas_chain::{dev_signer, ChainConfig};
 use gigas_fullnode::reexec::{
     check_receipts, compare, reexecute, verify_block, MismatchKey, ReexecError, Source, VerifyError,
 };
 use gigas_primitives::{ChangeSet, ChangeSetBuilder};
-use gigas_sequencer::chain::{dev_signer, ChainConfig};
 use gigas_sequencer::{CommittedBlock, Node, NodeConfig};
 use gigas_statedb::{BlockToApply, GenesisBlock, StateDb, StateDbOptions, WriterOptions};
 use gigas_statediff::BlockFile;

@@ -123,7 +123,7 @@ async fn tampered_forged_skipped_and_truncated_diffs_are_rejected_with_nothing_a
     let mut tampered = genuine.clone();
     let at = tampered.body.len() - 1;
     tampered.body[at] ^= 0x01;
-    let other = gigas_sequencer::chain::dev_signer(3).unwrap();
+    let other = gigas_chain::dev_signer(3).unwrap();
     let mut forged = genuine.clone();
     forged.signature = other.sign_hash_sync(&forged.header.hash_slow()).unwrap();
     let truncated = diffs[&k][..diffs[&k].len() / 2].to_vec();

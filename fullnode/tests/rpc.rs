@@ -13,11 +13,11 @@ use alloy_primitives::{keccak256, Address, Bytes, TxKind, B256, KECCAK256_EMPTY,
 use alloy_provider::{Provider, ProviderBuilder};
 use alloy_rpc_types_eth::{SyncStatus, TransactionRequest};
 use alloy_trie::{Nibbles, TrieAccount};
+use gigas_chain::{dev_accounts, dev_signer, ChainConfig};
 use gigas_fullnode::rpc::FullNodeBackend;
 use gigas_fullnode::status::SyncState;
 use gigas_primitives::{AccountState, ChangeSet, ChangeSetBuilder};
 use gigas_rpc::{RpcConfig, RpcServer, SubscriptionHub};
-use gigas_sequencer::chain::{dev_accounts, dev_signer, ChainConfig};
 use gigas_statedb::{
     BlockToApply, GenesisBlock, GenesisEntry, StateDb, StateDbOptions, WriterOptions,
 };

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::SequencerBackend;
-use crate::chain::{dev_accounts, ChainConfig};
 use crate::diffs::{DiffConfig, DiffWriter};
 use crate::{Node, NodeConfig};
 use alloy_primitives::U256;
 use clap::{Args, Parser, Subcommand};
 use eyre::{bail, WrapErr};
+use gigas_chain::{dev_accounts, ChainConfig};
 use gigas_evm::jit::JitMode;
 use gigas_primitives::duration::parse_duration;
 use tracing::{error, info};
@@ -314,7 +314,7 @@ fn export_chain(args: ExportChainArgs) -> eyre::Result<()> {
             .wrap_err_with(|| format!("reading the chain spec {}", path.display()))?,
         None => ChainConfig::dev(250)?,
     };
-    let public = crate::chain::write_public_spec(&chain, args.out.as_deref())?;
+    let public = gigas_chain::write_public_spec(&chain, args.out.as_deref())?;
     if args.out.is_none() {
         println!("{public}");
     }
@@ -335,14 +335,14 @@ fn genesis(args: GenesisArgs) -> eyre::Result<()> {
         let fixtures = args
             .fixtures
             .clone()
-            .unwrap_or_else(crate::genesis::default_fixtures_dir);
-        Some(crate::genesis::BenchToken::weth9(&fixtures, balance)?)
+            .unwrap_or_else(gigas_chain::bench::default_fixtures_dir);
+        Some(gigas_chain::bench::BenchToken::weth9(&fixtures, balance)?)
     } else {
         None
     };
-    let spec = crate::genesis::build_bench_chain_with(
+    let spec = gigas_chain::bench::build_bench_chain_with(
         &args.out,
-        &crate::genesis::BenchGenesis {
+        &gigas_chain::bench::BenchGenesis {
             count: args.accounts,
             seed: args.seed,
             balance,
@@ -565,7 +565,7 @@ fn print_dev_accounts() -> eyre::Result<()> {
     }
     println!(
         "\nMnemonic: {}\nDerivation path: m/44'/60'/0'/0/i\n",
-        crate::chain::DEV_MNEMONIC
+        gigas_chain::DEV_MNEMONIC
     );
     Ok(())
 }

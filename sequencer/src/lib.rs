@@ -83,16 +83,14 @@
 //! is, after any crash, either in a durable block or back in the pool.
 
 pub mod backend;
-pub mod chain;
 pub mod cli;
 pub mod diffs;
 pub mod diffs_http;
-pub mod genesis;
 pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod rpc_args;
 pub mod state;
 
-pub use chain::ChainConfig;
+pub use gigas_chain::ChainConfig;
 pub use node::{CommittedBlock, HeadBlock, Node, NodeConfig, NodeError, SubmitError};

@@ -26,9 +26,9 @@ use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
-use crate::chain::ChainConfig;
 use crate::metrics::{NodeMetrics, Stage};
 use crate::state::{Head, StateDb};
+use gigas_chain::ChainConfig;
 
 /// What the genesis block's extra data says.
 pub const EXTRA_DATA: &[u8] = b"gigas";
@@ -38,7 +38,7 @@ pub const EXTRA_DATA: &[u8] = b"gigas";
 pub enum NodeError {
     /// The chain config is unusable.
     #[error(transparent)]
-    Chain(#[from] crate::chain::ChainError),
+    Chain(#[from] gigas_chain::ChainError),
     /// Vilmo failed.
     #[error("state store (Vilmo): {0}")]
     Vilmo(#[from] gigas_vilmo::Error),

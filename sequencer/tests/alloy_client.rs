@@ -18,7 +18,7 @@ use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use common::NodeProcess;
 use futures::StreamExt;
-use gigas_sequencer::chain::dev_signer;
+use gigas_chain::dev_signer;
 
 const CHAIN_ID: u64 = 1337;
 const TOPIC: B256 = b256!("0x00000000000000000000000000000000000000000000000000000000deadbeef");

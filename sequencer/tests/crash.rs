@@ -19,7 +19,7 @@ use alloy_provider::{Provider, ProviderBuilder};
 use alloy_rpc_types_eth::BlockNumberOrTag;
 use alloy_signer_local::PrivateKeySigner;
 use common::NodeProcess;
-use gigas_sequencer::chain::{dev_signer, ChainConfig};
+use gigas_chain::{dev_signer, ChainConfig};
 
 /// A transaction that got a hash.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use common::{Follower, NodeProcess};
 use futures::StreamExt;
-use gigas_sequencer::chain::dev_signer;
+use gigas_chain::dev_signer;
 use gigas_statediff::{
     verify_and_decode, BlockFile, ChainTip, DiffErrorKind, DiffFile, PriorState,
 };

@@ -13,7 +13,7 @@ use alloy_eips::eip7702::Authorization;
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use gigas_sequencer::chain::{bench_key, dev_signer, ChainConfig, GenesisAccount};
+use gigas_chain::{bench_key, dev_signer, ChainConfig, GenesisAccount};
 use gigas_sequencer::{Node, NodeConfig};
 
 const VICTIMS: u64 = 100;

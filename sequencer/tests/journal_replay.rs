@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
-use gigas_sequencer::chain::{dev_signer, ChainConfig};
+use gigas_chain::{dev_signer, ChainConfig};
 use gigas_sequencer::{Node, NodeConfig};
 
 fn transfer(from: u32, nonce: u64, max_fee: u128) -> Bytes {

@@ -12,7 +12,7 @@ use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use common::NodeProcess;
-use gigas_sequencer::chain::dev_signer;
+use gigas_chain::dev_signer;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

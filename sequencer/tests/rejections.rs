@@ -14,7 +14,7 @@ use alloy_primitives::{Address, Bytes, Signature, TxKind, B256, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use alloy_signer_local::PrivateKeySigner;
 use common::NodeProcess;
-use gigas_sequencer::chain::dev_signer;
+use gigas_chain::dev_signer;
 
 use gigas_test_support::sign_raw as sign;
 

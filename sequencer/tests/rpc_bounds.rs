@@ -251,7 +251,7 @@ fn block_size_is_the_rlp_length_of_the_block() {
     let node = NodeProcess::start(&dir.path().join("node"), &["--block-time", "100ms"]);
     let client = reqwest::blocking::Client::new();
     let url = node.url.as_str();
-    let signer = gigas_sequencer::chain::dev_signer(0).unwrap();
+    let signer = gigas_chain::dev_signer(0).unwrap();
     let raw = gigas_test_support::sign_raw(
         &signer,
         alloy_consensus::TxEip1559 {
@@ -348,7 +348,7 @@ fn the_pending_nonce_counts_sealed_blocks() {
     let node = NodeProcess::start(&dir.path().join("node"), &["--block-time", "20ms"]);
     let client = reqwest::blocking::Client::new();
     let url = node.url.as_str();
-    let signer = gigas_sequencer::chain::dev_signer(3).unwrap();
+    let signer = gigas_chain::dev_signer(3).unwrap();
     let from = format!("{:#x}", signer.address());
     let mut refused = Vec::new();
     for i in 0..200 {

@@ -11,7 +11,7 @@ use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_provider::{Provider, ProviderBuilder};
 use common::NodeProcess;
-use gigas_sequencer::chain::dev_signer;
+use gigas_chain::dev_signer;
 
 /// A field of /proc/PID/status in KiB. Resident memory is split because MDBX and Vilmo map
 /// their files: file-backed pages grow with the database and the kernel reclaims them under

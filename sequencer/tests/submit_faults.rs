@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use alloy_primitives::Bytes;
 use alloy_signer_local::PrivateKeySigner;
-use gigas_sequencer::chain::{dev_signer, ChainConfig};
+use gigas_chain::{dev_signer, ChainConfig};
 use gigas_sequencer::{Node, NodeConfig, SubmitError};
 
 fn transfer(key: &PrivateKeySigner, nonce: u64) -> Bytes {

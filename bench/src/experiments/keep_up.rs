@@ -171,9 +171,9 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         .wrap_err_with(|| format!("creating {}", log_path.display()))?;
     // The follower gets the public spec: full nodes refuse one carrying the signing key.
     let public_chain = out.join("public-chain.json");
-    let loaded = gigas_sequencer::chain::ChainConfig::load(&chain)
+    let loaded = gigas_chain::ChainConfig::load(&chain)
         .wrap_err_with(|| format!("reading {}", chain.display()))?;
-    gigas_sequencer::chain::write_public_spec(&loaded, Some(&public_chain))
+    gigas_chain::write_public_spec(&loaded, Some(&public_chain))
         .wrap_err("writing the full node's public chain spec")?;
     let child = Command::new(&fullnode)
         .arg("--chain")

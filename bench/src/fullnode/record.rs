@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use eyre::{bail, eyre, Result, WrapErr};
-use gigas_sequencer::chain::ChainConfig;
+use gigas_chain::ChainConfig;
 use gigas_statediff::archive::{Archive, FileKind};
 use gigas_statediff::{BlockFile, DiffFile};
 use serde::{Deserialize, Serialize};

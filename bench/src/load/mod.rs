@@ -657,8 +657,8 @@ fn run(
         .bench_accounts
         .clone()
         .ok_or_else(|| eyre!("{} has no benchmark accounts", chain_file.display()))?;
-    let addresses = gigas_sequencer::genesis::read_addresses(&bench)?;
-    let token = erc20.then_some(gigas_sequencer::genesis::WETH9);
+    let addresses = gigas_chain::bench::read_addresses(&bench)?;
+    let token = erc20.then_some(gigas_chain::bench::WETH9);
     let generator = Generator::new(
         common.workload,
         common.distribution,

@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use eyre::{bail, eyre, Result, WrapErr};
-use gigas_sequencer::chain::ChainConfig;
-use gigas_sequencer::genesis::WETH9;
+use gigas_chain::bench::WETH9;
+use gigas_chain::ChainConfig;
 
 /// The `gigas-sequencer` binary: `explicit`, else the one beside this executable (a test's
 /// executable sits one directory deeper, in `deps/`).
@@ -94,7 +94,7 @@ pub fn ensure_genesis(
         match ChainConfig::load(&chain) {
             Ok(config) if spec.matches(&config) => {
                 if let Some(bench) = &config.bench_accounts {
-                    if gigas_sequencer::genesis::addresses_checksum(bench).is_ok() {
+                    if gigas_chain::bench::addresses_checksum(bench).is_ok() {
                         return Ok((config, chain));
                     }
                 }

@@ -7,7 +7,7 @@ use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{hex, Address, Bytes, TxKind, B256, U256};
 use eyre::{eyre, Result};
-use gigas_sequencer::chain::bench_key;
+use gigas_chain::bench_key;
 use rayon::prelude::*;
 
 use super::{Distribution, Workload};

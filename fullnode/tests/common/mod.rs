@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_signer_local::PrivateKeySigner;
-use gigas_sequencer::chain::dev_signer;
+use gigas_chain::dev_signer;
 
 /// The `gigas-sequencer` binary the workspace build made beside this test.
 pub fn sequencer_bin() -> PathBuf {

@@ -9,8 +9,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, B256};
+use gigas_chain::ChainConfig;
 use gigas_primitives::{genesis_checksum, AccountState};
-use gigas_sequencer::chain::ChainConfig;
 use gigas_statediff::{verify_and_decode, ChainTip, DiffFile, MemoryKeyIndex, MemoryState};
 
 /// A running node process; killed when dropped.

@@ -4,7 +4,7 @@
 //! accounts cost minutes of CPU: `gigas-sequencer genesis` derives them once, in parallel,
 //! into an addresses file beside a chain spec that names it. A node then starts on that spec
 //! by reading the file (about a second per million accounts), and a load generator derives
-//! any account's key from the seed without curve work ([`crate::chain::bench_key`]).
+//! any account's key from the seed without curve work ([`crate::spec::bench_key`]).
 //!
 //! File layout: magic `GIGASACC`, version u32 LE (1), seed u64 LE, count u64 LE, then
 //! `count` 20-byte addresses in index order, then BLAKE3 of everything before it (32 bytes).
@@ -22,7 +22,7 @@ use alloy_primitives::{address, keccak256, Address, Bytes, U256};
 use alloy_signer_local::PrivateKeySigner;
 use rayon::prelude::*;
 
-use crate::chain::{bench_key, BenchAccounts, ChainConfig, GenesisAccount};
+use crate::spec::{bench_key, BenchAccounts, ChainConfig, GenesisAccount};
 
 /// WETH9 on Ethereum mainnet: the token of the ERC-20 benchmark, at its mainnet address.
 pub const WETH9: Address = address!("c02aaa39b223fe8d0a0e5c4f27ead9083c756cc2");
@@ -52,6 +52,9 @@ pub enum GenesisError {
         /// What is wrong, and what to do.
         message: String,
     },
+    /// The chain spec built is not valid.
+    #[error(transparent)]
+    Chain(#[from] crate::spec::ChainError),
     /// The mainnet fixtures could not give a token's code.
     #[error("mainnet fixtures in {dir}: {message}")]
     Fixtures {
@@ -126,7 +129,8 @@ pub fn default_fixtures_dir() -> PathBuf {
     if relative.is_dir() {
         return relative;
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet")
+    // This crate sits at `crates/chain` in the checkout; `shared` is beside the checkout.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/mainnet")
 }
 
 /// What a benchmark chain holds beyond the dev chain.
@@ -282,7 +286,7 @@ pub fn build_bench_chain(
     balance: U256,
     block_time_ms: u64,
     progress: &(dyn Fn(u64) + Sync),
-) -> eyre::Result<std::path::PathBuf> {
+) -> Result<PathBuf, GenesisError> {
     build_bench_chain_with(
         dir,
         &BenchGenesis {
@@ -303,10 +307,13 @@ pub fn build_bench_chain_with(
     dir: &Path,
     genesis: &BenchGenesis,
     progress: &(dyn Fn(u64) + Sync),
-) -> eyre::Result<std::path::PathBuf> {
-    use eyre::WrapErr;
+) -> Result<PathBuf, GenesisError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| GenesisError::Io { path, source }
+    };
     let (count, seed) = (genesis.count, genesis.seed);
-    std::fs::create_dir_all(dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
     let file_name = format!("accounts-{count}-{seed}.bin");
     let addresses = derive_addresses(seed, count, progress);
     write_addresses(&dir.join(&file_name), seed, &addresses)?;
@@ -340,16 +347,15 @@ pub fn build_bench_chain_with(
     });
     let spec = dir.join("chain.json");
     let tmp = dir.join("chain.json.tmp");
-    let file =
-        std::fs::File::create(&tmp).wrap_err_with(|| format!("writing {}", tmp.display()))?;
+    let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
     let mut out = std::io::BufWriter::new(file);
     serde_json::to_writer_pretty(&mut out, &config)
-        .wrap_err_with(|| format!("writing {}", tmp.display()))?;
-    out.flush()
-        .wrap_err_with(|| format!("writing {}", tmp.display()))?;
+        .map_err(std::io::Error::from)
+        .map_err(io(&tmp))?;
+    out.flush().map_err(io(&tmp))?;
     drop(out);
     // Written whole or not at all: a cache of benchmark chains keys on this file existing.
-    std::fs::rename(&tmp, &spec).wrap_err_with(|| format!("writing {}", spec.display()))?;
+    std::fs::rename(&tmp, &spec).map_err(io(&spec))?;
     Ok(spec)
 }
 

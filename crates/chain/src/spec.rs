@@ -404,7 +404,7 @@ impl ChainConfig {
         let mut hasher = blake3::Hasher::new();
         hasher.update(b"gigas genesis fingerprint v1");
         if let Some(bench) = &mut spec.bench_accounts {
-            let digest = crate::genesis::addresses_checksum(bench)
+            let digest = crate::bench::addresses_checksum(bench)
                 .map_err(|e| ChainError::Invalid(e.to_string()))?;
             hasher.update(&digest);
             bench.file = PathBuf::new();
@@ -445,7 +445,7 @@ impl ChainConfig {
             .collect();
         let mut writes = genesis_writes(accounts, codes);
         if let Some(bench) = &self.bench_accounts {
-            let addresses = crate::genesis::read_addresses(bench)
+            let addresses = crate::bench::read_addresses(bench)
                 .map_err(|e| ChainError::Invalid(e.to_string()))?;
             let state = AccountState {
                 nonce: 0,
