@@ -156,7 +156,7 @@ struct Cli {
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     prefetch: bool,
     #[command(flatten)]
-    rpc: gigas_sequencer::rpc_args::RpcArgs,
+    rpc: gigas_rpc_eth::RpcArgs,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
 }
@@ -287,8 +287,8 @@ where
         },
         prefetch: cli.prefetch,
     };
-    let runtime = gigas_sequencer::rpc_args::runtime("gigas-fullnode", Some(2))
-        .wrap_err("starting the async runtime")?;
+    let runtime =
+        gigas_rpc_eth::runtime("gigas-fullnode", Some(2)).wrap_err("starting the async runtime")?;
     info!(sequencer = %cli.sequencer, datadir = %datadir.display(), "starting the full node");
     let node = FullNode::start(config, &runtime)
         .wrap_err_with(|| format!("starting the full node in {}", datadir.display()))?;

@@ -43,7 +43,7 @@ use gigas_chain::{BaseFeeConfig, ChainConfig};
 use gigas_evm::budget::CallBudget;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
-use gigas_sequencer::backend::{access_list_over, call_over, estimate_gas_over, trace_call_over};
+use gigas_rpc_eth::{access_list_over, call_over, estimate_gas_over, trace_call_over};
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
 use crate::status::SyncState;
@@ -100,7 +100,7 @@ fn store(e: StateDbError) -> RpcError {
 pub fn rpc_header(stored: &StoredHeader) -> RpcHeader {
     RpcHeader {
         size: None,
-        ..gigas_sequencer::backend::rpc_header(&stored.header, stored.hash)
+        ..gigas_rpc_eth::rpc_header(&stored.header, stored.hash)
     }
 }
 
@@ -418,10 +418,7 @@ impl FullNodeBackend {
         let _ = full;
         let mut header = rpc_header(&stored);
         // The block's RLP length, as the sequencer reports it: the header and empty lists.
-        header.size = Some(U256::from(gigas_sequencer::backend::block_size(
-            &stored.header,
-            &[],
-        )));
+        header.size = Some(U256::from(gigas_rpc_eth::block_size(&stored.header, &[])));
         Ok(Some(Block {
             header,
             uncles: Vec::new(),

@@ -184,7 +184,7 @@ struct RunArgs {
           value_parser = parse_duration)]
     history_index_sync_period: Duration,
     #[command(flatten)]
-    rpc: crate::rpc_args::RpcArgs,
+    rpc: gigas_rpc_eth::RpcArgs,
     /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
     /// on the JSON-RPC port; copy it to any static web server to serve followers from there.
     /// Default: DATADIR/archive.
@@ -427,7 +427,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     }
 
     let runtime =
-        crate::rpc_args::runtime("gigas-rpc", None).wrap_err("starting the async runtime")?;
+        gigas_rpc_eth::runtime("gigas-rpc", None).wrap_err("starting the async runtime")?;
     let rpc_config = args
         .rpc
         .config(SocketAddr::new(args.http_addr, args.http_port));

@@ -89,7 +89,6 @@ pub mod diffs_http;
 pub mod memory;
 pub mod metrics;
 pub mod node;
-pub mod rpc_args;
 pub mod state;
 
 pub use gigas_chain::ChainConfig;

@@ -15,7 +15,7 @@
 //!
 //! Beside them, `gigas_sequencer_threads`: each thread that allocates keeps its own allocator
 //! heap, and the threads that serve RPC's blocking work are bounded
-//! ([`crate::rpc_args::max_blocking_threads`]) for that reason. With tokio's default of 512,
+//! ([`gigas_rpc_eth::max_blocking_threads`]) for that reason. With tokio's default of 512,
 //! a load of 1,000 tx/s in HTTP batches over 1M accounts grew the node to 217 threads and
 //! 1.6 GiB anonymous in a minute; bounded, it held 44 threads and about 480 MiB, level.
 //!

@@ -151,7 +151,7 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
     assert_eq!(unaccounted, anon - (txpool + jit + vilmo + diffs));
     // Threads are reported, and the blocking pool's bound holds them.
     let threads = value(&text, "gigas_sequencer_threads").expect("threads");
-    let bound = gigas_sequencer::rpc_args::max_blocking_threads() + 64;
+    let bound = gigas_rpc_eth::max_blocking_threads() + 64;
     assert!(
         threads > 2.0 && threads < bound as f64,
         "{threads} threads (bound {bound})"

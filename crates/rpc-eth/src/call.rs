@@ -1,0 +1,161 @@
+//! Calls over a state: `eth_call`, `eth_estimateGas`, `eth_createAccessList` and
+//! `debug_traceCall`, each held to a [`CallBudget`], with errors in the words Ethereum tools
+//! match. Both nodes answer these four with the same functions over their own state.
+
+use alloy_consensus::Header;
+use alloy_primitives::{Bytes, U256};
+use alloy_rpc_types_eth::state::StateOverride;
+use alloy_rpc_types_eth::{AccessListResult, BlockOverrides, TransactionRequest};
+use alloy_rpc_types_trace::geth::{GethDebugTracingCallOptions, GethTrace};
+use gigas_evm::budget::CallBudget;
+use gigas_evm::call::{CallError, CallRequest, Estimate};
+use gigas_evm::revm::context::result::{ExecutionResult, InvalidTransaction};
+use gigas_evm::revm::database_interface::DatabaseRef;
+use gigas_evm::trace::{TraceCaps, Tracer};
+use gigas_evm::TxError;
+use gigas_primitives::ChainSpec;
+use gigas_rpc::RpcError;
+
+/// `eth_call` of `req` over `db`, the state after `header`'s block, under `spec`, held to
+/// `budget` (gas, memory, time). The full node answers with this too.
+pub fn call_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    state: Option<&StateOverride>,
+    block: Option<&BlockOverrides>,
+    budget: CallBudget,
+) -> Result<Bytes, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    let call = CallRequest::new(spec, header, req, state, block, budget);
+    let result = call
+        .run(db, call.call_gas())
+        .map_err(|e| call_error(req, e))?;
+    call_outcome(result).map(|(out, _)| out)
+}
+
+/// `eth_estimateGas` of `req` over `db` as [`call_over`] (see [`CallRequest::estimate`]): every
+/// probe over the one state `db` holds, all within one budget.
+pub fn estimate_gas_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    state: Option<&StateOverride>,
+    block: Option<&BlockOverrides>,
+    budget: CallBudget,
+) -> Result<u64, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    let call = CallRequest::new(spec, header, req, state, block, budget);
+    match call.estimate(db).map_err(|e| call_error(req, e))? {
+        Estimate::Gas(gas) => Ok(gas),
+        // geth's words: ethers, viem and web3.py show them as they are.
+        Estimate::ExceedsAllowance(allowance) => Err(RpcError::ExecutionFailed(format!(
+            "gas required exceeds allowance ({allowance})"
+        ))),
+        // A call that fails with all the gas it may have: answer its error.
+        Estimate::Failed(failed) => call_outcome(failed).map(|(_, used)| used),
+    }
+}
+
+/// `eth_createAccessList` of `req` over `db` as [`call_over`]: the list, the gas with it, and
+/// the call's failure beside them when it reverted or halted (as geth answers).
+pub fn access_list_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    state: Option<&StateOverride>,
+    budget: CallBudget,
+) -> Result<AccessListResult, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    let call = CallRequest::new(spec, header, req, state, None, budget);
+    let found = call.access_list(db).map_err(|e| call_error(req, e))?;
+    let error = match call_outcome(found.result) {
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    };
+    Ok(AccessListResult {
+        access_list: found.access_list,
+        gas_used: U256::from(found.gas_used),
+        error,
+    })
+}
+
+/// `debug_traceCall` of `req` over `db` as [`call_over`], with the options' state and block
+/// overrides; the trace within `caps`.
+pub fn trace_call_over<DB>(
+    spec: &ChainSpec,
+    header: &Header,
+    db: &DB,
+    req: &TransactionRequest,
+    options: &GethDebugTracingCallOptions,
+    budget: CallBudget,
+) -> Result<GethTrace, RpcError>
+where
+    DB: DatabaseRef,
+    DB::Error: std::fmt::Display,
+{
+    if options.tx_index.is_some() {
+        return Err(RpcError::InvalidParams(
+            "debug_traceCall with txIndex is not supported: the call runs on the state after \
+             the block"
+                .into(),
+        ));
+    }
+    let tracer = Tracer::from_options(&options.tracing_options)
+        .map_err(|e| RpcError::InvalidParams(e.to_string()))?;
+    let call = CallRequest::new(
+        spec,
+        header,
+        req,
+        options.state_overrides.as_ref(),
+        options.block_overrides.as_ref(),
+        budget,
+    );
+    call.trace(db, &tracer, TraceCaps::default())
+        .map_err(|e| call_error(req, e))
+}
+
+/// The output and gas of a call that succeeded; its revert reason or halt as an RPC error.
+fn call_outcome(result: ExecutionResult) -> Result<(Bytes, u64), RpcError> {
+    let used = result.tx_gas_used();
+    match result {
+        ExecutionResult::Success { output, .. } => Ok((output.into_data(), used)),
+        ExecutionResult::Revert { output, .. } => Err(RpcError::revert(output)),
+        // geth answers a halt with the EVM's error alone ("out of gas", "invalid jump
+        // destination", ...).
+        ExecutionResult::Halt { reason, .. } => Err(RpcError::ExecutionFailed(reason.to_string())),
+    }
+}
+
+/// A call that could not run, in the words Ethereum tools match: geth's "insufficient funds
+/// for gas * price + value" (ethers reports INSUFFICIENT_FUNDS on it, viem
+/// InsufficientFundsError), its timeout message, revm's reason otherwise.
+fn call_error(req: &TransactionRequest, e: CallError) -> RpcError {
+    match e {
+        CallError::Tx(TxError::Invalid(InvalidTransaction::LackOfFundForMaxFee {
+            fee,
+            balance,
+        })) => RpcError::ExecutionFailed(format!(
+            "insufficient funds for gas * price + value: address {} have {balance} want {fee}",
+            req.from.unwrap_or_default()
+        )),
+        CallError::Tx(TxError::Invalid(reason)) => RpcError::ExecutionFailed(reason.to_string()),
+        timeout @ CallError::Timeout(_) => RpcError::Timeout(timeout.to_string()),
+        CallError::Trace(reason) => RpcError::LimitExceeded(reason),
+        // A state override that cannot be laid is the request's fault.
+        CallError::Override(reason) => RpcError::InvalidParams(format!("state override: {reason}")),
+        other => RpcError::Internal(other.to_string()),
+    }
+}
