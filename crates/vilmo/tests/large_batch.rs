@@ -3,7 +3,11 @@
 //! more than the budget, a store reopened at every step continues where it stopped, and its
 //! contents always equal those of a store never reopened.
 
+mod common;
+
 use std::collections::BTreeMap;
+
+use common::contents;
 
 use gigas_vilmo::{Batch, Options, Vilmo};
 
@@ -29,14 +33,6 @@ fn value(i: u64, version: u64) -> Vec<u8> {
     let mut v = format!("v{version}-").into_bytes();
     v.resize(40 + (i % 17) as usize, (i ^ version) as u8);
     v
-}
-
-fn contents(store: &Vilmo) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    store.for_each(|k, v| {
-        out.insert(k.to_vec(), v.to_vec());
-    });
-    out
 }
 
 #[test]

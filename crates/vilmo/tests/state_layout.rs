@@ -3,7 +3,11 @@
 //! ChangeSet with `changeset_writes`, and the store then holds, key for key, what a plain
 //! model of accounts and storage holds after applying the same ChangeSet, also after a reopen.
 
+mod common;
+
 use std::collections::BTreeMap;
+
+use common::contents;
 
 use alloy_primitives::{Address, B256, U256};
 use gigas_evm::revm::database::{AccountState as DbState, CacheDB, EmptyDB};
@@ -130,14 +134,6 @@ fn commit(store: &mut Vilmo, writes: Vec<Write>) {
         .expect("key and value within Vilmo's bounds");
     }
     store.commit(batch).expect("commit");
-}
-
-fn contents(store: &Vilmo) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    store.for_each(|k, v| {
-        out.insert(k.to_vec(), v.to_vec());
-    });
-    out
 }
 
 #[test]
