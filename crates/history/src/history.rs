@@ -685,14 +685,17 @@ impl Shared {
             guard.len()
         };
         metrics.unindexed_blocks.set(unindexed as i64);
+        // Durable through `last`: by the commit itself (a zero period), or by a sync made now.
+        // Otherwise the log keeps the batch until a later durable point covers it.
         let period = self.options.index_sync_period;
-        // Durable through `last`: by the commit itself, or by a sync made now. Otherwise the
-        // log keeps the batch until a later durable point covers it.
-        let durable = period.is_zero() || last_sync.elapsed() >= period;
-        if !period.is_zero() && durable {
-            self.index.sync()?;
-            *last_sync = Instant::now();
-        }
+        let durable = period.is_zero() || {
+            let due = last_sync.elapsed() >= period;
+            if due {
+                self.index.sync()?;
+                *last_sync = Instant::now();
+            }
+            due
+        };
         if durable {
             let mut log = lock(&self.log);
             log.remove_through(last)?;

@@ -179,8 +179,8 @@ impl Index {
 
     /// Writes consecutive blocks in one write transaction (a group commit): all or none of
     /// them are in the history afterwards, a page that several of its blocks change is written
-    /// once, and the commit is durable or not as the environment's sync mode says. Each block is checked and pruned as by
-    /// [`Self::commit_block`].
+    /// once, and the commit is durable or not as the environment's sync mode says. Each block
+    /// is checked and pruned as by [`Self::commit_block`].
     pub(crate) fn commit_blocks(&self, records: &[BlockRecord<'_>]) -> Result<(), HistoryError> {
         let mut sorted = Vec::with_capacity(records.len());
         for record in records {

@@ -474,10 +474,7 @@ impl ReadPos {
             if p.at == target {
                 return Some(p);
             }
-            let header = decode_batch_header(bytes.get(p.batch..)?).ok()?;
-            let body_start = p.batch + BATCH_HEADER_LEN;
-            let body_end = body_start + header.body_len as usize;
-            let batch_end = body_end + FOOTER_LEN;
+            let (body_start, body_end, batch_end) = p.batch_bounds(bytes)?;
             if target >= batch_end {
                 p = ReadPos {
                     batch: batch_end,
@@ -496,5 +493,14 @@ impl ReadPos {
             }
             return (at == target).then_some(ReadPos { batch: p.batch, at });
         }
+    }
+
+    /// The batch `self` lies in: where its body starts and ends, and where the next batch
+    /// starts. `None` if no batch header decodes there (the end of the file's batches).
+    pub fn batch_bounds(self, bytes: &[u8]) -> Option<(usize, usize, usize)> {
+        let header = decode_batch_header(bytes.get(self.batch..)?).ok()?;
+        let body_start = self.batch + BATCH_HEADER_LEN;
+        let body_end = body_start + header.body_len as usize;
+        Some((body_start, body_end, body_end + FOOTER_LEN))
     }
 }

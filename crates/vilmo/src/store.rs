@@ -1043,14 +1043,12 @@ impl<S: Storage> Vilmo<S> {
 
         let t_plan = started.elapsed();
         // 2. Bounded, deterministic compaction work, resumed where the last batch stopped.
-        let own_bytes: u64 = planned
-            .iter()
-            .map(|p| p.record().encoded_len() as u64)
-            .sum();
+        let own_records = planned.len();
+        let own_len: usize = planned.iter().map(|p| p.record().encoded_len()).sum();
         let budget = self
             .options
             .compaction_bytes_per_batch
-            .max(own_bytes.saturating_mul(3));
+            .max(own_len as u64 * 3);
         let mut victim_done = None;
         let cursor = self
             .state
@@ -1071,11 +1069,9 @@ impl<S: Storage> Vilmo<S> {
                 while pos.at < bytes.len() && !(read_any && pos.at >= budget_end) {
                     // Verified bytes always hold whole batches and records; a failed decode
                     // (a can't-happen) stops the step rather than panic.
-                    let Ok(bh) = decode_batch_header(&bytes[pos.batch..]) else {
+                    let Some((body_start, body_end, batch_end)) = pos.batch_bounds(bytes) else {
                         break;
                     };
-                    let body_start = pos.batch + BATCH_HEADER_LEN;
-                    let body_end = body_start + bh.body_len as usize;
                     let mut at = pos.at.max(body_start);
                     while at < body_end && !(read_any && at >= budget_end) {
                         let Some(Ok((record, rec_len))) =
@@ -1135,7 +1131,6 @@ impl<S: Storage> Vilmo<S> {
                         pos.at = at;
                         break;
                     }
-                    let batch_end = body_end + FOOTER_LEN;
                     pos = ReadPos {
                         batch: batch_end,
                         at: batch_end,
@@ -1156,7 +1151,11 @@ impl<S: Storage> Vilmo<S> {
 
         // 3. Encode, choosing the file: rotate when this batch would push the current file
         //    past its target size.
-        let body_len: usize = planned.iter().map(|p| p.record().encoded_len()).sum();
+        let body_len = own_len
+            + planned[own_records..]
+                .iter()
+                .map(|p| p.record().encoded_len())
+                .sum::<usize>();
         let total = BATCH_HEADER_LEN + body_len + FOOTER_LEN;
         if total > MAX_BATCH_LEN {
             self.buf = buf;
