@@ -20,7 +20,8 @@ pub struct ApplyTimings {
     pub verify: f64,
     /// Decoding the body: reading the key index and the prior values (the state's pages).
     pub read: f64,
-    /// Writing plain, hashed and index tables into the open transaction.
+    /// Writing the block's state into the group (in memory until the commit), and its code,
+    /// index keys and header into the open transaction.
     pub write: f64,
     /// Updating the MPT and storing its branch nodes.
     pub trie: f64,

@@ -147,7 +147,7 @@ struct Cli {
     /// the apply thread instead, inside its write transaction.
     #[arg(long = "trie.root-threads", value_name = "N", default_value_t = 0)]
     trie_root_threads: usize,
-    /// Read each fetched diff's keys (plain and hashed leaves, trie paths) on a thread of
+    /// Read each fetched diff's keys (hashed leaves, trie paths) on a thread of
     /// their own before the apply thread takes it, so that the pages it needs are in memory
     /// by then. Off by default, as measured over 10M accounts (`gigas-bench fullnode
     /// --prefetch false,true`): with the state in memory it took CPU from the roots (8 %

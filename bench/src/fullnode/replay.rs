@@ -232,11 +232,19 @@ impl Mode {
     }
 }
 
+fn layout_v1() -> u32 {
+    1
+}
+
 /// The genesis database every run starts from a copy of.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GenesisInfo {
     /// The chain's genesis fingerprint.
     pub chain_fingerprint: String,
+    /// The state database's layout version it was written in (1 before the field existed):
+    /// a cache of another layout is written again, as a node would start from a new database.
+    #[serde(default = "layout_v1")]
+    pub layout_version: u32,
     /// Seconds `gigas_fullnode::genesis::initialize` took (checking diff 0, writing the
     /// state, computing the root and storing the whole trie).
     pub seconds: f64,
@@ -477,7 +485,10 @@ pub(super) fn ensure_genesis_db(
             .ok()
             .and_then(|t| serde_json::from_str::<GenesisInfo>(&t).ok());
         match cached {
-            Some(mut info) if info.chain_fingerprint == recording.chain_fingerprint => {
+            Some(mut info)
+                if info.chain_fingerprint == recording.chain_fingerprint
+                    && info.layout_version == gigas_statedb::SCHEMA_VERSION =>
+            {
                 info.dir = root.join("db");
                 println!(
                     "genesis database {} ({} accounts, {:.2} GB on disk; written in {:.1} s)",
@@ -489,7 +500,7 @@ pub(super) fn ensure_genesis_db(
                 return Ok(info);
             }
             _ => eprintln!(
-                "{}: not this chain's genesis; writing it again",
+                "{}: not this chain's genesis or not this build's layout; writing it again",
                 root.display()
             ),
         }
@@ -525,6 +536,7 @@ pub(super) fn ensure_genesis_db(
     drop(db);
     let info = GenesisInfo {
         chain_fingerprint: recording.chain_fingerprint.clone(),
+        layout_version: gigas_statedb::SCHEMA_VERSION,
         seconds,
         accounts: outcome.accounts,
         slots: outcome.slots,

@@ -38,7 +38,7 @@ pub fn markdown(r: &FullnodeReport) -> String {
     );
     let _ = writeln!(
         md,
-        "- apply path: `gigas_fullnode::apply::Applier` as the node runs it (verify the frame, the signature and the checksum chain while decoding against the state; write plain, hashed and index tables; root; in live modes, as the node serves each block before its commit, append its diff to the applied-block log and record its redo record; commit); the diffs were read into memory before the clock started"
+        "- apply path: `gigas_fullnode::apply::Applier` as the node runs it (verify the frame, the signature and the checksum chain while decoding against the state; write the state (in memory until the commit), code, index keys and header; root; in live modes, as the node serves each block before its commit, append its diff to the applied-block log and record its redo record; commit); the diffs were read into memory before the clock started"
     );
     let _ = writeln!(md, "- modes: {}", r.config.modes.join("; "));
     let _ = writeln!(
@@ -93,7 +93,7 @@ pub fn markdown(r: &FullnodeReport) -> String {
     let _ = writeln!(md, "## Where the time goes (the median run of each mode)\n");
     let _ = writeln!(
         md,
-        "decode: frame, CRC, zstd; verify: header hash, signature recovery, checksum chain; read: decoding the body against the state (the key index and the prior values: the state's pages); write: plain, hashed and index tables into the open transaction; trie: the MPT update and its branch nodes (live only; it includes the block's hashed-table writes, which a root flushes first); commit: the group's sorted hashed-table writes, then MDBX's commit and sync; other: the loop around them.\n"
+        "decode: frame, CRC, zstd; verify: header hash, signature recovery, checksum chain; read: decoding the body against the state (the key index and the prior values: the state's pages); write: the state into the group (in memory), code, index keys and headers into the open transaction; trie: the MPT update and its branch nodes (live only; it includes the block's hashed-table writes, which a root flushes first); commit: the group's sorted hashed-table writes, then MDBX's commit and sync; other: the loop around them.\n"
     );
     let names: Vec<&str> = r
         .summary

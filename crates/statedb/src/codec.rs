@@ -377,7 +377,7 @@ mod tests {
         ] {
             encode_account(&state, &mut buf);
             assert_eq!(
-                decode_account(Table::PlainAccountState, &[], &buf).unwrap(),
+                decode_account(Table::HashedAccounts, &[], &buf).unwrap(),
                 state
             );
         }
@@ -390,8 +390,8 @@ mod tests {
             &mut buf,
         );
         assert_eq!(buf.len(), 1 + 1 + 1 + 8);
-        assert!(decode_account(Table::PlainAccountState, &[], &[9]).is_err());
-        assert!(decode_account(Table::PlainAccountState, &[], &[0, 0, 1]).is_err());
+        assert!(decode_account(Table::HashedAccounts, &[], &[9]).is_err());
+        assert!(decode_account(Table::HashedAccounts, &[], &[0, 0, 1]).is_err());
     }
 
     #[test]

@@ -184,17 +184,12 @@ fn clear_all(dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
 fn write_chunk(
     dbs: &Dbs,
     txn: &RwTxUnsync,
-    mut accounts: Vec<GenesisAccount>,
-    mut slots: Vec<(Address, U256, U256)>,
+    accounts: Vec<GenesisAccount>,
+    slots: Vec<(Address, U256, U256)>,
 ) -> Result<(), StateDbError> {
     let mut buf = Vec::with_capacity(128);
-    accounts.sort_unstable_by_key(|a| a.0);
-    let plain = dbs.get(Table::PlainAccountState);
     let codes = dbs.get(Table::Bytecodes);
-    for (address, state, code) in &accounts {
-        codec::encode_account(state, &mut buf);
-        txn.put(plain, address, &buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write PlainAccountState"))?;
+    for (_, state, code) in &accounts {
         if let Some(code) = code {
             txn.put(codes, state.code_hash, code, WriteFlags::empty())
                 .map_err(StateDbError::mdbx("write Bytecodes"))?;
@@ -214,16 +209,6 @@ fn write_chunk(
     }
     drop(hashed);
 
-    slots.sort_unstable_by_key(|s| (s.0, s.1));
-    write_slots(
-        txn,
-        dbs,
-        Table::PlainStorageState,
-        slots
-            .iter()
-            .map(|(a, s, v)| (a.as_slice().to_vec(), B256::from(s.to_be_bytes::<32>()), *v)),
-        &mut buf,
-    )?;
     let mut hashed: Vec<(B256, B256, U256)> = slots
         .iter()
         .map(|(a, s, v)| (keccak256(a), keccak256(s.to_be_bytes::<32>()), *v))

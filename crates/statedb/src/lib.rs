@@ -1,8 +1,8 @@
 //! gigas-statedb: the full node's state in MDBX (`signet-libmdbx`, reth's bindings), with
-//! reth's table layout, a writer that applies verified blocks in groups, the Ethereum state
+//! reth's table layout less its tables by address (see [`tables`]), a writer that applies verified blocks in groups, the Ethereum state
 //! root kept incrementally with `alloy-trie`, and `eth_getProof` proofs.
 //!
-//! **Owns:** the current state (plain and hashed accounts and storage, code), the state
+//! **Owns:** the current state (accounts and storage by hash, code), the state
 //! trie's branch nodes, the state-diff enumeration index ([`gigas_statediff::KeyIndex`]), the
 //! applied head (number, hash, chained state checksum) and the headers of applied blocks with
 //! the MPT root computed for them. Reads: [`StateView`] (a snapshot of the last commit) and
@@ -24,8 +24,6 @@
 //!
 //! | table | key | value | dup |
 //! |---|---|---|---|
-//! | `PlainAccountState` | address (20) | compact account | |
-//! | `PlainStorageState` | address (20) | slot (32) ‖ trimmed value | DUPSORT |
 //! | `Bytecodes` | code hash (32) | code | |
 //! | `HashedAccounts` | keccak(address) (32) | compact account | |
 //! | `HashedStorages` | keccak(address) (32) | keccak(slot) (32) ‖ trimmed value | DUPSORT |
@@ -62,11 +60,10 @@
 //! MDBX lets a write transaction read its own writes, so the writer is itself the prior state
 //! and key index the next block decodes against, the open group included.
 //!
-//! Plain tables are written as each block is applied (the next block's decoding reads them),
-//! in the ChangeSet's order, which is address order. Hashed tables are only read by the root,
-//! so by default ([`HashedWrites::SortedPerGroup`]) their writes are collected over the
-//! group, deduplicated (a hot account changed by many blocks is written once) and written in
-//! key order before a root or the commit. Measured (`tests/settings.rs`, Zipf transfers,
+//! By default ([`HashedWrites::SortedPerGroup`]) a group's state writes are collected in
+//! memory, deduplicated (a hot account changed by many blocks is written once) and written
+//! in key order at the commit (or before a root inside the transaction); the writer's reads
+//! (the next block's prior values) look in them before the transaction. Measured (`tests/settings.rs`, Zipf transfers,
 //! batched groups, 100k and 300k accounts): 416k to 543k state changes per second sorted
 //! against 323k to 351k in ChangeSet order, so sorting pays.
 //!
@@ -180,7 +177,7 @@ mod writer;
 pub use db::StateDb;
 pub use error::StateDbError;
 pub use metrics::StateDbMetrics;
-pub use tables::{Dup, Table};
+pub use tables::{Dup, Table, SCHEMA_VERSION};
 pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;
 pub use types::{

@@ -4,7 +4,7 @@
 use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
 
-use alloy_primitives::{Address, Bytes, B256, U256};
+use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 use gigas_primitives::AccountState;
 use gigas_statediff::{ChainTip, StateKey};
 use signet_libmdbx::tx::Tx;
@@ -35,33 +35,59 @@ pub(crate) fn get<'tx, K: TransactionKind>(
         .map_err(StateDbError::read(table.name()))
 }
 
+/// An account by address: its row in `HashedAccounts` (the state keeps no table by address;
+/// see [`crate::tables`]).
 pub(crate) fn account<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     address: &Address,
 ) -> Result<Option<AccountState>, StateDbError> {
-    get(dbs, txn, Table::PlainAccountState, address.as_slice())?
-        .map(|v| codec::decode_account(Table::PlainAccountState, address.as_slice(), &v))
+    hashed_account(dbs, txn, &keccak256(address))
+}
+
+/// An account by keccak(address).
+pub(crate) fn hashed_account<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    hashed: &B256,
+) -> Result<Option<AccountState>, StateDbError> {
+    get(dbs, txn, Table::HashedAccounts, hashed.as_slice())?
+        .map(|v| codec::decode_account(Table::HashedAccounts, hashed.as_slice(), &v))
         .transpose()
 }
 
+/// A slot's value by address and slot (zero when it is not stored).
 pub(crate) fn slot<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     address: &Address,
     slot: &U256,
 ) -> Result<U256, StateDbError> {
-    let table = Table::PlainStorageState;
+    hashed_slot(
+        dbs,
+        txn,
+        &keccak256(address),
+        &keccak256(slot.to_be_bytes::<32>()),
+    )
+}
+
+/// A slot's value by keccak(address) and keccak(slot) (zero when it is not stored).
+pub(crate) fn hashed_slot<K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &Tx<K>,
+    hashed_address: &B256,
+    hashed_slot: &B256,
+) -> Result<U256, StateDbError> {
+    let table = Table::HashedStorages;
     let mut cursor = txn
         .cursor(dbs.get(table))
-        .map_err(StateDbError::mdbx("open a PlainStorageState cursor"))?;
-    let slot = B256::from(slot.to_be_bytes::<32>());
+        .map_err(StateDbError::mdbx("open a HashedStorages cursor"))?;
     let found: Option<Cow<'_, [u8]>> = cursor
-        .get_both_range(address.as_slice(), slot.as_slice())
+        .get_both_range(hashed_address.as_slice(), hashed_slot.as_slice())
         .map_err(StateDbError::read(table.name()))?;
     match found {
-        Some(row) if row.starts_with(slot.as_slice()) => {
-            Ok(codec::decode_slot(table, address.as_slice(), &row)?.1)
+        Some(row) if row.starts_with(hashed_slot.as_slice()) => {
+            Ok(codec::decode_slot(table, hashed_address.as_slice(), &row)?.1)
         }
         _ => Ok(U256::ZERO),
     }

@@ -5,26 +5,20 @@
 //! order, `‖` is concatenation, "compact account" and "trimmed" are defined in the crate
 //! documentation. Opening a database creates the tables that are missing and checks the flags
 //! of those that exist (a table created with other flags is an error).
+//!
+//! **No tables by address.** reth keeps every account and slot twice, by address for
+//! execution and by hash for the trie. A diff follower does not execute blocks; its reads by
+//! address (RPC, `eth_call`, the diff decoder's prior values) cost one keccak more through
+//! the hashed tables. Each change then dirties one leaf page instead of two, which over 10M
+//! accounts is about a quarter of the pages a commit writes, and half the leaf pages the page
+//! cache must hold. Layout version 1 had `PlainAccountState` and `PlainStorageState`;
+//! [`crate::StateDb::open`] empties them when it opens a version 1 database.
 
 pub use gigas_mdbx::Dup;
 
 gigas_mdbx::tables! {
     /// A table of the state database.
     Table {
-        /// Accounts by address (reth's `PlainAccountState`): what reads, revm and the diff decoder
-        /// see.
-        PlainAccountState {
-            key: "address (20)",
-            value: "compact account",
-            dup: No
-        },
-        /// Non-zero storage slots by address (reth's `PlainStorageState`): one sorted duplicate
-        /// per slot, so that a wipe deletes an account's storage in one call.
-        PlainStorageState {
-            key: "address (20)",
-            value: "slot (32) ‖ trimmed value",
-            dup: Sorted
-        },
         /// Contract code by its keccak-256.
         Bytecodes {
             key: "code hash (32)",
@@ -114,5 +108,11 @@ pub(crate) const META_LAST_ROOT: &[u8] = b"last_root";
 pub(crate) const META_TRIE: &[u8] = b"trie";
 /// `Meta` key of the enumeration index's length (u64).
 pub(crate) const META_INDEX_LEN: &[u8] = b"index_len";
-/// The layout this build writes and reads.
-pub(crate) const SCHEMA_VERSION: u32 = 1;
+/// The layout this build writes and reads (`Meta`'s `schema_version`).
+pub const SCHEMA_VERSION: u32 = 2;
+/// Tables of layout version 1 that version 2 no longer has (name, and their flags for opening
+/// them): emptied when a version 1 database is opened.
+pub(crate) const DROPPED_IN_V2: [(&str, gigas_mdbx::Dup); 2] = [
+    ("PlainAccountState", gigas_mdbx::Dup::No),
+    ("PlainStorageState", gigas_mdbx::Dup::Sorted),
+];

@@ -169,8 +169,8 @@ macro_rules! impl_state_reads {
                 &self,
                 address: &alloy_primitives::Address,
             ) -> Result<Option<gigas_primitives::AccountState>, gigas_statediff::StoreError> {
-                let (dbs, txn) = self.reads().map_err(gigas_statediff::StoreError::new)?;
-                $crate::read::account(dbs, txn, address).map_err(gigas_statediff::StoreError::new)
+                self.account(address)
+                    .map_err(gigas_statediff::StoreError::new)
             }
 
             fn slot(
@@ -178,8 +178,7 @@ macro_rules! impl_state_reads {
                 address: &alloy_primitives::Address,
                 slot: &alloy_primitives::U256,
             ) -> Result<alloy_primitives::U256, gigas_statediff::StoreError> {
-                let (dbs, txn) = self.reads().map_err(gigas_statediff::StoreError::new)?;
-                $crate::read::slot(dbs, txn, address, slot)
+                self.storage(address, slot)
                     .map_err(gigas_statediff::StoreError::new)
             }
         }
@@ -214,16 +213,15 @@ macro_rules! impl_state_reads {
                 &self,
                 address: alloy_primitives::Address,
             ) -> Result<Option<gigas_evm::revm::state::AccountInfo>, $crate::StateDbError> {
-                let (dbs, txn) = self.reads()?;
-                Ok($crate::read::account(dbs, txn, &address)?.map(|a| {
-                    gigas_evm::revm::state::AccountInfo {
+                Ok(self
+                    .account(&address)?
+                    .map(|a| gigas_evm::revm::state::AccountInfo {
                         balance: a.balance,
                         nonce: a.nonce,
                         code_hash: a.code_hash,
                         code: None,
                         ..Default::default()
-                    }
-                }))
+                    }))
             }
 
             fn code_by_hash_ref(
@@ -245,8 +243,7 @@ macro_rules! impl_state_reads {
                 address: alloy_primitives::Address,
                 index: alloy_primitives::U256,
             ) -> Result<alloy_primitives::U256, $crate::StateDbError> {
-                let (dbs, txn) = self.reads()?;
-                $crate::read::slot(dbs, txn, &address, &index)
+                self.storage(&address, &index)
             }
 
             fn block_hash_ref(

@@ -2,7 +2,7 @@
 //!
 //! A follower knows every key a block changes before it applies the block. Reading them
 //! through a view on another thread brings their pages into the page cache while the
-//! writer is busy with the block before: the plain and hashed leaves the decode and the
+//! writer is busy with the block before: the hashed leaves the decode and the
 //! writes find, and the stored trie nodes on each key's path that the root walks. Under a
 //! memory limit those reads are page faults; taken here they no longer stall the writer.
 //! With everything cached already it only costs a core some B-tree searches.
@@ -48,14 +48,13 @@ impl StateView<'_> {
     /// Reads what applying a block that writes `keys` will read (see the module doc), in
     /// key order, and throws it away. Keys may repeat and need not exist.
     pub fn warm(&self, keys: &[StateKey]) -> Result<Warmed, StateDbError> {
-        let mut accounts: Vec<(B256, &alloy_primitives::Address)> = Vec::new();
-        let mut slots: Vec<(B256, B256, &alloy_primitives::Address, B256)> = Vec::new();
+        let mut accounts: Vec<B256> = Vec::new();
+        let mut slots: Vec<(B256, B256)> = Vec::new();
         for key in keys {
             match key {
-                StateKey::Account(address) => accounts.push((keccak256(address), address)),
+                StateKey::Account(address) => accounts.push(keccak256(address)),
                 StateKey::Slot(address, slot) => {
-                    let plain = B256::from(slot.to_be_bytes::<32>());
-                    slots.push((keccak256(address), keccak256(plain), address, plain));
+                    slots.push((keccak256(address), keccak256(slot.to_be_bytes::<32>())));
                 }
             }
         }
@@ -63,13 +62,9 @@ impl StateView<'_> {
         accounts.dedup();
         slots.sort_unstable();
         slots.dedup();
-        let mut plain = cursor(self, Table::PlainAccountState)?;
         let mut hashed = cursor(self, Table::HashedAccounts)?;
         let mut nodes = cursor(self, Table::AccountsTrie)?;
-        for (h, address) in &accounts {
-            let _: Row<'_> = plain
-                .set_range(address.as_slice())
-                .map_err(StateDbError::read("PlainAccountState"))?;
+        for h in &accounts {
             let _: Row<'_> = hashed
                 .set_range(h.as_slice())
                 .map_err(StateDbError::read("HashedAccounts"))?;
@@ -80,13 +75,9 @@ impl StateView<'_> {
                     .map_err(StateDbError::read("AccountsTrie"))?;
             }
         }
-        let mut plain = cursor(self, Table::PlainStorageState)?;
         let mut hashed = cursor(self, Table::HashedStorages)?;
         let mut nodes = cursor(self, Table::StoragesTrie)?;
-        for (h, hs, address, slot) in &slots {
-            let _: Option<Cow<'_, [u8]>> = plain
-                .get_both_range(address.as_slice(), slot.as_slice())
-                .map_err(StateDbError::read("PlainStorageState"))?;
+        for (h, hs) in &slots {
             let _: Option<Cow<'_, [u8]>> = hashed
                 .get_both_range(h.as_slice(), hs.as_slice())
                 .map_err(StateDbError::read("HashedStorages"))?;

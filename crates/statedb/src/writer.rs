@@ -78,8 +78,10 @@ pub struct StateWriter<'db> {
     /// Something was written since the last commit.
     dirty: bool,
     group: Group,
-    /// Hashed-table writes of the open group (written sorted and once per key) and, when
-    /// roots run over it ([`StateWriter::layered`]), the trie nodes they changed.
+    /// State writes of the open group not yet in the transaction (written sorted and once
+    /// per key, at the commit or before a root inside the transaction), which the writer's
+    /// reads look in first, and, when roots run over it ([`StateWriter::layered`]), the trie
+    /// nodes they changed.
     hashed: TrieLayer,
     /// Since the last commit, every hashed-table and trie write of the group went into
     /// `hashed` (none into the transaction): a read transaction with `hashed` over it sees
@@ -380,16 +382,32 @@ impl<'db> StateWriter<'db> {
         Ok(self.current.index_len)
     }
 
-    /// An account as the open group left it.
+    /// An account as the open group left it: the group's writes not yet in the transaction
+    /// first ([`StateWriter::hashed`]), then the transaction.
     pub fn account(&self, address: &Address) -> Result<Option<AccountState>, StateDbError> {
+        let h = keccak256(address);
+        if let Some(state) = self.hashed.accounts.get(&h) {
+            return Ok(*state);
+        }
         let (dbs, txn) = self.reads()?;
-        read::account(dbs, txn, address)
+        read::hashed_account(dbs, txn, &h)
     }
 
-    /// A slot as the open group left it.
+    /// A slot as the open group left it (as [`StateWriter::account`]; a slot of a storage
+    /// the group wiped and did not write again is zero).
     pub fn storage(&self, address: &Address, slot: &U256) -> Result<U256, StateDbError> {
+        let h = keccak256(address);
+        let hs = keccak256(slot.to_be_bytes::<32>());
+        if let Some(layer) = self.hashed.storage.get(&h) {
+            if let Some(value) = layer.slots.get(&hs) {
+                return Ok(*value);
+            }
+            if layer.wiped {
+                return Ok(U256::ZERO);
+            }
+        }
         let (dbs, txn) = self.reads()?;
-        read::slot(dbs, txn, address, slot)
+        read::hashed_slot(dbs, txn, &h, &hs)
     }
 
     /// Code by its hash, the open group's included.
@@ -481,7 +499,7 @@ impl<'db> StateWriter<'db> {
             // The trie is off: it no longer follows the state, and the next root rebuilds it.
             self.current.trie_valid = false;
         }
-        self.write_plain(changes)?;
+        self.write_codes(changes)?;
         self.write_hashed(changes)?;
         self.write_index(block.header.number, block.new_keys)?;
 
@@ -514,39 +532,8 @@ impl<'db> StateWriter<'db> {
         Ok(root)
     }
 
-    fn write_plain(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
+    fn write_codes(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
         let (dbs, txn) = self.reads()?;
-        let buf = &mut Vec::with_capacity(128);
-        let accounts_db = dbs.get(Table::PlainAccountState);
-        let mut storage = cursor(dbs, txn, Table::PlainStorageState)?;
-        for (address, change) in changes.accounts() {
-            if change.storage_wiped {
-                delete_dups(&mut storage, address.as_slice())?;
-            }
-            match &change.state {
-                Some(state) => {
-                    codec::encode_account(state, buf);
-                    txn.put(accounts_db, address, &*buf, WriteFlags::empty())
-                        .map_err(StateDbError::mdbx("write PlainAccountState"))?;
-                }
-                None => {
-                    txn.del(accounts_db, address, None)
-                        .map_err(StateDbError::mdbx("delete from PlainAccountState"))?;
-                }
-            }
-        }
-        for (address, slot, value) in changes.storage() {
-            let key = B256::from(slot.to_be_bytes::<32>());
-            put_slot(
-                &mut storage,
-                Table::PlainStorageState,
-                address.as_slice(),
-                &key,
-                value,
-                false,
-                buf,
-            )?;
-        }
         let codes = dbs.get(Table::Bytecodes);
         for (hash, code) in changes.bytecodes() {
             txn.put(codes, hash, code, WriteFlags::empty())

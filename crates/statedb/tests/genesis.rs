@@ -128,3 +128,91 @@ fn an_interrupted_genesis_is_cleared_by_the_next() {
     }
     second.assert_held_by(&view, &[]);
 }
+
+/// Layout version 1 kept accounts and slots by address as well. Opening such a database
+/// empties those tables and marks it version 2, and every account and slot still reads the
+/// same, through the hashed tables; a later layout than this build's is refused.
+#[test]
+fn a_layout_1_database_is_upgraded_in_place() {
+    use gigas_mdbx::signet_libmdbx::{DatabaseFlags, WriteFlags};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(13);
+    let model = random_model(&mut rng, 300);
+    let root = {
+        let db = open(dir.path());
+        common::apply_genesis(&db, &Chain::genesis(), &model, 50)
+    };
+    let env_options = gigas_mdbx::EnvOptions {
+        max_size_bytes: 4 << 30,
+        growth_step_bytes: 16 << 20,
+        page_size: None,
+        max_readers: 16,
+        sync_mode: gigas_mdbx::signet_libmdbx::SyncMode::Durable,
+        readahead: false,
+        write_map: false,
+        autosync_period: None,
+    };
+    let set_version = |version: u32, plain_rows: bool| {
+        let env = gigas_mdbx::open_env(dir.path(), &env_options).unwrap();
+        let txn = env.begin_rw_unsync().unwrap();
+        if plain_rows {
+            // What version 1 held: a row per account and per slot, by address.
+            let accounts = txn
+                .create_db(Some("PlainAccountState"), DatabaseFlags::empty())
+                .unwrap();
+            let storage = txn
+                .create_db(Some("PlainStorageState"), DatabaseFlags::DUP_SORT)
+                .unwrap();
+            for address in model.accounts.keys() {
+                txn.put(accounts, address, [1u8, 2, 0], WriteFlags::empty())
+                    .unwrap();
+                txn.put(storage, address, [7u8; 33], WriteFlags::empty())
+                    .unwrap();
+            }
+        }
+        let meta = txn.open_db(Some("Meta")).unwrap();
+        txn.put(
+            meta,
+            b"schema_version",
+            version.to_be_bytes(),
+            WriteFlags::empty(),
+        )
+        .unwrap();
+        txn.commit().unwrap();
+    };
+    let plain_entries = || {
+        let env = gigas_mdbx::open_env(dir.path(), &env_options).unwrap();
+        let txn = env.begin_ro_unsync().unwrap();
+        ["PlainAccountState", "PlainStorageState"].map(|name| {
+            let db = txn.open_db(Some(name)).unwrap();
+            txn.db_stat(&db).unwrap().entries()
+        })
+    };
+    set_version(1, true);
+    assert_eq!(
+        plain_entries(),
+        [model.accounts.len(), model.accounts.len()]
+    );
+
+    let db = open(dir.path());
+    let view = db.view().unwrap();
+    assert_eq!(view.last_root().unwrap(), Some((0, root)));
+    assert_eq!(view.state_root_from_scratch().unwrap(), root);
+    model.assert_held_by(&view, &[]);
+    drop(view);
+    drop(db);
+    assert_eq!(plain_entries(), [0, 0]);
+    // Upgraded once: opening again changes nothing.
+    let db = open(dir.path());
+    model.assert_held_by(&db.view().unwrap(), &[]);
+    drop(db);
+
+    set_version(gigas_statedb::SCHEMA_VERSION + 1, false);
+    let err = gigas_statedb::StateDb::open(dir.path(), common::small_options()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("{}", gigas_statedb::SCHEMA_VERSION + 1)),
+        "{err}"
+    );
+}
