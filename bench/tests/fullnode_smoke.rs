@@ -72,13 +72,18 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     assert_eq!(
         modes,
         [
-            Mode::Batched { group: 3, sync },
+            Mode::Batched {
+                group: 3,
+                sync,
+                write_map: false
+            },
             Mode::Live {
                 sync,
                 group: 1,
                 trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64,
                 root: RootArg::Layered(0),
                 prefetch: false,
+                write_map: false,
             }
         ]
     );

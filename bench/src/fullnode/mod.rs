@@ -252,6 +252,10 @@ pub struct FullnodeArgs {
     /// durable points).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "periodic")]
     pub durability: Vec<DurabilityArg>,
+    /// MDBX's write map for each run's database (`gigas-fullnode --db.write-map`, off by
+    /// default); `true,false` runs every mode with each, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
+    pub write_map: Vec<bool>,
     /// What the page cache holds of each run's database when its clock starts.
     #[arg(long, value_enum, default_value = "warm")]
     pub page_cache: PageCache,
@@ -316,10 +320,18 @@ impl FullnodeArgs {
     /// The modes in the order of a round: every batched group, then live.
     pub fn mode_list(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
-        for &sync in &self.durability {
+        for (&sync, &write_map) in self
+            .durability
+            .iter()
+            .flat_map(|s| self.write_map.iter().map(move |w| (s, w)))
+        {
             if self.modes.contains(&ModeKind::Batched) {
                 for &group in &self.group {
-                    modes.push(Mode::Batched { group, sync });
+                    modes.push(Mode::Batched {
+                        group,
+                        sync,
+                        write_map,
+                    });
                 }
             }
             if self.modes.contains(&ModeKind::Live) {
@@ -333,6 +345,7 @@ impl FullnodeArgs {
                                     trie_cache,
                                     root,
                                     prefetch,
+                                    write_map,
                                 });
                             }
                         }

@@ -92,6 +92,8 @@ pub enum Mode {
         group: u64,
         /// How commits reach the disk.
         sync: DurabilityArg,
+        /// MDBX's write map ([`StateDbOptions::write_map`]).
+        write_map: bool,
     },
     /// Root every block, a commit every `group` blocks (1: every block, the "live").
     Live {
@@ -105,6 +107,8 @@ pub enum Mode {
         root: RootArg,
         /// A prefetch thread reads each block's pages ahead (`gigas_fullnode::prefetch`).
         prefetch: bool,
+        /// MDBX's write map ([`StateDbOptions::write_map`]).
+        write_map: bool,
     },
 }
 
@@ -124,10 +128,36 @@ impl Mode {
         }
     }
 
+    /// Whether the run's database uses MDBX's write map.
+    pub fn write_map(&self) -> bool {
+        match *self {
+            Self::Batched { write_map, .. } | Self::Live { write_map, .. } => write_map,
+        }
+    }
+
     /// A label for tables.
     pub fn label(&self) -> String {
+        let base = self.base_label();
+        if self.write_map() {
+            format!("{}, write map)", base.trim_end_matches(')'))
+        } else {
+            base
+        }
+    }
+
+    /// A short name for files and directories.
+    pub fn short(&self) -> String {
+        let base = self.base_short();
+        if self.write_map() {
+            format!("{base}-wm")
+        } else {
+            base
+        }
+    }
+
+    fn base_label(&self) -> String {
         match self {
-            Self::Batched { group, sync } => {
+            Self::Batched { group, sync, .. } => {
                 format!("batched (commit every {group} blocks, {})", sync.name())
             }
             Self::Live {
@@ -136,6 +166,7 @@ impl Mode {
                 trie_cache,
                 root,
                 prefetch,
+                ..
             } => format!(
                 "live (root and commit every block, {}, {}, {}{})",
                 sync.name(),
@@ -149,6 +180,7 @@ impl Mode {
                 trie_cache,
                 root,
                 prefetch,
+                ..
             } => format!(
                 "live (root every block, commit every {group} blocks, {}, {}, {}{})",
                 sync.name(),
@@ -159,16 +191,16 @@ impl Mode {
         }
     }
 
-    /// A short name for files and directories.
-    pub fn short(&self) -> String {
+    fn base_short(&self) -> String {
         match self {
-            Self::Batched { group, sync } => format!("batched-{group}-{}", sync.name()),
+            Self::Batched { group, sync, .. } => format!("batched-{group}-{}", sync.name()),
             Self::Live {
                 sync,
                 group: 1,
                 trie_cache,
                 root,
                 prefetch,
+                ..
             } => format!(
                 "live-{}-tc{}-{}{}",
                 sync.name(),
@@ -182,6 +214,7 @@ impl Mode {
                 trie_cache,
                 root,
                 prefetch,
+                ..
             } => format!(
                 "live-{group}-{}-tc{}-{}{}",
                 sync.name(),
@@ -898,6 +931,7 @@ impl Replay<'_> {
         };
         let options = StateDbOptions {
             durability: mode.sync().to_statedb(),
+            write_map: mode.write_map(),
             ..self.options.clone()
         };
         let every_commit = options.durability.every_commit();

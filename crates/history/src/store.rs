@@ -98,6 +98,7 @@ impl Index {
                 readahead: false,
                 write_map: options.write_map,
                 autosync_period: None,
+                max_dirty_pages: None,
             },
         )?;
         let dbs: [Database; Table::COUNT] =

@@ -216,6 +216,10 @@ pub struct EnvOptions {
     /// one whenever the file must grow (what it does without a period or byte threshold), so
     /// that durable points come from the store's own schedule, with this as a backstop.
     pub autosync_period: Option<std::time::Duration>,
+    /// Most dirty pages a write transaction keeps in memory before MDBX spills some to the
+    /// file (`MDBX_opt_txn_dp_limit`; `None`: MDBX's default, a share of the machine's RAM,
+    /// which knows nothing of a cgroup's limit). Without the write map dirty pages are heap.
+    pub max_dirty_pages: Option<u64>,
 }
 
 /// The data file MDBX keeps in an environment's directory (beside `mdbx.lck`).
@@ -255,6 +259,9 @@ pub fn open_env(dir: &Path, options: &EnvOptions) -> Result<Environment, OpenErr
     }
     if let Some(period) = options.autosync_period {
         builder.set_sync_period(period);
+    }
+    if let Some(pages) = options.max_dirty_pages {
+        builder.set_txn_dp_limit(pages);
     }
     builder.open(dir).map_err(mdbx("open the environment"))
 }
@@ -478,6 +485,7 @@ mod tests {
             readahead: false,
             write_map: false,
             autosync_period: None,
+            max_dirty_pages: None,
         }
     }
 

@@ -114,6 +114,10 @@ impl StateDb {
                     Durability::Periodic(schedule) => Some(schedule.period.saturating_mul(4)),
                     _ => None,
                 },
+                max_dirty_pages: Some(
+                    (options.max_dirty_bytes / options.page_size.unwrap_or(4096).max(256) as u64)
+                        .max(1024),
+                ),
             },
         )?;
         if upgrade_from_v1(&env)? {

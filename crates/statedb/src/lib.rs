@@ -121,13 +121,17 @@
 //!   nobody asked for, which under a memory limit evicts the ones that matter. reth turns it
 //!   off; here a 5.5 GB MDBX state under a 2 GiB cgroup ran uniform updates over 400 times
 //!   slower with it on (node-facts.md).
-//! - **Write map on** ([`StateDbOptions::write_map`]): a group of many blocks dirties many
-//!   pages; with the write map they are modified in the file mapping instead of copied into
-//!   heap buffers (and spilled when those fill), as reth does for its large sync
-//!   transactions. Measured: batched 416k to 543k changes/s with it against 425k to 428k
-//!   without; live (root and commit every block) 48k to 67k against 43k to 55k, the commits
-//!   of root blocks being faster with it. The dirty pages are page cache, which counts
-//!   against a cgroup's limit: to measure again under the limit.
+//! - **Write map off** ([`StateDbOptions::write_map`]): with it, a transaction changes pages
+//!   in the file mapping itself; without it, in heap copies that the commit writes with
+//!   `pwrite`. On small states it was faster (batched 416k to 543k changes/s against 425k
+//!   to 428k). Over 10M accounts, live, a commit every 32 blocks, alternating in one run
+//!   (`gigas-bench fullnode --live-group 32 --write-map true,false --runs 2`): 40,354 and
+//!   39,991 changes/s with it, 51,396 and 52,338 without, and 31 CPU seconds against 19.
+//!   The difference is the kernel: each durable point writes back pages that are mapped
+//!   writable, so it write-protects every one (a TLB flush on every core, an IPI that costs
+//!   a VM exit), and the next write to each faults again. Without the map the dirty pages
+//!   are heap until the commit: [`StateDbOptions::max_dirty_bytes`] bounds them (MDBX
+//!   writes some early past it).
 //! - **Durability** ([`Durability`]): `Durable` syncs every commit; `Periodic` (the full
 //!   node's default) leaves commits unsynced and makes a durable point per
 //!   [`SyncSchedule`], so that a power loss rolls back to it and a process kill loses
@@ -183,7 +187,8 @@ pub use trie::overlay::StateOverlay;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
-    WriterOptions, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_TRIE_CACHE_BYTES,
+    WriterOptions, DEFAULT_MAX_DIRTY_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
+    DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;

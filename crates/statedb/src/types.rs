@@ -86,8 +86,12 @@ pub struct StateDbOptions {
     /// MDBX page size in bytes (a power of two, 256 to 65536); `None` takes the OS page size.
     pub page_size: Option<usize>,
     /// Open with `MDBX_WRITEMAP`: write transactions change pages in the file mapping itself
-    /// instead of in heap copies.
+    /// instead of in heap copies (off by default; see the crate documentation).
     pub write_map: bool,
+    /// Most bytes of dirty pages a write transaction keeps in memory before MDBX writes some
+    /// to the file early (`MDBX_opt_txn_dp_limit`, rounded down to pages). Without the write
+    /// map they are heap, and a commit over 10M accounts dirties about 400 MB of pages.
+    pub max_dirty_bytes: u64,
     /// Let the kernel read ahead around each page fault (off: `MDBX_NORDAHEAD`).
     pub readahead: bool,
     /// Sync mode of commits.
@@ -96,13 +100,17 @@ pub struct StateDbOptions {
     pub max_readers: u64,
 }
 
+/// [`StateDbOptions::max_dirty_bytes`] by default.
+pub const DEFAULT_MAX_DIRTY_BYTES: u64 = 256 << 20;
+
 impl Default for StateDbOptions {
     fn default() -> Self {
         Self {
             max_size_bytes: 1 << 40,
             growth_step_bytes: 1 << 30,
             page_size: None,
-            write_map: true,
+            write_map: false,
+            max_dirty_bytes: DEFAULT_MAX_DIRTY_BYTES,
             readahead: false,
             durability: Durability::Durable,
             max_readers: 4096,

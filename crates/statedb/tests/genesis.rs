@@ -152,6 +152,7 @@ fn a_layout_1_database_is_upgraded_in_place() {
         readahead: false,
         write_map: false,
         autosync_period: None,
+        max_dirty_pages: None,
     };
     let set_version = |version: u32, plain_rows: bool| {
         let env = gigas_mdbx::open_env(dir.path(), &env_options).unwrap();
