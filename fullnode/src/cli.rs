@@ -163,6 +163,13 @@ struct Cli {
     /// saved (2.5M major faults against 1.9M, 9 % slower).
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     prefetch: bool,
+    /// At the head, write each applied block's changes into MDBX's open write transaction
+    /// while waiting for the next block, instead of all of a group's at its commit: the
+    /// commit then stalls the node for the last block's writes and MDBX's own commit instead
+    /// of the whole group's (about 0.7 s per 32 blocks over 10M accounts). Catching up, the
+    /// next block is already waiting and nothing changes. `false`: everything at the commit.
+    #[arg(long = "db.flush-idle", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    db_flush_idle: bool,
     #[command(flatten)]
     rpc: gigas_rpc_eth::RpcArgs,
     #[command(flatten)]
@@ -295,6 +302,7 @@ where
             max_bytes: cli.state_window_mib.saturating_mul(1 << 20),
         },
         prefetch: cli.prefetch,
+        flush_idle: cli.db_flush_idle,
     };
     let runtime =
         gigas_rpc_eth::runtime("gigas-fullnode", Some(2)).wrap_err("starting the async runtime")?;

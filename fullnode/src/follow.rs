@@ -51,6 +51,9 @@ pub struct FollowConfig {
     pub sequencer: Address,
     /// Re-execute every block and compare with its diff.
     pub verify_execution: bool,
+    /// At the head, write each block's changes into the write transaction while waiting for
+    /// the next block, so that commits are short ([`Applier::flush_idle`]).
+    pub flush_idle: bool,
     /// The fork schedule re-execution runs under.
     pub spec: gigas_primitives::ChainSpec,
     /// Wait after a rejection before fetching the block again.
@@ -295,6 +298,11 @@ impl ApplyLoop<'_> {
                     .is_some_and(|a| a.bytes() > MAX_AHEAD_BYTES)
             {
                 self.commit()?;
+            } else if self.config.flush_idle && self.io.input.is_empty() {
+                // At the head: write this block's changes while waiting for the next one,
+                // so that the group's commit is short (crate `gigas_statedb::flush`). Catching
+                // up, the next block is waiting and they wait for the commit.
+                self.applier.flush_idle()?;
             }
         }
     }

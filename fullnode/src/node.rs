@@ -45,6 +45,9 @@ pub struct FullNodeConfig {
     pub state_window: crate::window::WindowLimits,
     /// Read each fetched diff's pages ahead of the apply thread ([`crate::prefetch`]).
     pub prefetch: bool,
+    /// Write each block's changes into the open write transaction while waiting for the
+    /// next block ([`gigas_statedb::StateWriter::flush_idle`]).
+    pub flush_idle: bool,
 }
 
 /// Why the node could not start or stopped.
@@ -216,6 +219,7 @@ impl FullNode {
             sequencer,
             applied_log: Some(applied_log),
             verify_execution: config.verify_execution,
+            flush_idle: config.flush_idle,
             spec: config.chain.spec(),
             retry_after_rejection: Duration::from_secs(1),
         };

@@ -77,6 +77,13 @@ pub enum StateDbError {
         /// Why.
         reason: String,
     },
+    /// The writer found its own bookkeeping inconsistent: a bug, reported instead of a
+    /// panic; the open group is discarded and the follower applies it again.
+    #[error("the state writer's bookkeeping is inconsistent: {what} (a bug; the open group is discarded)")]
+    Invariant {
+        /// What was found.
+        what: String,
+    },
     /// A thread computing part of a root panicked (a bug: its message is in the log).
     #[error("a state root thread panicked")]
     RootThreadPanicked,

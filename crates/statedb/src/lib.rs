@@ -167,6 +167,7 @@
 mod codec;
 mod db;
 mod error;
+mod flush;
 mod genesis;
 mod metrics;
 mod read;

@@ -19,10 +19,11 @@ use tracing::{debug, warn};
 use crate::codec;
 use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
+use crate::flush::{self, write_hashed_account, PendingKeys};
 use crate::read::{self, Dbs};
 use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
-use crate::trie::layer::{self, Parallelism, StorageLayer, TrieLayer};
+use crate::trie::layer::{self, Parallelism, TrieLayer};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
@@ -84,9 +85,13 @@ pub struct StateWriter<'db> {
     /// nodes they changed.
     hashed: TrieLayer,
     /// Since the last commit, every hashed-table and trie write of the group went into
-    /// `hashed` (none into the transaction): a read transaction with `hashed` over it sees
-    /// what the write transaction holds, which a layered root needs.
+    /// `hashed` (some also into the transaction, by [`StateWriter::flush_idle`]): a read
+    /// transaction with `hashed` over it sees what the write transaction holds, which a
+    /// layered root needs.
     layer_exact: bool,
+    /// The keys of `hashed` changed since the last [`StateWriter::flush_idle`]; `None`: no
+    /// idle write in this group yet, so none of `hashed` is in the transaction.
+    pending: Option<PendingKeys>,
     /// Keys changed since the last root that the changed-key tables do not hold yet.
     changed: ChangedKeys,
     /// Stored trie nodes as the open transaction has them, across roots and commits.
@@ -123,7 +128,7 @@ impl fmt::Debug for StateWriter<'_> {
     }
 }
 
-fn cursor<'tx>(
+pub(crate) fn cursor<'tx>(
     dbs: &Dbs,
     txn: &'tx RwTxUnsync,
     table: Table,
@@ -134,7 +139,7 @@ fn cursor<'tx>(
 
 /// Writes one storage entry (`key` is the slot or its hash) under `owner`: replaces the
 /// duplicate for the same key, or deletes it for a zero value.
-fn put_slot(
+pub(crate) fn put_slot(
     c: &mut Cursor<'_, Rw>,
     table: Table,
     owner: &[u8],
@@ -160,7 +165,7 @@ fn put_slot(
     Ok(())
 }
 
-fn delete_dups(c: &mut Cursor<'_, Rw>, key: &[u8]) -> Result<(), StateDbError> {
+pub(crate) fn delete_dups(c: &mut Cursor<'_, Rw>, key: &[u8]) -> Result<(), StateDbError> {
     c.del_all_dups_of(key)
         .map_err(StateDbError::mdbx("delete an account's storage"))
 }
@@ -193,6 +198,7 @@ impl<'db> StateWriter<'db> {
             group: Group::default(),
             hashed: TrieLayer::default(),
             layer_exact: true,
+            pending: None,
             changed: ChangedKeys::default(),
             trie_cache: TrieCache::new(options.trie_cache_bytes),
             cache_reported: TrieCacheStats::default(),
@@ -450,6 +456,7 @@ impl<'db> StateWriter<'db> {
         self.dirty = false;
         self.group = Group::default();
         self.hashed = TrieLayer::default();
+        self.pending = None;
         self.layer_exact = true;
         self.changed.clear();
         // It may hold nodes of the aborted transaction.
@@ -576,6 +583,14 @@ impl<'db> StateWriter<'db> {
         }
         match self.options.hashed_writes {
             HashedWrites::SortedPerGroup => {
+                if let Some(pending) = self.pending.as_mut() {
+                    for (h, _, wiped) in &hashed_accounts {
+                        pending.account(*h, *wiped);
+                    }
+                    for (h, s, _) in &hashed_slots {
+                        pending.slot(*h, *s);
+                    }
+                }
                 for (h, state, wiped) in hashed_accounts {
                     if wiped {
                         let entry = self.hashed.storage.entry(h).or_default();
@@ -634,60 +649,57 @@ impl<'db> StateWriter<'db> {
         }
     }
 
-    /// Writes the buffered hashed-table changes, and the trie nodes roots over them changed,
-    /// in key order.
+    /// Writes the group's state changes not yet in the transaction, and the trie nodes
+    /// roots over them changed, in key order, and empties the layer: the transaction then
+    /// holds all of them (a root inside it, or the commit, follows).
     fn flush_hashed(&mut self) -> Result<(), StateDbError> {
         if self.hashed.is_empty() {
+            self.pending = None;
             return Ok(());
         }
+        self.write_pending()?;
+        self.hashed = TrieLayer::default();
+        self.pending = None;
+        Ok(())
+    }
+
+    /// Writes what of the layer is not in the transaction yet (see [`crate::flush`]).
+    fn write_pending(&mut self) -> Result<u64, StateDbError> {
+        if self.pending.as_ref().is_some_and(PendingKeys::is_empty) {
+            return Ok(0);
+        }
         let start = Instant::now();
-        let buffer = std::mem::take(&mut self.hashed);
         let tracking = self.current.trie_valid;
-        if tracking {
-            for (h, pending) in &buffer.storage {
-                if pending.wiped {
-                    self.trie_cache.storage.forget(h);
-                }
-            }
-        }
-        let (dbs, txn) = self.reads()?;
-        let buf = &mut Vec::with_capacity(128);
-        let accounts_db = dbs.get(Table::HashedAccounts);
-        for (h, state) in &buffer.accounts {
-            write_hashed_account(txn, accounts_db, h, state.as_ref(), buf)?;
-        }
-        store::write_account_nodes(dbs, txn, &buffer.account_nodes)?;
-        let mut storage: Vec<(B256, StorageLayer)> = buffer.storage.into_iter().collect();
-        storage.sort_unstable_by_key(|s| s.0);
-        let mut slots_cursor = cursor(dbs, txn, Table::HashedStorages)?;
-        let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
-        for (h, pending) in storage {
-            if pending.wiped {
-                delete_dups(&mut slots_cursor, h.as_slice())?;
-                // The stored storage trie went with the slots: the next root recomputes this
-                // account's storage from its leaves.
-                if tracking {
-                    delete_dups(&mut trie, h.as_slice())?;
-                }
-            }
-            for (s, value) in &pending.slots {
-                put_slot(
-                    &mut slots_cursor,
-                    Table::HashedStorages,
-                    h.as_slice(),
-                    s,
-                    value,
-                    pending.wiped,
-                    buf,
-                )?;
-            }
-            store::write_storage_nodes(&mut trie, &h, &pending.nodes)?;
+        let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
+        let written = flush::write_layer(dbs, txn, &self.hashed, self.pending.as_ref(), tracking)?;
+        for h in &written.wiped {
+            self.trie_cache.storage.forget(h);
         }
         self.db
             .metrics()
             .hashed_flush_seconds
             .observe(start.elapsed().as_secs_f64());
-        Ok(())
+        Ok(written.entries)
+    }
+
+    /// Writes the open group's state changes made since the last call (or since the
+    /// commit) into the write transaction, so that the commit has less left to write: for a
+    /// follower waiting for its next block (see [`crate::flush`]). Visible to readers only at
+    /// the commit, as before. Returns the entries written. On error the group is discarded.
+    pub fn flush_idle(&mut self) -> Result<u64, StateDbError> {
+        if self.hashed.is_empty() {
+            return Ok(0);
+        }
+        match self.write_pending() {
+            Ok(entries) => {
+                self.pending = Some(PendingKeys::default());
+                Ok(entries)
+            }
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
     }
 
     fn write_index(&mut self, block: u64, new_keys: &[StateKey]) -> Result<(), StateDbError> {
@@ -823,6 +835,9 @@ impl<'db> StateWriter<'db> {
                 self.parallelism(),
             )?;
             store::clear_changed(dbs, txn)?;
+            if let Some(pending) = self.pending.as_mut() {
+                pending.root(&root);
+            }
             let (outcome, was_split) = self.hashed.record_root(root);
             split = was_split;
             outcome
@@ -958,26 +973,6 @@ fn open_txn(txn: &Option<RwTxUnsync>) -> Result<&RwTxUnsync, StateDbError> {
     txn.as_ref().ok_or_else(|| StateDbError::NoTransaction {
         reason: "beginning it after the last commit or discard failed".into(),
     })
-}
-
-fn write_hashed_account(
-    txn: &RwTxUnsync,
-    db: signet_libmdbx::Database,
-    h: &B256,
-    state: Option<&AccountState>,
-    buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
-    match state {
-        Some(state) => {
-            codec::encode_account(state, buf);
-            txn.put(db, h, &*buf, WriteFlags::empty())
-                .map_err(StateDbError::mdbx("write HashedAccounts"))
-        }
-        None => txn
-            .del(db, h, None)
-            .map(|_| ())
-            .map_err(StateDbError::mdbx("delete from HashedAccounts")),
-    }
 }
 
 impl Drop for StateWriter<'_> {

@@ -2,7 +2,8 @@
 //! an in-memory model, the incremental root against alloy-trie's root of the model after
 //! every block and against the database's own from-scratch root, each block decoded from its
 //! diff against the writer's open group, groups of several blocks, restarts, the trie turned
-//! off and rebuilt, and groups that never commit.
+//! off and rebuilt, groups that never commit, and groups written into the transaction between
+//! blocks.
 
 mod common;
 
@@ -81,6 +82,12 @@ fn stream(hashed_writes: HashedWrites, seed: u64, trie_cache_bytes: usize) {
 
 /// Returns how many roots split the account trie across threads.
 fn stream_with(options: WriterOptions, seed: u64) -> u64 {
+    stream_idle(options, seed, 0)
+}
+
+/// [`stream_with`], with the group's changes written into the transaction between blocks
+/// ([`StateWriter::flush_idle`], a follower at the head) after `idle_percent` of blocks.
+fn stream_idle(options: WriterOptions, seed: u64, idle_percent: u64) -> u64 {
     let trie_cache_bytes = options.trie_cache_bytes;
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
@@ -94,13 +101,19 @@ fn stream_with(options: WriterOptions, seed: u64) -> u64 {
             ..options
         })
         .unwrap();
-    let (mut roots, mut splits) = (0, 0);
+    let (mut roots, mut splits, mut idle_writes) = (0, 0, 0);
     for _ in 0..80 {
         let info = run.step_info(&mut writer).expect("a root every block");
         splits += u64::from(info.split);
         let root = info.root;
         assert_eq!(root, run.model.root(), "block {}", writer.tip().number);
         roots += 1;
+        if idle_percent > 0 && run.rng.chance(idle_percent) {
+            writer.flush_idle().unwrap();
+            // A second call has nothing left to write.
+            assert_eq!(writer.flush_idle().unwrap(), 0);
+            idle_writes += 1;
+        }
         // Random group sizes: commit on the count bound or at random.
         if writer.should_commit() || run.rng.chance(30) {
             let info = writer.commit().unwrap().expect("a group to commit");
@@ -116,6 +129,9 @@ fn stream_with(options: WriterOptions, seed: u64) -> u64 {
         }
     }
     assert_eq!(roots, 80);
+    if idle_percent > 0 {
+        assert!(idle_writes >= 10, "{idle_writes} idle writes");
+    }
     let cache = writer.trie_cache_stats();
     match trie_cache_bytes {
         0 => assert_eq!((cache.hits, cache.misses, cache.entries), (0, 0, 0)),
@@ -235,6 +251,28 @@ fn random_stream_roots_in_the_transaction() {
             ..WriterOptions::default()
         },
         6,
+    );
+}
+
+/// Idle writes between blocks: a block's changes reach the transaction before its group's
+/// commit, some keys (hot accounts, wiped and re-created storage, trie nodes) several
+/// times in one group. Every root equals the model's, every commit's from-scratch root
+/// equals it, and the committed trie nodes are a genesis's of the final state.
+#[test]
+fn random_stream_with_idle_writes_between_blocks() {
+    stream_idle(WriterOptions::default(), 7, 50);
+}
+
+/// The same with roots inside the write transaction, which write everything first.
+#[test]
+fn random_stream_with_idle_writes_and_roots_in_the_transaction() {
+    stream_idle(
+        WriterOptions {
+            layered_roots: false,
+            ..WriterOptions::default()
+        },
+        8,
+        50,
     );
 }
 

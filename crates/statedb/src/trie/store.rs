@@ -19,9 +19,7 @@ use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
 use crate::trie::cache::{Found, NodeMap, StorageNodes, TrieCache};
-use crate::trie::layer::{
-    account_leaf, slot_leaf, Layered, NodeLayer, NodesFrom, StorageLayer, TrieLayer,
-};
+use crate::trie::layer::{account_leaf, slot_leaf, Layered, NodesFrom, StorageLayer, TrieLayer};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::walk::{self, LeafHashes, TrieRun, TrieSource};
 
@@ -562,10 +560,10 @@ fn put_storage_node(
 }
 
 /// Writes a layer's account trie nodes: each stored, or deleted where the layer removed it.
-pub(crate) fn write_account_nodes(
+pub(crate) fn write_account_nodes<'a>(
     dbs: &Dbs,
     txn: &RwTxUnsync,
-    nodes: &NodeLayer,
+    nodes: impl IntoIterator<Item = (&'a Nibbles, &'a Option<BranchNodeCompact>)>,
 ) -> Result<(), StateDbError> {
     let db = dbs.get(Table::AccountsTrie);
     let mut buf = Vec::with_capacity(600);
@@ -576,10 +574,10 @@ pub(crate) fn write_account_nodes(
 }
 
 /// Writes a layer's storage trie nodes of `address` through `c` (a `StoragesTrie` cursor).
-pub(crate) fn write_storage_nodes(
+pub(crate) fn write_storage_nodes<'a>(
     c: &mut Cursor<'_, signet_libmdbx::Rw>,
     address: &B256,
-    nodes: &NodeLayer,
+    nodes: impl IntoIterator<Item = (&'a Nibbles, &'a Option<BranchNodeCompact>)>,
 ) -> Result<(), StateDbError> {
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
