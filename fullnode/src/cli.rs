@@ -74,6 +74,12 @@ struct Cli {
     /// a power loss (fetched again).
     #[arg(long, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
     commit_interval: Duration,
+    /// ...or once the open group's changes held in memory until its commit (state and trie
+    /// nodes, estimated) reach this much (e.g. `512MiB`). Transfers over 10M accounts hold
+    /// well under it at 128 blocks; storage-heavy blocks reach it sooner. Lower it on a node
+    /// with little memory, where the page cache needs the room.
+    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = gigas_cgroup::parse_size)]
+    commit_bytes: u64,
     /// Blocks per range request while catching up.
     #[arg(long, value_name = "N", default_value_t = 64)]
     fetch_range: u64,
@@ -280,6 +286,7 @@ where
             root_every: cli.root_every,
             max_group_blocks: cli.commit_blocks.max(1),
             max_group_age: cli.commit_interval,
+            max_group_bytes: cli.commit_bytes.max(1),
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: usize::try_from(cli.trie_cache_size).unwrap_or(usize::MAX),
             root_threads: cli.trie_root_threads,

@@ -188,8 +188,8 @@ pub use trie::overlay::StateOverlay;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
-    WriterOptions, DEFAULT_MAX_DIRTY_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
-    DEFAULT_TRIE_CACHE_BYTES,
+    WriterOptions, DEFAULT_MAX_DIRTY_BYTES, DEFAULT_MAX_GROUP_BYTES,
+    DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;

@@ -141,6 +141,9 @@ pub struct WriterOptions {
     /// [`crate::StateWriter::should_commit`] once the open group's first block was applied
     /// this long ago.
     pub max_group_age: Duration,
+    /// [`crate::StateWriter::should_commit`] once the open group's changes held in memory
+    /// (state and trie nodes, [`crate::StateWriter::group_bytes`]) reach this many bytes.
+    pub max_group_bytes: u64,
     /// Order of the hashed tables' writes.
     pub hashed_writes: HashedWrites,
     /// Bytes of stored trie nodes (with their leaf children's hashes) the writer keeps in
@@ -172,6 +175,9 @@ pub struct WriterOptions {
     pub root_split_min_accounts: usize,
 }
 
+/// [`WriterOptions::max_group_bytes`] by default.
+pub const DEFAULT_MAX_GROUP_BYTES: u64 = 512 << 20;
+
 /// [`WriterOptions::root_split_min_accounts`] by default.
 pub const DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS: usize = 256;
 
@@ -184,6 +190,7 @@ impl Default for WriterOptions {
             root_every: 1,
             max_group_blocks: 1,
             max_group_age: Duration::from_millis(500),
+            max_group_bytes: DEFAULT_MAX_GROUP_BYTES,
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: DEFAULT_TRIE_CACHE_BYTES,
             layered_roots: true,

@@ -378,6 +378,13 @@ impl<'db> StateWriter<'db> {
             || self
                 .group_age()
                 .is_some_and(|age| age >= self.options.max_group_age)
+            || self.group_bytes() >= self.options.max_group_bytes
+    }
+
+    /// The memory the open group's changes hold until its commit (state and trie nodes,
+    /// estimated from their counts).
+    pub fn group_bytes(&self) -> u64 {
+        self.hashed.approx_bytes()
     }
 
     fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {

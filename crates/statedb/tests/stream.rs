@@ -519,3 +519,28 @@ fn blocks_that_do_not_follow_the_tip_change_nothing() {
     assert!(writer.should_commit());
     assert_eq!(writer.commit().unwrap().map(|c| c.blocks), Some(1));
 }
+
+/// A group is also bounded by the memory its changes hold: with a bound of one byte the
+/// first block asks for a commit; without, a group of many blocks does not.
+#[test]
+fn a_group_is_bounded_by_the_memory_its_changes_hold() {
+    for (max_group_bytes, expect) in [(1, true), (u64::MAX, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        let mut run = Run::new(9);
+        apply_genesis(&db, &run.chain, &run.model, 97);
+        let mut writer = db
+            .writer(WriterOptions {
+                max_group_blocks: 1000,
+                max_group_age: std::time::Duration::from_secs(3600),
+                max_group_bytes,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        for _ in 0..5 {
+            run.step(&mut writer);
+        }
+        assert!(writer.group_bytes() > 0);
+        assert_eq!(writer.should_commit(), expect, "bound {max_group_bytes}");
+    }
+}

@@ -68,9 +68,33 @@ pub(crate) struct TrieLayer {
     pub(crate) storage: B256Map<StorageLayer>,
 }
 
+/// Heap bytes per layer entry, estimated: key and value with a B-tree's share of node
+/// overhead (about half again), and for a branch node its hashes (about eight).
+const ACCOUNT_ENTRY_BYTES: u64 = 170;
+const SLOT_ENTRY_BYTES: u64 = 100;
+const NODE_ENTRY_BYTES: u64 = 400;
+const STORAGE_ENTRY_BYTES: u64 = 120;
+
 impl TrieLayer {
     pub(crate) fn is_empty(&self) -> bool {
         self.accounts.is_empty() && self.account_nodes.is_empty() && self.storage.is_empty()
+    }
+
+    /// The memory it holds, estimated from its entry counts (a pass over the accounts with
+    /// storage changes, none for plain transfers).
+    pub(crate) fn approx_bytes(&self) -> u64 {
+        let storage: u64 = self
+            .storage
+            .values()
+            .map(|s| {
+                STORAGE_ENTRY_BYTES
+                    + s.slots.len() as u64 * SLOT_ENTRY_BYTES
+                    + s.nodes.len() as u64 * NODE_ENTRY_BYTES
+            })
+            .sum();
+        self.accounts.len() as u64 * ACCOUNT_ENTRY_BYTES
+            + self.account_nodes.len() as u64 * NODE_ENTRY_BYTES
+            + storage
     }
 
     /// Records a walk's nodes: the entered ones replaced by its updates or removed.
