@@ -43,7 +43,7 @@ use gigas_chain::{BaseFeeConfig, ChainConfig};
 use gigas_evm::budget::CallBudget;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
-use gigas_rpc_eth::{access_list_over, call_over, estimate_gas_over, trace_call_over};
+use gigas_rpc_eth::StateCalls;
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
 use crate::status::SyncState;
@@ -377,9 +377,18 @@ impl FullNodeBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
+        self.calls_at(at, |calls| calls.call(req, state, block))
+    }
+
+    /// Runs `f` with the calls over the state at `at` (the head or a block of the window).
+    fn calls_at<T>(
+        &self,
+        at: u64,
+        f: impl FnOnce(&StateCalls<'_, PastState<StateView<'_>>>) -> Result<T, RpcError>,
+    ) -> Result<T, RpcError> {
         let (view, at) = self.view_at(at)?;
         let header = self.header_of(view.head(), at)?.header;
-        call_over(&self.spec, &header, &view, req, state, block, self.budget)
+        f(&StateCalls::new(&self.spec, &header, &view, self.budget))
     }
 
     /// `eth_estimateGas` at the head `at` (see [`gigas_evm::call::CallRequest::estimate`]),
@@ -391,9 +400,7 @@ impl FullNodeBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
-        let (view, at) = self.view_at(at)?;
-        let header = self.header_of(view.head(), at)?.header;
-        estimate_gas_over(&self.spec, &header, &view, req, state, block, self.budget)
+        self.calls_at(at, |calls| calls.estimate_gas(req, state, block))
     }
 
     /// Block `number` as the database holds it: the signed header (see [`rpc_header`]). The
@@ -716,16 +723,7 @@ impl Backend for FullNodeBackend {
         at: u64,
         state: Option<StateOverride>,
     ) -> Result<AccessListResult, RpcError> {
-        let (view, at) = self.view_at(at)?;
-        let header = self.header_of(view.head(), at)?.header;
-        access_list_over(
-            &self.spec,
-            &header,
-            &view,
-            &request,
-            state.as_ref(),
-            self.budget,
-        )
+        self.calls_at(at, |calls| calls.access_list(&request, state.as_ref()))
     }
 
     fn txpool_status(&self) -> Result<TxpoolStatus, RpcError> {
@@ -754,8 +752,6 @@ impl Backend for FullNodeBackend {
         at: u64,
         options: GethDebugTracingCallOptions,
     ) -> Result<GethTrace, RpcError> {
-        let (view, at) = self.view_at(at)?;
-        let header = self.header_of(view.head(), at)?.header;
-        trace_call_over(&self.spec, &header, &view, &request, &options, self.budget)
+        self.calls_at(at, |calls| calls.trace(&request, &options))
     }
 }

@@ -30,9 +30,7 @@ use tokio::sync::broadcast;
 
 use crate::node::{CommittedBlock, Node};
 use crate::state::StateDb;
-use gigas_rpc_eth::{
-    access_list_over, block_size, call_over, estimate_gas_over, rpc_header, trace_call_over,
-};
+use gigas_rpc_eth::{block_size, rpc_header, StateCalls};
 
 /// The sequencer as a [`gigas_rpc::Backend`].
 #[derive(Debug)]
@@ -519,17 +517,23 @@ impl SequencerBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<Bytes, RpcError> {
+        self.calls_at(at, |calls| calls.call(req, state, block))
+    }
+
+    /// Runs `f` with the calls over one snapshot of block `at`'s state.
+    fn calls_at<T>(
+        &self,
+        at: u64,
+        f: impl FnOnce(&StateCalls<'_, StateDb<'_, crate::state::At<'_>>>) -> Result<T, RpcError>,
+    ) -> Result<T, RpcError> {
         let header = self.header(at)?;
         self.at(at, |db| {
-            Ok(call_over(
+            Ok(f(&StateCalls::new(
                 self.node.spec(),
                 &header,
                 db,
-                req,
-                state,
-                block,
                 self.budget,
-            ))
+            )))
         })?
     }
 
@@ -542,18 +546,7 @@ impl SequencerBackend {
         state: Option<&StateOverride>,
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
-        let header = self.header(at)?;
-        self.at(at, |db| {
-            Ok(estimate_gas_over(
-                self.node.spec(),
-                &header,
-                db,
-                req,
-                state,
-                block,
-                self.budget,
-            ))
-        })?
+        self.calls_at(at, |calls| calls.estimate_gas(req, state, block))
     }
 
     /// `eth_maxPriorityFeePerGas`, as geth's oracle suggests it: the median of the three
@@ -1137,17 +1130,7 @@ impl Backend for SequencerBackend {
         at: u64,
         state: Option<StateOverride>,
     ) -> Result<AccessListResult, RpcError> {
-        let header = self.header(at)?;
-        self.at(at, |db| {
-            Ok(access_list_over(
-                self.node.spec(),
-                &header,
-                db,
-                &request,
-                state.as_ref(),
-                self.budget,
-            ))
-        })?
+        self.calls_at(at, |calls| calls.access_list(&request, state.as_ref()))
     }
 
     fn txpool_status(&self) -> Result<TxpoolStatus, RpcError> {
@@ -1176,16 +1159,6 @@ impl Backend for SequencerBackend {
         at: u64,
         options: GethDebugTracingCallOptions,
     ) -> Result<GethTrace, RpcError> {
-        let header = self.header(at)?;
-        self.at(at, |db| {
-            Ok(trace_call_over(
-                self.node.spec(),
-                &header,
-                db,
-                &request,
-                &options,
-                self.budget,
-            ))
-        })?
+        self.calls_at(at, |calls| calls.trace(&request, &options))
     }
 }

@@ -66,14 +66,6 @@ impl RootArg {
     }
 }
 
-fn prefetch_label(prefetch: bool) -> &'static str {
-    if prefetch {
-        ", prefetch"
-    } else {
-        ""
-    }
-}
-
 fn cache_label(bytes: u64) -> String {
     if bytes == 0 {
         "no trie cache".into()
@@ -137,92 +129,64 @@ impl Mode {
 
     /// A label for tables.
     pub fn label(&self) -> String {
-        let base = self.base_label();
-        if self.write_map() {
-            format!("{}, write map)", base.trim_end_matches(')'))
-        } else {
-            base
+        let (kind, mut parts) = match *self {
+            Self::Batched { group, .. } => {
+                ("batched", vec![format!("commit every {group} blocks")])
+            }
+            Self::Live { group: 1, .. } => ("live", vec!["root and commit every block".into()]),
+            Self::Live { group, .. } => (
+                "live",
+                vec![format!("root every block, commit every {group} blocks")],
+            ),
+        };
+        parts.push(self.sync().name().into());
+        if let Self::Live {
+            trie_cache,
+            root,
+            prefetch,
+            ..
+        } = *self
+        {
+            parts.push(cache_label(trie_cache));
+            parts.push(root.label());
+            if prefetch {
+                parts.push("prefetch".into());
+            }
         }
+        if self.write_map() {
+            parts.push("write map".into());
+        }
+        format!("{kind} ({})", parts.join(", "))
     }
 
     /// A short name for files and directories.
     pub fn short(&self) -> String {
-        let base = self.base_short();
-        if self.write_map() {
-            format!("{base}-wm")
-        } else {
-            base
-        }
-    }
-
-    fn base_label(&self) -> String {
-        match self {
-            Self::Batched { group, sync, .. } => {
-                format!("batched (commit every {group} blocks, {})", sync.name())
-            }
-            Self::Live {
-                sync,
-                group: 1,
-                trie_cache,
-                root,
-                prefetch,
-                ..
-            } => format!(
-                "live (root and commit every block, {}, {}, {}{})",
-                sync.name(),
-                cache_label(*trie_cache),
-                root.label(),
-                prefetch_label(*prefetch)
-            ),
-            Self::Live {
-                sync,
-                group,
-                trie_cache,
-                root,
-                prefetch,
-                ..
-            } => format!(
-                "live (root every block, commit every {group} blocks, {}, {}, {}{})",
-                sync.name(),
-                cache_label(*trie_cache),
-                root.label(),
-                prefetch_label(*prefetch)
-            ),
-        }
-    }
-
-    fn base_short(&self) -> String {
-        match self {
+        let mut short = match *self {
             Self::Batched { group, sync, .. } => format!("batched-{group}-{}", sync.name()),
             Self::Live {
                 sync,
-                group: 1,
-                trie_cache,
-                root,
-                prefetch,
-                ..
-            } => format!(
-                "live-{}-tc{}-{}{}",
-                sync.name(),
-                trie_cache >> 20,
-                root.short(),
-                if *prefetch { "-pf" } else { "" }
-            ),
-            Self::Live {
-                sync,
                 group,
                 trie_cache,
                 root,
                 prefetch,
                 ..
             } => format!(
-                "live-{group}-{}-tc{}-{}{}",
+                "live-{}{}-tc{}-{}{}",
+                if group == 1 {
+                    String::new()
+                } else {
+                    format!("{group}-")
+                },
                 sync.name(),
                 trie_cache >> 20,
                 root.short(),
-                if *prefetch { "-pf" } else { "" }
+                if prefetch { "-pf" } else { "" }
             ),
+        };
+        if self.write_map() {
+            short.push_str("-wm");
         }
+        short
     }
 
     /// The writer's options for this mode.

@@ -16,115 +16,133 @@ use gigas_evm::TxError;
 use gigas_primitives::ChainSpec;
 use gigas_rpc::RpcError;
 
-/// `eth_call` of `req` over `db`, the state after `header`'s block, under `spec`, held to
-/// `budget` (gas, memory, time). The full node answers with this too.
-pub fn call_over<DB>(
-    spec: &ChainSpec,
-    header: &Header,
-    db: &DB,
-    req: &TransactionRequest,
-    state: Option<&StateOverride>,
-    block: Option<&BlockOverrides>,
+/// The state a call runs over: `db`, the state after `header`'s block, under `spec`, every
+/// execution held to `budget` (gas, memory, time). Both nodes answer `eth_call`,
+/// `eth_estimateGas`, `eth_createAccessList` and `debug_traceCall` through it, over their
+/// own state.
+pub struct StateCalls<'a, DB> {
+    spec: &'a ChainSpec,
+    header: &'a Header,
+    db: &'a DB,
     budget: CallBudget,
-) -> Result<Bytes, RpcError>
-where
-    DB: DatabaseRef,
-    DB::Error: std::fmt::Display,
-{
-    let call = CallRequest::new(spec, header, req, state, block, budget);
-    let result = call
-        .run(db, call.call_gas())
-        .map_err(|e| call_error(req, e))?;
-    call_outcome(result).map(|(out, _)| out)
 }
 
-/// `eth_estimateGas` of `req` over `db` as [`call_over`] (see [`CallRequest::estimate`]): every
-/// probe over the one state `db` holds, all within one budget.
-pub fn estimate_gas_over<DB>(
-    spec: &ChainSpec,
-    header: &Header,
-    db: &DB,
-    req: &TransactionRequest,
-    state: Option<&StateOverride>,
-    block: Option<&BlockOverrides>,
-    budget: CallBudget,
-) -> Result<u64, RpcError>
-where
-    DB: DatabaseRef,
-    DB::Error: std::fmt::Display,
-{
-    let call = CallRequest::new(spec, header, req, state, block, budget);
-    match call.estimate(db).map_err(|e| call_error(req, e))? {
-        Estimate::Gas(gas) => Ok(gas),
-        // geth's words: ethers, viem and web3.py show them as they are.
-        Estimate::ExceedsAllowance(allowance) => Err(RpcError::ExecutionFailed(format!(
-            "gas required exceeds allowance ({allowance})"
-        ))),
-        // A call that fails with all the gas it may have: answer its error.
-        Estimate::Failed(failed) => call_outcome(failed).map(|(_, used)| used),
+impl<DB> std::fmt::Debug for StateCalls<'_, DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateCalls")
+            .field("block", &self.header.number)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
     }
 }
 
-/// `eth_createAccessList` of `req` over `db` as [`call_over`]: the list, the gas with it, and
-/// the call's failure beside them when it reverted or halted (as geth answers).
-pub fn access_list_over<DB>(
-    spec: &ChainSpec,
-    header: &Header,
-    db: &DB,
-    req: &TransactionRequest,
-    state: Option<&StateOverride>,
-    budget: CallBudget,
-) -> Result<AccessListResult, RpcError>
+impl<'a, DB> StateCalls<'a, DB>
 where
     DB: DatabaseRef,
     DB::Error: std::fmt::Display,
 {
-    let call = CallRequest::new(spec, header, req, state, None, budget);
-    let found = call.access_list(db).map_err(|e| call_error(req, e))?;
-    let error = match call_outcome(found.result) {
-        Ok(_) => None,
-        Err(e) => Some(e.to_string()),
-    };
-    Ok(AccessListResult {
-        access_list: found.access_list,
-        gas_used: U256::from(found.gas_used),
-        error,
-    })
-}
-
-/// `debug_traceCall` of `req` over `db` as [`call_over`], with the options' state and block
-/// overrides; the trace within `caps`.
-pub fn trace_call_over<DB>(
-    spec: &ChainSpec,
-    header: &Header,
-    db: &DB,
-    req: &TransactionRequest,
-    options: &GethDebugTracingCallOptions,
-    budget: CallBudget,
-) -> Result<GethTrace, RpcError>
-where
-    DB: DatabaseRef,
-    DB::Error: std::fmt::Display,
-{
-    if options.tx_index.is_some() {
-        return Err(RpcError::InvalidParams(
-            "debug_traceCall with txIndex is not supported: the call runs on the state after \
-             the block"
-                .into(),
-        ));
+    /// Calls over `db`, the state after `header`'s block.
+    pub fn new(spec: &'a ChainSpec, header: &'a Header, db: &'a DB, budget: CallBudget) -> Self {
+        Self {
+            spec,
+            header,
+            db,
+            budget,
+        }
     }
-    let tracer = Tracer::from_options(&options.tracing_options)
-        .map_err(|e| RpcError::InvalidParams(e.to_string()))?;
-    let call = CallRequest::new(
-        spec,
-        header,
-        req,
-        options.state_overrides.as_ref(),
-        options.block_overrides.as_ref(),
-        budget,
-    );
-    call.trace(db, &tracer, TraceCaps::default())
+
+    fn request<'r>(
+        &self,
+        req: &'r TransactionRequest,
+        state: Option<&'r StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> CallRequest<'r> {
+        CallRequest::new(self.spec, self.header, req, state, block, self.budget)
+    }
+
+    /// `eth_call` of `req`.
+    pub fn call(
+        &self,
+        req: &TransactionRequest,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<Bytes, RpcError> {
+        let call = self.request(req, state, block);
+        let result = call
+            .run(self.db, call.call_gas())
+            .map_err(|e| call_error(req, e))?;
+        call_outcome(result).map(|(out, _)| out)
+    }
+
+    /// `eth_estimateGas` of `req` (see [`CallRequest::estimate`]): every probe over the one
+    /// state, all within one budget.
+    pub fn estimate_gas(
+        &self,
+        req: &TransactionRequest,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<u64, RpcError> {
+        match self
+            .request(req, state, block)
+            .estimate(self.db)
+            .map_err(|e| call_error(req, e))?
+        {
+            Estimate::Gas(gas) => Ok(gas),
+            // geth's words: ethers, viem and web3.py show them as they are.
+            Estimate::ExceedsAllowance(allowance) => Err(RpcError::ExecutionFailed(format!(
+                "gas required exceeds allowance ({allowance})"
+            ))),
+            // A call that fails with all the gas it may have: answer its error.
+            Estimate::Failed(failed) => call_outcome(failed).map(|(_, used)| used),
+        }
+    }
+
+    /// `eth_createAccessList` of `req`: the list, the gas with it, and the call's failure
+    /// beside them when it reverted or halted (as geth answers).
+    pub fn access_list(
+        &self,
+        req: &TransactionRequest,
+        state: Option<&StateOverride>,
+    ) -> Result<AccessListResult, RpcError> {
+        let found = self
+            .request(req, state, None)
+            .access_list(self.db)
+            .map_err(|e| call_error(req, e))?;
+        let error = match call_outcome(found.result) {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        Ok(AccessListResult {
+            access_list: found.access_list,
+            gas_used: U256::from(found.gas_used),
+            error,
+        })
+    }
+
+    /// `debug_traceCall` of `req`, with the options' state and block overrides; the trace
+    /// within `caps`.
+    pub fn trace(
+        &self,
+        req: &TransactionRequest,
+        options: &GethDebugTracingCallOptions,
+    ) -> Result<GethTrace, RpcError> {
+        if options.tx_index.is_some() {
+            return Err(RpcError::InvalidParams(
+                "debug_traceCall with txIndex is not supported: the call runs on the state \
+                 after the block"
+                    .into(),
+            ));
+        }
+        let tracer = Tracer::from_options(&options.tracing_options)
+            .map_err(|e| RpcError::InvalidParams(e.to_string()))?;
+        self.request(
+            req,
+            options.state_overrides.as_ref(),
+            options.block_overrides.as_ref(),
+        )
+        .trace(self.db, &tracer, TraceCaps::default())
         .map_err(|e| call_error(req, e))
+    }
 }
 
 /// The output and gas of a call that succeeded; its revert reason or halt as an RPC error.

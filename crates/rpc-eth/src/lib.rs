@@ -17,5 +17,5 @@ pub mod call;
 pub mod convert;
 
 pub use args::{max_blocking_threads, runtime, RpcArgs};
-pub use call::{access_list_over, call_over, estimate_gas_over, trace_call_over};
+pub use call::StateCalls;
 pub use convert::{block_size, rpc_header};
