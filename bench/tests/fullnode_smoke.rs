@@ -75,7 +75,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
             Mode::Batched {
                 group: 3,
                 sync,
-                write_map: false
+                write_map: false,
+                purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
             },
             Mode::Live {
                 sync,
@@ -84,6 +85,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 root: RootArg::Layered(0),
                 prefetch: false,
                 write_map: false,
+                purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
             }
         ]
     );

@@ -14,6 +14,7 @@
 //! blocks ahead of the apply thread; the blocks served from memory are one group).
 
 pub mod ahead;
+pub mod alloc;
 pub mod apply;
 pub mod cli;
 pub mod fetch;

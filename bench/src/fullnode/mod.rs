@@ -256,6 +256,16 @@ pub struct FullnodeArgs {
     /// default); `true,false` runs every mode with each, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub write_map: Vec<bool>,
+    /// How long memory freed during a run stays with the process before going back to the
+    /// kernel, in ms (`gigas-fullnode --alloc.purge-delay-ms`, 1000 by default; mimalloc's
+    /// own default is 10); several (comma-separated) run every mode with each, alternating.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000",
+        allow_negative_numbers = true
+    )]
+    pub purge_delay_ms: Vec<i64>,
     /// What the page cache holds of each run's database when its clock starts.
     #[arg(long, value_enum, default_value = "warm")]
     pub page_cache: PageCache,
@@ -320,10 +330,15 @@ impl FullnodeArgs {
     /// The modes in the order of a round: every batched group, then live.
     pub fn mode_list(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
-        for (&sync, &write_map) in self
+        let memory = self
+            .write_map
+            .iter()
+            .flat_map(|w| self.purge_delay_ms.iter().map(move |p| (*w, *p)))
+            .collect::<Vec<_>>();
+        for (&sync, (write_map, purge_delay_ms)) in self
             .durability
             .iter()
-            .flat_map(|s| self.write_map.iter().map(move |w| (s, w)))
+            .flat_map(|s| memory.iter().map(move |m| (s, *m)))
         {
             if self.modes.contains(&ModeKind::Batched) {
                 for &group in &self.group {
@@ -331,6 +346,7 @@ impl FullnodeArgs {
                         group,
                         sync,
                         write_map,
+                        purge_delay_ms,
                     });
                 }
             }
@@ -346,6 +362,7 @@ impl FullnodeArgs {
                                     root,
                                     prefetch,
                                     write_map,
+                                    purge_delay_ms,
                                 });
                             }
                         }

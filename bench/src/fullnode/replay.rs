@@ -86,6 +86,9 @@ pub enum Mode {
         sync: DurabilityArg,
         /// MDBX's write map ([`StateDbOptions::write_map`]).
         write_map: bool,
+        /// How long freed memory stays with the process, in ms
+        /// ([`gigas_fullnode::alloc::set_purge_delay`]).
+        purge_delay_ms: i64,
     },
     /// Root every block, a commit every `group` blocks (1: every block, the "live").
     Live {
@@ -101,6 +104,9 @@ pub enum Mode {
         prefetch: bool,
         /// MDBX's write map ([`StateDbOptions::write_map`]).
         write_map: bool,
+        /// How long freed memory stays with the process, in ms
+        /// ([`gigas_fullnode::alloc::set_purge_delay`]).
+        purge_delay_ms: i64,
     },
 }
 
@@ -124,6 +130,15 @@ impl Mode {
     pub fn write_map(&self) -> bool {
         match *self {
             Self::Batched { write_map, .. } | Self::Live { write_map, .. } => write_map,
+        }
+    }
+
+    /// How long freed memory stays with the process during the run, in ms.
+    pub fn purge_delay_ms(&self) -> i64 {
+        match *self {
+            Self::Batched { purge_delay_ms, .. } | Self::Live { purge_delay_ms, .. } => {
+                purge_delay_ms
+            }
         }
     }
 
@@ -156,6 +171,9 @@ impl Mode {
         if self.write_map() {
             parts.push("write map".into());
         }
+        if self.purge_delay_ms() != gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS {
+            parts.push(format!("freed memory kept {} ms", self.purge_delay_ms()));
+        }
         format!("{kind} ({})", parts.join(", "))
     }
 
@@ -185,6 +203,9 @@ impl Mode {
         };
         if self.write_map() {
             short.push_str("-wm");
+        }
+        if self.purge_delay_ms() != gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS {
+            short.push_str(&format!("-pd{}", self.purge_delay_ms()));
         }
         short
     }
@@ -884,6 +905,8 @@ impl Replay<'_> {
             self.args.page_cache
         };
         let copy_seconds = copy_db(&self.genesis.dir, dir, cache)?;
+        // As the node sets it at start; for the run only in effect from here on.
+        gigas_fullnode::alloc::set_purge_delay(mode.purge_delay_ms());
         // Entered before the database opens, so that every page the map faults in is charged
         // to the limited cgroup; left (and removed) when `limited` drops.
         let limited = match limit {

@@ -150,21 +150,22 @@ pub struct WriterOptions {
     /// memory across roots, so that a root finds the nodes recent ones used without
     /// searching MDBX and the sibling leaves of a changed key without reading and hashing
     /// them; the least recently used go beyond it. 0 (the default) turns the cache off.
+    /// Layered roots use it on every thread (the account trie's part in a shard per first
+    /// nibble), as roots inside the write transaction do.
     ///
     /// Measured over 10M accounts (`gigas-bench fullnode --trie-cache 0,1GiB`, Zipf
-    /// transfers, warm page cache, 94 blocks after 94 of warm-up): it held 224 MiB, answered
-    /// 83 % of node seeks and took 2.05M of 4.42M leaves from kept hashes, and applying was
-    /// no faster: 14,096 against 14,335 changes/s with a commit per block (12,832 against
-    /// 13,191 under an 8 GiB cgroup), 7 % slower (32.0k against 34.2k to 34.7k) with a
-    /// commit per 64 blocks. What a root costs here is
-    /// writing the nodes it changes into MDBX's copied pages, not finding them or hashing
-    /// leaves; hash-map lookups in a table larger than the CPU caches cost about what the
-    /// hot B-tree searches they replace did.
+    /// transfers, live, a commit every 128 blocks, layered roots on 2 cores, 146 blocks after
+    /// 94 of warm-up): it held 224 MiB, answered 84.5 % of node seeks and took 2.40M of
+    /// 5.06M leaves from kept hashes, and applied 48,181 and 49,098 changes/s against
+    /// 53,912 and 54,994 without, with 2.3 CPU seconds more. Its bookkeeping (a hash-map
+    /// lookup and clone per seek, every changed path's answers dropped and put back after
+    /// each root) costs more than the hot B-tree searches and sibling-leaf hashes it saves.
+    /// (In the transaction, before layered roots: 7 % slower with a commit per 64 blocks.)
     pub trie_cache_bytes: usize,
     /// Roots over the last commit with the open group's changes in memory over it, on
     /// [`WriterOptions::root_threads`] threads (the default), instead of inside the write
-    /// transaction on the writer's thread. Needs the trie cache off and
-    /// [`HashedWrites::SortedPerGroup`]; otherwise roots run inside the transaction.
+    /// transaction on the writer's thread. Needs [`HashedWrites::SortedPerGroup`];
+    /// otherwise roots run inside the transaction.
     /// The group's hashed leaves and branch nodes are then written once, at its commit.
     pub layered_roots: bool,
     /// Threads a layered root runs on (0: one per core; at most 64): different storage

@@ -600,6 +600,8 @@ impl<'db> StateWriter<'db> {
                 }
                 for (h, state, wiped) in hashed_accounts {
                     if wiped {
+                        // Its storage trie as the cache knows it is gone.
+                        self.trie_cache.forget_storage(&h);
                         let entry = self.hashed.storage.entry(h).or_default();
                         entry.wiped = true;
                         entry.slots.clear();
@@ -622,7 +624,7 @@ impl<'db> StateWriter<'db> {
                 if tracking {
                     for (h, _, wiped) in &hashed_accounts {
                         if *wiped {
-                            self.trie_cache.storage.forget(h);
+                            self.trie_cache.forget_storage(h);
                         }
                     }
                 }
@@ -680,7 +682,7 @@ impl<'db> StateWriter<'db> {
         let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
         let written = flush::write_layer(dbs, txn, &self.hashed, self.pending.as_ref(), tracking)?;
         for h in &written.wiped {
-            self.trie_cache.storage.forget(h);
+            self.trie_cache.forget_storage(h);
         }
         self.db
             .metrics()
@@ -796,14 +798,15 @@ impl<'db> StateWriter<'db> {
 
     /// Whether roots run over the last commit and the open group's changes in memory
     /// ([`crate::trie::layer`]), on [`WriterOptions::root_threads`] threads, instead of
-    /// inside the write transaction: whenever the trie cache (which describes the write
-    /// transaction's nodes) is off and the hashed writes wait for the commit.
+    /// inside the write transaction: whenever the hashed writes wait for the commit. The
+    /// trie cache describes the trie as the writer sees it either way (the layer over the
+    /// last commit, or the transaction, which hold the same nodes once the layer is
+    /// written), so it serves both.
     /// Within a group, once a root ran inside the transaction (a rebuild), the rest of the
     /// group's roots do too: the transaction then holds trie writes the layer does not.
     fn layered(&self) -> bool {
         self.layer_exact
             && self.options.layered_roots
-            && !self.trie_cache.enabled()
             && self.options.hashed_writes == HashedWrites::SortedPerGroup
     }
 
@@ -830,17 +833,26 @@ impl<'db> StateWriter<'db> {
         }
         let pending = std::mem::take(&mut self.changed);
         let mut split = false;
+        let cached = self.trie_cache.enabled();
+        if cached {
+            self.trie_cache.begin_root();
+        }
         let outcome = if layered {
             let (dbs, txn) = self.reads()?;
             let mut changed = store::load_changed(dbs, txn)?;
             changed.merge(pending);
+            let cache = cached.then_some(&self.trie_cache);
             let root = layer::layered_root(
                 self.db.env(),
                 dbs,
                 &self.hashed,
                 changed,
                 self.parallelism(),
+                cache,
             )?;
+            if let Some(cache) = cache {
+                root.update_cache(cache);
+            }
             store::clear_changed(dbs, txn)?;
             if let Some(pending) = self.pending.as_mut() {
                 pending.root(&root);

@@ -229,6 +229,52 @@ fn random_stream_layered_roots_split_across_threads() {
     assert!(splits >= 40, "{splits} of 80 roots split the account trie");
 }
 
+/// Layered roots through the trie cache, split across four threads: each thread's walk
+/// seeks its first nibble's nodes in its own shard of the cache and takes unchanged
+/// sibling leaves from the hashes kept with their node. Every root equals the model's.
+#[test]
+fn random_stream_layered_roots_through_the_trie_cache_split_across_threads() {
+    let splits = stream_with(
+        WriterOptions {
+            root_threads: 4,
+            root_split_min_accounts: 1,
+            trie_cache_bytes: 64 << 20,
+            ..WriterOptions::default()
+        },
+        9,
+    );
+    assert!(splits >= 40, "{splits} of 80 roots split the account trie");
+}
+
+/// The same with a cache smaller than one root's nodes, and idle writes between blocks.
+#[test]
+fn random_stream_layered_roots_split_through_an_evicting_trie_cache_with_idle_writes() {
+    let splits = stream_idle(
+        WriterOptions {
+            root_threads: 4,
+            root_split_min_accounts: 1,
+            trie_cache_bytes: TINY_CACHE,
+            ..WriterOptions::default()
+        },
+        10,
+        50,
+    );
+    assert!(splits >= 40, "{splits} of 80 roots split the account trie");
+}
+
+/// Roots inside the write transaction through the trie cache.
+#[test]
+fn random_stream_roots_in_the_transaction_through_the_trie_cache() {
+    stream_with(
+        WriterOptions {
+            layered_roots: false,
+            trie_cache_bytes: 64 << 20,
+            ..WriterOptions::default()
+        },
+        11,
+    );
+}
+
 /// Layered roots on one thread: the account trie walked whole over the layer.
 #[test]
 fn random_stream_layered_roots_on_one_thread() {

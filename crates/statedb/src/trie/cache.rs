@@ -27,12 +27,14 @@
 //! the upper levels, which every block uses, stay. A budget of 0 turns the cache off.
 
 use std::mem::size_of;
+use std::sync::{Mutex, MutexGuard};
 
 use alloy_primitives::map::{B256Map, HashMap};
 use alloy_primitives::B256;
 use alloy_trie::{BranchNodeCompact, Nibbles};
 
-use crate::trie::walk::LeafHashes;
+use crate::error::StateDbError;
+use crate::trie::walk::{LeafHashes, TrieSource};
 
 /// One trie's stored node, as a seek under a path finds it.
 pub(crate) type Found = Option<(Nibbles, BranchNodeCompact)>;
@@ -259,11 +261,221 @@ impl StorageNodes {
     }
 }
 
-/// The account trie's and the storage tries' cached seeks, under one budget.
+/// Takes a lock whatever an earlier holder did: the maps' operations leave them whole at
+/// every point a panic could start, and a root whose thread panicked discards its group,
+/// which empties the cache anyway.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Shards of the account trie's map: one per first nibble, and one for the root path.
+const ACCOUNT_SHARDS: usize = 17;
+
+/// The account trie's cached seeks, in shards by the path's first nibble (the root path in
+/// a shard of its own), each behind its own lock: a root splits the account trie under its
+/// root node and walks each first nibble on its own thread
+/// ([`crate::trie::layer`]), so each thread takes one shard's lock and the root's, and
+/// never waits on another's.
+#[derive(Debug)]
+pub(crate) struct AccountNodes {
+    shards: Vec<Mutex<NodeMap>>,
+}
+
+impl Default for AccountNodes {
+    fn default() -> Self {
+        Self {
+            shards: (0..ACCOUNT_SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+/// The shard of a path: its first nibble, or the last shard for the root path.
+fn shard_of(path: &Nibbles) -> usize {
+    path.first().map_or(ACCOUNT_SHARDS - 1, usize::from)
+}
+
+/// The run of `items` (sorted by path) whose first nibble is `nibble`.
+fn with_first<T>(items: &[T], nibble: u8, path: impl Fn(&T) -> &Nibbles) -> &[T] {
+    // In path order the root path sorts first, then by first nibble.
+    let rank = |item: &T| path(item).first().map_or(0, |n| u16::from(n) + 1);
+    let key = u16::from(nibble) + 1;
+    let from = items.partition_point(|item| rank(item) < key);
+    let to = items.partition_point(|item| rank(item) <= key);
+    &items[from..to]
+}
+
+impl AccountNodes {
+    fn shard(&self, path: &Nibbles) -> MutexGuard<'_, NodeMap> {
+        lock(&self.shards[shard_of(path)])
+    }
+
+    /// The cached answer for `path`, with the found node's leaf hashes, if any.
+    pub(crate) fn get(&self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
+        self.shard(path).get(path)
+    }
+
+    /// Records what a seek under `path` found.
+    pub(crate) fn insert(&self, path: Nibbles, found: Found) {
+        self.shard(&path).insert(path, found);
+    }
+
+    /// [`NodeMap::written`], each shard given its own paths. Every change lies under the
+    /// root path, so any change drops the root path's answer.
+    pub(crate) fn written(
+        &self,
+        removed: &[Nibbles],
+        updates: &[(Nibbles, BranchNodeCompact)],
+        leaf_hashes: &[(Nibbles, LeafHashes)],
+    ) {
+        if removed.is_empty() && updates.is_empty() {
+            return;
+        }
+        let top = Nibbles::new();
+        let top_updates: Vec<_> = updates
+            .iter()
+            .filter(|(p, _)| p.is_empty())
+            .cloned()
+            .collect();
+        let top_hashes: Vec<_> = leaf_hashes
+            .iter()
+            .filter(|(p, _)| p.is_empty())
+            .cloned()
+            .collect();
+        lock(&self.shards[ACCOUNT_SHARDS - 1]).written(
+            std::slice::from_ref(&top),
+            &top_updates,
+            &top_hashes,
+        );
+        for nibble in 0..16u8 {
+            let removed = with_first(removed, nibble, |p| p);
+            let updates = with_first(updates, nibble, |(p, _)| p);
+            if removed.is_empty() && updates.is_empty() {
+                continue;
+            }
+            let hashes = with_first(leaf_hashes, nibble, |(p, _)| p);
+            lock(&self.shards[usize::from(nibble)]).written(removed, updates, hashes);
+        }
+    }
+
+    fn each(&self, mut f: impl FnMut(&mut NodeMap)) {
+        for shard in &self.shards {
+            f(&mut lock(shard));
+        }
+    }
+}
+
+/// Where a [`CachedSource`] keeps its answers: one trie's map.
+pub(crate) trait NodeCache {
+    /// The cached answer for `path`, with the found node's leaf hashes, if any.
+    fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)>;
+    /// Records what a seek under `path` found in the source.
+    fn insert(&mut self, path: Nibbles, found: Found);
+}
+
+impl NodeCache for &AccountNodes {
+    fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
+        AccountNodes::get(self, path)
+    }
+
+    fn insert(&mut self, path: Nibbles, found: Found) {
+        AccountNodes::insert(self, path, found);
+    }
+}
+
+/// One account's storage trie in the shared storage map.
+pub(crate) struct OwnerNodes<'a> {
+    pub(crate) storage: &'a Mutex<StorageNodes>,
+    pub(crate) owner: B256,
+}
+
+impl NodeCache for OwnerNodes<'_> {
+    fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
+        lock(self.storage).get(&self.owner, path)
+    }
+
+    fn insert(&mut self, path: Nibbles, found: Found) {
+        lock(self.storage).insert(self.owner, path, found);
+    }
+}
+
+/// A trie source whose node seeks go through a cache, which must describe the source's
+/// nodes (and is kept so by the writer, through [`NodeMap::written`] after each root):
+/// answered from memory when held, else sought in the source and remembered. The leaves
+/// are the source's, read as before.
+pub(crate) struct CachedSource<S, C> {
+    inner: S,
+    cache: Option<C>,
+    /// The leaf hashes the cache kept with the node the last seek found.
+    stash: Option<LeafHashes>,
+}
+
+impl<S, C> CachedSource<S, C> {
+    /// `inner`'s seeks through `cache`, or straight to `inner` without one.
+    pub(crate) fn new(inner: S, cache: Option<C>) -> Self {
+        Self {
+            inner,
+            cache,
+            stash: None,
+        }
+    }
+
+    pub(crate) fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: TrieSource, C: NodeCache> TrieSource for CachedSource<S, C> {
+    type Leaf = S::Leaf;
+
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+        self.stash = None;
+        let Some(cache) = self.cache.as_mut() else {
+            return self.inner.seek_node(path);
+        };
+        if let Some((found, leaves)) = cache.get(path) {
+            self.stash = leaves;
+            return Ok(found);
+        }
+        let found = self.inner.seek_node(path)?;
+        cache.insert(*path, found.clone());
+        Ok(found)
+    }
+
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+        self.inner.seek_leaf(key)
+    }
+
+    fn next_leaf(&mut self) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+        self.inner.next_leaf()
+    }
+
+    fn leaf_value(
+        &mut self,
+        key: &B256,
+        leaf: &S::Leaf,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateDbError> {
+        self.inner.leaf_value(key, leaf, out)
+    }
+
+    fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
+        if self.cache.is_some() {
+            self.stash.take()
+        } else {
+            self.inner.take_leaf_hashes()
+        }
+    }
+}
+
+/// The account trie's and the storage tries' cached seeks, under one budget. Shared by the
+/// threads of one root through locks ([`AccountNodes`]; the storage map behind one lock,
+/// each storage walk holding it only for a lookup).
 #[derive(Debug)]
 pub(crate) struct TrieCache {
-    pub(crate) accounts: NodeMap,
-    pub(crate) storage: StorageNodes,
+    pub(crate) accounts: AccountNodes,
+    pub(crate) storage: Mutex<StorageNodes>,
     budget: usize,
     epoch: u32,
     evicted: u64,
@@ -273,8 +485,8 @@ impl TrieCache {
     /// An empty cache holding at most `budget` bytes (0: off).
     pub(crate) fn new(budget: usize) -> Self {
         Self {
-            accounts: NodeMap::default(),
-            storage: StorageNodes::default(),
+            accounts: AccountNodes::default(),
+            storage: Mutex::default(),
             budget,
             epoch: 0,
             evicted: 0,
@@ -286,22 +498,45 @@ impl TrieCache {
         self.budget > 0
     }
 
+    /// The storage tries' map.
+    pub(crate) fn storage(&self) -> MutexGuard<'_, StorageNodes> {
+        lock(&self.storage)
+    }
+
+    /// The account trie's map, when the cache is on.
+    pub(crate) fn account_nodes(&self) -> Option<&AccountNodes> {
+        self.enabled().then_some(&self.accounts)
+    }
+
+    /// The storage tries' map, when the cache is on.
+    pub(crate) fn storage_nodes(&self) -> Option<&Mutex<StorageNodes>> {
+        self.enabled().then_some(&self.storage)
+    }
+
+    /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
+    pub(crate) fn forget_storage(&self, owner: &B256) {
+        self.storage().forget(owner);
+    }
+
     /// Starts a root: what it uses is marked with a new epoch.
     pub(crate) fn begin_root(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
-        self.accounts.epoch = self.epoch;
-        self.storage.epoch = self.epoch;
+        let epoch = self.epoch;
+        self.accounts.each(|map| map.epoch = epoch);
+        self.storage().epoch = epoch;
     }
 
     /// Drops everything: the stored nodes changed in ways the cache did not follow (a
     /// rebuild, a discarded write transaction).
     pub(crate) fn clear(&mut self) {
-        self.accounts.clear();
-        self.storage.clear();
+        self.accounts.each(NodeMap::clear);
+        self.storage().clear();
     }
 
     fn bytes(&self) -> usize {
-        self.accounts.bytes + self.storage.bytes
+        let mut bytes = self.storage().bytes;
+        self.accounts.each(|map| bytes += map.bytes);
+        bytes
     }
 
     /// Evicts the entries unused for the most roots until at most three quarters of the
@@ -316,13 +551,13 @@ impl TrieCache {
         let epoch = self.epoch;
         let age = |used: u32| (epoch.wrapping_sub(used) as usize).min(AGES - 1);
         let mut by_age = [0usize; AGES];
-        let mut count = |map: &NodeMap| {
+        let mut count = |map: &mut NodeMap| {
             for entry in map.entries.values() {
                 by_age[age(entry.used)] += entry.bytes();
             }
         };
-        count(&self.accounts);
-        for map in self.storage.owners.values() {
+        self.accounts.each(&mut count);
+        for map in self.storage().owners.values_mut() {
             count(map);
         }
         let target = self.budget / 4 * 3;
@@ -347,12 +582,14 @@ impl TrieCache {
             });
             map.bytes = bytes;
         };
-        retain(&mut self.accounts);
-        self.storage.owners.retain(|_, map| {
+        self.accounts.each(retain);
+        let mut storage = self.storage();
+        storage.owners.retain(|_, map| {
             retain(map);
             map.len() > 0
         });
-        self.storage.bytes = self.storage.owners.values().map(|m| m.bytes).sum();
+        storage.bytes = storage.owners.values().map(|m| m.bytes).sum();
+        drop(storage);
         let after = self.entries();
         let evicted = (before - after) as u64;
         self.evicted += evicted;
@@ -360,15 +597,23 @@ impl TrieCache {
     }
 
     fn entries(&self) -> usize {
-        let storage: usize = self.storage.owners.values().map(NodeMap::len).sum();
-        self.accounts.len() + storage
+        let mut entries: usize = self.storage().owners.values().map(NodeMap::len).sum();
+        self.accounts.each(|map| entries += map.len());
+        entries
     }
 
     /// Counters and sizes.
     pub(crate) fn stats(&self) -> TrieCacheStats {
+        let storage = self.storage();
+        let (mut hits, mut misses) = (storage.hits, storage.misses);
+        drop(storage);
+        self.accounts.each(|map| {
+            hits += map.hits;
+            misses += map.misses;
+        });
         TrieCacheStats {
-            hits: self.accounts.hits + self.storage.hits,
-            misses: self.accounts.misses + self.storage.misses,
+            hits,
+            misses,
             evicted: self.evicted,
             entries: self.entries() as u64,
             bytes: self.bytes() as u64,
@@ -431,6 +676,50 @@ mod tests {
         assert_eq!(map.bytes, expected);
     }
 
+    /// The account map in shards answers as one map would: a write drops the root
+    /// path's answer (every path lies under it) and the answers above each changed path
+    /// in that path's shard, and leaves the other shards alone.
+    #[test]
+    fn account_shards_drop_what_one_map_would() {
+        let nodes = AccountNodes::default();
+        let leaf = LeafHashes::single(7, B256::with_last_byte(7));
+        nodes.insert(path(&[]), Some((path(&[]), node(3))));
+        nodes.insert(path(&[1]), Some((path(&[1, 2, 3]), node(1))));
+        nodes.insert(path(&[1, 2, 3]), Some((path(&[1, 2, 3]), node(1))));
+        nodes.insert(path(&[2]), Some((path(&[2]), node(1))));
+        nodes.insert(path(&[2, 4]), Some((path(&[2, 4]), node(1))));
+        nodes.insert(path(&[15]), None);
+        nodes.written(
+            &[path(&[1, 2, 3])],
+            &[(path(&[1, 2]), node(3)), (path(&[2, 4, 5]), node(2))],
+            &[(path(&[2, 4, 5]), leaf.clone())],
+        );
+        assert!(nodes.get(&path(&[])).is_none(), "the root path's answer");
+        assert!(nodes.get(&path(&[1])).is_none());
+        assert!(nodes.get(&path(&[1, 2, 3])).is_none());
+        assert_eq!(
+            nodes.get(&path(&[1, 2])),
+            Some((Some((path(&[1, 2]), node(3))), None))
+        );
+        // [2] and [2, 4] lie above the new node at [2, 4, 5].
+        assert!(nodes.get(&path(&[2])).is_none());
+        assert!(nodes.get(&path(&[2, 4])).is_none());
+        assert_eq!(
+            nodes.get(&path(&[2, 4, 5])),
+            Some((Some((path(&[2, 4, 5]), node(2))), Some(leaf)))
+        );
+        assert_eq!(nodes.get(&path(&[15])), Some((None, None)));
+        // A new root node is the root path's answer again.
+        nodes.written(&[path(&[])], &[(path(&[]), node(4))], &[]);
+        assert_eq!(
+            nodes.get(&path(&[])),
+            Some((Some((path(&[]), node(4))), None))
+        );
+        let mut cache = TrieCache::new(1 << 20);
+        cache.accounts = nodes;
+        assert_eq!(cache.stats().entries, 4);
+    }
+
     #[test]
     fn the_budget_keeps_what_recent_roots_used() {
         let one = entry_bytes(&Some((path(&[]), node(16))), &None);
@@ -448,7 +737,7 @@ mod tests {
         for i in 0..10u8 {
             let root = Some((path(&[]), node(16)));
             cache
-                .storage
+                .storage()
                 .insert(B256::with_last_byte(i), path(&[]), root);
         }
         cache.begin_root();
@@ -475,7 +764,7 @@ mod tests {
         for i in 0..10u8 {
             let owner = B256::with_last_byte(i);
             assert!(
-                cache.storage.get(&owner, &path(&[])).is_some(),
+                cache.storage().get(&owner, &path(&[])).is_some(),
                 "{i} evicted"
             );
         }
@@ -483,7 +772,7 @@ mod tests {
         assert_eq!(stats.evicted, 12);
         assert_eq!(stats.entries, 17);
         assert_eq!(stats.bytes as usize, cache.bytes());
-        cache.storage.forget(&B256::with_last_byte(0));
+        cache.storage().forget(&B256::with_last_byte(0));
         cache.clear();
         assert_eq!(cache.stats().entries, 0);
         assert_eq!(cache.bytes(), 0);

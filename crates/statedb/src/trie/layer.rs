@@ -37,7 +37,7 @@ use signet_libmdbx::{Environment, Ro, TransactionKind};
 
 use crate::error::StateDbError;
 use crate::read::Dbs;
-use crate::trie::cache::Found;
+use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes, TrieCache};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::store::{
     AccountSource, ChangedKeys, RootOutcome, StorageRoots, StorageSource, StoredRoots,
@@ -99,8 +99,16 @@ impl TrieLayer {
 
     /// Records a walk's nodes: the entered ones replaced by its updates or removed.
     fn record(nodes: &mut NodeLayer, run: TrieRun) {
+        // Most entered nodes come back as updates: each path goes into the (large) map
+        // once, not once as removed and again as updated.
         for path in run.removed {
-            nodes.insert(path, None);
+            if run
+                .updates
+                .binary_search_by(|(updated, _)| updated.cmp(&path))
+                .is_err()
+            {
+                nodes.insert(path, None);
+            }
         }
         for (path, node) in run.updates {
             nodes.insert(path, Some(node));
@@ -284,6 +292,7 @@ struct LayeredRoots<'a, 'tx, K: TransactionKind> {
     dbs: Dbs,
     txn: &'tx Tx<K>,
     layer: &'a TrieLayer,
+    cache: Option<&'a Mutex<StorageNodes>>,
     committed: StoredRoots<'a, 'tx, K, crate::trie::store::Discard>,
     computed: u64,
     leaves: u64,
@@ -297,13 +306,18 @@ impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
         let Some(storage) = self.layer.storage.get(address) else {
             return self.committed.storage_root(address);
         };
+        let cache = self.cache.map(|storage| OwnerNodes {
+            storage,
+            owner: *address,
+        });
         let run = storage_walk(
             &self.dbs,
             self.txn,
             address,
             storage,
             &PrefixSet::default(),
-            false,
+            Walk::Root,
+            cache,
         )?;
         self.computed += 1;
         self.leaves += run.leaves;
@@ -311,50 +325,82 @@ impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
     }
 }
 
-/// Walks one account's storage trie over the layer.
+/// What a walk is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// The root only.
+    Root,
+    /// The root and the nodes to store.
+    Updates,
+}
+
+/// Runs a walk with updates through the cache's remembered leaf hashes when there is a
+/// cache ([`walk::run_memo`]), else reading every leaf it needs.
+fn run_walk<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+    walk: Walk,
+    cached: bool,
+) -> Result<TrieRun, StateDbError> {
+    match walk {
+        Walk::Updates if cached => walk::run_memo(source, changed),
+        Walk::Updates => walk::run(source, changed, Vec::new(), true),
+        Walk::Root => walk::run(source, changed, Vec::new(), false),
+    }
+}
+
+/// Walks one account's storage trie over the layer, its node seeks through `cache`.
 fn storage_walk<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     address: &B256,
     storage: &StorageLayer,
     changed: &PrefixSet,
-    updates: bool,
+    walk: Walk,
+    cache: Option<OwnerNodes<'_>>,
 ) -> Result<TrieRun, StateDbError> {
-    let mut source = Layered::new(
+    let cached = cache.is_some();
+    let layered = Layered::new(
         StorageSource::new(dbs, txn, *address, true)?,
         &storage.nodes,
         &storage.slots,
         slot_leaf,
         storage.wiped,
     );
-    walk::run(&mut source, changed, Vec::new(), updates)
+    let mut source = CachedSource::new(layered, cache);
+    run_walk(&mut source, changed, walk, cached)
 }
 
-/// The account trie, over the layer, with storage roots from `known` or found as needed.
+/// The account trie, over the layer, with storage roots from `known` or found as needed,
+/// its node seeks through `cache`.
 fn account_walk<K: TransactionKind>(
     dbs: &Dbs,
     txn: &Tx<K>,
     layer: &TrieLayer,
     known: &B256Map<B256>,
     changed: &PrefixSet,
+    cache: Option<&TrieCache>,
 ) -> Result<(TrieRun, u64, u64), StateDbError> {
     let roots = LayeredRoots {
         dbs: *dbs,
         txn,
         layer,
-        committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?,
+        cache: cache.map(|c| &c.storage),
+        committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?
+            .cached(cache.map(|c| &c.storage)),
         computed: 0,
         leaves: 0,
     };
-    let mut source = Layered::new(
+    let layered = Layered::new(
         AccountSource::new(dbs, txn, true, roots)?,
         &layer.account_nodes,
         &layer.accounts,
         account_leaf,
         false,
     );
-    let run = walk::run(&mut source, changed, Vec::new(), true)?;
-    let roots = source.into_inner().roots;
+    let mut source = CachedSource::new(layered, cache.map(|c| &c.accounts));
+    let run = run_walk(&mut source, changed, Walk::Updates, cache.is_some())?;
+    let roots = source.into_inner().into_inner().roots;
     let computed = roots.computed + roots.committed.computed;
     let leaves = roots.leaves + roots.committed.leaves;
     Ok((run, computed, leaves))
@@ -370,6 +416,22 @@ pub(crate) struct LayeredRoot {
     pub(crate) accounts: TrieRun,
     /// The account trie was split under its root node and walked on several threads.
     pub(crate) split: bool,
+}
+
+impl LayeredRoot {
+    /// Tells the cache the nodes this root changes (before they go into the layer), with
+    /// the leaf hashes the walks knew.
+    pub(crate) fn update_cache(&self, cache: &TrieCache) {
+        let mut storage = cache.storage();
+        for (address, run) in &self.storage {
+            storage.written(address, &run.removed, &run.updates, &run.leaf_hashes);
+        }
+        drop(storage);
+        let run = &self.accounts;
+        cache
+            .accounts
+            .written(&run.removed, &run.updates, &run.leaf_hashes);
+    }
 }
 
 /// How a layered root spreads its work.
@@ -436,13 +498,16 @@ fn run_jobs<T: Send>(
         .collect()
 }
 
-/// The root of the last commit with `layer` over it, recomputing what `changed` names.
+/// The root of the last commit with `layer` over it, recomputing what `changed` names,
+/// its node seeks through `cache` when given (which must describe the last commit with
+/// `layer` over it; [`LayeredRoot::update_cache`] keeps it so).
 pub(crate) fn layered_root(
     env: &Environment,
     dbs: &Dbs,
     layer: &TrieLayer,
     changed: ChangedKeys,
     parallelism: Parallelism,
+    cache: Option<&TrieCache>,
 ) -> Result<LayeredRoot, StateDbError> {
     let mut out = LayeredRoot::default();
     let mut storage: Vec<(B256, PrefixSet)> = changed
@@ -455,7 +520,11 @@ pub(crate) fn layered_root(
     let runs = run_jobs(env, storage.len(), parallelism.threads, &|txn, i| {
         let (address, slots) = &storage[i];
         let layered = layer.storage.get(address).unwrap_or(&no_storage);
-        storage_walk(dbs, txn, address, layered, slots, true)
+        let owner = cache.map(|c| OwnerNodes {
+            storage: &c.storage,
+            owner: *address,
+        });
+        storage_walk(dbs, txn, address, layered, slots, Walk::Updates, owner)
     })?;
     let mut known = B256Map::default();
     let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
@@ -463,6 +532,8 @@ pub(crate) fn layered_root(
         out.outcome.storage_tries += 1;
         out.outcome.leaves += run.leaves;
         out.outcome.skipped += run.skipped;
+        out.outcome.remembered += run.remembered;
+        out.outcome.rereads += u64::from(run.reread);
         known.insert(*address, run.root);
         accounts.push(*address);
         out.storage.push((*address, run));
@@ -470,7 +541,7 @@ pub(crate) fn layered_root(
     let set = PrefixSet::new(accounts);
     out.outcome.changed_accounts = set.len() as u64;
     let split = if parallelism.threads > 1 && set.len() >= parallelism.min_split_accounts {
-        split_account_walk(env, dbs, layer, &known, &set, parallelism.threads)?
+        split_account_walk(env, dbs, layer, &known, &set, parallelism.threads, cache)?
     } else {
         None
     };
@@ -483,13 +554,15 @@ pub(crate) fn layered_root(
             let txn = env
                 .begin_ro_unsync()
                 .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
-            account_walk(dbs, &txn, layer, &known, &set)?
+            account_walk(dbs, &txn, layer, &known, &set, cache)?
         }
     };
     out.outcome.root = run.root;
     out.outcome.storage_tries += computed;
     out.outcome.leaves += run.leaves + leaves;
     out.outcome.skipped += run.skipped;
+    out.outcome.remembered += run.remembered;
+    out.outcome.rereads += u64::from(run.reread);
     out.accounts = run;
     Ok(out)
 }
@@ -526,6 +599,7 @@ fn split_account_walk(
     known: &B256Map<B256>,
     set: &PrefixSet,
     threads: usize,
+    cache: Option<&TrieCache>,
 ) -> Result<Option<(TrieRun, u64, u64)>, StateDbError> {
     let old = {
         let txn = env
@@ -543,7 +617,7 @@ fn split_account_walk(
     let parts = set.split_by_first_nibble();
     let children = run_jobs(env, parts.len(), threads, &|txn, i| {
         let (nibble, keys) = &parts[i];
-        let (run, computed, leaves) = account_walk(dbs, txn, layer, known, keys)?;
+        let (run, computed, leaves) = account_walk(dbs, txn, layer, known, keys, cache)?;
         let top = run
             .updates
             .first()
@@ -588,6 +662,16 @@ fn split_account_walk(
         leaves += child.leaves;
         run.leaves += child.run.leaves;
         run.skipped += child.run.skipped;
+        run.remembered += child.run.remembered;
+        run.reread |= child.run.reread;
+        // The root node's own leaf hashes: it has none (every child is a branch).
+        run.leaf_hashes.extend(
+            child
+                .run
+                .leaf_hashes
+                .into_iter()
+                .filter(|(path, _)| !path.is_empty()),
+        );
         run.updates.extend(
             child
                 .run
@@ -615,6 +699,7 @@ fn split_account_walk(
     run.updates.sort_unstable_by_key(|(path, _)| *path);
     run.removed.push(Nibbles::new());
     run.removed.sort_unstable();
+    run.leaf_hashes.sort_unstable_by_key(|(path, _)| *path);
     Ok(Some((run, computed, leaves)))
 }
 

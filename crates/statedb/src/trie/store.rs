@@ -4,6 +4,7 @@
 
 use gigas_mdbx::StoreError as _;
 use std::borrow::Cow;
+use std::sync::Mutex;
 
 use alloy_primitives::map::{B256Map, B256Set};
 use alloy_primitives::{Bytes, B256, U256};
@@ -18,10 +19,10 @@ use crate::codec::{self, PATH_LEN};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
-use crate::trie::cache::{Found, NodeMap, StorageNodes, TrieCache};
+use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes, TrieCache};
 use crate::trie::layer::{account_leaf, slot_leaf, Layered, NodesFrom, StorageLayer, TrieLayer};
 use crate::trie::prefix::PrefixSet;
-use crate::trie::walk::{self, LeafHashes, TrieRun, TrieSource};
+use crate::trie::walk::{self, TrieRun, TrieSource};
 
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 
@@ -77,18 +78,15 @@ fn seek_account_node<K: TransactionKind>(
     Ok(found.filter(|(found, _)| found.starts_with(path)))
 }
 
-/// The account trie: stored nodes (unless ignored), through the cache when given, and the
-/// hashed accounts, each leaf completed with its storage root from `R`.
-pub(crate) struct AccountSource<'tx, 'c, K: TransactionKind, R> {
+/// The account trie: stored nodes (unless ignored) and the hashed accounts, each leaf
+/// completed with its storage root from `R`.
+pub(crate) struct AccountSource<'tx, K: TransactionKind, R> {
     nodes: Option<Cursor<'tx, K>>,
-    cache: Option<&'c mut NodeMap>,
-    /// The leaf hashes the cache kept with the node the last seek found.
-    stash: Option<LeafHashes>,
     leaves: Cursor<'tx, K>,
     pub(crate) roots: R,
 }
 
-impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
+impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
     pub(crate) fn new(
         dbs: &Dbs,
         txn: &'tx Tx<K>,
@@ -99,17 +97,9 @@ impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
             nodes: use_nodes
                 .then(|| cursor(dbs, txn, Table::AccountsTrie))
                 .transpose()?,
-            cache: None,
-            stash: None,
             leaves: cursor(dbs, txn, Table::HashedAccounts)?,
             roots,
         })
-    }
-
-    /// Seeks stored nodes through `cache`, which must describe this transaction's nodes.
-    pub(crate) fn cached(mut self, cache: Option<&'c mut NodeMap>) -> Self {
-        self.cache = cache;
-        self
     }
 
     fn leaf(row: Row<'_>) -> Result<Option<(B256, AccountState)>, StateDbError> {
@@ -123,24 +113,14 @@ impl<'tx, 'c, K: TransactionKind, R> AccountSource<'tx, 'c, K, R> {
     }
 }
 
-impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K, R> {
+impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R> {
     type Leaf = AccountState;
 
     fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
-        let Some(nodes) = self.nodes.as_mut() else {
-            return Ok(None);
-        };
-        self.stash = None;
-        let Some(cache) = self.cache.as_mut() else {
-            return seek_account_node(nodes, path);
-        };
-        if let Some((found, leaves)) = cache.get(path) {
-            self.stash = leaves;
-            return Ok(found);
+        match self.nodes.as_mut() {
+            Some(nodes) => seek_account_node(nodes, path),
+            None => Ok(None),
         }
-        let found = seek_account_node(nodes, path)?;
-        cache.insert(*path, found.clone());
-        Ok(found)
     }
 
     fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, AccountState)>, StateDbError> {
@@ -169,13 +149,9 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, '_, K
         TrieAccount::new(leaf.nonce, leaf.balance, storage_root, leaf.code_hash).encode(out);
         Ok(())
     }
-
-    fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
-        self.stash.take()
-    }
 }
 
-impl<K: TransactionKind, R: StorageRoots> NodesFrom for AccountSource<'_, '_, K, R> {
+impl<K: TransactionKind, R: StorageRoots> NodesFrom for AccountSource<'_, K, R> {
     fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
@@ -194,17 +170,14 @@ impl<K: TransactionKind, R: StorageRoots> NodesFrom for AccountSource<'_, '_, K,
     }
 }
 
-/// One account's storage trie, its stored nodes through the cache when given.
-pub(crate) struct StorageSource<'tx, 'c, K: TransactionKind> {
+/// One account's storage trie.
+pub(crate) struct StorageSource<'tx, K: TransactionKind> {
     address: B256,
     nodes: Option<Cursor<'tx, K>>,
-    cache: Option<&'c mut StorageNodes>,
-    /// The leaf hashes the cache kept with the node the last seek found.
-    stash: Option<LeafHashes>,
     leaves: Cursor<'tx, K>,
 }
 
-impl<'tx, 'c, K: TransactionKind> StorageSource<'tx, 'c, K> {
+impl<'tx, K: TransactionKind> StorageSource<'tx, K> {
     pub(crate) fn new(
         dbs: &Dbs,
         txn: &'tx Tx<K>,
@@ -216,16 +189,8 @@ impl<'tx, 'c, K: TransactionKind> StorageSource<'tx, 'c, K> {
             nodes: use_nodes
                 .then(|| cursor(dbs, txn, Table::StoragesTrie))
                 .transpose()?,
-            cache: None,
-            stash: None,
             leaves: cursor(dbs, txn, Table::HashedStorages)?,
         })
-    }
-
-    /// Seeks stored nodes through `cache`, which must describe this transaction's nodes.
-    pub(crate) fn cached(mut self, cache: Option<&'c mut StorageNodes>) -> Self {
-        self.cache = cache;
-        self
     }
 
     fn seek_stored(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
@@ -240,7 +205,7 @@ impl<'tx, 'c, K: TransactionKind> StorageSource<'tx, 'c, K> {
     }
 }
 
-impl<K: TransactionKind> NodesFrom for StorageSource<'_, '_, K> {
+impl<K: TransactionKind> NodesFrom for StorageSource<'_, K> {
     fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
@@ -260,24 +225,14 @@ impl<K: TransactionKind> NodesFrom for StorageSource<'_, '_, K> {
     }
 }
 
-impl<K: TransactionKind> TrieSource for StorageSource<'_, '_, K> {
+impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
     type Leaf = U256;
 
     fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         if self.nodes.is_none() {
             return Ok(None);
         }
-        let address = self.address;
-        self.stash = None;
-        if let Some((found, leaves)) = self.cache.as_mut().and_then(|c| c.get(&address, path)) {
-            self.stash = leaves;
-            return Ok(found);
-        }
-        let found = self.seek_stored(path)?;
-        if let Some(cache) = self.cache.as_mut() {
-            cache.insert(address, *path, found.clone());
-        }
-        Ok(found)
+        self.seek_stored(path)
     }
 
     fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
@@ -304,10 +259,6 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, '_, K> {
     ) -> Result<(), StateDbError> {
         leaf.encode(out);
         Ok(())
-    }
-
-    fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
-        self.stash.take()
     }
 }
 
@@ -380,7 +331,7 @@ pub(crate) struct StoredRoots<'a, 'tx, K: TransactionKind, W> {
     /// `(low, next)`: `next` is the first account with slots at or after `low`.
     probe_at: Option<(B256, Option<B256>)>,
     use_nodes: bool,
-    cache: Option<&'a mut StorageNodes>,
+    cache: Option<&'a Mutex<StorageNodes>>,
     sink: W,
     /// Storage tries walked for roots not `known`.
     pub(crate) computed: u64,
@@ -412,7 +363,7 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
 
     /// Seeks storage tries' stored nodes through `cache`, which must describe this
     /// transaction's nodes.
-    pub(crate) fn cached(mut self, cache: Option<&'a mut StorageNodes>) -> Self {
+    pub(crate) fn cached(mut self, cache: Option<&'a Mutex<StorageNodes>>) -> Self {
         self.cache = cache;
         self
     }
@@ -451,8 +402,14 @@ impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K,
             return Ok(EMPTY_ROOT_HASH);
         }
         let run = {
-            let mut source = StorageSource::new(&self.dbs, self.txn, *address, self.use_nodes)?
-                .cached(self.cache.as_deref_mut());
+            let cache = self.cache.map(|storage| OwnerNodes {
+                storage,
+                owner: *address,
+            });
+            let mut source = CachedSource::new(
+                StorageSource::new(&self.dbs, self.txn, *address, self.use_nodes)?,
+                cache,
+            );
             let updates = self.sink.wants_updates();
             let sink = &mut self.sink;
             let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| sink.spill(address, nodes);
@@ -774,9 +731,6 @@ pub(crate) fn update_root(
     let mut known = B256Map::default();
     let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
     let enabled = cache.enabled();
-    if enabled {
-        cache.begin_root();
-    }
     // Through the cache, the walk also takes and gives back the leaf hashes it keeps.
     fn walk_cached<S: TrieSource>(
         source: &mut S,
@@ -791,8 +745,11 @@ pub(crate) fn update_root(
     }
     for (address, slots) in storage {
         let run = {
-            let mut source = StorageSource::new(dbs, txn, address, true)?
-                .cached(enabled.then_some(&mut cache.storage));
+            let owner = cache.storage_nodes().map(|storage| OwnerNodes {
+                storage,
+                owner: address,
+            });
+            let mut source = CachedSource::new(StorageSource::new(dbs, txn, address, true)?, owner);
             walk_cached(&mut source, &PrefixSet::new(slots), enabled)?
         };
         out.remembered += run.remembered;
@@ -800,7 +757,7 @@ pub(crate) fn update_root(
         write_storage_trie(dbs, txn, &address, &run)?;
         if enabled {
             cache
-                .storage
+                .storage()
                 .written(&address, &run.removed, &run.updates, &run.leaf_hashes);
         }
         out.storage_tries += 1;
@@ -811,12 +768,15 @@ pub(crate) fn update_root(
     }
     let set = PrefixSet::new(accounts);
     let (run, computed, leaves) = {
-        let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?
-            .cached(enabled.then_some(&mut cache.storage));
-        let mut source = AccountSource::new(dbs, txn, true, roots)?
-            .cached(enabled.then_some(&mut cache.accounts));
+        let roots =
+            StoredRoots::new(dbs, txn, &known, true, Discard)?.cached(cache.storage_nodes());
+        let mut source = CachedSource::new(
+            AccountSource::new(dbs, txn, true, roots)?,
+            cache.account_nodes(),
+        );
         let run = walk_cached(&mut source, &set, enabled)?;
-        (run, source.roots.computed, source.roots.leaves)
+        let roots = source.into_inner().roots;
+        (run, roots.computed, roots.leaves)
     };
     write_account_trie(dbs, txn, &run)?;
     if enabled {

@@ -401,6 +401,8 @@ struct Frame {
     known: Option<LeafHashes>,
     /// Its leaf children's hashes as this walk knows them.
     collected: LeafHashesBuilder,
+    /// The children under which some key changed, by nibble.
+    changed: u16,
 }
 
 struct Walker<'p> {
@@ -449,6 +451,7 @@ impl Walker<'_> {
             })
         };
         self.removed.push(path);
+        let changed = self.changed.child_mask(&path);
         self.stack.push(Frame {
             path,
             node,
@@ -456,6 +459,7 @@ impl Walker<'_> {
             tail,
             known: known.filter(|_| self.feed),
             collected: LeafHashesBuilder::default(),
+            changed,
         });
     }
 
@@ -510,7 +514,7 @@ impl Walker<'_> {
             let below = node.tree_mask.is_bit_set(i);
             let hashed = node.hash_mask.is_bit_set(i);
             let hash = (present && hashed).then(|| node.hash_for_nibble(i));
-            let changed = self.changed.contains_prefix(&child);
+            let changed = frame.changed & (1 << i) != 0;
             if !present && !changed {
                 continue;
             }
