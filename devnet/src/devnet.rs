@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Address;
@@ -23,20 +22,12 @@ use crate::supervisor::Supervisor;
 use crate::{Args, FULLNODE, SEQUENCER};
 use gigas_cgroup::MemoryStat;
 
-/// A free loopback port (bound, read, released: another process could take it in between,
-/// which fails that start with a clear error).
+/// A free loopback port (see [`gigas_launch::free_port`]).
 pub fn free_port() -> Result<u16> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").wrap_err("finding a free loopback port")?;
-    Ok(listener.local_addr()?.port())
+    gigas_launch::free_port().wrap_err("finding a free loopback port")
 }
 
-/// The last `n` lines of a file ("" if unreadable).
-pub fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
+pub use gigas_launch::tail;
 
 /// The name of the file in a run's temporary directory that holds the run's process id.
 const PID_FILE: &str = "devnet.pid";
@@ -121,40 +112,28 @@ fn start_node(
         );
     let spawned = supervisor.spawn(name, command, log, libc::SIGINT)?;
     // A genesis of millions of accounts is written before the node listens.
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    let mut startup = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match spawned.lines.recv_timeout(left) {
-            Ok(line) => {
-                if let Some(url) = line.strip_prefix("JSON-RPC listening on ") {
-                    return Ok(Node {
-                        name,
-                        pid: spawned.pid,
-                        rpc: url.trim().to_string(),
-                        metrics,
-                        log: log.to_path_buf(),
-                        startup,
-                    });
-                }
-                startup.push(line);
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                bail!(
-                    "the {name} did not listen within 30 minutes (log {}):\n{}",
-                    log.display(),
-                    tail(log, 30)
-                )
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                // Its stdout closed: it exited. Give the log a moment to hold its last words.
-                std::thread::sleep(Duration::from_millis(100));
-                bail!(
-                    "the {name} exited while starting (log {}):\n{}",
-                    log.display(),
-                    tail(log, 30)
-                )
-            }
+    match gigas_launch::wait_for_rpc(&spawned.lines, Duration::from_secs(1800)) {
+        Ok(ready) => Ok(Node {
+            name,
+            pid: spawned.pid,
+            rpc: ready.url,
+            metrics,
+            log: log.to_path_buf(),
+            startup: ready.before,
+        }),
+        Err(gigas_launch::WaitError::Timeout(_)) => bail!(
+            "the {name} did not listen within 30 minutes (log {}):\n{}",
+            log.display(),
+            tail(log, 30)
+        ),
+        Err(gigas_launch::WaitError::Exited) => {
+            // Its stdout closed: it exited. Give the log a moment to hold its last words.
+            std::thread::sleep(Duration::from_millis(100));
+            bail!(
+                "the {name} exited while starting (log {}):\n{}",
+                log.display(),
+                tail(log, 30)
+            )
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the kernel if the devnet dies without stopping them, stopped and reaped at the end, on an
 //! error, or on SIGINT/SIGTERM/SIGHUP; the directory removed after them.
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -186,17 +186,7 @@ impl Supervisor {
         });
         drop(state);
         let stdout = stdout.ok_or_else(|| eyre!("{name}'s stdout was not piped"))?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::Builder::new()
-            .name(format!("{name}-log"))
-            .spawn(move || {
-                let mut log_file = log_file;
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { return };
-                    let _ = writeln!(log_file, "{line}");
-                    let _ = tx.send(line);
-                }
-            })
+        let lines = gigas_launch::tee_lines(name, stdout, Some(log_file))
             .wrap_err("starting a log thread")?;
         Ok(Spawned { pid, lines })
     }

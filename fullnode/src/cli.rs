@@ -332,11 +332,7 @@ where
         println!("metrics on http://{addr}/metrics");
     }
     if let Some(addr) = node.rpc_addr() {
-        println!("JSON-RPC listening on http://{addr}");
-    }
-    {
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
+        gigas_launch::announce_rpc(format_args!("http://{addr}"));
     }
     let stop = node.stop_handle();
     runtime.spawn(async move {

@@ -23,8 +23,7 @@ impl Drop for Nginx {
 }
 
 fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    gigas_launch::free_port().expect("a free loopback port")
 }
 
 /// Starts nginx in the foreground with everything under `dir`, proxying to `upstream`

@@ -7,11 +7,9 @@
 //! The sequencer is another package's binary, so `CARGO_BIN_EXE_` cannot name it: it is
 //! looked up beside this test's executable (`target/release/gigas-sequencer`).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEip7702, TxEnvelope, TxLegacy};
 use alloy_eips::eip2930::{AccessList, AccessListItem};
@@ -63,34 +61,21 @@ impl Node {
             .spawn()
             .expect("spawn gigas-sequencer");
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                // Keep draining after the URL so that the node never blocks on the pipe.
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => {
-                    if let Some(url) = line.strip_prefix("JSON-RPC listening on ") {
-                        return Self {
-                            child,
-                            url: url.trim().to_string(),
-                            log,
-                        };
-                    }
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "gigas-sequencer did not start; its log:\n{}",
-                        std::fs::read_to_string(&log).unwrap_or_default()
-                    );
-                }
+        // Drained after the URL too, so that the node never blocks on the pipe.
+        let lines = gigas_launch::tee_lines("node", stdout, None).expect("the log thread");
+        match gigas_launch::wait_for_rpc(&lines, Duration::from_secs(120)) {
+            Ok(ready) => Self {
+                child,
+                url: ready.url,
+                log,
+            },
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "gigas-sequencer did not start ({e}); its log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
             }
         }
     }

@@ -466,11 +466,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         })?;
     info!(url = %format!("http://{}", rpc.local_addr()), "JSON-RPC (HTTP and WebSocket)");
     // One machine-readable line, for scripts and tests that start the node on port 0.
-    println!("JSON-RPC listening on http://{}", rpc.local_addr());
-    {
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
-    }
+    gigas_launch::announce_rpc(format_args!("http://{}", rpc.local_addr()));
     rpc.metrics().register(&mut node.registry());
     memory.spawn_sampler(&runtime, node.clone(), Some(diff_archive.clone()));
     runtime.spawn(backend.clone().forward_committed());

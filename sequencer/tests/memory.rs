@@ -15,10 +15,7 @@ use common::NodeProcess;
 use gigas_chain::dev_signer;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
+    gigas_launch::free_port().expect("a free loopback port")
 }
 
 fn value(text: &str, series: &str) -> Option<f64> {

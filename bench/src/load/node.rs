@@ -1,10 +1,8 @@
 //! The node under load when the run starts its own: the benchmark genesis (built once by
 //! `gigas-sequencer genesis` and cached), a fresh data directory, the process, and its stop.
 
-use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use eyre::{bail, eyre, Result, WrapErr};
@@ -175,12 +173,9 @@ pub struct SequencerProcess {
     pub start_seconds: f64,
 }
 
-/// A free loopback port (bound, read, released: another process could take it in between,
-/// which only fails the start with a clear error).
+/// A free loopback port (see [`gigas_launch::free_port`]).
 pub(crate) fn free_port() -> Result<u16> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").wrap_err("finding a free loopback port")?;
-    Ok(listener.local_addr()?.port())
+    gigas_launch::free_port().wrap_err("finding a free loopback port")
 }
 
 impl SequencerProcess {
@@ -236,38 +231,20 @@ impl SequencerProcess {
             .stdout
             .take()
             .ok_or_else(|| eyre!("the node's stdout was not piped"))?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("node-log".into())
-            .spawn(move || {
-                // Every line goes to the log; the start waits for the JSON-RPC line.
-                let mut log_file = log_file;
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { return };
-                    let _ = writeln!(log_file, "{line}");
-                    let _ = tx.send(line);
-                }
-            })
+        // Every line goes to the log; the start waits for the JSON-RPC line.
+        let lines = gigas_launch::tee_lines("node", stdout, Some(log_file))
             .wrap_err("starting the node log thread")?;
-        let deadline = Instant::now() + Duration::from_secs(1800);
-        let url = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(url) = line.strip_prefix("JSON-RPC listening on ") {
-                        break url.trim().to_string();
-                    }
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let tail = tail_of(log, 30);
-                    bail!(
-                        "{} did not start (log {}):\n{tail}",
-                        bin.display(),
-                        log.display()
-                    );
-                }
+        let url = match gigas_launch::wait_for_rpc(&lines, Duration::from_secs(1800)) {
+            Ok(ready) => ready.url,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let tail = gigas_launch::tail(log, 30);
+                bail!(
+                    "{} did not start ({e}; log {}):\n{tail}",
+                    bin.display(),
+                    log.display()
+                );
             }
         };
         Ok(Self {
@@ -331,11 +308,4 @@ impl Drop for SequencerProcess {
             let _ = self.child.wait();
         }
     }
-}
-
-/// The last `n` lines of a file.
-fn tail_of(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

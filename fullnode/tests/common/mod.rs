@@ -5,11 +5,10 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alloy_consensus::TxEip1559;
@@ -49,43 +48,23 @@ impl Process {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stdout = child.stdout.take().expect("stdout piped");
-        let (tx, rx) = mpsc::channel();
-        let mut copy = std::fs::OpenOptions::new()
+        let copy = std::fs::OpenOptions::new()
             .append(true)
             .open(log)
             .expect("open the log");
-        std::thread::spawn(move || {
-            use std::io::Write as _;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let _ = writeln!(copy, "{line}");
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut metrics = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(url) = line.strip_prefix("metrics on ") {
-                        metrics = Some(url.trim().to_string());
-                    }
-                    if let Some(url) = line.strip_prefix("JSON-RPC listening on ") {
-                        return Self {
-                            child,
-                            url: url.trim().to_string(),
-                            metrics,
-                            log: log.to_path_buf(),
-                        };
-                    }
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let text = std::fs::read_to_string(log).unwrap_or_default();
-                    panic!("{} did not start; its log:\n{text}", bin.display());
-                }
+        let lines = gigas_launch::tee_lines("node", stdout, Some(copy)).expect("the log thread");
+        match gigas_launch::wait_for_rpc(&lines, Duration::from_secs(120)) {
+            Ok(ready) => Self {
+                child,
+                metrics: ready.banner_value("metrics on ").map(str::to_string),
+                url: ready.url,
+                log: log.to_path_buf(),
+            },
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                panic!("{} did not start ({e}); its log:\n{text}", bin.display());
             }
         }
     }

@@ -180,10 +180,7 @@ pub(crate) fn substitute_once(text: &str, from: &str, to: &str) -> String {
 
 /// A free loopback port (bound, read, released; the caller binds it again at once).
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    gigas_launch::free_port().expect("a free loopback port")
 }
 
 /// Percent-encodes a query-string value.

@@ -2,11 +2,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use gigas_chain::ChainConfig;
@@ -48,47 +46,26 @@ impl NodeProcess {
             .spawn()
             .expect("spawn gigas-sequencer");
         let stdout = child.stdout.take().expect("stdout piped");
-        let (tx, rx) = mpsc::channel();
-        let mut copy = std::fs::OpenOptions::new()
+        let copy = std::fs::OpenOptions::new()
             .append(true)
             .open(&log)
             .expect("open node log");
-        std::thread::spawn(move || {
-            use std::io::Write as _;
-            // The node logs to stdout: every line goes to the log file, and to the test until
-            // it has the RPC line (then the channel is closed and draining goes on).
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let _ = writeln!(copy, "{line}");
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut banner = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(url) = line.strip_prefix("JSON-RPC listening on ") {
-                        let url = url.trim().to_string();
-                        let ws = url.replacen("http://", "ws://", 1);
-                        return Self {
-                            child,
-                            url,
-                            ws,
-                            datadir: datadir.to_path_buf(),
-                            log,
-                            banner,
-                        };
-                    }
-                    banner.push(line);
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let text = std::fs::read_to_string(&log).unwrap_or_default();
-                    panic!("gigas-sequencer did not start; its log:\n{text}");
-                }
+        // Every line goes to the log file, and to the test until it has the RPC line.
+        let lines = gigas_launch::tee_lines("node", stdout, Some(copy)).expect("the log thread");
+        match gigas_launch::wait_for_rpc(&lines, Duration::from_secs(120)) {
+            Ok(ready) => Self {
+                child,
+                ws: ready.ws_url(),
+                url: ready.url,
+                datadir: datadir.to_path_buf(),
+                log,
+                banner: ready.before,
+            },
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("gigas-sequencer did not start ({e}); its log:\n{text}");
             }
         }
     }
