@@ -61,15 +61,7 @@ enum Command {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    gigas_launch::init_logging(gigas_launch::LogTo::Stderr);
     match Cli::parse().command {
         Command::Storage(args) => {
             storage::run(&args)?;

@@ -225,16 +225,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    // try_init: a caller that installed its own subscriber keeps it.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // cranelift-jit logs every function's whole IR at info: thousands of lines
-                // per compiled contract.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .try_init();
+    gigas_launch::init_logging(gigas_launch::LogTo::Stdout);
     let cli = Cli::parse_from(args);
     crate::alloc::set_purge_delay(cli.alloc_purge_delay_ms);
     // First, before any database is opened or thread started: pages are charged to the

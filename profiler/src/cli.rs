@@ -327,16 +327,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    // try_init: a caller that installed its own subscriber keeps it.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn,cranelift_codegen=warn")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    gigas_launch::init_logging(gigas_launch::LogTo::Stderr);
     let args = Args::parse_from(args);
     // First, before any block is read or thread started: pages are charged to the cgroup
     // that first touches them. Held to the end; dropping it removes the cgroup.

@@ -221,17 +221,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    // try_init: a caller that installed its own subscriber keeps it.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // cranelift-jit logs every function's whole IR at info: thousands of lines
-                // per compiled contract.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift_jit=warn")),
-        )
-        // Colour codes only for a person at a terminal, not in a log file or a pipe.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .try_init();
+    gigas_launch::init_logging(gigas_launch::LogTo::Stdout);
     let cli = Cli::parse_from(args);
     match cli.command {
         Some(Command::Genesis(args)) => genesis(args),

@@ -2,10 +2,13 @@
 //! devnet, the load benchmark, the tests). A node prints one line once its JSON-RPC server
 //! listens ([`announce_rpc`]); the starting side copies the node's stdout to a log while it
 //! reads the lines ([`tee_lines`]), waits for that one ([`wait_for_rpc`]), and finds free
-//! loopback ports for the node's other listeners ([`free_port`]).
+//! loopback ports for the node's other listeners ([`free_port`]). Where a process's log
+//! lines go is part of the same contract ([`init_logging`]): a node logs to stdout, which
+//! its starter copies into the node's log beside the readiness line; a tool logs to stderr,
+//! since its stdout is its report.
 //!
-//! **Owns:** the readiness line's wording ([`RPC_READY`]) on both sides, and the few steps
-//! every starter repeats around it.
+//! **Owns:** the readiness line's wording ([`RPC_READY`]) on both sides, the few steps
+//! every starter repeats around it, and every Gigas binary's log set-up.
 //!
 //! **Must not:** know a node's flags, spawn or supervise processes (each caller builds its
 //! own command and owns its child: the devnet kills its children with itself, a test with
@@ -17,6 +20,39 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+
+/// Where a process's log lines go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTo {
+    /// stdout: a node, whose starter reads its stdout for the readiness line anyway.
+    Stdout,
+    /// stderr: a tool whose stdout is its report (the profiler, the benchmarks).
+    Stderr,
+}
+
+/// The filter without `RUST_LOG`: info, but Cranelift's at warn (at info it logs every
+/// compiled function's whole IR, thousands of lines per contract).
+pub const DEFAULT_LOG_FILTER: &str = "info,cranelift_jit=warn,cranelift_codegen=warn";
+
+/// Sets up `tracing` for a Gigas binary: `RUST_LOG` when set, else
+/// [`DEFAULT_LOG_FILTER`]; colour codes only for a person at a terminal, not in a log file
+/// or a pipe. A subscriber installed first (a test that runs a node in its own process)
+/// is kept.
+pub fn init_logging(to: LogTo) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // try_init: the subscriber already installed, if any, stays.
+    let _ = match to {
+        LogTo::Stdout => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .try_init(),
+        LogTo::Stderr => builder
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
+}
 
 /// What a node prints, followed by its `http://` URL, once its JSON-RPC server listens.
 pub const RPC_READY: &str = "JSON-RPC listening on ";
@@ -167,6 +203,15 @@ mod tests {
             tail(&log_path, 2),
             format!("{RPC_READY}http://127.0.0.1:8545\nafter")
         );
+    }
+
+    /// The second set-up keeps the first subscriber instead of failing (a node started
+    /// inside a process that already logs).
+    #[test]
+    fn logging_is_set_up_once_and_a_second_set_up_keeps_it() {
+        init_logging(LogTo::Stderr);
+        init_logging(LogTo::Stdout);
+        assert!(tracing_subscriber::EnvFilter::try_new(DEFAULT_LOG_FILTER).is_ok());
     }
 
     #[test]
