@@ -28,21 +28,21 @@
 //! ([`evict_file_pages`]) so that what it reads counts against its limit.
 
 mod args;
-mod cache;
 mod cgroup;
 mod detect;
 mod error;
 mod metrics;
+mod page_cache;
 mod process;
 mod size;
 mod stat;
 
 pub use args::MemoryLimitArgs;
-pub use cache::{drop_page_cache, evict_file_pages, Evicted};
 pub use cgroup::{MemoryCgroup, CGROUP_PREFIX};
 pub use detect::{CgroupRoots, CgroupVersion, ROOT_ENV};
 pub use error::{CgroupError, PageCacheError, HOW_TO_FIX};
 pub use metrics::MemoryCollector;
+pub use page_cache::{drop_page_cache, evict_file_pages, Evicted};
 pub use process::ProcessMemory;
 pub use size::{format_size, format_size_approx, parse_size, SizeError};
 pub use stat::MemoryStat;

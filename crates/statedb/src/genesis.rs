@@ -16,7 +16,7 @@ use crate::db::{write_meta_tip, StateDb};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::{Table, META_SCHEMA_VERSION};
-use crate::trie::store;
+use crate::trie::root;
 use crate::types::{GenesisBlock, GenesisEntry, GenesisOutcome, StoredHeader};
 
 type GenesisAccount = (Address, AccountState, Option<Bytes>);
@@ -101,7 +101,7 @@ impl StateDb {
             outcome.transactions += 1;
             txn = begin()?;
         }
-        let root = store::rebuild_root(&dbs, &txn)?;
+        let root = root::rebuild_root(&dbs, &txn)?;
         outcome.state_root = root.root;
         let header = genesis.header;
         let tip = ChainTip {

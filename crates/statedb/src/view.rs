@@ -12,7 +12,7 @@ use crate::db::StateDb;
 use crate::error::StateDbError;
 use crate::read;
 use crate::trie::overlay::StateOverlay;
-use crate::trie::store;
+use crate::trie::{root, store};
 use crate::types::{AccountProof, StorageProof, StoredHeader};
 
 /// A consistent snapshot of the last commit. `Send` (not `Sync`): take one per request, on
@@ -114,7 +114,7 @@ impl<'db> StateView<'db> {
             .iter()
             .map(|s| keccak256(s.to_be_bytes::<32>()))
             .collect();
-        let proven = store::prove(
+        let proven = root::prove(
             dbs,
             &self.txn,
             changed,
@@ -156,7 +156,7 @@ impl<'db> StateView<'db> {
     /// The state root recomputed from the hashed tables alone, ignoring every stored trie
     /// node: a check on the incremental root (it reads the whole state).
     pub fn state_root_from_scratch(&self) -> Result<B256, StateDbError> {
-        store::root_from_scratch(self.db.dbs(), &self.txn)
+        root::root_from_scratch(self.db.dbs(), &self.txn)
     }
 }
 

@@ -24,6 +24,7 @@ use crate::read::{self, Dbs};
 use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
 use crate::trie::layer::{self, Parallelism, TrieLayer};
+use crate::trie::root;
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
@@ -865,11 +866,11 @@ impl<'db> StateWriter<'db> {
             let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
             if rebuilt {
                 self.trie_cache.clear();
-                store::rebuild_root(dbs, txn)?
+                root::rebuild_root(dbs, txn)?
             } else {
                 let mut changed = store::load_changed(dbs, txn)?;
                 changed.merge(pending);
-                store::update_root(dbs, txn, changed, &mut self.trie_cache)?
+                root::update_root(dbs, txn, changed, &mut self.trie_cache)?
             }
         };
         let evicted = self.trie_cache.enforce_budget();

@@ -39,9 +39,8 @@ use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes, TrieCache};
 use crate::trie::prefix::PrefixSet;
-use crate::trie::store::{
-    AccountSource, ChangedKeys, RootOutcome, StorageRoots, StorageSource, StoredRoots,
-};
+use crate::trie::root::RootOutcome;
+use crate::trie::store::{AccountSource, ChangedKeys, StorageRoots, StorageSource, StoredRoots};
 use crate::trie::walk::{self, TrieRun, TrieSource};
 
 /// Branch nodes changed since the last commit, by path (`None`: removed).

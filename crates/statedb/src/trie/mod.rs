@@ -5,5 +5,6 @@ pub(crate) mod cache;
 pub(crate) mod layer;
 pub(crate) mod overlay;
 pub(crate) mod prefix;
+pub(crate) mod root;
 pub(crate) mod store;
 pub(crate) mod walk;
