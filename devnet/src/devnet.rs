@@ -22,12 +22,7 @@ use crate::supervisor::Supervisor;
 use crate::{Args, FULLNODE, SEQUENCER};
 use gigas_cgroup::MemoryStat;
 
-/// A free loopback port (see [`gigas_launch::free_port`]).
-pub fn free_port() -> Result<u16> {
-    gigas_launch::free_port().wrap_err("finding a free loopback port")
-}
-
-pub use gigas_launch::tail;
+use gigas_launch::{free_port, tail};
 
 /// The name of the file in a run's temporary directory that holds the run's process id.
 const PID_FILE: &str = "devnet.pid";

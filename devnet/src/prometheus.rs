@@ -118,7 +118,7 @@ pub fn start(
     if let Err(e) = std::fs::write(&file, text) {
         return failed(format!("writing {}: {e}", file.display()));
     }
-    let port = match crate::devnet::free_port() {
+    let port = match gigas_launch::free_port() {
         Ok(p) => p,
         Err(e) => return failed(format!("{e:#}")),
     };
@@ -154,7 +154,7 @@ pub fn start(
             return failed(format!(
                 "it exited at start (log {}):\n{}",
                 log.display(),
-                crate::devnet::tail(log, 10)
+                gigas_launch::tail(log, 10)
             ));
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -81,7 +81,7 @@ async fn prometheus_scrapes_both_nodes_with_the_shipped_kit() {
     // A dev sequencer with its metrics on a port picked here (it does not print the port it
     // bound), and a full node following it.
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let seq_port = prom::free_port();
+    let seq_port = gigas_launch::free_port().unwrap();
     let seq_args: Vec<String> = [
         "--dev",
         "--http.port",

@@ -22,10 +22,6 @@ impl Drop for Nginx {
     }
 }
 
-fn free_port() -> u16 {
-    gigas_launch::free_port().expect("a free loopback port")
-}
-
 /// Starts nginx in the foreground with everything under `dir`, proxying to `upstream`
 /// (`127.0.0.1:PORT`); returns it and its URL.
 fn start_nginx(dir: &Path, upstream: &str) -> (Nginx, String) {
@@ -33,7 +29,7 @@ fn start_nginx(dir: &Path, upstream: &str) -> (Nginx, String) {
         .into_iter()
         .find(|p| Path::new(p).is_file())
         .expect("nginx is not installed: scripts/prerequisites.sh tests installs it (Debian's nginx-light)");
-    let port = free_port();
+    let port = gigas_launch::free_port().unwrap();
     for sub in ["cache", "tmp"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }

@@ -14,10 +14,6 @@ use alloy_provider::{Provider, ProviderBuilder};
 use common::NodeProcess;
 use gigas_chain::dev_signer;
 
-fn free_port() -> u16 {
-    gigas_launch::free_port().expect("a free loopback port")
-}
-
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
@@ -35,7 +31,7 @@ fn component(text: &str, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", gigas_launch::free_port().unwrap());
     let node = NodeProcess::start(
         &dir.path().join("node"),
         &[

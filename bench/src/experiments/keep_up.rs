@@ -19,7 +19,7 @@ use super::ExperimentsArgs;
 use crate::load::metrics::Scrape;
 use crate::load::rpc::Rpc;
 use crate::load::{
-    ensure_genesis, free_port, genesis_cache_root, run_load, sequencer_bin, GenesisSpec, LoadArgs,
+    ensure_genesis, genesis_cache_root, run_load, sequencer_bin, GenesisSpec, LoadArgs,
     Percentiles, SequencerProcess,
 };
 
@@ -165,7 +165,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         .prefix("gigas-keep-up-fullnode-")
         .tempdir()
         .wrap_err("creating the full node's data directory")?;
-    let (http_port, metrics_port) = (free_port()?, free_port()?);
+    let (http_port, metrics_port) = (gigas_launch::free_port()?, gigas_launch::free_port()?);
     let log_path = out.join("fullnode.log");
     let log = std::fs::File::create(&log_path)
         .wrap_err_with(|| format!("creating {}", log_path.display()))?;

@@ -58,7 +58,6 @@ use tokio::time::Instant;
 
 pub use gigas_primitives::duration::parse_duration;
 pub use metrics::StageSplit;
-pub(crate) use node::free_port;
 pub use node::{ensure_genesis, genesis_cache_root, sequencer_bin, GenesisSpec, SequencerProcess};
 pub use report::{distribution_label, markdown};
 

@@ -173,11 +173,6 @@ pub struct SequencerProcess {
     pub start_seconds: f64,
 }
 
-/// A free loopback port (see [`gigas_launch::free_port`]).
-pub(crate) fn free_port() -> Result<u16> {
-    gigas_launch::free_port().wrap_err("finding a free loopback port")
-}
-
 impl SequencerProcess {
     /// Starts `bin --chain CHAIN --datadir <fresh> --http.port 0 --metrics 127.0.0.1:<free>
     /// --block-time BLOCK_TIME EXTRA...`, its output to `log`, and waits until its JSON-RPC
@@ -201,7 +196,7 @@ impl SequencerProcess {
             None => builder.tempdir(),
         }
         .wrap_err("creating the node's data directory")?;
-        let metrics = format!("127.0.0.1:{}", free_port()?);
+        let metrics = format!("127.0.0.1:{}", gigas_launch::free_port()?);
         if let Some(parent) = log.parent() {
             std::fs::create_dir_all(parent)
                 .wrap_err_with(|| format!("creating {}", parent.display()))?;

@@ -151,9 +151,14 @@ pub fn wait_for_rpc(lines: &Receiver<String>, within: Duration) -> Result<Ready,
     }
 }
 
+/// No free loopback port could be found.
+#[derive(Debug, thiserror::Error)]
+#[error("finding a free loopback port: {0}")]
+pub struct PortError(#[from] std::io::Error);
+
 /// A free loopback port: bound, read and released, so another process could take it in
 /// between, which fails that start with a clear error rather than a wrong answer.
-pub fn free_port() -> std::io::Result<u16> {
+pub fn free_port() -> Result<u16, PortError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }

@@ -851,9 +851,7 @@ impl<'db> StateWriter<'db> {
                 self.parallelism(),
                 cache,
             )?;
-            if let Some(cache) = cache {
-                root.update_cache(cache);
-            }
+            root.update_cache(&self.trie_cache);
             store::clear_changed(dbs, txn)?;
             if let Some(pending) = self.pending.as_mut() {
                 pending.root(&root);
@@ -870,7 +868,7 @@ impl<'db> StateWriter<'db> {
             } else {
                 let mut changed = store::load_changed(dbs, txn)?;
                 changed.merge(pending);
-                root::update_root(dbs, txn, changed, &mut self.trie_cache)?
+                root::update_root(dbs, txn, changed, &self.trie_cache)?
             }
         };
         let evicted = self.trie_cache.enforce_budget();

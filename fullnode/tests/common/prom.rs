@@ -178,11 +178,6 @@ pub(crate) fn substitute_once(text: &str, from: &str, to: &str) -> String {
     text.replacen(from, to, 1)
 }
 
-/// A free loopback port (bound, read, released; the caller binds it again at once).
-pub(crate) fn free_port() -> u16 {
-    gigas_launch::free_port().expect("a free loopback port")
-}
-
 /// Percent-encodes a query-string value.
 pub(crate) fn url_encode(value: &str) -> String {
     value
@@ -208,7 +203,7 @@ impl Prometheus {
     /// Starts `prometheus` on `config` with its TSDB in `dir/data`, and waits (at most 30 s)
     /// until it is ready.
     pub(crate) fn start(bin: &Path, config: &Path, dir: &Path) -> Self {
-        let port = free_port();
+        let port = gigas_launch::free_port().unwrap();
         let log = dir.join("prometheus.log");
         let log_file = std::fs::File::create(&log).expect("create the Prometheus log");
         let child = Command::new(bin)

@@ -34,7 +34,7 @@ use alloy_primitives::B256;
 use alloy_trie::{BranchNodeCompact, Nibbles};
 
 use crate::error::StateDbError;
-use crate::trie::walk::{LeafHashes, TrieSource};
+use crate::trie::walk::{LeafHashes, TrieRun, TrieSource};
 
 /// One trie's stored node, as a seek under a path finds it.
 pub(crate) type Found = Option<(Nibbles, BranchNodeCompact)>;
@@ -467,6 +467,10 @@ impl<S: TrieSource, C: NodeCache> TrieSource for CachedSource<S, C> {
             self.inner.take_leaf_hashes()
         }
     }
+
+    fn remembers_leaves(&self) -> bool {
+        self.cache.is_some() || self.inner.remembers_leaves()
+    }
 }
 
 /// The account trie's and the storage tries' cached seeks, under one budget. Shared by the
@@ -511,6 +515,21 @@ impl TrieCache {
     /// The storage tries' map, when the cache is on.
     pub(crate) fn storage_nodes(&self) -> Option<&Mutex<StorageNodes>> {
         self.enabled().then_some(&self.storage)
+    }
+
+    /// A root's walk of one trie changed its stored nodes: `owner`'s storage trie, or the
+    /// account trie (`None`). Each changed path's answer goes and the walk's nodes, with
+    /// the leaf hashes it knew, answer for their paths ([`NodeMap::written`]). Nothing
+    /// when the cache is off.
+    pub(crate) fn walked(&self, owner: Option<&B256>, run: &TrieRun) {
+        if !self.enabled() {
+            return;
+        }
+        let (removed, updates, hashes) = (&run.removed, &run.updates, &run.leaf_hashes);
+        match owner {
+            Some(owner) => self.storage().written(owner, removed, updates, hashes),
+            None => self.accounts.written(removed, updates, hashes),
+        }
     }
 
     /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
@@ -604,20 +623,24 @@ impl TrieCache {
 
     /// Counters and sizes.
     pub(crate) fn stats(&self) -> TrieCacheStats {
+        let mut stats = TrieCacheStats {
+            evicted: self.evicted,
+            ..TrieCacheStats::default()
+        };
+        // One pass, each lock taken once (at every root, the cache on or off).
         let storage = self.storage();
-        let (mut hits, mut misses) = (storage.hits, storage.misses);
+        stats.hits = storage.hits;
+        stats.misses = storage.misses;
+        stats.bytes = storage.bytes as u64;
+        stats.entries = storage.owners.values().map(NodeMap::len).sum::<usize>() as u64;
         drop(storage);
         self.accounts.each(|map| {
-            hits += map.hits;
-            misses += map.misses;
+            stats.hits += map.hits;
+            stats.misses += map.misses;
+            stats.bytes += map.bytes as u64;
+            stats.entries += map.len() as u64;
         });
-        TrieCacheStats {
-            hits,
-            misses,
-            evicted: self.evicted,
-            entries: self.entries() as u64,
-            bytes: self.bytes() as u64,
-        }
+        stats
     }
 }
 

@@ -315,36 +315,12 @@ impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
             address,
             storage,
             &PrefixSet::default(),
-            Walk::Root,
+            false,
             cache,
         )?;
         self.computed += 1;
         self.leaves += run.leaves;
         Ok(run.root)
-    }
-}
-
-/// What a walk is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Walk {
-    /// The root only.
-    Root,
-    /// The root and the nodes to store.
-    Updates,
-}
-
-/// Runs a walk with updates through the cache's remembered leaf hashes when there is a
-/// cache ([`walk::run_memo`]), else reading every leaf it needs.
-fn run_walk<S: TrieSource>(
-    source: &mut S,
-    changed: &PrefixSet,
-    walk: Walk,
-    cached: bool,
-) -> Result<TrieRun, StateDbError> {
-    match walk {
-        Walk::Updates if cached => walk::run_memo(source, changed),
-        Walk::Updates => walk::run(source, changed, Vec::new(), true),
-        Walk::Root => walk::run(source, changed, Vec::new(), false),
     }
 }
 
@@ -355,10 +331,9 @@ fn storage_walk<K: TransactionKind>(
     address: &B256,
     storage: &StorageLayer,
     changed: &PrefixSet,
-    walk: Walk,
+    updates: bool,
     cache: Option<OwnerNodes<'_>>,
 ) -> Result<TrieRun, StateDbError> {
-    let cached = cache.is_some();
     let layered = Layered::new(
         StorageSource::new(dbs, txn, *address, true)?,
         &storage.nodes,
@@ -367,7 +342,11 @@ fn storage_walk<K: TransactionKind>(
         storage.wiped,
     );
     let mut source = CachedSource::new(layered, cache);
-    run_walk(&mut source, changed, walk, cached)
+    if updates {
+        walk::run_updates(&mut source, changed)
+    } else {
+        walk::run(&mut source, changed, Vec::new(), false)
+    }
 }
 
 /// The account trie, over the layer, with storage roots from `known` or found as needed,
@@ -398,7 +377,7 @@ fn account_walk<K: TransactionKind>(
         false,
     );
     let mut source = CachedSource::new(layered, cache.map(|c| &c.accounts));
-    let run = run_walk(&mut source, changed, Walk::Updates, cache.is_some())?;
+    let run = walk::run_updates(&mut source, changed)?;
     let roots = source.into_inner().into_inner().roots;
     let computed = roots.computed + roots.committed.computed;
     let leaves = roots.leaves + roots.committed.leaves;
@@ -421,15 +400,10 @@ impl LayeredRoot {
     /// Tells the cache the nodes this root changes (before they go into the layer), with
     /// the leaf hashes the walks knew.
     pub(crate) fn update_cache(&self, cache: &TrieCache) {
-        let mut storage = cache.storage();
         for (address, run) in &self.storage {
-            storage.written(address, &run.removed, &run.updates, &run.leaf_hashes);
+            cache.walked(Some(address), run);
         }
-        drop(storage);
-        let run = &self.accounts;
-        cache
-            .accounts
-            .written(&run.removed, &run.updates, &run.leaf_hashes);
+        cache.walked(None, &self.accounts);
     }
 }
 
@@ -523,7 +497,7 @@ pub(crate) fn layered_root(
             storage: &c.storage,
             owner: *address,
         });
-        storage_walk(dbs, txn, address, layered, slots, Walk::Updates, owner)
+        storage_walk(dbs, txn, address, layered, slots, true, owner)
     })?;
     let mut known = B256Map::default();
     let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();

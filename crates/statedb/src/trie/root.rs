@@ -20,7 +20,7 @@ use crate::trie::store::{
     clear, put_account_nodes, write_account_trie, write_storage_trie, AccountSource, ChangedKeys,
     Discard, StorageSource, StoredRoots, WriteTo,
 };
-use crate::trie::walk::{self, TrieRun, TrieSource};
+use crate::trie::walk;
 
 /// What a root computation did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,26 +44,13 @@ pub(crate) fn update_root(
     dbs: &Dbs,
     txn: &RwTxUnsync,
     changed: ChangedKeys,
-    cache: &mut TrieCache,
+    cache: &TrieCache,
 ) -> Result<RootOutcome, StateDbError> {
     let mut out = RootOutcome::default();
     let mut storage: Vec<(B256, Vec<B256>)> = changed.storage.into_iter().collect();
     storage.sort_unstable_by_key(|(a, _)| *a);
     let mut known = B256Map::default();
     let mut accounts: Vec<B256> = changed.accounts.into_iter().collect();
-    let enabled = cache.enabled();
-    // Through the cache, the walk also takes and gives back the leaf hashes it keeps.
-    fn walk_cached<S: TrieSource>(
-        source: &mut S,
-        changed: &PrefixSet,
-        cached: bool,
-    ) -> Result<TrieRun, StateDbError> {
-        if cached {
-            walk::run_memo(source, changed)
-        } else {
-            walk::run(source, changed, Vec::new(), true)
-        }
-    }
     for (address, slots) in storage {
         let run = {
             let owner = cache.storage_nodes().map(|storage| OwnerNodes {
@@ -71,16 +58,12 @@ pub(crate) fn update_root(
                 owner: address,
             });
             let mut source = CachedSource::new(StorageSource::new(dbs, txn, address, true)?, owner);
-            walk_cached(&mut source, &PrefixSet::new(slots), enabled)?
+            walk::run_updates(&mut source, &PrefixSet::new(slots))?
         };
         out.remembered += run.remembered;
         out.rereads += u64::from(run.reread);
         write_storage_trie(dbs, txn, &address, &run)?;
-        if enabled {
-            cache
-                .storage()
-                .written(&address, &run.removed, &run.updates, &run.leaf_hashes);
-        }
+        cache.walked(Some(&address), &run);
         out.storage_tries += 1;
         out.leaves += run.leaves;
         out.skipped += run.skipped;
@@ -95,16 +78,12 @@ pub(crate) fn update_root(
             AccountSource::new(dbs, txn, true, roots)?,
             cache.account_nodes(),
         );
-        let run = walk_cached(&mut source, &set, enabled)?;
+        let run = walk::run_updates(&mut source, &set)?;
         let roots = source.into_inner().roots;
         (run, roots.computed, roots.leaves)
     };
     write_account_trie(dbs, txn, &run)?;
-    if enabled {
-        cache
-            .accounts
-            .written(&run.removed, &run.updates, &run.leaf_hashes);
-    }
+    cache.walked(None, &run);
     clear(
         dbs,
         txn,

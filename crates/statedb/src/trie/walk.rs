@@ -64,6 +64,12 @@ pub(crate) trait TrieSource {
     fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
         None
     }
+
+    /// Whether it gives back leaf hashes kept with nodes ([`TrieSource::take_leaf_hashes`]),
+    /// so that a walk with updates should collect them ([`run_updates`]).
+    fn remembers_leaves(&self) -> bool {
+        false
+    }
 }
 
 /// The hashes of some of a branch node's leaf children (children that are one leaf: neither
@@ -151,6 +157,20 @@ pub(crate) fn run<S: TrieSource>(
     updates: bool,
 ) -> Result<TrieRun, StateDbError> {
     run_spilling(source, changed, targets, updates, None)
+}
+
+/// [`run`] with updates, through [`run_memo`] when the source remembers leaf hashes (a
+/// cache), else reading every leaf the walk needs: the one entry point of roots that store
+/// their nodes.
+pub(crate) fn run_updates<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+) -> Result<TrieRun, StateDbError> {
+    if source.remembers_leaves() {
+        run_memo(source, changed)
+    } else {
+        run(source, changed, Vec::new(), true)
+    }
 }
 
 /// [`run`] with updates, taking the hash of every unchanged leaf child of an entered node
