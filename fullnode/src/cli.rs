@@ -164,6 +164,13 @@ struct Cli {
     /// B-tree searches and hashes they save).
     #[arg(long = "trie.cache-size", value_name = "SIZE", default_value = "0", value_parser = gigas_cgroup::parse_size)]
     trie_cache_size: u64,
+    /// Memory for the account trie held across blocks with every loaded node's hash
+    /// (e.g. `2GiB`): a root sets each changed account in it and re-hashes only the changed
+    /// paths, instead of walking the stored trie and re-reading every changed account's
+    /// sibling leaves; the least recently changed subtries fold back into hashes beyond it.
+    /// `0` turns it off.
+    #[arg(long = "trie.sparse-size", value_name = "SIZE", default_value = "0", value_parser = gigas_cgroup::parse_size)]
+    trie_sparse_size: u64,
     /// Threads each state root runs on (`0`, the default: one per core). A root reads the
     /// last commit with the blocks since it held in memory, so different storage tries and
     /// the account trie's sixteen subtries are walked at once; the blocks' trie nodes are
@@ -287,6 +294,7 @@ where
             max_group_bytes: cli.commit_bytes.max(1),
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: usize::try_from(cli.trie_cache_size).unwrap_or(usize::MAX),
+            sparse_trie_bytes: usize::try_from(cli.trie_sparse_size).unwrap_or(usize::MAX),
             root_threads: cli.trie_root_threads,
             ..WriterOptions::default()
         },

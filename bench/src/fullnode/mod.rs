@@ -233,6 +233,11 @@ pub struct FullnodeArgs {
     /// round.
     #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
     pub trie_cache: Vec<u64>,
+    /// Live mode: the account trie held in memory across roots, its budget
+    /// (`gigas-fullnode --trie.sparse-size`); several (comma-separated, `0` for none: roots
+    /// walk the stored trie) run one live mode each, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
+    pub sparse_trie: Vec<u64>,
     /// Live mode: where roots run: `txn` (inside the write transaction, on the writer's
     /// thread: the node before layered roots), `all` (over the last commit with the group in
     /// memory, on every core: the node's default) or a number of threads; several
@@ -352,13 +357,18 @@ impl FullnodeArgs {
             }
             if self.modes.contains(&ModeKind::Live) {
                 for &group in &self.live_group {
-                    for &trie_cache in &self.trie_cache {
+                    for (&trie_cache, &sparse_trie) in self
+                        .trie_cache
+                        .iter()
+                        .flat_map(|t| self.sparse_trie.iter().map(move |s| (t, s)))
+                    {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
                                 modes.push(Mode::Live {
                                     sync,
                                     group,
                                     trie_cache,
+                                    sparse_trie,
                                     root,
                                     prefetch,
                                     write_map,

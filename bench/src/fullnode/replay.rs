@@ -98,6 +98,8 @@ pub enum Mode {
         group: u64,
         /// The writer's trie cache budget in bytes (0: off).
         trie_cache: u64,
+        /// The in-memory account trie's budget in bytes (0: off).
+        sparse_trie: u64,
         /// Where the roots run.
         root: RootArg,
         /// A prefetch thread reads each block's pages ahead (`gigas_fullnode::prefetch`).
@@ -157,12 +159,19 @@ impl Mode {
         parts.push(self.sync().name().into());
         if let Self::Live {
             trie_cache,
+            sparse_trie,
             root,
             prefetch,
             ..
         } = *self
         {
             parts.push(cache_label(trie_cache));
+            if sparse_trie > 0 {
+                parts.push(format!(
+                    "account trie in memory ({} MiB)",
+                    sparse_trie >> 20
+                ));
+            }
             parts.push(root.label());
             if prefetch {
                 parts.push("prefetch".into());
@@ -185,11 +194,12 @@ impl Mode {
                 sync,
                 group,
                 trie_cache,
+                sparse_trie,
                 root,
                 prefetch,
                 ..
             } => format!(
-                "live-{}{}-tc{}-{}{}",
+                "live-{}{}-tc{}{}-{}{}",
                 if group == 1 {
                     String::new()
                 } else {
@@ -197,6 +207,11 @@ impl Mode {
                 },
                 sync.name(),
                 trie_cache >> 20,
+                if sparse_trie > 0 {
+                    format!("-sp{}", sparse_trie >> 20)
+                } else {
+                    String::new()
+                },
                 root.short(),
                 if prefetch { "-pf" } else { "" }
             ),
@@ -224,9 +239,11 @@ impl Mode {
             Self::Live {
                 group,
                 trie_cache,
+                sparse_trie,
                 root,
                 ..
             } => WriterOptions {
+                sparse_trie_bytes: usize::try_from(sparse_trie).unwrap_or(usize::MAX),
                 root_every: 1,
                 max_group_blocks: group,
                 max_group_age: Duration::from_secs(24 * 3600),

@@ -186,11 +186,12 @@ pub use metrics::StateDbMetrics;
 pub use tables::{Dup, Table, SCHEMA_VERSION};
 pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;
+pub use trie::sparse::SparseTrieStats;
 pub use types::{
     AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
     HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
     WriterOptions, DEFAULT_MAX_DIRTY_BYTES, DEFAULT_MAX_GROUP_BYTES,
-    DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_TRIE_CACHE_BYTES,
+    DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES, DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;

@@ -162,6 +162,13 @@ pub struct WriterOptions {
     /// each root) costs more than the hot B-tree searches and sibling-leaf hashes it saves.
     /// (In the transaction, before layered roots: 7 % slower with a commit per 64 blocks.)
     pub trie_cache_bytes: usize,
+    /// Bytes of the account trie the writer keeps in memory across layered roots, with
+    /// every loaded node's encoding (the sparse trie, [`crate::trie`]'s `sparse` module): a
+    /// root then sets each changed account in it and re-hashes only the changed paths,
+    /// instead of walking the stored nodes and re-reading every changed account's sibling
+    /// leaves. The least recently changed subtries are folded back into hashes beyond it.
+    /// 0 turns it off (roots walk the stored trie). Used by layered roots only.
+    pub sparse_trie_bytes: usize,
     /// Roots over the last commit with the open group's changes in memory over it, on
     /// [`WriterOptions::root_threads`] threads (the default), instead of inside the write
     /// transaction on the writer's thread. Needs [`HashedWrites::SortedPerGroup`];
@@ -182,6 +189,9 @@ pub const DEFAULT_MAX_GROUP_BYTES: u64 = 512 << 20;
 /// [`WriterOptions::root_split_min_accounts`] by default.
 pub const DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS: usize = 256;
 
+/// [`WriterOptions::sparse_trie_bytes`] by default: off until measured.
+pub const DEFAULT_SPARSE_TRIE_BYTES: usize = 0;
+
 /// [`WriterOptions::trie_cache_bytes`] by default: off, as measured (see the field).
 pub const DEFAULT_TRIE_CACHE_BYTES: usize = 0;
 
@@ -194,6 +204,7 @@ impl Default for WriterOptions {
             max_group_bytes: DEFAULT_MAX_GROUP_BYTES,
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: DEFAULT_TRIE_CACHE_BYTES,
+            sparse_trie_bytes: DEFAULT_SPARSE_TRIE_BYTES,
             layered_roots: true,
             root_threads: 0,
             root_split_min_accounts: DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,

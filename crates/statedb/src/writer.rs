@@ -25,6 +25,7 @@ use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
 use crate::trie::layer::{self, Parallelism, TrieLayer};
 use crate::trie::root;
+use crate::trie::sparse::{SparseAccounts, SparseTrieStats};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
@@ -97,6 +98,8 @@ pub struct StateWriter<'db> {
     changed: ChangedKeys,
     /// Stored trie nodes as the open transaction has them, across roots and commits.
     trie_cache: TrieCache,
+    /// The account trie held in memory across layered roots.
+    sparse: SparseAccounts,
     /// The cache's counters as last added to the metrics.
     cache_reported: TrieCacheStats,
     buf: Vec<u8>,
@@ -202,6 +205,7 @@ impl<'db> StateWriter<'db> {
             pending: None,
             changed: ChangedKeys::default(),
             trie_cache: TrieCache::new(options.trie_cache_bytes),
+            sparse: SparseAccounts::new(options.sparse_trie_bytes),
             cache_reported: TrieCacheStats::default(),
             buf: Vec::with_capacity(256),
             // What a writer finds at open survived whatever came before it, or MDBX rolled
@@ -351,6 +355,11 @@ impl<'db> StateWriter<'db> {
             .set(i64::try_from(self.durable.number).unwrap_or(i64::MAX));
     }
 
+    /// The in-memory account trie's size and counters.
+    pub fn sparse_trie_stats(&self) -> SparseTrieStats {
+        self.sparse.stats()
+    }
+
     /// The trie cache's counters and size.
     pub fn trie_cache_stats(&self) -> TrieCacheStats {
         self.trie_cache.stats()
@@ -467,8 +476,9 @@ impl<'db> StateWriter<'db> {
         self.pending = None;
         self.layer_exact = true;
         self.changed.clear();
-        // It may hold nodes of the aborted transaction.
+        // They may hold nodes of the aborted transaction.
         self.trie_cache.clear();
+        self.sparse.clear();
         self.txn = self.db.env().begin_rw_unsync().ok();
     }
 
@@ -667,21 +677,36 @@ impl<'db> StateWriter<'db> {
             self.pending = None;
             return Ok(());
         }
-        self.write_pending()?;
+        self.write_pending(false)?;
         self.hashed = TrieLayer::default();
         self.pending = None;
         Ok(())
     }
 
     /// Writes what of the layer is not in the transaction yet (see [`crate::flush`]).
-    fn write_pending(&mut self) -> Result<u64, StateDbError> {
-        if self.pending.as_ref().is_some_and(PendingKeys::is_empty) {
+    ///
+    /// With `keep`, the in-memory trie's nodes go into the layer too: later layered roots
+    /// read the last commit with the layer over it, not the transaction, and may load
+    /// them again once the trie folds them back into hashes.
+    fn write_pending(&mut self, keep: bool) -> Result<u64, StateDbError> {
+        // The account trie's nodes the in-memory trie changed since its last drain.
+        let drained = self.sparse.drain()?;
+        if drained.is_empty() && self.pending.as_ref().is_some_and(PendingKeys::is_empty) {
             return Ok(0);
         }
         let start = Instant::now();
         let tracking = self.current.trie_valid;
         let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
-        let written = flush::write_layer(dbs, txn, &self.hashed, self.pending.as_ref(), tracking)?;
+        let mut written =
+            flush::write_layer(dbs, txn, &self.hashed, self.pending.as_ref(), tracking)?;
+        // After the layer's: newer than any node a walk put there.
+        store::write_account_nodes(dbs, txn, drained.iter().map(|(path, node)| (path, node)))?;
+        written.entries += drained.len() as u64;
+        if keep {
+            self.hashed.account_nodes.extend(drained);
+        }
+        // Now that nothing it holds is unwritten, all of it may fold back into hashes.
+        self.sparse.enforce_budget()?;
         for h in &written.wiped {
             self.trie_cache.forget_storage(h);
         }
@@ -700,7 +725,7 @@ impl<'db> StateWriter<'db> {
         if self.hashed.is_empty() {
             return Ok(0);
         }
-        match self.write_pending() {
+        match self.write_pending(true) {
             Ok(entries) => {
                 self.pending = Some(PendingKeys::default());
                 Ok(entries)
@@ -831,6 +856,8 @@ impl<'db> StateWriter<'db> {
         if !layered {
             self.flush_hashed()?;
             self.layer_exact = false;
+            // This root changes the trie behind its back.
+            self.sparse.clear();
         }
         let pending = std::mem::take(&mut self.changed);
         let mut split = false;
@@ -839,18 +866,44 @@ impl<'db> StateWriter<'db> {
             self.trie_cache.begin_root();
         }
         let outcome = if layered {
-            let (dbs, txn) = self.reads()?;
+            // Not `reads()`: the layer is borrowed mutably beside the transaction.
+            let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
             let mut changed = store::load_changed(dbs, txn)?;
             changed.merge(pending);
             let cache = cached.then_some(&self.trie_cache);
-            let root = layer::layered_root(
+            let retry = self.sparse.enabled().then(|| changed.clone());
+            let parallelism = self.parallelism();
+            let root = match layer::layered_root(
                 self.db.env(),
                 dbs,
                 &self.hashed,
                 changed,
-                self.parallelism(),
+                parallelism,
                 cache,
-            )?;
+                Some(&self.sparse),
+            ) {
+                Err(StateDbError::SparseTrieDeclined) => {
+                    // A walk reads the stored trie through the layer: it gets what the
+                    // in-memory trie holds back.
+                    for (path, node) in self.sparse.drain()? {
+                        if let Some(pending) = self.pending.as_mut() {
+                            pending.account_node(path);
+                        }
+                        self.hashed.account_nodes.insert(path, node);
+                    }
+                    self.sparse.clear();
+                    layer::layered_root(
+                        self.db.env(),
+                        dbs,
+                        &self.hashed,
+                        retry.unwrap_or_default(),
+                        parallelism,
+                        cache,
+                        None,
+                    )?
+                }
+                other => other?,
+            };
             root.update_cache(&self.trie_cache);
             store::clear_changed(dbs, txn)?;
             if let Some(pending) = self.pending.as_mut() {

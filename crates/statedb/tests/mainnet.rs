@@ -86,14 +86,22 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         let (header, hash) = chain.next(&changes);
         let before = model.clone();
         // In turn: roots through a cache evicting everything, through a cache holding
-        // everything, and layered roots split across four threads.
-        let (tiny, layered) = (i % 3 == 0, i % 3 == 2);
+        // everything, layered roots split across four threads, and roots through the
+        // account trie held in memory (every other time within a budget so small that each
+        // root folds all it loaded back into hashes).
+        let (tiny, layered, sparse) = (i % 4 == 0, i % 4 == 2, i % 4 == 3);
+        let tiny_sparse = i % 8 == 3;
         let mut writer = db
             .writer(WriterOptions {
-                trie_cache_bytes: match (tiny, layered) {
+                trie_cache_bytes: match (tiny, layered || sparse) {
                     (true, _) => 512,
                     (_, true) => 0,
                     _ => 64 << 20,
+                },
+                sparse_trie_bytes: match (sparse, tiny_sparse) {
+                    (false, _) => 0,
+                    (true, true) => 1,
+                    (true, false) => 64 << 20,
                 },
                 root_threads: 4,
                 root_split_min_accounts: 1,
@@ -133,7 +141,20 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
             prepared.number
         );
         let cache = writer.trie_cache_stats();
-        if tiny {
+        let in_memory = writer.sparse_trie_stats();
+        if sparse {
+            splits += u64::from(root.split) + u64::from(reverted.split);
+            layered_roots += 2;
+            assert!(in_memory.loaded_leaves > 0, "{in_memory:?}");
+            if tiny_sparse {
+                assert!(in_memory.pruned > 0, "{in_memory:?}");
+            } else {
+                assert!(
+                    in_memory.nodes > 0 && in_memory.pruned == 0,
+                    "{in_memory:?}"
+                );
+            }
+        } else if tiny {
             assert!(cache.bytes <= 512, "{cache:?}");
         } else if layered {
             splits += u64::from(root.split) + u64::from(reverted.split);

@@ -88,6 +88,16 @@ fn stream_with(options: WriterOptions, seed: u64) -> u64 {
 /// [`stream_with`], with the group's changes written into the transaction between blocks
 /// ([`StateWriter::flush_idle`], a follower at the head) after `idle_percent` of blocks.
 fn stream_idle(options: WriterOptions, seed: u64, idle_percent: u64) -> u64 {
+    stream_observed(options, seed, idle_percent, &|_| {})
+}
+
+/// [`stream_idle`], showing the writer to `observe` after the last block.
+fn stream_observed(
+    options: WriterOptions,
+    seed: u64,
+    idle_percent: u64,
+    observe: &dyn Fn(&StateWriter<'_>),
+) -> u64 {
     let trie_cache_bytes = options.trie_cache_bytes;
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
@@ -130,6 +140,7 @@ fn stream_idle(options: WriterOptions, seed: u64, idle_percent: u64) -> u64 {
         }
     }
     assert_eq!(roots, 80);
+    observe(&writer);
     if idle_percent > 0 {
         assert!(idle_writes >= 10, "{idle_writes} idle writes");
     }
@@ -204,6 +215,29 @@ fn stream_idle(options: WriterOptions, seed: u64, idle_percent: u64) -> u64 {
         assert_eq!(view.key_at(i).unwrap(), Some(key));
         assert_eq!(view.index_of(&key).unwrap(), Some(i));
     }
+    drop(view);
+    // The stored nodes' hashes are right, not only their count: roots that walk them, in a
+    // writer without caches or a trie in memory, take every unchanged subtrie's hash from
+    // them.
+    drop(writer);
+    let mut walker = db
+        .writer(WriterOptions {
+            root_every: 1,
+            trie_cache_bytes: 0,
+            sparse_trie_bytes: 0,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    for _ in 0..5 {
+        let root = run.step(&mut walker).expect("a root every block");
+        assert_eq!(
+            root,
+            run.model.root(),
+            "block {} walked",
+            walker.tip().number
+        );
+    }
+    walker.commit().unwrap();
     splits
 }
 
@@ -267,6 +301,42 @@ fn random_stream_layered_roots_split_through_an_evicting_trie_cache_with_idle_wr
         50,
     );
     assert!(splits >= 40, "{splits} of 80 roots split the account trie");
+}
+
+/// Layered roots through the account trie held in memory, its parts set on four threads,
+/// with idle writes between blocks: every root equals the model's, and the nodes it stores
+/// are those of a genesis of the final state.
+#[test]
+fn random_stream_layered_roots_through_the_trie_in_memory() {
+    let (splits, stats) = stream_sparse(64 << 20, 12);
+    assert!(splits >= 40, "{splits} of 80 roots split the account trie");
+    assert!(stats.nodes > 0 && stats.pruned == 0, "{stats:?}");
+}
+
+/// The same within a budget so small that every root folds what it loaded back into
+/// hashes, to load it again from the stored nodes the next time.
+#[test]
+fn random_stream_layered_roots_through_the_trie_in_memory_pruned_every_root() {
+    let (_, stats) = stream_sparse(1, 13);
+    assert!(stats.pruned > 0, "{stats:?}");
+}
+
+fn stream_sparse(budget: usize, seed: u64) -> (u64, gigas_statedb::SparseTrieStats) {
+    let stats = std::cell::Cell::new(None);
+    let splits = stream_observed(
+        WriterOptions {
+            root_threads: 4,
+            root_split_min_accounts: 1,
+            sparse_trie_bytes: budget,
+            ..WriterOptions::default()
+        },
+        seed,
+        50,
+        &|writer| stats.set(Some(writer.sparse_trie_stats())),
+    );
+    let stats = stats.take().expect("the stream observed its writer");
+    assert!(stats.loaded_leaves > 0, "{stats:?}");
+    (splits, stats)
 }
 
 /// Roots inside the write transaction through the trie cache.

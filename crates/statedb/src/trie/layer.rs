@@ -40,6 +40,7 @@ use crate::read::Dbs;
 use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes, TrieCache};
 use crate::trie::prefix::PrefixSet;
 use crate::trie::root::RootOutcome;
+use crate::trie::sparse::{Emitted, SparseAccounts};
 use crate::trie::store::{AccountSource, ChangedKeys, StorageRoots, StorageSource, StoredRoots};
 use crate::trie::walk::{self, TrieRun, TrieSource};
 
@@ -481,6 +482,7 @@ pub(crate) fn layered_root(
     changed: ChangedKeys,
     parallelism: Parallelism,
     cache: Option<&TrieCache>,
+    sparse: Option<&SparseAccounts>,
 ) -> Result<LayeredRoot, StateDbError> {
     let mut out = LayeredRoot::default();
     let mut storage: Vec<(B256, PrefixSet)> = changed
@@ -513,7 +515,25 @@ pub(crate) fn layered_root(
     }
     let set = PrefixSet::new(accounts);
     out.outcome.changed_accounts = set.len() as u64;
-    let split = if parallelism.threads > 1 && set.len() >= parallelism.min_split_accounts {
+    let in_memory = match sparse.filter(|s| s.enabled()) {
+        Some(sparse) => {
+            match sparse_account_root(env, dbs, layer, &known, &set, parallelism, sparse) {
+                Ok(Some(done)) => Some(done),
+                // The writer stores what the parts changed, then walks the trie instead.
+                Ok(None) => return Err(StateDbError::SparseTrieDeclined),
+                Err(e) => {
+                    // A failed root leaves the parts half changed (and the group is
+                    // discarded).
+                    sparse.clear();
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    let split = if in_memory.is_some() {
+        in_memory
+    } else if parallelism.threads > 1 && set.len() >= parallelism.min_split_accounts {
         split_account_walk(env, dbs, layer, &known, &set, parallelism.threads, cache)?
     } else {
         None
@@ -538,6 +558,110 @@ pub(crate) fn layered_root(
     out.outcome.rereads += u64::from(run.reread);
     out.accounts = run;
     Ok(out)
+}
+
+/// The account trie's root through the trie held in memory: each first nibble's changed
+/// keys set in its part on one of the threads (loading what their paths enter from the last
+/// commit with the layer over it), the part re-hashed there, and the root node assembled
+/// from the parts' tops. `None` when the trie is too small to split under its root (fewer
+/// than two first nibbles hold keys): the caller walks it, and clears the parts.
+fn sparse_account_root(
+    env: &Environment,
+    dbs: &Dbs,
+    layer: &TrieLayer,
+    known: &B256Map<B256>,
+    set: &PrefixSet,
+    parallelism: Parallelism,
+    sparse: &SparseAccounts,
+) -> Result<Option<(TrieRun, u64, u64)>, StateDbError> {
+    if !sparse.ready() {
+        let txn = env
+            .begin_ro_unsync()
+            .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+        sparse.set_up(root_node(dbs, &txn, layer)?.as_ref())?;
+    }
+    let now = sparse.next_root();
+    let mut keys: Vec<Vec<B256>> = vec![Vec::new(); 16];
+    for key in set.keys() {
+        keys[usize::from(key[0] >> 4)].push(*key);
+    }
+    let mut jobs = Vec::new();
+    for n in 0..16u8 {
+        if !keys[usize::from(n)].is_empty() || sparse.part(n)?.top_unknown() {
+            jobs.push(n);
+        }
+    }
+    let done = run_jobs(env, jobs.len(), parallelism.threads, &|txn, i| {
+        let nibble = jobs[i];
+        let roots = LayeredRoots {
+            dbs: *dbs,
+            txn,
+            layer,
+            cache: None,
+            committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?,
+            computed: 0,
+            leaves: 0,
+        };
+        let mut source = Layered::new(
+            AccountSource::new(dbs, txn, true, roots)?,
+            &layer.account_nodes,
+            &layer.accounts,
+            account_leaf,
+            false,
+        );
+        let mut part = sparse.part(nibble)?;
+        part.begin_at(now);
+        let mut emitted = Emitted::default();
+        part.ensure_top(&mut source, &mut emitted)?;
+        let mut value = Vec::with_capacity(128);
+        for key in &keys[usize::from(nibble)] {
+            let state = match layer.accounts.get(key) {
+                Some(state) => *state,
+                // Only its storage changed: its state as committed.
+                None => source
+                    .seek_leaf(key)?
+                    .filter(|(found, _)| found == key)
+                    .map(|(_, state)| state),
+            };
+            let leaf = match state {
+                Some(state) => {
+                    value.clear();
+                    source.leaf_value(key, &state, &mut value)?;
+                    Some(value.clone())
+                }
+                None => None,
+            };
+            part.set(&Nibbles::unpack(key), leaf, &mut source, &mut emitted)?;
+        }
+        part.hash(&mut emitted)?;
+        drop(part);
+        let roots = source.into_inner().roots;
+        let computed = roots.computed + roots.committed.computed;
+        let leaves = roots.leaves + roots.committed.leaves;
+        Ok((emitted, computed, leaves))
+    })?;
+    let Some((root, node, stored)) = sparse.assemble()? else {
+        return Ok(None);
+    };
+    // The branch nodes stay in the parts until the writer drains them (at the commit, an
+    // idle write, or before a root that reads the stored trie through the layer): a node
+    // changed by every root of a group is stored once, not put into the layer every time.
+    let mut run = TrieRun {
+        root,
+        ..TrieRun::default()
+    };
+    let (mut computed, mut leaves) = (0, 0);
+    for (emitted, c, l) in done {
+        computed += c;
+        leaves += l;
+        run.leaves += emitted.leaves_read;
+    }
+    if !set.is_empty() {
+        sparse.set_root_node(stored.then_some(node))?;
+    }
+    sparse.loaded(run.leaves);
+    sparse.enforce_budget()?;
+    Ok(Some((run, computed, leaves)))
 }
 
 /// The account trie's root node as the layer has it, else as committed.

@@ -6,5 +6,6 @@ pub(crate) mod layer;
 pub(crate) mod overlay;
 pub(crate) mod prefix;
 pub(crate) mod root;
+pub(crate) mod sparse;
 pub(crate) mod store;
 pub(crate) mod walk;

@@ -21,6 +21,11 @@ impl PrefixSet {
         Self { keys, all: false }
     }
 
+    /// The keys, sorted.
+    pub(crate) fn keys(&self) -> &[B256] {
+        &self.keys
+    }
+
     /// Every subtrie changed: a rebuild.
     pub(crate) fn all() -> Self {
         Self {

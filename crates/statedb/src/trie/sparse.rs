@@ -1,0 +1,1720 @@
+//! A trie held in memory across roots: only the paths of changed keys are re-hashed.
+//!
+//! **Why.** The walk ([`crate::trie::walk`]) keeps nothing between roots: every root seeks
+//! the stored branch nodes on each changed key's path in MDBX, and reads and hashes every
+//! sibling leaf of every changed key again (a stored node keeps no hash for its leaf
+//! children), about seven leaves per changed account over 10M accounts. Here the nodes a root
+//! revealed stay in memory with their encodings (reth's sparse trie, `crates/trie/sparse`, in
+//! spirit): a root descends each changed key's path, replaces the leaf, and re-hashes the
+//! nodes it passed, bottom up; every other subtrie answers with the encoding it kept.
+//!
+//! **Revealed on demand, from the stored trie.** A subtrie the trie has not seen is a
+//! [`Slot::Stub`]: its hash as its stored parent gives it. A key whose path enters a stub
+//! loads it: its stored branch node (with the hashes of its branch children as stubs), and
+//! its other children from the leaves under them, which it hashes once. So the first root
+//! after a start costs what a walk costs; later ones touch what is already loaded.
+//!
+//! **The same nodes as a walk.** The trie emits the branch nodes to store under the hash
+//! builder's rules (a child's hash bit when it is a branch with a hashed encoding, its tree
+//! bit when it is, or leads through an extension to, a stored branch; a node stored when it
+//! has either), so the stored tables, the layer and proofs are unchanged, and a root from
+//! scratch over them agrees.
+//!
+//! **Bounded.** Every node records the last root that changed it; past the budget, the least
+//! recently changed subtries are folded back into stubs ([`SparseTrie::prune`]).
+//!
+//! It must describe exactly the trie its source holds (the last commit with the open group
+//! over it): whoever changes that trie another way (a discarded group, a rebuild, a root in
+//! the write transaction) clears it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use alloy_primitives::{keccak256, B256};
+use alloy_trie::nodes::{BranchNodeRef, ExtensionNodeRef, LeafNodeRef, RlpNode};
+use alloy_trie::{BranchNodeCompact, Nibbles, TrieMask};
+
+use crate::codec::lower_key;
+use crate::error::StateDbError;
+use crate::trie::walk::TrieSource;
+
+/// A child of a node (or the top of a trie).
+#[derive(Debug, Clone)]
+enum Slot {
+    /// No key under it.
+    Empty,
+    /// A subtrie not loaded: its encoding (a hash), whether it is directly a branch, and
+    /// whether stored nodes lie in it, as its stored parent said.
+    Stub {
+        rlp: RlpNode,
+        branch: bool,
+        stored: bool,
+    },
+    /// A subtrie not loaded whose encoding is not known either (a top whose parent keeps
+    /// no hash for it): loaded before it is hashed.
+    Unknown { stored: bool },
+    /// A loaded node, by index.
+    Node(u32),
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// The rest of the key below the node's path, and the leaf's value.
+    Leaf {
+        suffix: Nibbles,
+        value: Vec<u8>,
+    },
+    Extension {
+        key: Nibbles,
+        child: Slot,
+    },
+    Branch {
+        children: Box<[Slot; 16]>,
+        /// Stored in the trie tables, as of its last hashing (or its loading).
+        stored: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Node {
+    kind: Kind,
+    /// Its encoding, while it is not changed.
+    rlp: Option<RlpNode>,
+    /// Changed since its last hashing.
+    dirty: bool,
+    /// Changed since the last drain: the next one stores it (a branch that qualifies).
+    pending: bool,
+    /// With `rlp`: stored nodes lie at or below it (its parent's tree bit).
+    tree: bool,
+    /// The last root that changed or loaded it.
+    touched: u32,
+}
+
+/// What a parent needs of a child: its encoding and its two mask bits.
+struct Info {
+    rlp: RlpNode,
+    /// Directly a branch (its parent's hash bit, with a hashed encoding).
+    branch: bool,
+    /// A stored branch lies at its top (its parent's tree bit).
+    stored: bool,
+}
+
+/// The leaf a source stands at (`None`: past the last).
+type Next<S> = Option<(B256, <S as TrieSource>::Leaf)>;
+
+/// What a root's loads and hashing did.
+#[derive(Debug, Default)]
+pub(crate) struct Emitted {
+    /// Leaves read from the source to load subtries.
+    pub(crate) leaves_read: u64,
+    /// Nodes hashed.
+    pub(crate) hashed: u64,
+}
+
+/// Branch nodes to store (`None`: to delete), sorted by path: what a drain gives.
+pub(crate) type Drained = Vec<(Nibbles, Option<BranchNodeCompact>)>;
+
+/// Bytes a node costs beyond its leaf value's heap, estimated (the node, its arena slot, a
+/// branch's sixteen children).
+const NODE_BYTES: usize = size_of::<Node>() + 8;
+const BRANCH_BYTES: usize = size_of::<[Slot; 16]>();
+
+/// Nodes in chunks that never move: growing adds a chunk instead of copying (and faulting
+/// in) the whole vector again, which a trie warming to millions of nodes would do at every
+/// doubling.
+#[derive(Debug, Default)]
+struct Arena {
+    chunks: Vec<Vec<Node>>,
+    len: usize,
+}
+
+/// Nodes per chunk (about 2.5 MB).
+const CHUNK: usize = 1 << 14;
+
+impl Arena {
+    fn push(&mut self, node: Node) -> u32 {
+        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(node);
+        }
+        self.len += 1;
+        // Four billion nodes are far past any budget.
+        u32::try_from(self.len - 1).unwrap_or(u32::MAX)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Node> {
+        self.chunks.iter().flatten()
+    }
+}
+
+impl std::ops::Index<u32> for Arena {
+    type Output = Node;
+
+    fn index(&self, id: u32) -> &Node {
+        let id = id as usize;
+        &self.chunks[id / CHUNK][id % CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Arena {
+    fn index_mut(&mut self, id: u32) -> &mut Node {
+        let id = id as usize;
+        &mut self.chunks[id / CHUNK][id % CHUNK]
+    }
+}
+
+/// One trie (or one subtrie under a fixed path) held in memory.
+#[derive(Debug)]
+pub(crate) struct SparseTrie {
+    /// The path of its top.
+    base: Nibbles,
+    top: Slot,
+    nodes: Arena,
+    free: Vec<u32>,
+    /// Heap bytes held, estimated.
+    bytes: usize,
+    /// Roots seen, for [`Node::touched`].
+    now: u32,
+    /// The root of the last drain: nodes touched since lie on changed paths (or were
+    /// loaded since).
+    drained_at: u32,
+    /// Stored branch nodes that went since the last drain (a collapse, or a branch that no
+    /// longer qualifies), by path.
+    removed: Vec<Nibbles>,
+    /// Scratch for encodings.
+    buf: Vec<u8>,
+}
+
+impl SparseTrie {
+    /// A trie under `base` that has loaded nothing: its top is loaded from the source on
+    /// first use, from the stored node at `base` when `stored`, else from its leaves.
+    pub(crate) fn unknown(base: Nibbles, stored: bool) -> Self {
+        Self::with_top(base, Slot::Unknown { stored })
+    }
+
+    /// A trie under `base` whose top is the subtrie with this hash, as its stored parent
+    /// says it (`branch`: directly a branch; `stored`: stored nodes lie in it).
+    pub(crate) fn stub(base: Nibbles, hash: B256, branch: bool, stored: bool) -> Self {
+        Self::with_top(
+            base,
+            Slot::Stub {
+                rlp: RlpNode::word_rlp(&hash),
+                branch,
+                stored,
+            },
+        )
+    }
+
+    /// A trie under `base` with no key.
+    pub(crate) fn empty(base: Nibbles) -> Self {
+        Self::with_top(base, Slot::Empty)
+    }
+
+    fn with_top(base: Nibbles, top: Slot) -> Self {
+        Self {
+            base,
+            top,
+            nodes: Arena::default(),
+            free: Vec::new(),
+            bytes: 0,
+            now: 0,
+            drained_at: 0,
+            removed: Vec::new(),
+            buf: Vec::with_capacity(600),
+        }
+    }
+
+    /// Heap bytes its loaded nodes hold, estimated. (The arena keeps the slots of freed
+    /// nodes for reuse, so its high-water mark stays, bounded by the budget it was pruned
+    /// to.)
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Loaded nodes.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len() - self.free.len()
+    }
+
+    /// Starts a root: what it changes is recorded as changed by it.
+    #[cfg(test)]
+    pub(crate) fn begin(&mut self) {
+        self.now = self.now.saturating_add(1);
+    }
+
+    /// Starts root number `now` (of a count shared by the parts of one trie).
+    pub(crate) fn begin_at(&mut self, now: u32) {
+        self.now = now;
+    }
+
+    /// Sets the leaf at `key` (a full path under the base) to `value` (`None`: no leaf),
+    /// loading from `source` what its path enters. Removing a key that is not there, or
+    /// setting a value it already has, changes nothing but the path's encodings.
+    pub(crate) fn set<S: TrieSource>(
+        &mut self,
+        key: &Nibbles,
+        value: Option<Vec<u8>>,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<(), StateDbError> {
+        debug_assert!(key.starts_with(&self.base), "key outside the trie's base");
+        let top = std::mem::replace(&mut self.top, Slot::Empty);
+        let base = self.base;
+        match self.set_in(top.clone(), base, key, value, source, emitted) {
+            Ok(slot) => {
+                self.top = slot;
+                Ok(())
+            }
+            Err(e) => {
+                // A failed load leaves the path half changed: the caller clears the trie.
+                self.top = top;
+                Err(e)
+            }
+        }
+    }
+
+    /// Loads the top if nothing says its encoding yet.
+    pub(crate) fn ensure_top<S: TrieSource>(
+        &mut self,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<(), StateDbError> {
+        if let Slot::Unknown { stored } = self.top {
+            let base = self.base;
+            self.top = self.load(&base, stored, source, emitted)?;
+        }
+        Ok(())
+    }
+
+    /// The top's encoding (`None`: the trie is empty) and mask bits, hashing what changed
+    /// and emitting the changed branch nodes. The top must be known ([`Self::ensure_top`]).
+    pub(crate) fn hash(
+        &mut self,
+        emitted: &mut Emitted,
+    ) -> Result<Option<(RlpNode, bool, bool)>, StateDbError> {
+        let top = self.top.clone();
+        let base = self.base;
+        Ok(self
+            .hash_slot(&top, base, emitted)?
+            .map(|info| (info.rlp, info.branch, info.stored)))
+    }
+
+    /// The root hash of a trie whose base is the empty path.
+    #[cfg(test)]
+    pub(crate) fn root(&mut self, emitted: &mut Emitted) -> Result<B256, StateDbError> {
+        Ok(match self.hash(emitted)? {
+            None => alloy_trie::EMPTY_ROOT_HASH,
+            Some((rlp, _, _)) => rlp.as_hash().unwrap_or_else(|| keccak256(&rlp)),
+        })
+    }
+
+    /// Whether the top's encoding is not known yet ([`Self::ensure_top`] loads it).
+    pub(crate) fn top_unknown(&self) -> bool {
+        matches!(self.top, Slot::Unknown { .. })
+    }
+
+    fn alloc(&mut self, kind: Kind, dirty: bool) -> Slot {
+        self.bytes += NODE_BYTES
+            + match &kind {
+                Kind::Leaf { value, .. } => value.capacity(),
+                Kind::Branch { .. } => BRANCH_BYTES,
+                Kind::Extension { .. } => 0,
+            };
+        let node = Node {
+            kind,
+            rlp: None,
+            dirty,
+            pending: dirty,
+            tree: false,
+            touched: self.now,
+        };
+        match self.free.pop() {
+            Some(id) => {
+                self.nodes[id] = node;
+                Slot::Node(id)
+            }
+            None => Slot::Node(self.nodes.push(node)),
+        }
+    }
+
+    /// Frees one node (not its children).
+    fn release(&mut self, id: u32) {
+        let node = &mut self.nodes[id];
+        let held = NODE_BYTES
+            + match &node.kind {
+                Kind::Leaf { value, .. } => value.capacity(),
+                Kind::Branch { .. } => BRANCH_BYTES,
+                Kind::Extension { .. } => 0,
+            };
+        node.kind = Kind::Extension {
+            key: Nibbles::new(),
+            child: Slot::Empty,
+        };
+        node.rlp = None;
+        self.bytes = self.bytes.saturating_sub(held);
+        self.free.push(id);
+    }
+
+    /// Frees a node and everything loaded below it.
+    fn release_all(&mut self, id: u32) {
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            match &self.nodes[id].kind {
+                Kind::Branch { children, .. } => {
+                    stack.extend(children.iter().filter_map(|c| match c {
+                        Slot::Node(c) => Some(*c),
+                        _ => None,
+                    }))
+                }
+                Kind::Extension {
+                    child: Slot::Node(c),
+                    ..
+                } => stack.push(*c),
+                _ => {}
+            }
+            self.release(id);
+        }
+    }
+
+    /// Marks a node changed by this root.
+    fn touch(&mut self, id: u32) {
+        let now = self.now;
+        let node = &mut self.nodes[id];
+        node.rlp = None;
+        node.dirty = true;
+        node.pending = true;
+        node.touched = now;
+    }
+
+    fn leaf(&mut self, suffix: Nibbles, value: Vec<u8>) -> Slot {
+        self.alloc(Kind::Leaf { suffix, value }, true)
+    }
+
+    /// Loads the subtrie at `path`: from its stored node when `stored` says one lies
+    /// there, else (or when none does after all) from its leaves. Nothing loaded is
+    /// changed: hashing it emits nothing.
+    fn load<S: TrieSource>(
+        &mut self,
+        path: &Nibbles,
+        stored: bool,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<Slot, StateDbError> {
+        if stored {
+            if let Some((at, node)) = source.seek_node(path)? {
+                if at.starts_with(path) {
+                    return self.reveal(path, at, node, source, emitted);
+                }
+            }
+        }
+        self.read_leaves(path, source, emitted)
+    }
+
+    /// The stored branch node `node` at `at`, reached from `path` (through an extension
+    /// when longer).
+    fn reveal<S: TrieSource>(
+        &mut self,
+        path: &Nibbles,
+        at: Nibbles,
+        node: BranchNodeCompact,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<Slot, StateDbError> {
+        let mut children: Box<[Slot; 16]> = Box::new(std::array::from_fn(|_| Slot::Empty));
+        // The leaf after the last child read from leaves, and that child: the next child's
+        // leaves follow it without a seek when the two are neighbours.
+        let mut after: Option<(u8, Next<S>)> = None;
+        for i in 0..16u8 {
+            if !node.state_mask.is_bit_set(i) {
+                continue;
+            }
+            let below = node.tree_mask.is_bit_set(i);
+            let mut child = at;
+            child.push(i);
+            children[usize::from(i)] = if node.hash_mask.is_bit_set(i) {
+                Slot::Stub {
+                    rlp: RlpNode::word_rlp(&node.hash_for_nibble(i)),
+                    branch: true,
+                    stored: below,
+                }
+            } else if below {
+                after = None;
+                self.load(&child, below, source, emitted)?
+            } else {
+                let first = match after.take() {
+                    Some((last, next)) if last + 1 == i => Some(next),
+                    _ => None,
+                };
+                let (slot, next) = self.read_from(&child, first, true, source, emitted)?;
+                after = Some((i, next));
+                slot
+            };
+        }
+        let branch = self.alloc(
+            Kind::Branch {
+                children,
+                stored: true,
+            },
+            false,
+        );
+        if at.len() == path.len() {
+            return Ok(branch);
+        }
+        Ok(self.alloc(
+            Kind::Extension {
+                key: at.slice(path.len()..),
+                child: branch,
+            },
+            false,
+        ))
+    }
+
+    /// The subtrie at `path` built from the leaves under it.
+    fn read_leaves<S: TrieSource>(
+        &mut self,
+        path: &Nibbles,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<Slot, StateDbError> {
+        Ok(self.read_from(path, None, false, source, emitted)?.0)
+    }
+
+    /// [`Self::read_leaves`], from `first` when given (the source stands at the first leaf
+    /// at or after the path's lowest key, read already), and the leaf after them. With
+    /// `hash_single`, a lone leaf comes back as its hash: a sibling loaded with a changed
+    /// key's node is rarely changed itself, so it costs a slot, not a node and its value
+    /// (a change to it later reads it again).
+    fn read_from<S: TrieSource>(
+        &mut self,
+        path: &Nibbles,
+        first: Option<Next<S>>,
+        hash_single: bool,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<(Slot, Next<S>), StateDbError> {
+        let mut leaves = Vec::new();
+        let mut next = match first {
+            Some(first) => first,
+            None => source.seek_leaf(&lower_key(path))?,
+        };
+        while let Some((key, leaf)) = next {
+            let nibbles = Nibbles::unpack(key);
+            if !nibbles.starts_with(path) {
+                next = Some((key, leaf));
+                break;
+            }
+            let mut value = Vec::new();
+            source.leaf_value(&key, &leaf, &mut value)?;
+            leaves.push((nibbles, value));
+            next = source.next_leaf()?;
+        }
+        emitted.leaves_read += leaves.len() as u64;
+        if let ([(key, value)], true) = (leaves.as_slice(), hash_single) {
+            self.buf.clear();
+            let rlp = LeafNodeRef::new(&key.slice(path.len()..), value).rlp(&mut self.buf);
+            emitted.hashed += 1;
+            let stub = Slot::Stub {
+                rlp,
+                branch: false,
+                stored: false,
+            };
+            return Ok((stub, next));
+        }
+        let mut slot = Slot::Empty;
+        for (key, value) in leaves {
+            slot = self.insert_clean(slot, *path, &key, value);
+        }
+        Ok((slot, next))
+    }
+
+    /// Inserts a leaf read from the source into a subtrie being built from leaves in key
+    /// order: nothing built this way was stored, and none of it is changed.
+    fn insert_clean(&mut self, slot: Slot, path: Nibbles, key: &Nibbles, value: Vec<u8>) -> Slot {
+        let rest = key.slice(path.len()..);
+        let id = match slot {
+            Slot::Node(id) => id,
+            _ => {
+                return self.alloc(
+                    Kind::Leaf {
+                        suffix: rest,
+                        value,
+                    },
+                    false,
+                )
+            }
+        };
+        match &mut self.nodes[id].kind {
+            Kind::Leaf { suffix, .. } => {
+                let suffix = *suffix;
+                self.split_leaf(id, suffix, rest, value, false)
+            }
+            Kind::Extension { key: ext, child } => {
+                let ext = *ext;
+                let common = rest.common_prefix_length(&ext);
+                if common == ext.len() {
+                    let child = std::mem::replace(child, Slot::Empty);
+                    let new = self.insert_clean(child, path.join(&ext), key, value);
+                    if let Kind::Extension { child, .. } = &mut self.nodes[id].kind {
+                        *child = new;
+                    }
+                    Slot::Node(id)
+                } else {
+                    self.split_extension(id, ext, rest, common, value, false)
+                }
+            }
+            Kind::Branch { children, .. } => {
+                let nibble = rest.get_unchecked(0);
+                let child = std::mem::replace(&mut children[usize::from(nibble)], Slot::Empty);
+                let mut below = path;
+                below.push(nibble);
+                let new = self.insert_clean(child, below, key, value);
+                if let Kind::Branch { children, .. } = &mut self.nodes[id].kind {
+                    children[usize::from(nibble)] = new;
+                }
+                Slot::Node(id)
+            }
+        }
+    }
+
+    /// Replaces the leaf `id` (suffix `suffix`) by a branch over it and a new leaf `rest`.
+    fn split_leaf(
+        &mut self,
+        id: u32,
+        suffix: Nibbles,
+        rest: Nibbles,
+        value: Vec<u8>,
+        dirty: bool,
+    ) -> Slot {
+        let common = rest.common_prefix_length(&suffix);
+        // Keys have one length: two different ones part before either ends.
+        debug_assert!(common < suffix.len() && common < rest.len());
+        let (old, new) = (suffix.get_unchecked(common), rest.get_unchecked(common));
+        if let Kind::Leaf { suffix: s, .. } = &mut self.nodes[id].kind {
+            *s = suffix.slice(common + 1..);
+        }
+        if dirty {
+            self.touch(id);
+        } else {
+            self.nodes[id].rlp = None;
+        }
+        let leaf = self.alloc(
+            Kind::Leaf {
+                suffix: rest.slice(common + 1..),
+                value,
+            },
+            dirty,
+        );
+        let mut children: Box<[Slot; 16]> = Box::new(std::array::from_fn(|_| Slot::Empty));
+        children[usize::from(old)] = Slot::Node(id);
+        children[usize::from(new)] = leaf;
+        let branch = self.alloc(
+            Kind::Branch {
+                children,
+                stored: false,
+            },
+            dirty,
+        );
+        if common == 0 {
+            return branch;
+        }
+        self.alloc(
+            Kind::Extension {
+                key: rest.slice(..common),
+                child: branch,
+            },
+            dirty,
+        )
+    }
+
+    /// Splits the extension `id` (key `ext`) where `rest` leaves it (after `common`
+    /// nibbles), with a new leaf for `rest`.
+    fn split_extension(
+        &mut self,
+        id: u32,
+        ext: Nibbles,
+        rest: Nibbles,
+        common: usize,
+        value: Vec<u8>,
+        dirty: bool,
+    ) -> Slot {
+        let (old, new) = (ext.get_unchecked(common), rest.get_unchecked(common));
+        let lower = if common + 1 < ext.len() {
+            if let Kind::Extension { key, .. } = &mut self.nodes[id].kind {
+                *key = ext.slice(common + 1..);
+            }
+            if dirty {
+                self.touch(id);
+            } else {
+                self.nodes[id].rlp = None;
+            }
+            Slot::Node(id)
+        } else {
+            let child = match &mut self.nodes[id].kind {
+                Kind::Extension { child, .. } => std::mem::replace(child, Slot::Empty),
+                _ => Slot::Empty,
+            };
+            self.release(id);
+            child
+        };
+        let leaf = self.alloc(
+            Kind::Leaf {
+                suffix: rest.slice(common + 1..),
+                value,
+            },
+            dirty,
+        );
+        let mut children: Box<[Slot; 16]> = Box::new(std::array::from_fn(|_| Slot::Empty));
+        children[usize::from(old)] = lower;
+        children[usize::from(new)] = leaf;
+        let branch = self.alloc(
+            Kind::Branch {
+                children,
+                stored: false,
+            },
+            dirty,
+        );
+        if common == 0 {
+            return branch;
+        }
+        self.alloc(
+            Kind::Extension {
+                key: ext.slice(..common),
+                child: branch,
+            },
+            dirty,
+        )
+    }
+
+    fn set_in<S: TrieSource>(
+        &mut self,
+        slot: Slot,
+        path: Nibbles,
+        key: &Nibbles,
+        value: Option<Vec<u8>>,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<Slot, StateDbError> {
+        let id = match slot {
+            Slot::Empty => {
+                return Ok(match value {
+                    Some(value) => self.leaf(key.slice(path.len()..), value),
+                    None => Slot::Empty,
+                });
+            }
+            Slot::Stub { stored, .. } | Slot::Unknown { stored } => {
+                let loaded = self.load(&path, stored, source, emitted)?;
+                return self.set_in(loaded, path, key, value, source, emitted);
+            }
+            Slot::Node(id) => id,
+        };
+        self.touch(id);
+        let rest = key.slice(path.len()..);
+        match &mut self.nodes[id].kind {
+            Kind::Leaf { suffix, value: old } => {
+                if *suffix == rest {
+                    match value {
+                        Some(value) => {
+                            self.bytes =
+                                self.bytes.saturating_sub(old.capacity()) + value.capacity();
+                            *old = value;
+                            Ok(Slot::Node(id))
+                        }
+                        None => {
+                            self.release(id);
+                            Ok(Slot::Empty)
+                        }
+                    }
+                } else {
+                    let suffix = *suffix;
+                    Ok(match value {
+                        Some(value) => self.split_leaf(id, suffix, rest, value, true),
+                        None => Slot::Node(id),
+                    })
+                }
+            }
+            Kind::Extension { key: ext, child } => {
+                let ext = *ext;
+                let common = rest.common_prefix_length(&ext);
+                if common == ext.len() {
+                    let child = std::mem::replace(child, Slot::Empty);
+                    let new = self.set_in(child, path.join(&ext), key, value, source, emitted)?;
+                    Ok(self.reattach(id, ext, new))
+                } else {
+                    Ok(match value {
+                        Some(value) => self.split_extension(id, ext, rest, common, value, true),
+                        None => Slot::Node(id),
+                    })
+                }
+            }
+            Kind::Branch { children, .. } => {
+                let nibble = rest.get_unchecked(0);
+                let child = std::mem::replace(&mut children[usize::from(nibble)], Slot::Empty);
+                let mut below = path;
+                below.push(nibble);
+                let new = self.set_in(child, below, key, value, source, emitted)?;
+                let emptied = matches!(new, Slot::Empty);
+                if let Kind::Branch { children, .. } = &mut self.nodes[id].kind {
+                    children[usize::from(nibble)] = new;
+                }
+                if emptied {
+                    self.collapse(id, path, source, emitted)
+                } else {
+                    Ok(Slot::Node(id))
+                }
+            }
+        }
+    }
+
+    /// Puts `new`, what the child of the extension `id` (key `ext`) became, back under it,
+    /// merging the two when the child is no longer a branch.
+    fn reattach(&mut self, id: u32, ext: Nibbles, new: Slot) -> Slot {
+        let Slot::Node(child) = new else {
+            // Only a branch is ever below an extension, and a branch changed by one key
+            // stays a node: this is the emptied case.
+            self.release(id);
+            return new;
+        };
+        match &mut self.nodes[child].kind {
+            Kind::Leaf { suffix, .. } => {
+                *suffix = ext.join(suffix);
+            }
+            Kind::Extension { key, .. } => {
+                *key = ext.join(key);
+            }
+            Kind::Branch { .. } => {
+                if let Kind::Extension { child: c, .. } = &mut self.nodes[id].kind {
+                    *c = new;
+                }
+                return Slot::Node(id);
+            }
+        }
+        self.touch(child);
+        self.release(id);
+        Slot::Node(child)
+    }
+
+    /// The branch `id` at `path` after a child went: itself while two children remain,
+    /// else what its last child becomes one nibble higher.
+    fn collapse<S: TrieSource>(
+        &mut self,
+        id: u32,
+        path: Nibbles,
+        source: &mut S,
+        emitted: &mut Emitted,
+    ) -> Result<Slot, StateDbError> {
+        let Kind::Branch { children, stored } = &mut self.nodes[id].kind else {
+            return Ok(Slot::Node(id));
+        };
+        let stored = *stored;
+        let mut left = children
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !matches!(c, Slot::Empty));
+        let Some((nibble, _)) = left.next() else {
+            if stored {
+                self.removed.push(path);
+            }
+            self.release(id);
+            return Ok(Slot::Empty);
+        };
+        if left.next().is_some() {
+            return Ok(Slot::Node(id));
+        }
+        let nibble = nibble as u8;
+        let last = std::mem::replace(&mut children[usize::from(nibble)], Slot::Empty);
+        let mut below = path;
+        below.push(nibble);
+        let last = match last {
+            Slot::Stub { stored, .. } | Slot::Unknown { stored } => {
+                self.load(&below, stored, source, emitted)?
+            }
+            other => other,
+        };
+        if stored {
+            self.removed.push(path);
+        }
+        let Slot::Node(child) = last else {
+            self.release(id);
+            return Ok(Slot::Empty);
+        };
+        let lead = Nibbles::from_nibbles_unchecked([nibble]);
+        match &mut self.nodes[child].kind {
+            Kind::Leaf { suffix, .. } => {
+                *suffix = lead.join(suffix);
+            }
+            Kind::Extension { key, .. } => {
+                *key = lead.join(key);
+            }
+            Kind::Branch { .. } => {
+                // The branch stays where it is; this node becomes the extension to it.
+                self.bytes = self.bytes.saturating_sub(BRANCH_BYTES);
+                self.nodes[id].kind = Kind::Extension {
+                    key: lead,
+                    child: Slot::Node(child),
+                };
+                return Ok(Slot::Node(id));
+            }
+        }
+        self.touch(child);
+        self.release(id);
+        Ok(Slot::Node(child))
+    }
+
+    fn hash_slot(
+        &mut self,
+        slot: &Slot,
+        path: Nibbles,
+        emitted: &mut Emitted,
+    ) -> Result<Option<Info>, StateDbError> {
+        Ok(match slot {
+            Slot::Empty => None,
+            Slot::Stub {
+                rlp,
+                branch,
+                stored,
+            } => Some(Info {
+                rlp: rlp.clone(),
+                branch: *branch,
+                stored: *stored,
+            }),
+            Slot::Unknown { .. } => return Err(StateDbError::SparseTrieUnloaded { path }),
+            Slot::Node(id) => Some(self.hash_node(*id, path, emitted)?),
+        })
+    }
+
+    fn hash_node(
+        &mut self,
+        id: u32,
+        path: Nibbles,
+        emitted: &mut Emitted,
+    ) -> Result<Info, StateDbError> {
+        let node = &self.nodes[id];
+        if let Some(rlp) = &node.rlp {
+            let (branch, stored) = match &node.kind {
+                Kind::Branch { stored, .. } => (true, *stored),
+                _ => (false, node.tree),
+            };
+            return Ok(Info {
+                rlp: rlp.clone(),
+                branch,
+                stored,
+            });
+        }
+        emitted.hashed += 1;
+        let info = match &node.kind {
+            Kind::Leaf { suffix, value } => {
+                self.buf.clear();
+                let rlp = LeafNodeRef::new(suffix, value).rlp(&mut self.buf);
+                Info {
+                    rlp,
+                    branch: false,
+                    stored: false,
+                }
+            }
+            Kind::Extension { key, child } => {
+                let (key, child) = (*key, child.clone());
+                let below = path.join(&key);
+                let Some(child) = self.hash_slot(&child, below, emitted)? else {
+                    return Err(StateDbError::SparseTrieUnloaded { path: below });
+                };
+                self.buf.clear();
+                let rlp = ExtensionNodeRef::new(&key, &child.rlp).rlp(&mut self.buf);
+                Info {
+                    rlp,
+                    branch: false,
+                    stored: child.stored,
+                }
+            }
+            Kind::Branch { stored, .. } => {
+                let was_stored = *stored;
+                let (mut state, mut tree, mut hashed) = (0u16, 0u16, 0u16);
+                // On the stack: a root re-hashes thousands of branches.
+                let mut stack: [RlpNode; 16] = Default::default();
+                let mut len = 0;
+                for i in 0..16usize {
+                    /// A child's info at hand, or a changed node to hash first.
+                    enum Next {
+                        Info(Info),
+                        Hash(u32),
+                    }
+                    let next = match &self.nodes[id].kind {
+                        Kind::Branch { children, .. } => match &children[i] {
+                            Slot::Empty => continue,
+                            Slot::Stub {
+                                rlp,
+                                branch,
+                                stored,
+                            } => Next::Info(Info {
+                                rlp: rlp.clone(),
+                                branch: *branch,
+                                stored: *stored,
+                            }),
+                            Slot::Unknown { .. } => {
+                                let mut below = path;
+                                below.push(i as u8);
+                                return Err(StateDbError::SparseTrieUnloaded { path: below });
+                            }
+                            Slot::Node(c) => {
+                                let child = &self.nodes[*c];
+                                match &child.rlp {
+                                    Some(rlp) => Next::Info(Info {
+                                        rlp: rlp.clone(),
+                                        branch: matches!(child.kind, Kind::Branch { .. }),
+                                        stored: child.tree,
+                                    }),
+                                    None => Next::Hash(*c),
+                                }
+                            }
+                        },
+                        _ => continue,
+                    };
+                    let info = match next {
+                        Next::Info(info) => info,
+                        Next::Hash(c) => {
+                            let mut below = path;
+                            below.push(i as u8);
+                            self.hash_node(c, below, emitted)?
+                        }
+                    };
+                    let bit = 1u16 << i;
+                    state |= bit;
+                    if info.stored {
+                        tree |= bit;
+                    }
+                    if info.branch && info.rlp.is_hash() {
+                        hashed |= bit;
+                    }
+                    stack[len] = info.rlp;
+                    len += 1;
+                }
+                self.buf.clear();
+                let rlp =
+                    BranchNodeRef::new(&stack[..len], TrieMask::new(state)).rlp(&mut self.buf);
+                let now_stored = tree != 0 || hashed != 0;
+                if self.nodes[id].dirty && was_stored && !now_stored {
+                    self.removed.push(path);
+                }
+                if let Kind::Branch { stored, .. } = &mut self.nodes[id].kind {
+                    *stored = now_stored;
+                }
+                Info {
+                    rlp,
+                    branch: true,
+                    stored: now_stored,
+                }
+            }
+        };
+        let node = &mut self.nodes[id];
+        node.rlp = Some(info.rlp.clone());
+        node.tree = info.stored;
+        node.dirty = false;
+        Ok(info)
+    }
+
+    /// The branch nodes to store since the last drain, and those to delete, sorted by path,
+    /// appended to `out`: what changed, as a walk's updates over the same roots would have
+    /// left the tables (a node changed by several roots once, as it is now). Every node
+    /// must be hashed.
+    pub(crate) fn drain(&mut self, out: &mut Drained) {
+        let start = out.len();
+        if let Slot::Node(top) = self.top {
+            let base = self.base;
+            self.drain_node(top, base, out);
+        }
+        let mut removed = std::mem::take(&mut self.removed);
+        removed.sort_unstable();
+        removed.dedup();
+        let stored = &out[start..];
+        let gone: Vec<_> = removed
+            .into_iter()
+            .filter(|p| stored.binary_search_by(|(q, _)| q.cmp(p)).is_err())
+            .map(|p| (p, None))
+            .collect();
+        if !gone.is_empty() {
+            out.extend(gone);
+            out[start..].sort_unstable_by_key(|(p, _)| *p);
+        }
+        self.drained_at = self.now;
+    }
+
+    /// Depth first in nibble order, so in path order.
+    fn drain_node(&mut self, id: u32, path: Nibbles, out: &mut Drained) {
+        let drained_at = self.drained_at;
+        let node = &mut self.nodes[id];
+        if node.touched <= drained_at {
+            return;
+        }
+        let pending = std::mem::replace(&mut node.pending, false);
+        match &node.kind {
+            Kind::Leaf { .. } => {}
+            Kind::Extension { key, child } => {
+                if let Slot::Node(c) = *child {
+                    let below = path.join(key);
+                    self.drain_node(c, below, out);
+                }
+            }
+            Kind::Branch { stored, .. } => {
+                if pending && *stored {
+                    let node = self.compact(id, &path);
+                    out.push((path, Some(node)));
+                }
+                for i in 0..16u8 {
+                    let Kind::Branch { children, .. } = &self.nodes[id].kind else {
+                        break;
+                    };
+                    if let Slot::Node(c) = children[usize::from(i)] {
+                        let mut child = path;
+                        child.push(i);
+                        self.drain_node(c, child, out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stored form of the hashed branch `id` at `path`.
+    fn compact(&self, id: u32, path: &Nibbles) -> BranchNodeCompact {
+        let node = &self.nodes[id];
+        let (mut state, mut tree, mut hashed) = (0u16, 0u16, 0u16);
+        let mut hashes = Vec::with_capacity(16);
+        if let Kind::Branch { children, .. } = &node.kind {
+            for (i, child) in children.iter().enumerate() {
+                let (rlp, branch, stored) = match child {
+                    Slot::Empty | Slot::Unknown { .. } => continue,
+                    Slot::Stub {
+                        rlp,
+                        branch,
+                        stored,
+                    } => (Some(rlp), *branch, *stored),
+                    Slot::Node(c) => {
+                        let c = &self.nodes[*c];
+                        (
+                            c.rlp.as_ref(),
+                            matches!(c.kind, Kind::Branch { .. }),
+                            c.tree,
+                        )
+                    }
+                };
+                let bit = 1u16 << i;
+                state |= bit;
+                if stored {
+                    tree |= bit;
+                }
+                if let (true, Some(hash)) = (branch, rlp.and_then(RlpNode::as_hash)) {
+                    hashed |= bit;
+                    hashes.push(hash);
+                }
+            }
+        }
+        let root = path.is_empty().then(|| {
+            node.rlp.as_ref().map_or(B256::ZERO, |rlp| {
+                rlp.as_hash().unwrap_or_else(|| keccak256(rlp))
+            })
+        });
+        BranchNodeCompact::new(
+            TrieMask::new(state),
+            TrieMask::new(tree),
+            TrieMask::new(hashed),
+            hashes,
+            root,
+        )
+    }
+
+    /// Folds the subtries no root changed in the last `age` roots (all of them with 0)
+    /// back into stubs (the top stays), after a hashing (every node has
+    /// its encoding). Returns the nodes freed.
+    pub(crate) fn prune(&mut self, age: u32) -> usize {
+        let before = self.len();
+        // Nothing changed since the last drain: its stored nodes are written (or in the
+        // layer), so it can be loaded again from them.
+        let cutoff = self.now.saturating_sub(age).min(self.drained_at);
+        let Slot::Node(top) = self.top else {
+            return 0;
+        };
+        let mut stack = vec![top];
+        while let Some(id) = stack.pop() {
+            let children: Vec<(usize, u32)> = match &self.nodes[id].kind {
+                Kind::Branch { children, .. } => children
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| match c {
+                        Slot::Node(c) => Some((i, *c)),
+                        _ => None,
+                    })
+                    .collect(),
+                Kind::Extension {
+                    child: Slot::Node(c),
+                    ..
+                } => vec![(16, *c)],
+                _ => Vec::new(),
+            };
+            for (i, child) in children {
+                let node = &self.nodes[child];
+                let stub = match (&node.rlp, node.touched <= cutoff) {
+                    (Some(rlp), true) => Some(Slot::Stub {
+                        rlp: rlp.clone(),
+                        branch: matches!(node.kind, Kind::Branch { .. }),
+                        stored: node.tree,
+                    }),
+                    _ => None,
+                };
+                match stub {
+                    Some(stub) => {
+                        self.release_all(child);
+                        match &mut self.nodes[id].kind {
+                            Kind::Branch { children, .. } => children[i] = stub,
+                            Kind::Extension { child, .. } => *child = stub,
+                            Kind::Leaf { .. } => {}
+                        }
+                    }
+                    None => stack.push(child),
+                }
+            }
+        }
+        before - self.len()
+    }
+
+    /// The roots since the oldest change a loaded node holds, for choosing a prune age.
+    pub(crate) fn span(&self) -> u32 {
+        let oldest = self
+            .nodes
+            .iter()
+            .filter(|n| n.rlp.is_some())
+            .map(|n| n.touched)
+            .min()
+            .unwrap_or(self.now);
+        self.now - oldest
+    }
+}
+
+/// The account trie held in memory across roots, in sixteen parts (one per first nibble,
+/// each behind its own lock, so that a root's threads work on different parts at once), its
+/// root node assembled from theirs. Off with a budget of 0.
+#[derive(Debug)]
+pub(crate) struct SparseAccounts {
+    budget: usize,
+    /// The parts describe the trie (else the next root sets them up from the stored root).
+    ready: AtomicBool,
+    parts: Vec<Mutex<SparseTrie>>,
+    pruned: AtomicU64,
+    loaded_leaves: AtomicU64,
+    /// Roots since the start, for the parts' ages.
+    roots: AtomicU32,
+    /// The root node as the last root left it, if it changed since the last drain
+    /// (`Some(None)`: it is no longer stored).
+    root_node: Mutex<Option<Option<BranchNodeCompact>>>,
+}
+
+/// What a [`SparseAccounts`] holds and did, for metrics and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SparseTrieStats {
+    /// Its budget in bytes (0: off).
+    pub budget: u64,
+    /// Heap bytes held, estimated.
+    pub bytes: u64,
+    /// Nodes loaded.
+    pub nodes: u64,
+    /// Nodes folded back into hashes to stay within the budget, since the start.
+    pub pruned: u64,
+    /// Leaves read from the tables to load subtries, since the start.
+    pub loaded_leaves: u64,
+}
+
+impl SparseAccounts {
+    /// An account trie in memory within `budget` bytes (0: off).
+    pub(crate) fn new(budget: usize) -> Self {
+        Self {
+            budget,
+            ready: AtomicBool::new(false),
+            parts: (0..16u8)
+                .map(|n| Mutex::new(SparseTrie::empty(Nibbles::from_nibbles_unchecked([n]))))
+                .collect(),
+            pruned: AtomicU64::new(0),
+            loaded_leaves: AtomicU64::new(0),
+            roots: AtomicU32::new(0),
+            root_node: Mutex::new(None),
+        }
+    }
+
+    /// Records the root node a root assembled (`None`: it is not stored), for the drain.
+    pub(crate) fn set_root_node(
+        &self,
+        node: Option<BranchNodeCompact>,
+    ) -> Result<(), StateDbError> {
+        *self
+            .root_node
+            .lock()
+            .map_err(|_| StateDbError::RootThreadPanicked)? = Some(node);
+        Ok(())
+    }
+
+    /// The branch nodes changed since the last drain (`None`: to delete), sorted by path:
+    /// for the writer to store, once per group (or before anything reads the stored trie
+    /// through the layer instead of this).
+    pub(crate) fn drain(&self) -> Result<Drained, StateDbError> {
+        let mut out = Vec::new();
+        if !self.ready() {
+            return Ok(out);
+        }
+        let root = self
+            .root_node
+            .lock()
+            .map_err(|_| StateDbError::RootThreadPanicked)?
+            .take();
+        if let Some(node) = root {
+            out.push((Nibbles::new(), node));
+        }
+        // The parts on every core: a group's drain visits every node its roots touched.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
+        let next = AtomicUsize::new(0);
+        let work = || -> Result<Vec<(usize, Drained)>, StateDbError> {
+            let mut done = Vec::new();
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= 16 {
+                    return Ok(done);
+                }
+                let mut part = Vec::new();
+                self.part(n as u8)?.drain(&mut part);
+                done.push((n, part));
+            }
+        };
+        let mut parts = std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+            let mut all = work()?;
+            for helper in helpers {
+                all.extend(
+                    helper
+                        .join()
+                        .map_err(|_| StateDbError::RootThreadPanicked)??,
+                );
+            }
+            Ok::<_, StateDbError>(all)
+        })?;
+        parts.sort_unstable_by_key(|(n, _)| *n);
+        out.reserve(parts.iter().map(|(_, p)| p.len()).sum());
+        for (_, part) in parts {
+            out.extend(part);
+        }
+        Ok(out)
+    }
+
+    /// Starts a root: its number, for [`SparseTrie::begin_at`].
+    pub(crate) fn next_root(&self) -> u32 {
+        self.roots.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+    }
+
+    /// Whether roots use it.
+    pub(crate) fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    /// Whether the parts describe the trie.
+    pub(crate) fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Forgets everything: the next root sets the parts up again from the stored trie.
+    pub(crate) fn clear(&self) {
+        if let Ok(mut root) = self.root_node.lock() {
+            *root = None;
+        }
+        if !self.ready.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for (n, part) in self.parts.iter().enumerate() {
+            if let Ok(mut part) = part.lock() {
+                *part = SparseTrie::empty(Nibbles::from_nibbles_unchecked([n as u8]));
+            }
+        }
+    }
+
+    /// Sets the parts up from the root node as stored (`None`: none is): each child's hash
+    /// as a stub, or unknown when the node keeps none for it.
+    pub(crate) fn set_up(&self, root: Option<&BranchNodeCompact>) -> Result<(), StateDbError> {
+        for (n, part) in self.parts.iter().enumerate() {
+            let nibble = n as u8;
+            let base = Nibbles::from_nibbles_unchecked([nibble]);
+            let trie = match root {
+                None => SparseTrie::unknown(base, true),
+                Some(node) if !node.state_mask.is_bit_set(nibble) => SparseTrie::empty(base),
+                Some(node) => {
+                    let below = node.tree_mask.is_bit_set(nibble);
+                    if node.hash_mask.is_bit_set(nibble) {
+                        SparseTrie::stub(base, node.hash_for_nibble(nibble), true, below)
+                    } else {
+                        SparseTrie::unknown(base, below)
+                    }
+                }
+            };
+            *part.lock().map_err(|_| StateDbError::RootThreadPanicked)? = trie;
+        }
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The part of first nibble `nibble`, locked.
+    pub(crate) fn part(
+        &self,
+        nibble: u8,
+    ) -> Result<std::sync::MutexGuard<'_, SparseTrie>, StateDbError> {
+        self.parts[usize::from(nibble)]
+            .lock()
+            .map_err(|_| StateDbError::RootThreadPanicked)
+    }
+
+    /// Counts leaves a root read to load subtries.
+    pub(crate) fn loaded(&self, leaves: u64) {
+        self.loaded_leaves.fetch_add(leaves, Ordering::Relaxed);
+    }
+
+    /// The root node over the parts' tops, as a walk would store it, and the root; `None`
+    /// when fewer than two parts hold keys (a trie that small has its root elsewhere: the
+    /// caller walks it instead). Every part must be hashed.
+    pub(crate) fn assemble(&self) -> Result<Option<(B256, BranchNodeCompact, bool)>, StateDbError> {
+        let (mut state, mut tree, mut hashed) = (0u16, 0u16, 0u16);
+        let mut stack = Vec::with_capacity(16);
+        let mut hashes = Vec::new();
+        let mut unused = Emitted::default();
+        for n in 0..16u8 {
+            let Some((rlp, branch, stored)) = self.part(n)?.hash(&mut unused)? else {
+                continue;
+            };
+            let bit = 1u16 << n;
+            state |= bit;
+            if stored {
+                tree |= bit;
+            }
+            if branch {
+                if let Some(hash) = rlp.as_hash() {
+                    hashed |= bit;
+                    hashes.push(hash);
+                }
+            }
+            stack.push(rlp);
+        }
+        debug_assert!(unused.hashed == 0, "a part was not hashed by its job");
+        if stack.len() < 2 {
+            return Ok(None);
+        }
+        let mut buf = Vec::with_capacity(600);
+        let rlp = BranchNodeRef::new(&stack, TrieMask::new(state)).rlp(&mut buf);
+        let root = rlp.as_hash().unwrap_or_else(|| keccak256(&rlp));
+        let stored = tree != 0 || hashed != 0;
+        let node = BranchNodeCompact::new(
+            TrieMask::new(state),
+            TrieMask::new(tree),
+            TrieMask::new(hashed),
+            hashes,
+            Some(root),
+        );
+        Ok(Some((root, node, stored)))
+    }
+
+    /// Folds the least recently changed subtries back into hashes until the parts hold at
+    /// most three quarters of the budget, if they hold more than it.
+    pub(crate) fn enforce_budget(&self) -> Result<(), StateDbError> {
+        let bytes = |this: &Self| -> Result<usize, StateDbError> {
+            let mut total = 0;
+            for n in 0..16u8 {
+                total += this.part(n)?.bytes();
+            }
+            Ok(total)
+        };
+        if bytes(self)? <= self.budget {
+            return Ok(());
+        }
+        let mut span = 0;
+        for n in 0..16u8 {
+            span = span.max(self.part(n)?.span());
+        }
+        let mut age = span / 2;
+        loop {
+            let mut pruned = 0;
+            for n in 0..16u8 {
+                pruned += self.part(n)?.prune(age);
+            }
+            self.pruned.fetch_add(pruned as u64, Ordering::Relaxed);
+            if bytes(self)? <= self.budget / 4 * 3 || age == 0 {
+                return Ok(());
+            }
+            age /= 2;
+        }
+    }
+
+    /// What it holds and did.
+    pub(crate) fn stats(&self) -> SparseTrieStats {
+        let (mut bytes, mut nodes) = (0u64, 0u64);
+        for part in &self.parts {
+            if let Ok(part) = part.lock() {
+                bytes += part.bytes() as u64;
+                nodes += part.len() as u64;
+            }
+        }
+        SparseTrieStats {
+            budget: self.budget as u64,
+            bytes,
+            nodes,
+            pruned: self.pruned.load(Ordering::Relaxed),
+            loaded_leaves: self.loaded_leaves.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The trie held in memory against a walk's root and stored nodes, through rounds of
+    //! random changes with the stored nodes carried from round to round.
+
+    use std::collections::BTreeMap;
+
+    use alloy_primitives::{keccak256, U256};
+    use alloy_trie::HashBuilder;
+
+    use super::*;
+    use crate::trie::prefix::PrefixSet;
+    use crate::trie::walk;
+
+    #[derive(Default)]
+    struct Memory {
+        nodes: BTreeMap<Nibbles, BranchNodeCompact>,
+        leaves: BTreeMap<B256, U256>,
+        at: Option<B256>,
+    }
+
+    impl TrieSource for Memory {
+        type Leaf = U256;
+
+        fn seek_node(
+            &mut self,
+            path: &Nibbles,
+        ) -> Result<Option<(Nibbles, BranchNodeCompact)>, StateDbError> {
+            Ok(self
+                .nodes
+                .range(*path..)
+                .next()
+                .filter(|(p, _)| p.starts_with(path))
+                .map(|(p, n)| (*p, n.clone())))
+        }
+
+        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
+            let found = self.leaves.range(*key..).next().map(|(k, v)| (*k, *v));
+            self.at = found.map(|f| f.0);
+            Ok(found)
+        }
+
+        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, StateDbError> {
+            let Some(at) = self.at else { return Ok(None) };
+            let found = self
+                .leaves
+                .range((std::ops::Bound::Excluded(at), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(k, v)| (*k, *v));
+            self.at = found.map(|f| f.0);
+            Ok(found)
+        }
+
+        fn leaf_value(
+            &mut self,
+            _: &B256,
+            leaf: &U256,
+            out: &mut Vec<u8>,
+        ) -> Result<(), StateDbError> {
+            alloy_rlp::Encodable::encode(leaf, out);
+            Ok(())
+        }
+    }
+
+    fn reference(leaves: &BTreeMap<B256, U256>) -> B256 {
+        let mut hb = HashBuilder::default();
+        for (k, v) in leaves {
+            hb.add_leaf(Nibbles::unpack(k), &alloy_rlp::encode(v));
+        }
+        hb.root()
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Rounds of random sets and deletions over a small key space (so that deletions
+    /// collapse branches and inserts split leaves and extensions), the trie kept across
+    /// rounds and pruned hard every few: each root and every stored node as a walk
+    /// computes them, and the root as a hash builder over all leaves computes it.
+    fn rounds(keys: u64, first: u64, seed: u64, prune_every: u64) {
+        let mut mem = Memory::default();
+        let mut rng = Rng(seed);
+        let mut trie = SparseTrie::unknown(Nibbles::new(), true);
+        let (mut loaded_from_leaves, mut pruned) = (0, 0);
+        for round in 0..80u64 {
+            let count = if round == 0 {
+                first
+            } else {
+                1 + rng.next() % 60
+            };
+            let mut changed = Vec::new();
+            for _ in 0..count {
+                let key = keccak256((rng.next() % keys).to_be_bytes());
+                changed.push(key);
+                if rng.next().is_multiple_of(3) {
+                    mem.leaves.remove(&key);
+                } else {
+                    mem.leaves.insert(key, U256::from(rng.next() % 1000 + 1));
+                }
+            }
+            let set = PrefixSet::new(changed.clone());
+            // The walk over the stored nodes as they were, before this round's.
+            let walked = walk::run(&mut mem, &set, Vec::new(), true).unwrap();
+            trie.begin();
+            let mut emitted = Emitted::default();
+            trie.ensure_top(&mut mem, &mut emitted).unwrap();
+            for key in set.keys() {
+                let value = mem.leaves.get(key).map(alloy_rlp::encode);
+                trie.set(&Nibbles::unpack(key), value, &mut mem, &mut emitted)
+                    .unwrap();
+            }
+            let root = trie.root(&mut emitted).unwrap();
+            let mut drained = Vec::new();
+            trie.drain(&mut drained);
+            assert!(
+                drained.windows(2).all(|w| w[0].0 < w[1].0),
+                "drain out of order"
+            );
+            let updates: Vec<_> = drained
+                .iter()
+                .filter_map(|(p, n)| n.clone().map(|n| (*p, n)))
+                .collect();
+            let removed_now: Vec<Nibbles> = drained
+                .iter()
+                .filter(|(_, n)| n.is_none())
+                .map(|(p, _)| *p)
+                .collect();
+            assert_eq!(root, reference(&mem.leaves), "round {round}");
+            assert_eq!(root, walked.root, "round {round}");
+            // The walk also stores again, unchanged, a stored branch it entered only for
+            // its hash (one behind an extension); the trie stores what changed.
+            for (path, node) in &walked.updates {
+                match updates.binary_search_by(|(p, _)| p.cmp(path)) {
+                    Ok(at) => assert_eq!(&updates[at].1, node, "round {round}: {path:?}"),
+                    Err(_) => assert_eq!(
+                        mem.nodes.get(path),
+                        Some(node),
+                        "round {round}: {path:?} changed, not stored"
+                    ),
+                }
+            }
+            for (path, _) in &updates {
+                assert!(
+                    walked
+                        .updates
+                        .binary_search_by(|(p, _)| p.cmp(path))
+                        .is_ok(),
+                    "round {round}: {path:?} stored, not by the walk"
+                );
+            }
+            // What the walk removes and does not store again, the trie removes too; it
+            // never removes a node it stores.
+            let gone: std::collections::BTreeSet<_> = walked
+                .removed
+                .iter()
+                .filter(|p| walked.updates.binary_search_by(|(u, _)| u.cmp(p)).is_err())
+                .copied()
+                .collect();
+            let removed: std::collections::BTreeSet<_> = removed_now
+                .iter()
+                .filter(|p| mem.nodes.contains_key(*p))
+                .copied()
+                .collect();
+            assert_eq!(removed, gone, "round {round}: removed");
+            for p in &removed {
+                mem.nodes.remove(p);
+            }
+            for (p, n) in updates {
+                mem.nodes.insert(p, n);
+            }
+            loaded_from_leaves += emitted.leaves_read;
+            if prune_every > 0 && round % prune_every == prune_every - 1 {
+                pruned += trie.prune(1);
+            }
+            // Unchanged: the same root without hashing anything again.
+            let mut again = Emitted::default();
+            assert_eq!(trie.root(&mut again).unwrap(), root);
+            assert_eq!(again.hashed, 0);
+            let mut none = Vec::new();
+            trie.drain(&mut none);
+            assert!(none.is_empty(), "round {round}: drained twice");
+        }
+        if keys >= 1000 {
+            assert!(loaded_from_leaves > 0);
+        }
+        if prune_every > 0 {
+            assert!(pruned > 0, "nothing pruned");
+        }
+    }
+
+    #[test]
+    fn roots_and_stored_nodes_match_the_walk() {
+        rounds(3000, 2000, 7, 0);
+    }
+
+    #[test]
+    fn pruned_subtries_load_again_and_agree() {
+        rounds(3000, 2000, 11, 3);
+    }
+
+    #[test]
+    fn a_few_keys_split_and_merge_extensions() {
+        // Tiny tries: a lone leaf, extensions at the top, everything deleted and back.
+        rounds(6, 1, 3, 0);
+        rounds(40, 5, 5, 2);
+    }
+
+    #[test]
+    fn loads_a_stored_trie_it_never_saw() {
+        // A trie stored by a rebuild, then changed through a fresh sparse trie.
+        let mut mem = Memory::default();
+        let mut rng = Rng(99);
+        for i in 0..5000u64 {
+            mem.leaves.insert(
+                keccak256(i.to_be_bytes()),
+                U256::from(rng.next() % 1000 + 1),
+            );
+        }
+        let built = walk::run(&mut mem, &PrefixSet::all(), Vec::new(), true).unwrap();
+        mem.nodes.extend(built.updates);
+        let mut trie = SparseTrie::unknown(Nibbles::new(), true);
+        trie.begin();
+        let mut emitted = Emitted::default();
+        trie.ensure_top(&mut mem, &mut emitted).unwrap();
+        let key = keccak256(17u64.to_be_bytes());
+        mem.leaves.insert(key, U256::from(123_456));
+        trie.set(
+            &Nibbles::unpack(key),
+            Some(alloy_rlp::encode(U256::from(123_456))),
+            &mut mem,
+            &mut emitted,
+        )
+        .unwrap();
+        assert_eq!(trie.root(&mut emitted).unwrap(), reference(&mem.leaves));
+        // Only the changed key's path was loaded: a few nodes, not the whole trie.
+        assert!(trie.len() < 100, "{} nodes loaded", trie.len());
+        assert!(
+            emitted.leaves_read < 40,
+            "{} leaves read",
+            emitted.leaves_read
+        );
+    }
+}
