@@ -82,7 +82,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 sync,
                 group: 1,
                 trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64,
-                sparse_trie: gigas_statedb::DEFAULT_SPARSE_TRIE_BYTES as u64,
+                sparse_trie: gigas_fullnode::cli::sparse_size(None, None) as u64,
                 root: RootArg::Layered(0),
                 prefetch: false,
                 write_map: false,

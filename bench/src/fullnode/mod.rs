@@ -234,10 +234,12 @@ pub struct FullnodeArgs {
     #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
     pub trie_cache: Vec<u64>,
     /// Live mode: the account trie held in memory across roots, its budget
-    /// (`gigas-fullnode --trie.sparse-size`); several (comma-separated, `0` for none: roots
-    /// walk the stored trie) run one live mode each, alternating in every round.
-    #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
-    pub sparse_trie: Vec<u64>,
+    /// (`gigas-fullnode --trie.sparse-size`; `auto`, the node's default: an eighth of the
+    /// smallest `--memory-limit`, else of the machine's memory, between 64 MiB and 2 GiB);
+    /// several (comma-separated, `0` for none: roots walk the stored trie) run one live
+    /// mode each, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_sparse_size)]
+    pub sparse_trie: Vec<Option<u64>>,
     /// Live mode: where roots run: `txn` (inside the write transaction, on the writer's
     /// thread: the node before layered roots), `all` (over the last commit with the group in
     /// memory, on every core: the node's default) or a number of threads; several
@@ -335,6 +337,10 @@ impl FullnodeArgs {
     /// The modes in the order of a round: every batched group, then live.
     pub fn mode_list(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
+        let smallest_limit = self
+            .limits()
+            .ok()
+            .and_then(|limits| limits.into_iter().flatten().min());
         let memory = self
             .write_map
             .iter()
@@ -357,11 +363,14 @@ impl FullnodeArgs {
             }
             if self.modes.contains(&ModeKind::Live) {
                 for &group in &self.live_group {
-                    for (&trie_cache, &sparse_trie) in self
-                        .trie_cache
-                        .iter()
-                        .flat_map(|t| self.sparse_trie.iter().map(move |s| (t, s)))
-                    {
+                    for (&trie_cache, sparse_trie) in self.trie_cache.iter().flat_map(|t| {
+                        self.sparse_trie.iter().map(move |s| {
+                            (
+                                t,
+                                gigas_fullnode::cli::sparse_size(*s, smallest_limit) as u64,
+                            )
+                        })
+                    }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
                                 modes.push(Mode::Live {

@@ -415,6 +415,24 @@ pub struct RunResult {
     /// Live: the writer's trie cache at the end of the run (its counters cover the
     /// warm-up blocks too).
     pub trie_cache: Option<TrieCacheFigures>,
+    /// Live: the account trie held in memory at the end of the run, when on.
+    pub sparse_trie: Option<SparseTrieFigures>,
+}
+
+/// The writer's in-memory account trie at the end of a run (its counters cover the warm-up
+/// blocks too).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SparseTrieFigures {
+    /// Its budget.
+    pub budget_bytes: u64,
+    /// What its loaded nodes hold (estimated).
+    pub bytes: u64,
+    /// Nodes loaded.
+    pub nodes: u64,
+    /// Nodes folded back into hashes to stay within the budget.
+    pub pruned: u64,
+    /// Leaves read from the tables to load subtries.
+    pub loaded_leaves: u64,
 }
 
 /// The writer's trie cache at the end of a run.
@@ -1115,6 +1133,19 @@ impl Replay<'_> {
             }
             Mode::Batched { .. } => None,
         };
+        let sparse_trie = match mode {
+            Mode::Live { sparse_trie, .. } if sparse_trie > 0 => {
+                let stats = applier.writer().sparse_trie_stats();
+                Some(SparseTrieFigures {
+                    budget_bytes: sparse_trie,
+                    bytes: stats.bytes,
+                    nodes: stats.nodes,
+                    pruned: stats.pruned,
+                    loaded_leaves: stats.loaded_leaves,
+                })
+            }
+            _ => None,
+        };
         let execution = reexecutor.as_ref().map(Reexecutor::figures);
 
         let (final_root, final_root_seconds, final_root_commit_seconds) = match mode {
@@ -1174,6 +1205,7 @@ impl Replay<'_> {
             split: split(&timings, execution.as_ref().map(|e| e.seconds), seconds),
             execution,
             trie_cache,
+            sparse_trie,
             commits,
             mdbx_commit_seconds: mdbx_commit,
             syncs,

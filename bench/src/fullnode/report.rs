@@ -205,6 +205,32 @@ pub fn markdown(r: &FullnodeReport) -> String {
         }
         let _ = writeln!(md);
     }
+    if r.runs.iter().any(|run| run.sparse_trie.is_some()) {
+        let _ = writeln!(md, "## Account trie in memory (live)\n");
+        let _ = writeln!(
+            md,
+            "The account trie held across roots (`--trie.sparse-size`), at the end of each run; counters cover the warm-up blocks too.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| round | mode | budget MiB | held MiB | nodes | folded back | leaves read to load |\n|---:|---|---:|---:|---:|---:|---:|"
+        );
+        for run in &r.runs {
+            let Some(t) = &run.sparse_trie else { continue };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.1} | {} | {} | {} |",
+                run.round,
+                run.mode.short(),
+                t.budget_bytes >> 20,
+                t.bytes as f64 / MIB,
+                t.nodes,
+                t.pruned,
+                t.loaded_leaves,
+            );
+        }
+        let _ = writeln!(md);
+    }
     if r.runs.iter().any(|run| run.execution.is_some()) {
         let _ = writeln!(md, "## Re-execution (`--verify-execution`)\n");
         let _ = writeln!(

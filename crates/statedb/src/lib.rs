@@ -98,6 +98,16 @@
 //! 47 % of the leaves, and applied 9 to 11 % slower (the figures are on the field): its
 //! upkeep costs more than the hot B-tree searches and hashes it saves.
 //!
+//! The writer can also hold the account trie itself in memory across layered roots
+//! (`trie::sparse`, [`WriterOptions`]'s `sparse_trie_bytes`): sixteen parts, one per first
+//! nibble, each changed account set in its part on one of the root's threads and only the
+//! changed paths re-hashed; a subtrie it never saw is loaded from the stored nodes the first
+//! time a key enters it (its stored branch node, and the leaves of its other children, which
+//! it hashes once). It keeps the branch nodes it changes until the writer drains them, once
+//! per group at the commit (or at an idle write, or before a root that walks the stored trie),
+//! instead of putting every root's nodes into the layer; past its budget, the subtries no
+//! root changed since the last drain fold back into their hashes.
+//!
 //! Roots are *layered* (`trie::layer`,
 //! [`WriterOptions`]'s `layered_roots` and `root_threads`): the open group's hashed leaves
 //! and the branch nodes its roots change stay in memory and are written once, sorted, at the
@@ -188,10 +198,11 @@ pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;
 pub use trie::sparse::SparseTrieStats;
 pub use types::{
-    AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock, GenesisEntry, GenesisOutcome,
-    HashedWrites, RootInfo, StateDbOptions, StorageProof, StoredHeader, SyncSchedule, TableStats,
-    WriterOptions, DEFAULT_MAX_DIRTY_BYTES, DEFAULT_MAX_GROUP_BYTES,
-    DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES, DEFAULT_TRIE_CACHE_BYTES,
+    sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock,
+    GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions, StorageProof,
+    StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_MAX_DIRTY_BYTES,
+    DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES,
+    DEFAULT_TRIE_CACHE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;
