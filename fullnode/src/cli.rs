@@ -173,7 +173,7 @@ struct Cli {
     /// `0` turns it off. Over 10M accounts (Zipf transfers, a commit every 128 blocks, 2
     /// cores) live apply went from 55,876 and 62,681 changes/s to 72,703 and 73,706.
     #[arg(long = "trie.sparse-size", value_name = "SIZE|auto", default_value = "auto", value_parser = parse_sparse_size)]
-    trie_sparse_size: Option<u64>,
+    trie_sparse_size: SparseSize,
     /// Threads each state root runs on (`0`, the default: one per core). A root reads the
     /// last commit with the blocks since it held in memory, so different storage tries and
     /// the account trie's sixteen subtries are walked at once; the blocks' trie nodes are
@@ -297,7 +297,7 @@ where
             max_group_bytes: cli.commit_bytes.max(1),
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: usize::try_from(cli.trie_cache_size).unwrap_or(usize::MAX),
-            sparse_trie_bytes: sparse_size(cli.trie_sparse_size, cli.memory.memory_limit),
+            sparse_trie_bytes: cli.trie_sparse_size.bytes(cli.memory.memory_limit),
             root_threads: cli.trie_root_threads,
             ..WriterOptions::default()
         },
@@ -348,21 +348,47 @@ where
     Ok(())
 }
 
-/// `--trie.sparse-size`: `auto` (`None`) or a size.
-pub fn parse_sparse_size(s: &str) -> Result<Option<u64>, gigas_cgroup::SizeError> {
-    match s.trim() {
-        "auto" => Ok(None),
-        size => gigas_cgroup::parse_size(size).map(Some),
+/// `--trie.sparse-size`: a size, or `auto` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SparseSize(pub Option<u64>);
+
+impl SparseSize {
+    /// The in-memory account trie's budget under a memory limit (`None`: the machine's
+    /// memory).
+    pub fn bytes(self, memory_limit: Option<u64>) -> usize {
+        match self.0 {
+            Some(bytes) => usize::try_from(bytes).unwrap_or(usize::MAX),
+            None => gigas_statedb::sparse_trie_budget(
+                memory_limit.unwrap_or_else(|| gigas_primitives::Machine::current().memory_bytes),
+            ),
+        }
     }
 }
 
-/// The in-memory account trie's budget for `--trie.sparse-size` (`None`: `auto`) under a
-/// memory limit (`None`: the machine's memory).
-pub fn sparse_size(size: Option<u64>, memory_limit: Option<u64>) -> usize {
-    match size {
-        Some(bytes) => usize::try_from(bytes).unwrap_or(usize::MAX),
-        None => gigas_statedb::sparse_trie_budget(
-            memory_limit.unwrap_or_else(|| gigas_primitives::Machine::current().memory_bytes),
-        ),
+/// Parses `--trie.sparse-size`: `auto` or a size (`2GiB`, `0`).
+pub fn parse_sparse_size(s: &str) -> Result<SparseSize, gigas_cgroup::SizeError> {
+    match s.trim() {
+        "auto" => Ok(SparseSize(None)),
+        size => gigas_cgroup::parse_size(size).map(|bytes| SparseSize(Some(bytes))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_parses_with_its_default_and_the_sparse_trie_size_too() {
+        let cli = Cli::try_parse_from(["gigas-fullnode"]).expect("defaults parse");
+        assert_eq!(cli.trie_sparse_size, SparseSize(None));
+        let cli = Cli::try_parse_from(["gigas-fullnode", "--trie.sparse-size", "512MiB"])
+            .expect("a size parses");
+        assert_eq!(cli.trie_sparse_size, SparseSize(Some(512 << 20)));
+        assert_eq!(cli.trie_sparse_size.bytes(None), 512 << 20);
+        assert!(Cli::try_parse_from(["gigas-fullnode", "--trie.sparse-size", "lots"]).is_err());
+        // auto: an eighth of the limit, within its bounds.
+        assert_eq!(SparseSize(None).bytes(Some(8 << 30)), 1 << 30);
+        assert_eq!(SparseSize(None).bytes(Some(256 << 20)), 64 << 20);
+        assert_eq!(SparseSize(None).bytes(Some(64 << 30)), 2 << 30);
     }
 }

@@ -239,7 +239,7 @@ pub struct FullnodeArgs {
     /// several (comma-separated, `0` for none: roots walk the stored trie) run one live
     /// mode each, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_sparse_size)]
-    pub sparse_trie: Vec<Option<u64>>,
+    pub sparse_trie: Vec<gigas_fullnode::cli::SparseSize>,
     /// Live mode: where roots run: `txn` (inside the write transaction, on the writer's
     /// thread: the node before layered roots), `all` (over the last commit with the group in
     /// memory, on every core: the node's default) or a number of threads; several
@@ -364,12 +364,9 @@ impl FullnodeArgs {
             if self.modes.contains(&ModeKind::Live) {
                 for &group in &self.live_group {
                     for (&trie_cache, sparse_trie) in self.trie_cache.iter().flat_map(|t| {
-                        self.sparse_trie.iter().map(move |s| {
-                            (
-                                t,
-                                gigas_fullnode::cli::sparse_size(*s, smallest_limit) as u64,
-                            )
-                        })
+                        self.sparse_trie
+                            .iter()
+                            .map(move |s| (t, s.bytes(smallest_limit) as u64))
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
