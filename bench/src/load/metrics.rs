@@ -279,8 +279,14 @@ pub(crate) fn thread_cpu(pid: u32) -> BTreeMap<String, f64> {
         let Ok(text) = std::fs::read_to_string(task.path().join("stat")) else {
             continue;
         };
+        // schedstat's first field is the thread's time on a CPU in nanoseconds; stat counts
+        // clock ticks (10 ms), too coarse for a thread that ran a few ms in a short step.
+        let precise = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .map(|ns| ns as f64 / 1e9);
         if let Some((comm, seconds)) = parse_stat(&text) {
-            *out.entry(fold_thread_name(&comm)).or_insert(0.0) += seconds;
+            *out.entry(fold_thread_name(&comm)).or_insert(0.0) += precise.unwrap_or(seconds);
         }
     }
     out
