@@ -20,6 +20,7 @@ const ACCOUNTS: u64 = 400;
 
 struct Run {
     rng: Rng,
+    accounts: u64,
     model: Model,
     chain: Chain,
     index: MemoryKeyIndex,
@@ -28,14 +29,22 @@ struct Run {
 
 impl Run {
     fn new(seed: u64) -> Self {
+        Self::with_accounts(seed, ACCOUNTS)
+    }
+
+    fn with_accounts(seed: u64, accounts: u64) -> Self {
         let mut rng = Rng::new(seed);
-        let model = random_model(&mut rng, ACCOUNTS);
+        let mut model = random_model(&mut rng, accounts);
+        // A genesis stores the code its accounts use: in a model this small, maybe none.
+        let used: Vec<_> = model.accounts.values().map(|s| s.code_hash).collect();
+        model.codes.retain(|hash, _| used.contains(hash));
         Self {
             rng,
+            accounts,
             model,
             chain: Chain::genesis(),
             index: MemoryKeyIndex::new(),
-            touched: (0..ACCOUNTS + ACCOUNTS / 5).map(address).collect(),
+            touched: (0..accounts + accounts / 5 + 1).map(address).collect(),
         }
     }
 
@@ -48,7 +57,7 @@ impl Run {
     /// [`Run::step`], with all the writer said about its root.
     fn step_info(&mut self, writer: &mut StateWriter<'_>) -> Option<RootInfo> {
         let number = self.chain.parent.number + 1;
-        let raw = random_changes(&mut self.rng, &self.model, ACCOUNTS, number);
+        let raw = random_changes(&mut self.rng, &self.model, self.accounts, number);
         let changes = consistent(raw, &self.model);
         // The sequencer's side: pack against its index and the model's prior values.
         let prior = PriorValues::capture(&changes, &common::ModelPrior(&self.model)).unwrap();
@@ -98,10 +107,19 @@ fn stream_observed(
     idle_percent: u64,
     observe: &dyn Fn(&StateWriter<'_>),
 ) -> u64 {
+    stream_of(options, Run::new(seed), idle_percent, observe)
+}
+
+/// [`stream_observed`] over the chain `run` makes.
+fn stream_of(
+    options: WriterOptions,
+    mut run: Run,
+    idle_percent: u64,
+    observe: &dyn Fn(&StateWriter<'_>),
+) -> u64 {
     let trie_cache_bytes = options.trie_cache_bytes;
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path());
-    let mut run = Run::new(seed);
     let genesis_root = apply_genesis(&db, &run.chain, &run.model, 97);
     assert_eq!(genesis_root, run.model.root(), "genesis root");
     let mut writer = db
@@ -321,6 +339,28 @@ fn random_stream_layered_roots_through_the_trie_in_memory_pruned_every_root() {
     assert!(stats.pruned > 0, "{stats:?}");
 }
 
+/// Tries of one to three accounts, emptied and refilled: the in-memory trie declines a
+/// trie whose keys lie under fewer than two first nibbles, and the writer stores what it
+/// held and walks the stored trie instead, then takes the trie up again when it grows.
+#[test]
+fn tiny_tries_through_the_trie_in_memory_and_the_walk_by_turns() {
+    for (accounts, seed) in [(1, 21), (2, 22), (3, 23)] {
+        let stats = std::cell::Cell::new(None);
+        stream_of(
+            WriterOptions {
+                root_threads: 2,
+                root_split_min_accounts: 1,
+                sparse_trie_bytes: 64 << 20,
+                ..WriterOptions::default()
+            },
+            Run::with_accounts(seed, accounts),
+            30,
+            &|writer| stats.set(Some(writer.sparse_trie_stats())),
+        );
+        assert!(stats.take().is_some());
+    }
+}
+
 fn stream_sparse(budget: usize, seed: u64) -> (u64, gigas_statedb::SparseTrieStats) {
     let stats = std::cell::Cell::new(None);
     let splits = stream_observed(
@@ -521,6 +561,7 @@ fn a_group_never_committed_leaves_the_previous_head() {
     assert_eq!(writer.tip(), committed_tip);
     let resume = |seed| Run {
         rng: Rng::new(seed),
+        accounts: ACCOUNTS,
         model: committed_model.clone(),
         chain: Chain {
             parent: db

@@ -531,16 +531,21 @@ pub(crate) fn layered_root(
         }
         None => None,
     };
-    let split = if in_memory.is_some() {
-        in_memory
-    } else if parallelism.threads > 1 && set.len() >= parallelism.min_split_accounts {
-        split_account_walk(env, dbs, layer, &known, &set, parallelism.threads, cache)?
-    } else {
-        None
+    // Through the trie in memory, the account trie is split when its parts run on several
+    // threads.
+    let (split, parallel) = match in_memory {
+        Some(done) => (Some(done), parallelism.threads > 1),
+        None if parallelism.threads > 1 && set.len() >= parallelism.min_split_accounts => {
+            let done =
+                split_account_walk(env, dbs, layer, &known, &set, parallelism.threads, cache)?;
+            let parallel = done.is_some();
+            (done, parallel)
+        }
+        None => (None, false),
     };
     let (run, computed, leaves) = match split {
         Some(done) => {
-            out.split = true;
+            out.split = parallel;
             done
         }
         None => {
@@ -564,7 +569,8 @@ pub(crate) fn layered_root(
 /// keys set in its part on one of the threads (loading what their paths enter from the last
 /// commit with the layer over it), the part re-hashed there, and the root node assembled
 /// from the parts' tops. `None` when the trie is too small to split under its root (fewer
-/// than two first nibbles hold keys): the caller walks it, and clears the parts.
+/// than two first nibbles hold keys): the writer stores what the parts hold, clears them
+/// and walks the trie instead.
 fn sparse_account_root(
     env: &Environment,
     dbs: &Dbs,
