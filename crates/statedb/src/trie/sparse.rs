@@ -598,11 +598,31 @@ impl SparseTrie {
         if let Kind::Leaf { suffix: s, .. } = &mut self.nodes[id].kind {
             *s = suffix.slice(common + 1..);
         }
+        self.mark(id, dirty);
+        self.fork((old, Slot::Node(id)), (new, rest), common, value, dirty)
+    }
+
+    /// A node changed in place: by a root (`dirty`), or while a subtrie is built from
+    /// leaves (only its encoding is gone).
+    fn mark(&mut self, id: u32, dirty: bool) {
         if dirty {
             self.touch(id);
         } else {
             self.nodes[id].rlp = None;
         }
+    }
+
+    /// The branch where a new key `rest` parts from what was there (`lower`, under its
+    /// nibble) after `common` shared nibbles, with the new key's leaf, under an extension
+    /// of the shared nibbles if any.
+    fn fork(
+        &mut self,
+        lower: (u8, Slot),
+        (new, rest): (u8, Nibbles),
+        common: usize,
+        value: Vec<u8>,
+        dirty: bool,
+    ) -> Slot {
         let leaf = self.alloc(
             Kind::Leaf {
                 suffix: rest.slice(common + 1..),
@@ -611,7 +631,7 @@ impl SparseTrie {
             dirty,
         );
         let mut children: Box<[Slot; 16]> = Box::new(std::array::from_fn(|_| Slot::Empty));
-        children[usize::from(old)] = Slot::Node(id);
+        children[usize::from(lower.0)] = lower.1;
         children[usize::from(new)] = leaf;
         let branch = self.alloc(
             Kind::Branch {
@@ -648,11 +668,7 @@ impl SparseTrie {
             if let Kind::Extension { key, .. } = &mut self.nodes[id].kind {
                 *key = ext.slice(common + 1..);
             }
-            if dirty {
-                self.touch(id);
-            } else {
-                self.nodes[id].rlp = None;
-            }
+            self.mark(id, dirty);
             Slot::Node(id)
         } else {
             let child = match &mut self.nodes[id].kind {
@@ -662,33 +678,8 @@ impl SparseTrie {
             self.release(id);
             child
         };
-        let leaf = self.alloc(
-            Kind::Leaf {
-                suffix: rest.slice(common + 1..),
-                value,
-            },
-            dirty,
-        );
-        let mut children: Box<[Slot; 16]> = Box::new(std::array::from_fn(|_| Slot::Empty));
-        children[usize::from(old)] = lower;
-        children[usize::from(new)] = leaf;
-        let branch = self.alloc(
-            Kind::Branch {
-                children,
-                stored: false,
-            },
-            dirty,
-        );
-        if common == 0 {
-            return branch;
-        }
-        self.alloc(
-            Kind::Extension {
-                key: ext.slice(..common),
-                child: branch,
-            },
-            dirty,
-        )
+        // The extension's first `common` nibbles are the new key's too.
+        self.fork((old, lower), (new, rest), common, value, dirty)
     }
 
     fn set_in<S: TrieSource>(
