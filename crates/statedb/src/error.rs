@@ -87,11 +87,6 @@ pub enum StateDbError {
     /// A thread computing part of a root panicked (a bug: its message is in the log).
     #[error("a state root thread panicked")]
     RootThreadPanicked,
-    /// The trie held in memory declined a root (a trie too small to split under its root
-    /// node): the writer stores what it holds and walks the stored trie instead. Not seen
-    /// outside the writer.
-    #[error("the in-memory trie declined the root; the stored trie is walked instead")]
-    SparseTrieDeclined,
     /// The trie held in memory was asked to hash a subtrie it never loaded (a bug: the
     /// writer clears it and the next root walks the stored trie).
     #[error("the in-memory trie has no encoding for the subtrie at {path:?}")]

@@ -72,11 +72,6 @@ impl PendingKeys {
         self.storage.entry(h).or_default().slots.insert(slot);
     }
 
-    /// An account trie node put into the layer (or removed from it) outside a root.
-    pub(crate) fn account_node(&mut self, path: Nibbles) {
-        self.account_nodes.insert(path);
-    }
-
     /// The trie nodes a root replaced or removed.
     pub(crate) fn root(&mut self, root: &LayeredRoot) {
         let run = &root.accounts;

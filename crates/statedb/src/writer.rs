@@ -866,44 +866,19 @@ impl<'db> StateWriter<'db> {
             self.trie_cache.begin_root();
         }
         let outcome = if layered {
-            // Not `reads()`: the layer is borrowed mutably beside the transaction.
-            let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
+            let (dbs, txn) = self.reads()?;
             let mut changed = store::load_changed(dbs, txn)?;
             changed.merge(pending);
             let cache = cached.then_some(&self.trie_cache);
-            let retry = self.sparse.enabled().then(|| changed.clone());
-            let parallelism = self.parallelism();
-            let root = match layer::layered_root(
+            let root = layer::layered_root(
                 self.db.env(),
                 dbs,
                 &self.hashed,
                 changed,
-                parallelism,
+                self.parallelism(),
                 cache,
                 Some(&self.sparse),
-            ) {
-                Err(StateDbError::SparseTrieDeclined) => {
-                    // A walk reads the stored trie through the layer: it gets what the
-                    // in-memory trie holds back.
-                    for (path, node) in self.sparse.drain()? {
-                        if let Some(pending) = self.pending.as_mut() {
-                            pending.account_node(path);
-                        }
-                        self.hashed.account_nodes.insert(path, node);
-                    }
-                    self.sparse.clear();
-                    layer::layered_root(
-                        self.db.env(),
-                        dbs,
-                        &self.hashed,
-                        retry.unwrap_or_default(),
-                        parallelism,
-                        cache,
-                        None,
-                    )?
-                }
-                other => other?,
-            };
+            )?;
             root.update_cache(&self.trie_cache);
             store::clear_changed(dbs, txn)?;
             if let Some(pending) = self.pending.as_mut() {

@@ -339,11 +339,11 @@ fn random_stream_layered_roots_through_the_trie_in_memory_pruned_every_root() {
     assert!(stats.pruned > 0, "{stats:?}");
 }
 
-/// Tries of one to three accounts, emptied and refilled: the in-memory trie declines a
-/// trie whose keys lie under fewer than two first nibbles, and the writer stores what it
-/// held and walks the stored trie instead, then takes the trie up again when it grows.
+/// Tries of one to three accounts, emptied and refilled: while the keys lie under fewer
+/// than two first nibbles, the root is the one part's top lifted a nibble (or empty), and
+/// no root node is stored; with more, the root node again.
 #[test]
-fn tiny_tries_through_the_trie_in_memory_and_the_walk_by_turns() {
+fn tiny_tries_through_the_trie_in_memory() {
     for (accounts, seed) in [(1, 21), (2, 22), (3, 23)] {
         let stats = std::cell::Cell::new(None);
         stream_of(

@@ -298,6 +298,48 @@ struct LayeredRoots<'a, 'tx, K: TransactionKind> {
     leaves: u64,
 }
 
+/// The account trie's leaves and stored nodes: the last commit with the layer over it,
+/// each leaf's storage root from `known`, else as [`LayeredRoots`] finds it (its storage
+/// nodes through `cache`).
+type AccountsOverLayer<'a, 'tx, K> =
+    Layered<'a, AccountSource<'tx, K, LayeredRoots<'a, 'tx, K>>, Option<AccountState>>;
+
+fn accounts_over_layer<'a, 'tx, K: TransactionKind>(
+    dbs: &Dbs,
+    txn: &'tx Tx<K>,
+    layer: &'a TrieLayer,
+    known: &'a B256Map<B256>,
+    cache: Option<&'a Mutex<StorageNodes>>,
+) -> Result<AccountsOverLayer<'a, 'tx, K>, StateDbError> {
+    let roots = LayeredRoots {
+        dbs: *dbs,
+        txn,
+        layer,
+        cache,
+        committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?
+            .cached(cache),
+        computed: 0,
+        leaves: 0,
+    };
+    Ok(Layered::new(
+        AccountSource::new(dbs, txn, true, roots)?,
+        &layer.account_nodes,
+        &layer.accounts,
+        account_leaf,
+        false,
+    ))
+}
+
+impl<K: TransactionKind> LayeredRoots<'_, '_, K> {
+    /// Storage tries computed for leaves, and the leaves they hashed.
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.computed + self.committed.computed,
+            self.leaves + self.committed.leaves,
+        )
+    }
+}
+
 impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
     fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
         if let Some(root) = self.committed.known(address) {
@@ -360,28 +402,10 @@ fn account_walk<K: TransactionKind>(
     changed: &PrefixSet,
     cache: Option<&TrieCache>,
 ) -> Result<(TrieRun, u64, u64), StateDbError> {
-    let roots = LayeredRoots {
-        dbs: *dbs,
-        txn,
-        layer,
-        cache: cache.map(|c| &c.storage),
-        committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?
-            .cached(cache.map(|c| &c.storage)),
-        computed: 0,
-        leaves: 0,
-    };
-    let layered = Layered::new(
-        AccountSource::new(dbs, txn, true, roots)?,
-        &layer.account_nodes,
-        &layer.accounts,
-        account_leaf,
-        false,
-    );
+    let layered = accounts_over_layer(dbs, txn, layer, known, cache.map(|c| &c.storage))?;
     let mut source = CachedSource::new(layered, cache.map(|c| &c.accounts));
     let run = walk::run_updates(&mut source, changed)?;
-    let roots = source.into_inner().into_inner().roots;
-    let computed = roots.computed + roots.committed.computed;
-    let leaves = roots.leaves + roots.committed.leaves;
+    let (computed, leaves) = source.into_inner().into_inner().roots.counts();
     Ok((run, computed, leaves))
 }
 
@@ -518,9 +542,7 @@ pub(crate) fn layered_root(
     let in_memory = match sparse.filter(|s| s.enabled()) {
         Some(sparse) => {
             match sparse_account_root(env, dbs, layer, &known, &set, parallelism, sparse) {
-                Ok(Some(done)) => Some(done),
-                // The writer stores what the parts changed, then walks the trie instead.
-                Ok(None) => return Err(StateDbError::SparseTrieDeclined),
+                Ok(done) => Some(done),
                 Err(e) => {
                     // A failed root leaves the parts half changed (and the group is
                     // discarded).
@@ -568,9 +590,8 @@ pub(crate) fn layered_root(
 /// The account trie's root through the trie held in memory: each first nibble's changed
 /// keys set in its part on one of the threads (loading what their paths enter from the last
 /// commit with the layer over it), the part re-hashed there, and the root node assembled
-/// from the parts' tops. `None` when the trie is too small to split under its root (fewer
-/// than two first nibbles hold keys): the writer stores what the parts hold, clears them
-/// and walks the trie instead.
+/// from the parts' tops (or, when fewer than two first nibbles hold keys, the one part's top
+/// lifted).
 fn sparse_account_root(
     env: &Environment,
     dbs: &Dbs,
@@ -579,7 +600,7 @@ fn sparse_account_root(
     set: &PrefixSet,
     parallelism: Parallelism,
     sparse: &SparseAccounts,
-) -> Result<Option<(TrieRun, u64, u64)>, StateDbError> {
+) -> Result<(TrieRun, u64, u64), StateDbError> {
     if !sparse.ready() {
         let txn = env
             .begin_ro_unsync()
@@ -599,22 +620,7 @@ fn sparse_account_root(
     }
     let done = run_jobs(env, jobs.len(), parallelism.threads, &|txn, i| {
         let nibble = jobs[i];
-        let roots = LayeredRoots {
-            dbs: *dbs,
-            txn,
-            layer,
-            cache: None,
-            committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?,
-            computed: 0,
-            leaves: 0,
-        };
-        let mut source = Layered::new(
-            AccountSource::new(dbs, txn, true, roots)?,
-            &layer.account_nodes,
-            &layer.accounts,
-            account_leaf,
-            false,
-        );
+        let mut source = accounts_over_layer(dbs, txn, layer, known, None)?;
         let mut part = sparse.part(nibble)?;
         part.begin_at(now);
         let mut emitted = Emitted::default();
@@ -641,14 +647,10 @@ fn sparse_account_root(
         }
         part.hash(&mut emitted)?;
         drop(part);
-        let roots = source.into_inner().roots;
-        let computed = roots.computed + roots.committed.computed;
-        let leaves = roots.leaves + roots.committed.leaves;
+        let (computed, leaves) = source.into_inner().roots.counts();
         Ok((emitted, computed, leaves))
     })?;
-    let Some((root, node, stored)) = sparse.assemble()? else {
-        return Ok(None);
-    };
+    let (root, node) = sparse.assemble()?;
     // The branch nodes stay in the parts until the writer drains them (at the commit, an
     // idle write, or before a root that reads the stored trie through the layer): a node
     // changed by every root of a group is stored once, not put into the layer every time.
@@ -663,11 +665,11 @@ fn sparse_account_root(
         run.leaves += emitted.leaves_read;
     }
     if !set.is_empty() {
-        sparse.set_root_node(stored.then_some(node))?;
+        sparse.set_root_node(node)?;
     }
     sparse.loaded(run.leaves);
     sparse.enforce_budget()?;
-    Ok(Some((run, computed, leaves)))
+    Ok((run, computed, leaves))
 }
 
 /// The account trie's root node as the layer has it, else as committed.

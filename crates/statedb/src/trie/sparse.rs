@@ -305,6 +305,45 @@ impl SparseTrie {
             .map(|info| (info.rlp, info.branch, info.stored)))
     }
 
+    /// The top's encoding one nibble higher, as the whole trie's root node when the part
+    /// is the only one holding keys: a leaf or an extension with the base's last nibble
+    /// before its key, a branch behind an extension of that nibble. `None`: empty. The
+    /// part must be hashed.
+    fn lifted(&self) -> Result<Option<RlpNode>, StateDbError> {
+        let lead = self.base.slice(self.base.len().saturating_sub(1)..);
+        let behind = |rlp: &RlpNode| {
+            let mut buf = Vec::with_capacity(64);
+            ExtensionNodeRef::new(&lead, rlp).rlp(&mut buf)
+        };
+        let unloaded = || StateDbError::SparseTrieUnloaded { path: self.base };
+        let mut buf = Vec::with_capacity(128);
+        Ok(Some(match &self.top {
+            Slot::Empty => return Ok(None),
+            // Only a branch is a stub at the top (its stored parent's hash bit).
+            Slot::Stub {
+                rlp, branch: true, ..
+            } => behind(rlp),
+            Slot::Stub { .. } | Slot::Unknown { .. } => return Err(unloaded()),
+            Slot::Node(id) => {
+                let node = &self.nodes[*id];
+                match &node.kind {
+                    Kind::Leaf { suffix, value } => {
+                        LeafNodeRef::new(&lead.join(suffix), value).rlp(&mut buf)
+                    }
+                    Kind::Extension { key, child } => {
+                        let child = match child {
+                            Slot::Stub { rlp, .. } => rlp,
+                            Slot::Node(c) => self.nodes[*c].rlp.as_ref().ok_or_else(unloaded)?,
+                            Slot::Empty | Slot::Unknown { .. } => return Err(unloaded()),
+                        };
+                        ExtensionNodeRef::new(&lead.join(key), child).rlp(&mut buf)
+                    }
+                    Kind::Branch { .. } => behind(node.rlp.as_ref().ok_or_else(unloaded)?),
+                }
+            }
+        }))
+    }
+
     /// The root hash of a trie whose base is the empty path.
     #[cfg(test)]
     pub(crate) fn root(&mut self, emitted: &mut Emitted) -> Result<B256, StateDbError> {
@@ -1365,10 +1404,10 @@ impl SparseAccounts {
         self.loaded_leaves.fetch_add(leaves, Ordering::Relaxed);
     }
 
-    /// The root node over the parts' tops, as a walk would store it, and the root; `None`
-    /// when fewer than two parts hold keys (a trie that small has its root elsewhere: the
-    /// caller walks it instead). Every part must be hashed.
-    pub(crate) fn assemble(&self) -> Result<Option<(B256, BranchNodeCompact, bool)>, StateDbError> {
+    /// The root, and the root node over the parts' tops as a walk would store it (`None`:
+    /// not stored, or no branch at the root: fewer than two parts hold keys, and the root
+    /// is the one part's top one nibble higher, or empty). Every part must be hashed.
+    pub(crate) fn assemble(&self) -> Result<(B256, Option<BranchNodeCompact>), StateDbError> {
         let (mut state, mut tree, mut hashed) = (0u16, 0u16, 0u16);
         let mut stack = Vec::with_capacity(16);
         let mut hashes = Vec::new();
@@ -1392,20 +1431,29 @@ impl SparseAccounts {
         }
         debug_assert!(unused.hashed == 0, "a part was not hashed by its job");
         if stack.len() < 2 {
-            return Ok(None);
+            let Some(only) = (0..16u8).find(|n| state & (1 << n) != 0) else {
+                return Ok((alloy_trie::EMPTY_ROOT_HASH, None));
+            };
+            let root = match self.part(only)?.lifted()? {
+                Some(rlp) => rlp.as_hash().unwrap_or_else(|| keccak256(&rlp)),
+                None => alloy_trie::EMPTY_ROOT_HASH,
+            };
+            return Ok((root, None));
         }
         let mut buf = Vec::with_capacity(600);
         let rlp = BranchNodeRef::new(&stack, TrieMask::new(state)).rlp(&mut buf);
         let root = rlp.as_hash().unwrap_or_else(|| keccak256(&rlp));
         let stored = tree != 0 || hashed != 0;
-        let node = BranchNodeCompact::new(
-            TrieMask::new(state),
-            TrieMask::new(tree),
-            TrieMask::new(hashed),
-            hashes,
-            Some(root),
-        );
-        Ok(Some((root, node, stored)))
+        let node = stored.then(|| {
+            BranchNodeCompact::new(
+                TrieMask::new(state),
+                TrieMask::new(tree),
+                TrieMask::new(hashed),
+                hashes,
+                Some(root),
+            )
+        });
+        Ok((root, node))
     }
 
     /// Folds the least recently changed subtries back into hashes until the parts hold at
