@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use gigas_statedb::StoredHeader;
+use gigas_statedb::{RootInfo, StoredHeader};
 use gigas_statediff::VerifiedDiff;
 
 use crate::apply::AppliedBlock;
@@ -45,16 +45,27 @@ impl AheadServing {
         applied: &AppliedBlock,
     ) -> Result<(), WalError> {
         self.log.append(applied.number, diff, self.sync)?;
+        // A root that overlapped this block's writing is an earlier block's.
+        let own = applied.root.filter(|r| r.block == applied.number);
         self.window.push_ahead(
             BlockUndo::after(applied.number, applied.hash, &verified.changes),
             StoredHeader {
                 header: verified.header.clone(),
                 hash: verified.hash,
                 signature: Some(verified.signature),
-                state_root: applied.root.as_ref().map(|r| r.root),
+                state_root: own.map(|r| r.root),
             },
         );
+        if let Some(earlier) = applied.root.filter(|r| r.block != applied.number) {
+            self.root_landed(&earlier);
+        }
         Ok(())
+    }
+
+    /// The root of a block served above the last commit ended after the block was served
+    /// ([`gigas_statedb::WriterOptions::overlap_roots`]): its header gets it.
+    pub fn root_landed(&mut self, root: &RootInfo) {
+        self.window.set_ahead_root(root.block, root.root);
     }
 
     /// The group through block `head` was committed: its records and log go.

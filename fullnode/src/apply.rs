@@ -110,7 +110,9 @@ pub struct AppliedBlock {
     pub timestamp: u64,
     /// Account and slot changes.
     pub changes: u64,
-    /// The root, when one was due at this block.
+    /// A root that ended while this block was written: this block's, or with roots that
+    /// overlap the next blocks ([`gigas_statedb::WriterOptions::overlap_roots`]) an
+    /// earlier one's ([`RootInfo::block`]).
     pub root: Option<RootInfo>,
 }
 
@@ -198,7 +200,8 @@ impl<'db> Applier<'db> {
             new_keys: &diff.new_keys,
         })?;
         let elapsed = start.elapsed().as_secs_f64();
-        let trie = root.as_ref().map_or(0.0, |r| r.seconds);
+        // An overlapped root costs this thread only its start and the wait for it.
+        let trie = root.as_ref().map_or(0.0, |r| r.waited_seconds);
         self.timings.trie += trie;
         self.timings.write += (elapsed - trie).max(0.0);
         // A durable point whose writeback ended is finished now, before the group dirties
@@ -233,14 +236,26 @@ impl<'db> Applier<'db> {
         self.writer.group_blocks()
     }
 
-    /// Commits the open group (`None` when it is empty).
+    /// Commits the open group (`None` when it is empty), after the root in flight, if any
+    /// ([`CommitInfo::root`]).
     pub fn commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
         let start = Instant::now();
         let info = self.writer.commit()?;
-        if info.is_some() {
-            self.timings.commit += start.elapsed().as_secs_f64();
+        if let Some(info) = &info {
+            let trie = info.root.map_or(0.0, |r| r.waited_seconds);
+            self.timings.trie += trie;
+            self.timings.commit += (start.elapsed().as_secs_f64() - trie).max(0.0);
         }
         Ok(info)
+    }
+
+    /// Waits for the root in flight, if any ([`StateWriter::finish_root`]).
+    pub fn finish_root(&mut self) -> Result<Option<RootInfo>, StateDbError> {
+        let root = self.writer.finish_root()?;
+        if let Some(root) = &root {
+            self.timings.trie += root.waited_seconds;
+        }
+        Ok(root)
     }
 
     /// Writes the open group's changes since the last call into the write transaction while

@@ -302,6 +302,10 @@ impl ApplyLoop<'_> {
                 // At the head: write this block's changes while waiting for the next one,
                 // so that the group's commit is short (crate `gigas_statedb::flush`). Catching
                 // up, the next block is waiting and they wait for the commit.
+                // The block's root, if it runs on, ends first: the write needs its nodes.
+                if let Some(root) = self.applier.finish_root()? {
+                    self.root_landed(&root);
+                }
                 self.applier.flush_idle()?;
             }
         }
@@ -377,6 +381,14 @@ impl ApplyLoop<'_> {
             self.report_uncommitted();
         }
         Ok(())
+    }
+
+    /// A root ended outside a block's writing (before an idle write).
+    fn root_landed(&mut self, root: &gigas_statedb::RootInfo) {
+        debug!(block = root.block, root = %root.root, ms = root.seconds * 1e3, "state root");
+        if let Some(ahead) = self.ahead.as_mut() {
+            ahead.root_landed(root);
+        }
     }
 
     /// The gauges of the blocks served above the last commit.

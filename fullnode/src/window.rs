@@ -293,6 +293,15 @@ impl StateWindow {
         });
     }
 
+    /// Gives block `number`, served above the last commit, its state root, computed after
+    /// it was served. Readers that took their snapshot before see the block without it.
+    pub fn set_ahead_root(&self, number: u64, root: B256) {
+        let mut inner = self.write();
+        if let Some(block) = inner.ahead.iter_mut().find(|b| b.redo.number == number) {
+            block.header.state_root = Some(root);
+        }
+    }
+
     /// Forgets the blocks above the last commit up to `number`, now committed. A reader that
     /// took its snapshot before the commit finds them gone and takes a new snapshot.
     pub fn committed(&self, number: u64) {

@@ -251,6 +251,11 @@ pub struct FullnodeArgs {
     /// both, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub prefetch: Vec<bool>,
+    /// Live mode: each root runs while the next blocks are decoded and written
+    /// (`gigas-fullnode --trie.overlap-roots`, on by default; with the account trie in
+    /// memory only); `false,true` runs both, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
+    pub overlap_roots: Vec<bool>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -370,16 +375,20 @@ impl FullnodeArgs {
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
-                                modes.push(Mode::Live {
-                                    sync,
-                                    group,
-                                    trie_cache,
-                                    sparse_trie,
-                                    root,
-                                    prefetch,
-                                    write_map,
-                                    purge_delay_ms,
-                                });
+                                for &overlap in &self.overlap_roots {
+                                    modes.push(Mode::Live {
+                                        sync,
+                                        group,
+                                        trie_cache,
+                                        sparse_trie,
+                                        root,
+                                        prefetch,
+                                        // Only roots through the trie in memory overlap.
+                                        overlap: overlap && sparse_trie > 0 && trie_cache == 0,
+                                        write_map,
+                                        purge_delay_ms,
+                                    });
+                                }
                             }
                         }
                     }

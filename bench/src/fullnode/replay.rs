@@ -104,6 +104,9 @@ pub enum Mode {
         root: RootArg,
         /// A prefetch thread reads each block's pages ahead (`gigas_fullnode::prefetch`).
         prefetch: bool,
+        /// Roots run while the next blocks are written
+        /// ([`WriterOptions::overlap_roots`]).
+        overlap: bool,
         /// MDBX's write map ([`StateDbOptions::write_map`]).
         write_map: bool,
         /// How long freed memory stays with the process, in ms
@@ -162,6 +165,7 @@ impl Mode {
             sparse_trie,
             root,
             prefetch,
+            overlap,
             ..
         } = *self
         {
@@ -173,6 +177,9 @@ impl Mode {
                 ));
             }
             parts.push(root.label());
+            if overlap {
+                parts.push("roots overlap the next blocks".into());
+            }
             if prefetch {
                 parts.push("prefetch".into());
             }
@@ -197,9 +204,10 @@ impl Mode {
                 sparse_trie,
                 root,
                 prefetch,
+                overlap,
                 ..
             } => format!(
-                "live-{}{}-tc{}{}-{}{}",
+                "live-{}{}-tc{}{}-{}{}{}",
                 if group == 1 {
                     String::new()
                 } else {
@@ -213,6 +221,7 @@ impl Mode {
                     String::new()
                 },
                 root.short(),
+                if overlap { "-ov" } else { "" },
                 if prefetch { "-pf" } else { "" }
             ),
         };
@@ -241,6 +250,7 @@ impl Mode {
                 trie_cache,
                 sparse_trie,
                 root,
+                overlap,
                 ..
             } => WriterOptions {
                 sparse_trie_bytes: usize::try_from(sparse_trie).unwrap_or(usize::MAX),
@@ -253,6 +263,7 @@ impl Mode {
                     RootArg::InTxn => 1,
                     RootArg::Layered(n) => n,
                 },
+                overlap_roots: overlap,
                 ..WriterOptions::default()
             },
         }
@@ -1026,20 +1037,19 @@ impl Replay<'_> {
             ));
             bar
         };
-        let (mut commits, mut mdbx_commit, mut roots, mut leaves, mut changed_accounts) =
-            (0u64, 0.0, 0u64, 0u64, 0u64);
+        let (mut commits, mut mdbx_commit) = (0u64, 0.0);
         let (mut syncs, mut sync_seconds) = (0u64, 0.0);
-        let (mut remembered, mut rereads) = (0u64, 0u64);
-        let mut last_root = None;
+        let mut tally = RootTally::default();
+        // Returns the root the commit waited for, to be counted with the others.
         let mut count_commit = |info: Option<gigas_statedb::CommitInfo>| {
-            if let Some(info) = info {
-                commits += 1;
-                mdbx_commit += info.commit_seconds;
-                if info.sync_seconds > 0.0 {
-                    syncs += 1;
-                    sync_seconds += info.sync_seconds;
-                }
+            let info = info?;
+            commits += 1;
+            mdbx_commit += info.commit_seconds;
+            if info.sync_seconds > 0.0 {
+                syncs += 1;
+                sync_seconds += info.sync_seconds;
             }
+            info.root
         };
         reset_peak_rss();
         let before = Resources::sample();
@@ -1086,16 +1096,9 @@ impl Replay<'_> {
                     let _ = ready.recv();
                 }
                 let applied = self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
-                if let Some(root) = applied.root {
-                    roots += 1;
-                    leaves += root.leaves;
-                    changed_accounts += root.changed_accounts;
-                    remembered += root.remembered;
-                    rereads += root.rereads;
-                    last_root = Some(root.root);
-                }
+                tally.add(applied.root);
                 if applier.should_commit() {
-                    count_commit(commit(&mut applier, &mut serving)?);
+                    tally.add(count_commit(commit(&mut applier, &mut serving)?));
                 }
                 bar.inc(1);
             }
@@ -1103,7 +1106,7 @@ impl Replay<'_> {
             drop(ready);
             Ok(())
         })?;
-        count_commit(commit(&mut applier, &mut serving)?);
+        tally.add(count_commit(commit(&mut applier, &mut serving)?));
         // Every mode ends durable, in its clock: a periodic run pays for its last durable
         // point as the durable run paid for each commit's.
         if let Some(took) = applier.sync()? {
@@ -1163,7 +1166,9 @@ impl Replay<'_> {
                 )
             }
             Mode::Live { .. } => (
-                last_root.ok_or_else(|| eyre!("the live mode computed no root"))?,
+                tally
+                    .last
+                    .ok_or_else(|| eyre!("the live mode computed no root"))?,
                 None,
                 None,
             ),
@@ -1210,11 +1215,11 @@ impl Replay<'_> {
             mdbx_commit_seconds: mdbx_commit,
             syncs,
             sync_seconds,
-            roots,
-            root_leaves: leaves,
-            root_changed_accounts: changed_accounts,
-            root_remembered: remembered,
-            root_rereads: rereads,
+            roots: tally.roots,
+            root_leaves: tally.leaves,
+            root_changed_accounts: tally.changed_accounts,
+            root_remembered: tally.remembered,
+            root_rereads: tally.rereads,
             final_root: final_root.to_string(),
             final_root_seconds,
             final_root_commit_seconds,
@@ -1580,6 +1585,34 @@ fn print_run(r: &RunResult) {
 
 /// Commits the open group and, in a live mode, drops what served its blocks before the
 /// commit (as the node's apply thread does).
+/// The timed blocks' roots, added up.
+#[derive(Debug, Default)]
+struct RootTally {
+    roots: u64,
+    leaves: u64,
+    changed_accounts: u64,
+    remembered: u64,
+    rereads: u64,
+    /// The root of the highest block seen.
+    last: Option<alloy_primitives::B256>,
+    last_block: u64,
+}
+
+impl RootTally {
+    fn add(&mut self, root: Option<gigas_statedb::RootInfo>) {
+        let Some(root) = root else { return };
+        self.roots += 1;
+        self.leaves += root.leaves;
+        self.changed_accounts += root.changed_accounts;
+        self.remembered += root.remembered;
+        self.rereads += root.rereads;
+        if self.last.is_none() || root.block >= self.last_block {
+            self.last = Some(root.root);
+            self.last_block = root.block;
+        }
+    }
+}
+
 fn commit(
     applier: &mut Applier<'_>,
     serving: &mut Option<AheadServing>,

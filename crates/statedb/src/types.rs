@@ -188,6 +188,15 @@ pub struct WriterOptions {
     /// Fewest changed accounts for which a root splits the account trie across threads
     /// (below it the split's fixed cost, a walk per subtrie, is not worth it).
     pub root_split_min_accounts: usize,
+    /// A block's root runs on its own threads while the writer takes the next blocks (the
+    /// follower decodes and writes them meanwhile), instead of holding the writer until it
+    /// is done. Applies to layered roots through the account trie in memory
+    /// ([`WriterOptions::sparse_trie_bytes`]) with the trie cache off; other roots run
+    /// where they are due. At most one root is in flight: the next due root, the commit,
+    /// an idle write and [`StateWriter::finish_root`](crate::StateWriter::finish_root)
+    /// wait for it, and a root therefore reaches the caller one call late
+    /// ([`RootInfo::block`] names its block).
+    pub overlap_roots: bool,
 }
 
 /// [`WriterOptions::max_group_bytes`] by default.
@@ -226,6 +235,7 @@ impl Default for WriterOptions {
             layered_roots: true,
             root_threads: 0,
             root_split_min_accounts: DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
+            overlap_roots: false,
         }
     }
 }
@@ -337,6 +347,10 @@ pub struct CommitInfo {
     /// Seconds of the durable point made after the commit, when one was due
     /// ([`Durability::Periodic`]); 0 otherwise.
     pub sync_seconds: f64,
+    /// The root the commit waited for ([`WriterOptions::overlap_roots`]), or one that an
+    /// idle write or [`StateWriter::compute_root`](crate::StateWriter::compute_root)
+    /// waited for and no call returned yet.
+    pub root: Option<RootInfo>,
 }
 
 /// A computed root and what it cost.
@@ -366,6 +380,9 @@ pub struct RootInfo {
     pub split: bool,
     /// Seconds it took.
     pub seconds: f64,
+    /// Seconds of it the writer's caller spent: all of them for a root computed where it
+    /// was due; for an overlapped one, starting it and waiting for it to end.
+    pub waited_seconds: f64,
 }
 
 /// A storage slot's proof, EIP-1186 shaped.

@@ -23,8 +23,8 @@ use crate::flush::{self, write_hashed_account, PendingKeys};
 use crate::read::{self, Dbs};
 use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
-use crate::trie::layer::{self, Parallelism, TrieLayer};
-use crate::trie::root;
+use crate::trie::layer::{self, LayeredRoot, Parallelism, TrieLayer};
+use crate::trie::root::{self, RootOutcome};
 use crate::trie::sparse::{SparseAccounts, SparseTrieStats};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
@@ -43,6 +43,20 @@ struct Snapshot {
     /// The trie tables (with the changed-key tables and the writer's own changed keys)
     /// describe the hashed tables.
     trie_valid: bool,
+}
+
+/// A root running on its own thread ([`WriterOptions::overlap_roots`]).
+struct RootInFlight {
+    block: u64,
+    /// The block's header row, stored again with the root once it is known.
+    header: StoredHeader,
+    /// The group's layer as of `block`, which the root reads. The writer's own layer holds
+    /// only what was written after it, and its reads look there first, then here.
+    layer: Arc<TrieLayer>,
+    started: Instant,
+    /// The writer's own seconds on it so far (starting it).
+    spent: f64,
+    handle: std::thread::JoinHandle<Result<LayeredRoot, StateDbError>>,
 }
 
 #[derive(Debug, Default)]
@@ -98,8 +112,13 @@ pub struct StateWriter<'db> {
     changed: ChangedKeys,
     /// Stored trie nodes as the open transaction has them, across roots and commits.
     trie_cache: TrieCache,
-    /// The account trie held in memory across layered roots.
-    sparse: SparseAccounts,
+    /// The account trie held in memory across layered roots (shared with a root in flight).
+    sparse: Arc<SparseAccounts>,
+    /// The root running while the writer takes the next blocks, if any.
+    in_flight: Option<RootInFlight>,
+    /// A root that ended inside a call that could not return it (an idle write, a
+    /// computed root): the next `apply` or `commit` does.
+    unreported: Option<RootInfo>,
     /// The cache's counters as last added to the metrics.
     cache_reported: TrieCacheStats,
     buf: Vec<u8>,
@@ -205,7 +224,9 @@ impl<'db> StateWriter<'db> {
             pending: None,
             changed: ChangedKeys::default(),
             trie_cache: TrieCache::new(options.trie_cache_bytes),
-            sparse: SparseAccounts::new(options.sparse_trie_bytes),
+            sparse: Arc::new(SparseAccounts::new(options.sparse_trie_bytes)),
+            in_flight: None,
+            unreported: None,
             cache_reported: TrieCacheStats::default(),
             buf: Vec::with_capacity(256),
             // What a writer finds at open survived whatever came before it, or MDBX rolled
@@ -394,7 +415,11 @@ impl<'db> StateWriter<'db> {
     /// The memory the open group's changes hold until its commit (state and trie nodes,
     /// estimated from their counts).
     pub fn group_bytes(&self) -> u64 {
-        self.hashed.approx_bytes()
+        let in_flight = self
+            .in_flight
+            .as_ref()
+            .map_or(0, |f| f.layer.approx_bytes());
+        self.hashed.approx_bytes() + in_flight
     }
 
     fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {
@@ -412,6 +437,13 @@ impl<'db> StateWriter<'db> {
         if let Some(state) = self.hashed.accounts.get(&h) {
             return Ok(*state);
         }
+        if let Some(state) = self
+            .in_flight
+            .as_ref()
+            .and_then(|f| f.layer.accounts.get(&h))
+        {
+            return Ok(*state);
+        }
         let (dbs, txn) = self.reads()?;
         read::hashed_account(dbs, txn, &h)
     }
@@ -421,12 +453,15 @@ impl<'db> StateWriter<'db> {
     pub fn storage(&self, address: &Address, slot: &U256) -> Result<U256, StateDbError> {
         let h = keccak256(address);
         let hs = keccak256(slot.to_be_bytes::<32>());
-        if let Some(layer) = self.hashed.storage.get(&h) {
-            if let Some(value) = layer.slots.get(&hs) {
-                return Ok(*value);
-            }
-            if layer.wiped {
-                return Ok(U256::ZERO);
+        let under = self.in_flight.as_ref().map(|f| &f.layer.storage);
+        for storage in std::iter::once(&self.hashed.storage).chain(under) {
+            if let Some(layer) = storage.get(&h) {
+                if let Some(value) = layer.slots.get(&hs) {
+                    return Ok(*value);
+                }
+                if layer.wiped {
+                    return Ok(U256::ZERO);
+                }
             }
         }
         let (dbs, txn) = self.reads()?;
@@ -459,6 +494,11 @@ impl<'db> StateWriter<'db> {
 
     /// Drops the open group: its blocks are forgotten and the tip is the committed one again.
     pub fn discard(&mut self) {
+        // Its root changes the trie in memory, which is cleared below.
+        if let Some(flight) = self.in_flight.take() {
+            let _ = flight.handle.join();
+        }
+        self.unreported = None;
         if self.dirty {
             self.db.metrics().groups_discarded.inc();
             warn!(
@@ -542,19 +582,145 @@ impl<'db> StateWriter<'db> {
         metrics.state_changes_applied.inc_by(change_count);
         metrics.apply_seconds.observe(start.elapsed().as_secs_f64());
 
-        let root = if self.options.root_every > 0 && number.is_multiple_of(self.options.root_every)
-        {
-            Some(self.root_now()?)
-        } else {
-            None
-        };
-        self.write_header(&StoredHeader {
+        let mut header = StoredHeader {
             header: block.header.clone(),
             hash: block.hash,
             signature: block.signature,
-            state_root: root.map(|r| r.root),
+            state_root: None,
+        };
+        let due = self.options.root_every > 0 && number.is_multiple_of(self.options.root_every);
+        if !due {
+            self.write_header(&header)?;
+            return Ok(self.unreported.take());
+        }
+        // The root before this one lands first: roots build on each other.
+        let landed = self.finish_root()?;
+        if self.can_overlap() {
+            // Stored now without its root, and again with it when it lands.
+            self.write_header(&header)?;
+            self.launch_root(header)?;
+            return Ok(landed);
+        }
+        let root = self.root_now()?;
+        header.state_root = Some(root.root);
+        self.write_header(&header)?;
+        if landed.is_some() {
+            // Cannot happen (whether roots overlap does not change within a group), and
+            // would only lose a report.
+            debug!(block = number, "a landed root was not reported");
+        }
+        Ok(Some(root))
+    }
+
+    /// Whether the due root may run while the writer takes the next blocks
+    /// ([`WriterOptions::overlap_roots`]).
+    fn can_overlap(&self) -> bool {
+        self.options.overlap_roots
+            && self.current.trie_valid
+            && self.layered()
+            && self.sparse.enabled()
+            && !self.trie_cache.enabled()
+    }
+
+    /// Starts the root at the tip on its own thread over the group's layer, which it takes:
+    /// the writer's reads and the next blocks' writes go to a fresh layer over it.
+    fn launch_root(&mut self, header: StoredHeader) -> Result<(), StateDbError> {
+        let start = Instant::now();
+        let block = self.current.tip.number;
+        let pending = std::mem::take(&mut self.changed);
+        let (dbs, txn) = self.reads()?;
+        let mut changed = store::load_changed(dbs, txn)?;
+        changed.merge(pending);
+        store::clear_changed(dbs, txn)?;
+        let layer = Arc::new(std::mem::take(&mut self.hashed));
+        let job = (
+            self.db.env().clone(),
+            *self.db.dbs(),
+            Arc::clone(&layer),
+            Arc::clone(&self.sparse),
+            self.parallelism(),
+        );
+        let handle = std::thread::Builder::new()
+            .name("gigas-root".into())
+            .spawn(move || {
+                let (env, dbs, layer, sparse, parallelism) = job;
+                layer::layered_root(
+                    &env,
+                    &dbs,
+                    &layer,
+                    changed,
+                    parallelism,
+                    None,
+                    Some(&sparse),
+                )
+            });
+        let handle = match handle {
+            Ok(handle) => handle,
+            Err(e) => {
+                // The layer goes back for the discard that follows to find it whole.
+                self.hashed = Arc::try_unwrap(layer).unwrap_or_default();
+                return Err(StateDbError::Invariant {
+                    what: format!("cannot start a thread for the root of block {block}: {e}"),
+                });
+            }
+        };
+        self.in_flight = Some(RootInFlight {
+            block,
+            header,
+            layer,
+            started: start,
+            spent: start.elapsed().as_secs_f64(),
+            handle,
+        });
+        Ok(())
+    }
+
+    /// Waits for the root in flight ([`WriterOptions::overlap_roots`]), if any, takes in
+    /// what it computed, and stores it in its block's header row. Returns it, or else a
+    /// root that ended inside an earlier call that could not return it
+    /// ([`StateWriter::flush_idle`], [`StateWriter::compute_root`]); `None` when neither
+    /// exists. On error the group is discarded.
+    pub fn finish_root(&mut self) -> Result<Option<RootInfo>, StateDbError> {
+        let Some(flight) = self.in_flight.take() else {
+            return Ok(self.unreported.take());
+        };
+        match self.land_root(flight) {
+            Ok(info) => Ok(Some(info)),
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn land_root(&mut self, flight: RootInFlight) -> Result<RootInfo, StateDbError> {
+        let waiting = Instant::now();
+        let RootInFlight {
+            block,
+            mut header,
+            layer,
+            started,
+            spent,
+            handle,
+        } = flight;
+        let computed = handle
+            .join()
+            .map_err(|_| StateDbError::RootThreadPanicked)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let mut layer = Arc::try_unwrap(layer).map_err(|_| StateDbError::Invariant {
+            what: format!("the layer of block {block}'s root is still shared after it ended"),
         })?;
-        Ok(root)
+        let root = computed?;
+        if let Some(pending) = self.pending.as_mut() {
+            pending.root(&root);
+        }
+        let (outcome, split) = layer.record_root(root);
+        let later = std::mem::replace(&mut self.hashed, layer);
+        self.hashed.absorb(later);
+        header.state_root = Some(outcome.root);
+        self.write_header(&header)?;
+        let waited = spent + waiting.elapsed().as_secs_f64();
+        Ok(self.note_root(block, outcome, false, split, seconds, waited))
     }
 
     fn write_codes(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
@@ -689,6 +855,11 @@ impl<'db> StateWriter<'db> {
     /// read the last commit with the layer over it, not the transaction, and may load
     /// them again once the trie folds them back into hashes.
     fn write_pending(&mut self, keep: bool) -> Result<u64, StateDbError> {
+        if self.in_flight.is_some() {
+            return Err(StateDbError::Invariant {
+                what: "the group's layer was to be written while a root read it".into(),
+            });
+        }
         // The account trie's nodes the in-memory trie changed since its last drain.
         let drained = self.sparse.drain()?;
         if drained.is_empty() && self.pending.as_ref().is_some_and(PendingKeys::is_empty) {
@@ -722,6 +893,8 @@ impl<'db> StateWriter<'db> {
     /// follower waiting for its next block (see [`crate::flush`]). Visible to readers only at
     /// the commit, as before. Returns the entries written. On error the group is discarded.
     pub fn flush_idle(&mut self) -> Result<u64, StateDbError> {
+        // The root in flight records its trie nodes into the layer this writes.
+        self.unreported = self.finish_root()?;
         if self.hashed.is_empty() {
             return Ok(0);
         }
@@ -801,6 +974,7 @@ impl<'db> StateWriter<'db> {
     /// Part of the open group: durable with the next commit.
     pub fn compute_root(&mut self) -> Result<RootInfo, StateDbError> {
         self.ensure_txn()?;
+        self.unreported = self.finish_root()?;
         let result = self.root_now().and_then(|root| {
             let number = self.current.tip.number;
             let (dbs, txn) = self.reads()?;
@@ -877,7 +1051,7 @@ impl<'db> StateWriter<'db> {
                 changed,
                 self.parallelism(),
                 cache,
-                Some(&self.sparse),
+                Some(self.sparse.as_ref()),
             )?;
             root.update_cache(&self.trie_cache);
             store::clear_changed(dbs, txn)?;
@@ -899,11 +1073,24 @@ impl<'db> StateWriter<'db> {
                 root::update_root(dbs, txn, changed, &self.trie_cache)?
             }
         };
-        let evicted = self.trie_cache.enforce_budget();
+        let seconds = start.elapsed().as_secs_f64();
         let block = self.current.tip.number;
+        Ok(self.note_root(block, outcome, rebuilt, split, seconds, seconds))
+    }
+
+    /// Keeps a computed root as the last one, and counts it.
+    fn note_root(
+        &mut self,
+        block: u64,
+        outcome: RootOutcome,
+        rebuilt: bool,
+        split: bool,
+        seconds: f64,
+        waited_seconds: f64,
+    ) -> RootInfo {
+        let evicted = self.trie_cache.enforce_budget();
         self.current.trie_valid = true;
         self.current.last_root = Some((block, outcome.root));
-        let seconds = start.elapsed().as_secs_f64();
         let metrics = self.db.metrics();
         metrics.trie_update_seconds.observe(seconds);
         metrics.trie_leaves_hashed.inc_by(outcome.leaves);
@@ -929,7 +1116,7 @@ impl<'db> StateWriter<'db> {
             .trie_cache_entries
             .set(i64::try_from(cache.entries).unwrap_or(i64::MAX));
         debug!(block, root = %outcome.root, rebuilt, leaves = outcome.leaves, seconds, "state root");
-        Ok(RootInfo {
+        RootInfo {
             block,
             root: outcome.root,
             rebuilt,
@@ -941,7 +1128,8 @@ impl<'db> StateWriter<'db> {
             rereads: outcome.rereads,
             split,
             seconds,
-        })
+            waited_seconds,
+        }
     }
 
     /// Makes the open group durable in one commit, with `Meta` naming its last block.
@@ -960,6 +1148,7 @@ impl<'db> StateWriter<'db> {
     }
 
     fn commit_group(&mut self) -> Result<CommitInfo, StateDbError> {
+        let root = self.finish_root()?;
         self.flush_hashed()?;
         {
             let (dbs, txn) = self.reads()?;
@@ -991,6 +1180,7 @@ impl<'db> StateWriter<'db> {
             write_seconds,
             commit_seconds,
             sync_seconds: 0.0,
+            root,
         };
         self.committed = self.current;
         self.dirty = false;
@@ -1023,6 +1213,10 @@ fn open_txn(txn: &Option<RwTxUnsync>) -> Result<&RwTxUnsync, StateDbError> {
 
 impl Drop for StateWriter<'_> {
     fn drop(&mut self) {
+        // Not left reading the environment after the writer is gone.
+        if let Some(flight) = self.in_flight.take() {
+            let _ = flight.handle.join();
+        }
         if self.dirty {
             self.db.metrics().groups_discarded.inc();
         }

@@ -105,14 +105,27 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
                 },
                 root_threads: 4,
                 root_split_min_accounts: 1,
+                // Through the trie in memory the root runs on while the writer returns,
+                // and the commit waits for it.
+                overlap_roots: sparse,
                 ..WriterOptions::default()
             })
             .unwrap();
-        let root = writer
-            .apply(block(&header, hash, &changes, &keys))
-            .unwrap()
-            .expect("root");
-        writer.commit().unwrap();
+        let mut apply_and_commit = |header, hash, changes: &ChangeSet, keys| {
+            let applied = writer.apply(block(header, hash, changes, keys)).unwrap();
+            let committed = writer.commit().unwrap().and_then(|c| c.root);
+            assert!(
+                applied.is_none() || committed.is_none(),
+                "one root per block"
+            );
+            let root = applied.or(committed).expect("root");
+            assert_eq!(Some(&root.block), Some(&header.number));
+            if sparse {
+                assert!(applied.is_none(), "the root ran on past the apply");
+            }
+            root
+        };
+        let root = apply_and_commit(&header, hash, &changes, &keys);
         model.apply(&changes);
         assert_eq!(root.root, model.root(), "block {}", prepared.number);
         let view = db.view().unwrap();
@@ -128,11 +141,7 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
         let back = revert(&changes, &before);
         let keys = new_keys(&mut index, &model, &back);
         let (header, hash) = chain.next(&back);
-        let reverted = writer
-            .apply(block(&header, hash, &back, &keys))
-            .unwrap()
-            .expect("root");
-        writer.commit().unwrap();
+        let reverted = apply_and_commit(&header, hash, &back, &keys);
         model.apply(&back);
         assert_eq!(
             reverted.root,

@@ -130,13 +130,33 @@ fn stream_of(
         })
         .unwrap();
     let (mut roots, mut splits, mut idle_writes, mut remembered) = (0, 0, 0, 0);
-    for _ in 0..80 {
-        let info = run.step_info(&mut writer).expect("a root every block");
+    // The model's root at every block: a root that overlaps the next blocks reaches the
+    // test a call late, naming its block.
+    let mut expected = std::collections::HashMap::new();
+    let mut check = |info: Option<RootInfo>, expected: &std::collections::HashMap<u64, _>| {
+        let Some(info) = info else { return };
         splits += u64::from(info.split);
         remembered += info.remembered;
-        let root = info.root;
-        assert_eq!(root, run.model.root(), "block {}", writer.tip().number);
+        assert_eq!(
+            Some(&info.root),
+            expected.get(&info.block),
+            "block {}",
+            info.block
+        );
         roots += 1;
+    };
+    let overlapped = options.overlap_roots && options.sparse_trie_bytes > 0;
+    let mut late = 0;
+    for _ in 0..80 {
+        let info = run.step_info(&mut writer);
+        let root = run.model.root();
+        let tip = writer.tip().number;
+        expected.insert(tip, root);
+        if !overlapped {
+            assert!(info.is_some(), "a root every block");
+        }
+        late += u64::from(info.is_some_and(|i| i.block < tip));
+        check(info, &expected);
         if idle_percent > 0 && run.rng.chance(idle_percent) {
             writer.flush_idle().unwrap();
             // A second call has nothing left to write.
@@ -146,6 +166,7 @@ fn stream_of(
         // Random group sizes: commit on the count bound or at random.
         if writer.should_commit() || run.rng.chance(30) {
             let info = writer.commit().unwrap().expect("a group to commit");
+            check(info.root, &expected);
             assert_eq!(info.head, writer.tip().number);
             let view = db.view().unwrap();
             assert_eq!(view.tip().unwrap(), Some(writer.tip()));
@@ -157,7 +178,18 @@ fn stream_of(
             );
         }
     }
+    check(writer.finish_root().unwrap(), &expected);
     assert_eq!(roots, 80);
+    // Overlapped, a root ran while the next block was decoded and written whenever no
+    // commit or idle write came between.
+    if overlapped {
+        assert!(
+            late >= 20,
+            "{late} of 80 roots ran on while the next block was written"
+        );
+    } else {
+        assert_eq!(late, 0);
+    }
     observe(&writer);
     if idle_percent > 0 {
         assert!(idle_writes >= 10, "{idle_writes} idle writes");
@@ -180,6 +212,14 @@ fn stream_of(
     writer.commit().unwrap();
     let view = db.view().unwrap();
     run.model.assert_held_by(&view, &run.touched);
+    // Every block's header row holds its root, including those stored before it landed.
+    for (block, root) in &expected {
+        assert_eq!(
+            view.header(*block).unwrap().unwrap().state_root,
+            Some(*root),
+            "block {block}"
+        );
+    }
     // revm's view agrees.
     for a in run.touched.iter().take(100) {
         let info = view.basic_ref(*a).unwrap();
@@ -326,16 +366,27 @@ fn random_stream_layered_roots_split_through_an_evicting_trie_cache_with_idle_wr
 /// are those of a genesis of the final state.
 #[test]
 fn random_stream_layered_roots_through_the_trie_in_memory() {
-    let (splits, stats) = stream_sparse(64 << 20, 12);
+    let (splits, stats) = stream_sparse(64 << 20, 12, false);
     assert!(splits >= 40, "{splits} of 80 roots split the account trie");
     assert!(stats.nodes > 0 && stats.pruned == 0, "{stats:?}");
+}
+
+/// The same with each root running while the next block is decoded against the writer
+/// and written ([`WriterOptions::overlap_roots`]): the reads see the layer the root holds
+/// under the newer writes, every root reaches the test a call late and equals the
+/// model's at its block, and every header row ends with its block's root.
+#[test]
+fn random_stream_roots_through_the_trie_in_memory_overlapping_the_next_blocks() {
+    let (splits, stats) = stream_sparse(64 << 20, 14, true);
+    assert!(splits >= 40, "{splits} of 80 roots split the account trie");
+    assert!(stats.nodes > 0, "{stats:?}");
 }
 
 /// The same within a budget so small that every root folds what it loaded back into
 /// hashes, to load it again from the stored nodes the next time.
 #[test]
 fn random_stream_layered_roots_through_the_trie_in_memory_pruned_every_root() {
-    let (_, stats) = stream_sparse(1, 13);
+    let (_, stats) = stream_sparse(1, 13, true);
     assert!(stats.pruned > 0, "{stats:?}");
 }
 
@@ -351,6 +402,7 @@ fn tiny_tries_through_the_trie_in_memory() {
                 root_threads: 2,
                 root_split_min_accounts: 1,
                 sparse_trie_bytes: 64 << 20,
+                overlap_roots: true,
                 ..WriterOptions::default()
             },
             Run::with_accounts(seed, accounts),
@@ -361,10 +413,15 @@ fn tiny_tries_through_the_trie_in_memory() {
     }
 }
 
-fn stream_sparse(budget: usize, seed: u64) -> (u64, gigas_statedb::SparseTrieStats) {
+fn stream_sparse(
+    budget: usize,
+    seed: u64,
+    overlap_roots: bool,
+) -> (u64, gigas_statedb::SparseTrieStats) {
     let stats = std::cell::Cell::new(None);
     let splits = stream_observed(
         WriterOptions {
+            overlap_roots,
             root_threads: 4,
             root_split_min_accounts: 1,
             sparse_trie_bytes: budget,

@@ -115,6 +115,23 @@ impl TrieLayer {
         }
     }
 
+    /// Lays `later` (the writes made after this layer was taken for a root running
+    /// meanwhile) over this one: its values win, and a storage it wiped hides this one's
+    /// slots and nodes of that account.
+    pub(crate) fn absorb(&mut self, later: TrieLayer) {
+        self.accounts.extend(later.accounts);
+        self.account_nodes.extend(later.account_nodes);
+        for (address, storage) in later.storage {
+            if storage.wiped {
+                self.storage.insert(address, storage);
+            } else {
+                let entry = self.storage.entry(address).or_default();
+                entry.slots.extend(storage.slots);
+                entry.nodes.extend(storage.nodes);
+            }
+        }
+    }
+
     /// Takes in the nodes a root computed, and returns what it did.
     pub(crate) fn record_root(&mut self, root: LayeredRoot) -> (RootOutcome, bool) {
         for (address, run) in root.storage {
