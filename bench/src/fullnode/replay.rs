@@ -428,6 +428,19 @@ pub struct RunResult {
     pub trie_cache: Option<TrieCacheFigures>,
     /// Live: the account trie held in memory at the end of the run, when on.
     pub sparse_trie: Option<SparseTrieFigures>,
+    /// The first block with changes after the database was opened (the first warm-up
+    /// block), its root included; `None` without warm-up blocks.
+    pub first_block: Option<FirstBlockFigures>,
+}
+
+/// The first block with changes a fresh writer applied: the cost of a restart, with the
+/// trie in memory (and the trie cache) empty and the page cache as `--page-cache` left it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FirstBlockFigures {
+    /// Its account and slot changes.
+    pub changes: u64,
+    /// Seconds to decode, verify, write and root it (waiting for a root that runs on).
+    pub seconds: f64,
 }
 
 /// The writer's in-memory account trie at the end of a run (its counters cover the warm-up
@@ -1004,9 +1017,20 @@ impl Replay<'_> {
             .warmup_blocks
             .min(m.loaded_blocks.saturating_sub(1));
         let first_timed = m.first_loaded + warmup;
+        let mut first_block = None;
         for n in m.first_loaded..first_timed {
-            self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)
+            let start = Instant::now();
+            let applied = self
+                .step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)
                 .wrap_err("a warm-up block")?;
+            if n == m.first_loaded {
+                // Its root may still run: the block costs a restart that too.
+                applier.finish_root()?;
+                first_block = Some(FirstBlockFigures {
+                    changes: applied.changes,
+                    seconds: start.elapsed().as_secs_f64(),
+                });
+            }
             if applier.should_commit() {
                 commit(&mut applier, &mut serving)?;
             }
@@ -1211,6 +1235,7 @@ impl Replay<'_> {
             execution,
             trie_cache,
             sparse_trie,
+            first_block,
             commits,
             mdbx_commit_seconds: mdbx_commit,
             syncs,

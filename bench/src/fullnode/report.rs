@@ -231,6 +231,35 @@ pub fn markdown(r: &FullnodeReport) -> String {
         }
         let _ = writeln!(md);
     }
+    if r.runs.iter().any(|run| run.first_block.is_some()) {
+        let _ = writeln!(md, "## First block after opening\n");
+        let _ = writeln!(
+            md,
+            "The first block with changes a fresh writer applied (the first warm-up block), its root included: what a restart costs, with the trie in memory empty and the page cache as the scratch line above says. Beside it, the timed blocks' mean.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| round | mode | changes | ms | us per change | timed us per change | ratio |\n|---:|---|---:|---:|---:|---:|---:|"
+        );
+        for run in &r.runs {
+            let Some(f) = &run.first_block else { continue };
+            let per_change = |seconds: f64, changes: u64| seconds * 1e6 / changes.max(1) as f64;
+            let first = per_change(f.seconds, f.changes);
+            let timed = per_change(run.seconds, run.changes);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1}x |",
+                run.round,
+                run.mode.short(),
+                f.changes,
+                f.seconds * 1e3,
+                first,
+                timed,
+                if timed > 0.0 { first / timed } else { 0.0 },
+            );
+        }
+        let _ = writeln!(md);
+    }
     if r.runs.iter().any(|run| run.execution.is_some()) {
         let _ = writeln!(md, "## Re-execution (`--verify-execution`)\n");
         let _ = writeln!(

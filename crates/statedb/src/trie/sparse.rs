@@ -148,6 +148,25 @@ impl Arena {
         self.len
     }
 
+    /// Asks the CPU to bring node `id` into its cache. A branch's hashing reads each of its
+    /// children, scattered through the arena: one by one, each read waited for memory
+    /// (the reads of a child's encoding took 44 % of `hash_node`'s own time).
+    fn prefetch(&self, id: u32) {
+        let id = id as usize;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(node) = self.chunks.get(id / CHUNK).and_then(|c| c.get(id % CHUNK)) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let at = std::ptr::from_ref(node).cast::<i8>();
+            // A node spans two cache lines; its encoding is in the second.
+            // SAFETY: a prefetch is a hint that never faults, whatever the address, and SSE
+            // (which the intrinsic needs) is part of every x86-64 CPU.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(at);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64));
+            }
+        }
+    }
+
     fn iter(&self) -> impl Iterator<Item = &Node> {
         self.chunks.iter().flatten()
     }
@@ -963,6 +982,13 @@ impl SparseTrie {
             }
             Kind::Branch { stored, .. } => {
                 let was_stored = *stored;
+                if let Kind::Branch { children, .. } = &node.kind {
+                    for slot in children.iter() {
+                        if let Slot::Node(c) = slot {
+                            self.nodes.prefetch(*c);
+                        }
+                    }
+                }
                 let (mut state, mut tree, mut hashed) = (0u16, 0u16, 0u16);
                 // On the stack: a root re-hashes thousands of branches.
                 let mut stack: [RlpNode; 16] = Default::default();
