@@ -14,6 +14,7 @@
 //! it, and the writer's reads look in the layer first, so what reaches the transaction early
 //! is invisible to both. Only the commit makes it visible to readers, all at once.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use alloy_primitives::map::B256Map;
@@ -21,7 +22,7 @@ use alloy_primitives::B256;
 use alloy_trie::Nibbles;
 use gigas_mdbx::StoreError as _;
 use signet_libmdbx::tx::aliases::RwTxUnsync;
-use signet_libmdbx::WriteFlags;
+use signet_libmdbx::{Cursor, Rw, WriteFlags};
 
 use crate::codec;
 use crate::error::StateDbError;
@@ -107,10 +108,12 @@ pub(crate) fn write_layer(
 ) -> Result<Written, StateDbError> {
     let mut written = Written::default();
     let buf = &mut Vec::with_capacity(128);
-    let accounts_db = dbs.get(Table::HashedAccounts);
+    // One cursor for the whole sorted run: MDBX searches from its page first, and only
+    // walks down from the root when the key lies beyond it.
+    let mut accounts_cursor = cursor(dbs, txn, Table::HashedAccounts)?;
     let mut put_account = |h: &B256, state: &Option<gigas_primitives::AccountState>| {
         written.entries += 1;
-        write_hashed_account(txn, accounts_db, h, state.as_ref(), buf)
+        put_hashed_account(&mut accounts_cursor, h, state.as_ref(), buf)
     };
     match only {
         None => {
@@ -211,6 +214,32 @@ fn layer_entry<T>(entry: Option<T>, what: &str) -> Result<T, StateDbError> {
     entry.ok_or_else(|| StateDbError::Invariant {
         what: format!("a pending {what} is missing from the open group's layer"),
     })
+}
+
+/// [`write_hashed_account`] through a `HashedAccounts` cursor (a run of sorted keys).
+pub(crate) fn put_hashed_account(
+    c: &mut Cursor<'_, Rw>,
+    h: &B256,
+    state: Option<&gigas_primitives::AccountState>,
+    buf: &mut Vec<u8>,
+) -> Result<(), StateDbError> {
+    match state {
+        Some(state) => {
+            codec::encode_account(state, buf);
+            c.put(h.as_slice(), buf, WriteFlags::empty())
+                .map_err(StateDbError::mdbx("write HashedAccounts"))
+        }
+        None => {
+            let found: Option<Cow<'_, [u8]>> = c
+                .set(h.as_slice())
+                .map_err(StateDbError::read(Table::HashedAccounts.name()))?;
+            if found.is_some() {
+                c.del()
+                    .map_err(StateDbError::mdbx("delete from HashedAccounts"))?;
+            }
+            Ok(())
+        }
+    }
 }
 
 pub(crate) fn write_hashed_account(

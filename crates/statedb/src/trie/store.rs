@@ -522,10 +522,30 @@ pub(crate) fn write_account_nodes<'a>(
     txn: &RwTxUnsync,
     nodes: impl IntoIterator<Item = (&'a Nibbles, &'a Option<BranchNodeCompact>)>,
 ) -> Result<(), StateDbError> {
-    let db = dbs.get(Table::AccountsTrie);
+    // One cursor for the run (in path order): MDBX searches from its page first.
+    let mut c = txn
+        .cursor(dbs.get(Table::AccountsTrie))
+        .map_err(StateDbError::mdbx("open a cursor"))?;
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
-        put_account_node(txn, db, path, node.as_ref(), &mut buf)?;
+        let key = codec::encode_path(path);
+        match node {
+            Some(node) => {
+                buf.clear();
+                codec::encode_node(node, &mut buf);
+                c.put(key.as_ref(), &buf, WriteFlags::empty())
+                    .map_err(StateDbError::mdbx("write AccountsTrie"))?;
+            }
+            None => {
+                let found: Option<Cow<'_, [u8]>> = c
+                    .set(key.as_ref())
+                    .map_err(StateDbError::read(Table::AccountsTrie.name()))?;
+                if found.is_some() {
+                    c.del()
+                        .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
+                }
+            }
+        }
     }
     Ok(())
 }
