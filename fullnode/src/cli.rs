@@ -185,8 +185,10 @@ struct Cli {
     /// writes then use the cores the root leaves idle. Only with the account trie in memory
     /// (`--trie.sparse-size`) and the trie cache off; at the head the node waits for the
     /// root before it writes the block's changes while idle, as before.
-    /// Over 10M accounts (Zipf transfers, a commit every 128 blocks, 2 cores, alternating):
-    /// 77,798 and 82,101 changes/s against 71,242 and 77,358 with roots in place.
+    /// Over 10M accounts (Zipf transfers, a commit every 128 blocks, 2 cores, three
+    /// alternating rounds): a median of 83,782 changes/s against 77,143 with roots in place;
+    /// on one core, 55,111 against 53,205; with storage under an 8 GiB limit (the mix
+    /// workload), 29,856 against 21,449.
     #[arg(long = "trie.overlap-roots", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     trie_overlap_roots: bool,
     /// Read each fetched diff's keys (hashed leaves, trie paths) on a thread of

@@ -14,15 +14,13 @@
 //! it, and the writer's reads look in the layer first, so what reaches the transaction early
 //! is invisible to both. Only the commit makes it visible to readers, all at once.
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use alloy_primitives::map::B256Map;
 use alloy_primitives::B256;
 use alloy_trie::Nibbles;
-use gigas_mdbx::StoreError as _;
 use signet_libmdbx::tx::aliases::RwTxUnsync;
-use signet_libmdbx::{Cursor, Rw, WriteFlags};
+use signet_libmdbx::{Cursor, Rw};
 
 use crate::codec;
 use crate::error::StateDbError;
@@ -30,7 +28,7 @@ use crate::read::Dbs;
 use crate::tables::Table;
 use crate::trie::layer::{LayeredRoot, TrieLayer};
 use crate::trie::store;
-use crate::writer::{cursor, delete_dups, put_slot};
+use crate::writer::{cursor, delete_dups, put_or_delete, put_slot};
 
 /// The layer's keys changed since the last idle write, so that the next one writes only
 /// those. A writer tracks them only once an idle write happened in the group: until then
@@ -216,48 +214,21 @@ fn layer_entry<T>(entry: Option<T>, what: &str) -> Result<T, StateDbError> {
     })
 }
 
-/// [`write_hashed_account`] through a `HashedAccounts` cursor (a run of sorted keys).
+/// Writes or deletes (`None`) the hashed account `h` through `c`, a `HashedAccounts` cursor.
 pub(crate) fn put_hashed_account(
     c: &mut Cursor<'_, Rw>,
     h: &B256,
     state: Option<&gigas_primitives::AccountState>,
     buf: &mut Vec<u8>,
 ) -> Result<(), StateDbError> {
-    match state {
-        Some(state) => {
-            codec::encode_account(state, buf);
-            c.put(h.as_slice(), buf, WriteFlags::empty())
-                .map_err(StateDbError::mdbx("write HashedAccounts"))
-        }
-        None => {
-            let found: Option<Cow<'_, [u8]>> = c
-                .set(h.as_slice())
-                .map_err(StateDbError::read(Table::HashedAccounts.name()))?;
-            if found.is_some() {
-                c.del()
-                    .map_err(StateDbError::mdbx("delete from HashedAccounts"))?;
-            }
-            Ok(())
-        }
-    }
-}
-
-pub(crate) fn write_hashed_account(
-    txn: &RwTxUnsync,
-    db: signet_libmdbx::Database,
-    h: &B256,
-    state: Option<&gigas_primitives::AccountState>,
-    buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
-    match state {
-        Some(state) => {
-            codec::encode_account(state, buf);
-            txn.put(db, h, &*buf, WriteFlags::empty())
-                .map_err(StateDbError::mdbx("write HashedAccounts"))
-        }
-        None => txn
-            .del(db, h, None)
-            .map(|_| ())
-            .map_err(StateDbError::mdbx("delete from HashedAccounts")),
-    }
+    let value = state.map(|state| {
+        codec::encode_account(state, buf);
+        buf.as_slice()
+    });
+    put_or_delete(
+        c,
+        h.as_slice(),
+        value,
+        ("write HashedAccounts", "delete from HashedAccounts"),
+    )
 }

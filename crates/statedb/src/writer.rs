@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use crate::codec;
 use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
-use crate::flush::{self, write_hashed_account, PendingKeys};
+use crate::flush::{self, put_hashed_account, PendingKeys};
 use crate::read::{self, Dbs};
 use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
@@ -186,6 +186,31 @@ pub(crate) fn put_slot(
             .map_err(StateDbError::mdbx("write a storage entry"))?;
     }
     Ok(())
+}
+
+/// Writes `value` under `key` through `c` (a cursor of a table without duplicates), or
+/// deletes the key for `None`; `ops` names the write and the delete for errors. A run of
+/// sorted keys through one cursor lets MDBX search from the cursor's page before walking
+/// down from the root.
+pub(crate) fn put_or_delete(
+    c: &mut Cursor<'_, Rw>,
+    key: &[u8],
+    value: Option<&[u8]>,
+    ops: (&'static str, &'static str),
+) -> Result<(), StateDbError> {
+    let (write, delete) = ops;
+    match value {
+        Some(value) => c
+            .put(key, value, WriteFlags::empty())
+            .map_err(StateDbError::mdbx(write)),
+        None => {
+            let found: Option<Cow<'_, [u8]>> = c.set(key).map_err(StateDbError::read(delete))?;
+            if found.is_some() {
+                c.del().map_err(StateDbError::mdbx(delete))?;
+            }
+            Ok(())
+        }
+    }
 }
 
 pub(crate) fn delete_dups(c: &mut Cursor<'_, Rw>, key: &[u8]) -> Result<(), StateDbError> {
@@ -807,7 +832,7 @@ impl<'db> StateWriter<'db> {
                 }
                 let (dbs, txn) = self.reads()?;
                 let buf = &mut Vec::with_capacity(128);
-                let accounts_db = dbs.get(Table::HashedAccounts);
+                let mut accounts = cursor(dbs, txn, Table::HashedAccounts)?;
                 let mut storage = cursor(dbs, txn, Table::HashedStorages)?;
                 let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
                 for (h, state, wiped) in hashed_accounts {
@@ -817,7 +842,7 @@ impl<'db> StateWriter<'db> {
                             delete_dups(&mut trie, h.as_slice())?;
                         }
                     }
-                    write_hashed_account(txn, accounts_db, &h, state.as_ref(), buf)?;
+                    put_hashed_account(&mut accounts, &h, state.as_ref(), buf)?;
                 }
                 for (h, s, value) in hashed_slots {
                     put_slot(

@@ -23,6 +23,7 @@ use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes};
 use crate::trie::layer::NodesFrom;
 use crate::trie::prefix::PrefixSet;
 use crate::trie::walk::{self, TrieRun, TrieSource};
+use crate::writer::put_or_delete;
 
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 
@@ -523,29 +524,20 @@ pub(crate) fn write_account_nodes<'a>(
     nodes: impl IntoIterator<Item = (&'a Nibbles, &'a Option<BranchNodeCompact>)>,
 ) -> Result<(), StateDbError> {
     // One cursor for the run (in path order): MDBX searches from its page first.
-    let mut c = txn
-        .cursor(dbs.get(Table::AccountsTrie))
-        .map_err(StateDbError::mdbx("open a cursor"))?;
+    let mut c = cursor(dbs, txn, Table::AccountsTrie)?;
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
-        let key = codec::encode_path(path);
-        match node {
-            Some(node) => {
-                buf.clear();
-                codec::encode_node(node, &mut buf);
-                c.put(key.as_ref(), &buf, WriteFlags::empty())
-                    .map_err(StateDbError::mdbx("write AccountsTrie"))?;
-            }
-            None => {
-                let found: Option<Cow<'_, [u8]>> = c
-                    .set(key.as_ref())
-                    .map_err(StateDbError::read(Table::AccountsTrie.name()))?;
-                if found.is_some() {
-                    c.del()
-                        .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
-                }
-            }
-        }
+        let value = node.as_ref().map(|node| {
+            buf.clear();
+            codec::encode_node(node, &mut buf);
+            buf.as_slice()
+        });
+        put_or_delete(
+            &mut c,
+            &codec::encode_path(path),
+            value,
+            ("write AccountsTrie", "delete from AccountsTrie"),
+        )?;
     }
     Ok(())
 }
