@@ -235,7 +235,7 @@ pub struct FullnodeArgs {
     pub trie_cache: Vec<u64>,
     /// Live mode: the account trie held in memory across roots, its budget
     /// (`gigas-fullnode --trie.sparse-size`; `auto`, the node's default: an eighth of the
-    /// smallest `--memory-limit`, else of the machine's memory, between 64 MiB and 2 GiB);
+    /// smallest `--memory-limit`, else of the machine's memory, at most 2 GiB, off below 512 MiB);
     /// several (comma-separated, `0` for none: roots walk the stored trie) run one live
     /// mode each, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_sparse_size)]

@@ -438,13 +438,15 @@ impl<'db> StateWriter<'db> {
     }
 
     /// The memory the open group's changes hold until its commit (state and trie nodes,
-    /// estimated from their counts).
+    /// estimated from their counts), with what the account trie in memory holds beyond its
+    /// budget: the commit gives that back too. Without it, a group of storage-heavy blocks
+    /// under a 1 GiB limit grew the trie past the limit before its commit (OOM-killed).
     pub fn group_bytes(&self) -> u64 {
         let in_flight = self
             .in_flight
             .as_ref()
             .map_or(0, |f| f.layer.approx_bytes());
-        self.hashed.approx_bytes() + in_flight
+        self.hashed.approx_bytes() + in_flight + self.sparse.over_budget()
     }
 
     fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {

@@ -1260,6 +1260,8 @@ pub(crate) struct SparseAccounts {
     parts: Vec<Mutex<SparseTrie>>,
     pruned: AtomicU64,
     loaded_leaves: AtomicU64,
+    /// Bytes the parts held at the last root or fold (read without their locks).
+    held: AtomicU64,
     /// Roots since the start, for the parts' ages.
     roots: AtomicU32,
     /// The root node as the last root left it, if it changed since the last drain
@@ -1293,6 +1295,7 @@ impl SparseAccounts {
                 .collect(),
             pruned: AtomicU64::new(0),
             loaded_leaves: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             roots: AtomicU32::new(0),
             root_node: Mutex::new(None),
         }
@@ -1384,6 +1387,7 @@ impl SparseAccounts {
         if !self.ready.swap(false, Ordering::AcqRel) {
             return;
         }
+        self.held.store(0, Ordering::Relaxed);
         for (n, part) in self.parts.iter().enumerate() {
             if let Ok(mut part) = part.lock() {
                 *part = SparseTrie::empty(Nibbles::from_nibbles_unchecked([n as u8]));
@@ -1438,8 +1442,11 @@ impl SparseAccounts {
         let mut stack = Vec::with_capacity(16);
         let mut hashes = Vec::new();
         let mut unused = Emitted::default();
+        let mut held = 0;
         for n in 0..16u8 {
-            let Some((rlp, branch, stored)) = self.part(n)?.hash(&mut unused)? else {
+            let mut part = self.part(n)?;
+            held += part.bytes() as u64;
+            let Some((rlp, branch, stored)) = part.hash(&mut unused)? else {
                 continue;
             };
             let bit = 1u16 << n;
@@ -1455,6 +1462,7 @@ impl SparseAccounts {
             }
             stack.push(rlp);
         }
+        self.held.store(held, Ordering::Relaxed);
         debug_assert!(unused.hashed == 0, "a part was not hashed by its job");
         if stack.len() < 2 {
             let Some(only) = (0..16u8).find(|n| state & (1 << n) != 0) else {
@@ -1492,7 +1500,9 @@ impl SparseAccounts {
             }
             Ok(total)
         };
-        if bytes(self)? <= self.budget {
+        let held = bytes(self)?;
+        self.held.store(held as u64, Ordering::Relaxed);
+        if held <= self.budget {
             return Ok(());
         }
         let mut span = 0;
@@ -1506,11 +1516,25 @@ impl SparseAccounts {
                 pruned += self.part(n)?.prune(age);
             }
             self.pruned.fetch_add(pruned as u64, Ordering::Relaxed);
-            if bytes(self)? <= self.budget / 4 * 3 || age == 0 {
+            let held = bytes(self)?;
+            self.held.store(held as u64, Ordering::Relaxed);
+            if held <= self.budget / 4 * 3 || age == 0 {
                 return Ok(());
             }
             age /= 2;
         }
+    }
+
+    /// Bytes held beyond the budget at the last root: the nodes a group changed (which
+    /// stay until its commit writes them) and those loaded since the last fold. The next
+    /// commit gives them back, so they count toward the group's memory bound.
+    pub(crate) fn over_budget(&self) -> u64 {
+        if !self.enabled() {
+            return 0;
+        }
+        self.held
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.budget as u64)
     }
 
     /// What it holds and did.
