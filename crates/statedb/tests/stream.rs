@@ -765,3 +765,54 @@ fn a_group_is_bounded_by_the_memory_its_changes_hold() {
         assert_eq!(writer.should_commit(), expect, "bound {max_group_bytes}");
     }
 }
+
+/// The account trie in memory counts toward the group's memory bound what it holds beyond
+/// its budget (the nodes a group changed stay until its commit): with a budget of one byte
+/// the group reaches a bound that its layer alone stays under, and the commit gives the
+/// excess back; with a budget that holds the trie, it does not.
+#[test]
+fn the_trie_in_memory_beyond_its_budget_counts_toward_the_group_bound() {
+    // Above the three blocks' layer (about 14 KB here), below it with the trie (about
+    // 54 KB more).
+    const BOUND: u64 = 32 << 10;
+    for (sparse_trie_bytes, expect) in [(1, true), (64 << 20, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        let mut run = Run::new(31);
+        apply_genesis(&db, &run.chain, &run.model, 97);
+        let mut writer = db
+            .writer(WriterOptions {
+                max_group_blocks: 1000,
+                max_group_age: std::time::Duration::from_secs(3600),
+                max_group_bytes: BOUND,
+                sparse_trie_bytes,
+                root_threads: 2,
+                overlap_roots: true,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        for _ in 0..3 {
+            run.step(&mut writer);
+        }
+        // The trie's size is known once its root lands.
+        writer.finish_root().unwrap();
+        let held = writer.group_bytes();
+        assert_eq!(
+            writer.should_commit(),
+            expect,
+            "budget {sparse_trie_bytes}: {held} bytes"
+        );
+        writer.commit().unwrap();
+        // The commit drains the trie and folds it back within its budget.
+        assert!(
+            writer.group_bytes() < BOUND,
+            "after the commit: {}",
+            writer.group_bytes()
+        );
+        assert_eq!(
+            writer.sparse_trie_stats().pruned > 0,
+            expect,
+            "budget {sparse_trie_bytes}"
+        );
+    }
+}
