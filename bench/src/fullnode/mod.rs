@@ -376,18 +376,26 @@ impl FullnodeArgs {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
                                 for &overlap in &self.overlap_roots {
-                                    modes.push(Mode::Live {
+                                    let mut mode = Mode::Live {
                                         sync,
                                         group,
                                         trie_cache,
                                         sparse_trie,
                                         root,
                                         prefetch,
-                                        // Only roots through the trie in memory overlap.
-                                        overlap: overlap && sparse_trie > 0 && trie_cache == 0,
+                                        overlap,
                                         write_map,
                                         purge_delay_ms,
-                                    });
+                                    };
+                                    // Overlap asked where the writer does not overlap is
+                                    // the mode without it: named so, and run once.
+                                    let effective = mode.writer_options().roots_overlap();
+                                    if let Mode::Live { overlap, .. } = &mut mode {
+                                        *overlap = effective;
+                                    }
+                                    if !modes.contains(&mode) {
+                                        modes.push(mode);
+                                    }
                                 }
                             }
                         }

@@ -1192,6 +1192,7 @@ impl Replay<'_> {
             Mode::Live { .. } => (
                 tally
                     .last
+                    .map(|(_, root)| root)
                     .ok_or_else(|| eyre!("the live mode computed no root"))?,
                 None,
                 None,
@@ -1618,9 +1619,8 @@ struct RootTally {
     changed_accounts: u64,
     remembered: u64,
     rereads: u64,
-    /// The root of the highest block seen.
-    last: Option<alloy_primitives::B256>,
-    last_block: u64,
+    /// The highest block seen and its root.
+    last: Option<(u64, alloy_primitives::B256)>,
 }
 
 impl RootTally {
@@ -1631,10 +1631,7 @@ impl RootTally {
         self.changed_accounts += root.changed_accounts;
         self.remembered += root.remembered;
         self.rereads += root.rereads;
-        if self.last.is_none() || root.block >= self.last_block {
-            self.last = Some(root.root);
-            self.last_block = root.block;
-        }
+        self.last = self.last.max(Some((root.block, root.root)));
     }
 }
 

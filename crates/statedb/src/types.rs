@@ -232,6 +232,19 @@ pub const MIN_SPARSE_TRIE_BYTES: usize = 512 << 20;
 /// [`WriterOptions::trie_cache_bytes`] by default: off, as measured (see the field).
 pub const DEFAULT_TRIE_CACHE_BYTES: usize = 0;
 
+impl WriterOptions {
+    /// Whether roots run while the writer takes the next blocks
+    /// ([`WriterOptions::overlap_roots`]): asked for, and layered roots through the account
+    /// trie in memory with the trie cache off (the only roots that overlap).
+    pub fn roots_overlap(&self) -> bool {
+        self.overlap_roots
+            && self.layered_roots
+            && self.hashed_writes == HashedWrites::SortedPerGroup
+            && self.sparse_trie_bytes > 0
+            && self.trie_cache_bytes == 0
+    }
+}
+
 impl Default for WriterOptions {
     fn default() -> Self {
         Self {

@@ -642,11 +642,7 @@ impl<'db> StateWriter<'db> {
     /// Whether the due root may run while the writer takes the next blocks
     /// ([`WriterOptions::overlap_roots`]).
     fn can_overlap(&self) -> bool {
-        self.options.overlap_roots
-            && self.current.trie_valid
-            && self.layered()
-            && self.sparse.enabled()
-            && !self.trie_cache.enabled()
+        self.options.roots_overlap() && self.current.trie_valid && self.layer_exact
     }
 
     /// Starts the root at the tip on its own thread over the group's layer, which it takes:
@@ -660,21 +656,15 @@ impl<'db> StateWriter<'db> {
         changed.merge(pending);
         store::clear_changed(dbs, txn)?;
         let layer = Arc::new(std::mem::take(&mut self.hashed));
-        let job = (
-            self.db.env().clone(),
-            *self.db.dbs(),
-            Arc::clone(&layer),
-            Arc::clone(&self.sparse),
-            self.parallelism(),
-        );
+        let (env, dbs, parallelism) = (self.db.env().clone(), *self.db.dbs(), self.parallelism());
+        let (root_layer, sparse) = (Arc::clone(&layer), Arc::clone(&self.sparse));
         let handle = std::thread::Builder::new()
             .name("gigas-root".into())
             .spawn(move || {
-                let (env, dbs, layer, sparse, parallelism) = job;
                 layer::layered_root(
                     &env,
                     &dbs,
-                    &layer,
+                    &root_layer,
                     changed,
                     parallelism,
                     None,

@@ -145,7 +145,7 @@ fn stream_of(
         );
         roots += 1;
     };
-    let overlapped = options.overlap_roots && options.sparse_trie_bytes > 0;
+    let overlapped = options.roots_overlap();
     let mut late = 0;
     for _ in 0..80 {
         let info = run.step_info(&mut writer);
