@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::fetch::{FetchConfig, SourceLayout};
+use crate::memory::{self, MemoryPlan};
 use crate::node::{FullNode, FullNodeConfig};
 use clap::Parser;
 use eyre::{bail, WrapErr};
@@ -75,11 +76,11 @@ struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
     commit_interval: Duration,
     /// ...or once the open group's changes held in memory until its commit (state and trie
-    /// nodes, estimated) reach this much (e.g. `512MiB`). Transfers over 10M accounts hold
-    /// well under it at 128 blocks; storage-heavy blocks reach it sooner. Lower it on a node
-    /// with little memory, where the page cache needs the room.
-    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = gigas_cgroup::parse_size)]
-    commit_bytes: u64,
+    /// nodes, estimated) reach this much (e.g. `512MiB`). `auto` (the default): an eighth of
+    /// `--memory-limit`, else of the machine's memory, at most 512 MiB. Transfers over 10M
+    /// accounts hold well under 512 MiB at 128 blocks; storage-heavy blocks reach it sooner.
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
+    commit_bytes: AutoSize,
     /// Blocks per range request while catching up.
     #[arg(long, value_name = "N", default_value_t = 64)]
     fetch_range: u64,
@@ -89,6 +90,18 @@ struct Cli {
     /// Fetched diffs waiting for the apply thread, at most.
     #[arg(long, value_name = "N", default_value_t = 256)]
     fetch_queue: usize,
+    /// ...holding at most this many bytes between them (a larger diff goes alone). `auto`
+    /// (the default): a sixteenth of `--memory-limit`, else of the machine's memory, at most
+    /// 256 MiB.
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
+    fetch_queue_bytes: AutoSize,
+    /// Largest answer read from the source (a range of diffs, a diff, a WebSocket message);
+    /// a larger one is refused and fetched again after a backoff, so that a broken or
+    /// hostile source cannot fill the memory. `auto` (the default): a thirty-second of
+    /// `--memory-limit`, else of the machine's memory, between 16 and 64 MiB (the
+    /// sequencer's range answers stay under 16 MiB).
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
+    fetch_max_response: AutoSize,
     /// Re-execute every block over the state and halt on any difference with its diff.
     #[arg(long)]
     verify_execution: bool,
@@ -97,9 +110,11 @@ struct Cli {
     /// are kept in memory. 0 serves the head only.
     #[arg(long, value_name = "BLOCKS", default_value_t = 128)]
     state_window: u64,
-    /// Most memory the recent states' records may take; the oldest blocks go first.
-    #[arg(long, value_name = "MIB", default_value_t = 256)]
-    state_window_mib: usize,
+    /// Most memory the recent states' records may take, in MiB; the oldest blocks go
+    /// first. `auto` (the default): a sixteenth of `--memory-limit`, else of the machine's
+    /// memory, at most 256 MiB.
+    #[arg(long, value_name = "MIB|auto", default_value = "auto", value_parser = parse_auto_mib)]
+    state_window_mib: AutoSize,
     /// Turn MDBX readahead on (off by default: state reads are random point lookups).
     #[arg(long = "db.readahead")]
     db_readahead: bool,
@@ -111,9 +126,10 @@ struct Cli {
     #[arg(long = "db.write-map", value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     db_write_map: bool,
     /// Without the write map: most memory a commit's dirty pages take before MDBX writes
-    /// some of them to the file early (e.g. `256MiB`).
-    #[arg(long = "db.max-dirty", value_name = "SIZE", default_value = "256MiB", value_parser = gigas_cgroup::parse_size)]
-    db_max_dirty: u64,
+    /// some of them to the file early (e.g. `256MiB`). `auto` (the default): a sixteenth of
+    /// `--memory-limit`, else of the machine's memory, at most 256 MiB.
+    #[arg(long = "db.max-dirty", value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
+    db_max_dirty: AutoSize,
     /// MDBX page size in bytes (default: the OS page size).
     #[arg(long = "db.page-size", value_name = "BYTES")]
     db_page_size: Option<usize>,
@@ -252,6 +268,21 @@ where
     gigas_launch::init_logging(gigas_launch::LogTo::Stdout);
     let cli = Cli::parse_from(args);
     crate::alloc::set_purge_delay(cli.alloc_purge_delay_ms);
+    let plan = cli.memory_plan();
+    if let Some(limit) = cli.memory.memory_limit {
+        plan.check(limit)?;
+    }
+    info!(
+        commit_mib = plan.group >> 20,
+        dirty_mib = plan.dirty >> 20,
+        window_mib = plan.window >> 20,
+        fetch_queue_mib = plan.fetch_queue >> 20,
+        fetch_response_mib = plan.fetch_response >> 20,
+        sparse_trie_mib = plan.sparse_trie >> 20,
+        trie_cache_mib = plan.trie_cache >> 20,
+        total_mib = plan.total() >> 20,
+        "memory bounds"
+    );
     // First, before any database is opened or thread started: pages are charged to the
     // cgroup that first touches them. Held to the end; dropping it removes the cgroup.
     let _memory_limit = cli.memory.apply("fullnode")?;
@@ -300,6 +331,8 @@ where
     fetch.range_blocks = cli.fetch_range.clamp(1, 1024);
     fetch.concurrency = cli.fetch_concurrency.max(1);
     fetch.queue_blocks = cli.fetch_queue.max(1);
+    fetch.queue_bytes = plan.fetch_queue.max(1);
+    fetch.max_response_bytes = plan.fetch_response.max(1);
     let config = FullNodeConfig {
         datadir: datadir.clone(),
         chain,
@@ -308,10 +341,10 @@ where
             root_every: cli.root_every,
             max_group_blocks: cli.commit_blocks.max(1),
             max_group_age: cli.commit_interval,
-            max_group_bytes: cli.commit_bytes.max(1),
+            max_group_bytes: plan.group.max(1),
             hashed_writes: HashedWrites::SortedPerGroup,
             trie_cache_bytes: usize::try_from(cli.trie_cache_size).unwrap_or(usize::MAX),
-            sparse_trie_bytes: cli.trie_sparse_size.bytes(cli.memory.memory_limit),
+            sparse_trie_bytes: usize::try_from(plan.sparse_trie).unwrap_or(usize::MAX),
             root_threads: cli.trie_root_threads,
             overlap_roots: cli.trie_overlap_roots,
             ..WriterOptions::default()
@@ -319,7 +352,7 @@ where
         db: StateDbOptions {
             readahead: cli.db_readahead,
             write_map: cli.db_write_map,
-            max_dirty_bytes: cli.db_max_dirty,
+            max_dirty_bytes: plan.dirty,
             page_size: cli.db_page_size,
             durability: cli.durability(),
             ..StateDbOptions::default()
@@ -333,7 +366,7 @@ where
         sequencer_url: cli.sequencer.clone(),
         state_window: crate::window::WindowLimits {
             blocks: cli.state_window,
-            max_bytes: cli.state_window_mib.saturating_mul(1 << 20),
+            max_bytes: usize::try_from(plan.window).unwrap_or(usize::MAX),
         },
         prefetch: cli.prefetch,
         flush_idle: cli.db_flush_idle,
@@ -361,6 +394,64 @@ where
     runtime.shutdown_timeout(Duration::from_secs(2));
     info!("stopped");
     Ok(())
+}
+
+impl Cli {
+    /// The bounds the node runs with: each flag's size, or its `auto` share of
+    /// `--memory-limit` (else of the machine's memory).
+    fn memory_plan(&self) -> MemoryPlan {
+        let memory = self
+            .memory
+            .memory_limit
+            .unwrap_or_else(|| gigas_primitives::Machine::current().memory_bytes);
+        let rpc = self
+            .rpc
+            .config(SocketAddr::new(self.http_addr, self.http_port));
+        MemoryPlan {
+            group: self.commit_bytes.or(memory::auto_group_bytes(memory)),
+            dirty: self.db_max_dirty.or(memory::auto_dirty_bytes(memory)),
+            window: self.state_window_mib.or(memory::auto_window_bytes(memory)),
+            fetch_queue: self.fetch_queue_bytes.or(memory::auto_queue_bytes(memory)),
+            fetch_response: self
+                .fetch_max_response
+                .or(memory::auto_response_bytes(memory)),
+            fetch_concurrency: self.fetch_concurrency.max(1) as u64,
+            sparse_trie: self.trie_sparse_size.bytes(Some(memory)) as u64,
+            trie_cache: self.trie_cache_size,
+            execution_memory: self.rpc.evm_memory,
+            executions: rpc.max_concurrent_executions as u64,
+        }
+    }
+}
+
+/// A size flag that may be `auto` (`None`: sized from the memory, see [`crate::memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoSize(pub Option<u64>);
+
+impl AutoSize {
+    /// The size given, or `auto`'s.
+    pub fn or(self, auto: u64) -> u64 {
+        self.0.unwrap_or(auto)
+    }
+}
+
+/// Parses `auto` or a size (`256MiB`, `0`).
+pub fn parse_auto_size(s: &str) -> Result<AutoSize, gigas_cgroup::SizeError> {
+    match s.trim() {
+        "auto" => Ok(AutoSize(None)),
+        size => gigas_cgroup::parse_size(size).map(|bytes| AutoSize(Some(bytes))),
+    }
+}
+
+/// Parses `auto` or a whole number of MiB.
+pub fn parse_auto_mib(s: &str) -> Result<AutoSize, String> {
+    match s.trim() {
+        "auto" => Ok(AutoSize(None)),
+        n => n
+            .parse::<u64>()
+            .map(|mib| AutoSize(Some(mib.saturating_mul(1 << 20))))
+            .map_err(|e| format!("{n}: not `auto` or a number of MiB ({e})")),
+    }
 }
 
 /// `--trie.sparse-size`: a size, or `auto` (`None`).
@@ -408,5 +499,46 @@ mod tests {
         assert_eq!(SparseSize(None).bytes(Some(1 << 30)), 0);
         assert_eq!(SparseSize(None).bytes(Some(4 << 30)), 512 << 20);
         assert_eq!(SparseSize(None).bytes(Some(64 << 30)), 2 << 30);
+    }
+
+    #[test]
+    fn the_memory_plan_follows_the_limit_and_refuses_bounds_that_cannot_fit_it() {
+        let plan = |args: &[&str]| {
+            let cli =
+                Cli::try_parse_from(std::iter::once("gigas-fullnode").chain(args.iter().copied()))
+                    .expect("the flags parse");
+            (cli.memory_plan(), cli.memory.memory_limit)
+        };
+        let (eight, limit) = plan(&["--memory-limit", "8GiB"]);
+        assert_eq!(limit, Some(8 << 30));
+        assert_eq!(
+            (eight.group, eight.dirty, eight.window),
+            (512 << 20, 256 << 20, 256 << 20)
+        );
+        assert_eq!(eight.sparse_trie, 1 << 30);
+        assert!(eight.check(8 << 30).is_ok());
+        let (one, _) = plan(&["--memory-limit", "1GiB"]);
+        assert_eq!(
+            (one.group, one.dirty, one.fetch_queue),
+            (128 << 20, 64 << 20, 64 << 20)
+        );
+        assert_eq!(one.sparse_trie, 0);
+        assert!(one.check(1 << 30).is_ok(), "{:?}", one.check(1 << 30));
+        // Given by hand, a bound is kept as given, and the check names it.
+        let (hand, _) = plan(&[
+            "--memory-limit",
+            "1GiB",
+            "--commit-bytes",
+            "700MiB",
+            "--state-window-mib",
+            "32",
+        ]);
+        assert_eq!((hand.group, hand.window), (700 << 20, 32 << 20));
+        let err = hand
+            .check(1 << 30)
+            .expect_err("700 MiB of group does not fit 1 GiB");
+        assert!(err.to_string().contains("--commit-bytes 700 MiB"), "{err}");
+        assert!(Cli::try_parse_from(["gigas-fullnode", "--state-window-mib", "lots"]).is_err());
+        assert!(Cli::try_parse_from(["gigas-fullnode", "--db.max-dirty", "1.5G"]).is_err());
     }
 }

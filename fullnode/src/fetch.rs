@@ -17,9 +17,12 @@
 //! cursor (a new *epoch*) when it rejects a diff, so a corrupt file is fetched again rather
 //! than skipped, and items of the old epoch still queued are dropped.
 //!
-//! Memory is bounded: diffs wait in a channel of `queue_blocks` entries, and the fetcher
-//! awaits room before fetching more (a slow apply thread slows the fetcher, and the
-//! sequencer's stream falls back to its files).
+//! Memory is bounded: diffs wait in a channel of `queue_blocks` entries holding at most
+//! `queue_bytes` between them, and the fetcher awaits room before fetching more (a slow
+//! apply thread slows the fetcher, and the sequencer's stream falls back to its files).
+//! An answer is read into memory only up to `max_response_bytes` (a source that sends an
+//! endless body is cut off, not followed into an out-of-memory kill), and the WebSocket's
+//! messages to the same bound.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +59,12 @@ pub struct FetchConfig {
     pub concurrency: usize,
     /// Diffs fetched and not yet taken by the apply thread, at most.
     pub queue_blocks: usize,
+    /// Bytes of diffs (and block files) fetched and not yet applied, at most. A single diff
+    /// larger than this still goes through, alone.
+    pub queue_bytes: u64,
+    /// Largest answer (a range of diffs, one diff, one WebSocket message) read from the
+    /// source; a larger one fails the round like a malformed one.
+    pub max_response_bytes: u64,
     /// Head polling interval where no push stream is available.
     pub poll_interval: Duration,
     /// First backoff after a failure.
@@ -77,6 +86,8 @@ impl FetchConfig {
             range_blocks: 64,
             concurrency: 4,
             queue_blocks: 256,
+            queue_bytes: DEFAULT_QUEUE_BYTES,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             poll_interval: Duration::from_millis(100),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
@@ -85,6 +96,17 @@ impl FetchConfig {
         }
     }
 }
+
+/// [`FetchConfig::queue_bytes`] by default.
+pub const DEFAULT_QUEUE_BYTES: u64 = 256 << 20;
+
+/// [`FetchConfig::max_response_bytes`] by default: tungstenite's own bound on a message,
+/// four times the sequencer's bound on a range answer (16 MiB).
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// The queue's byte bound is kept in permits of this many bytes (tokio counts permits in
+/// `u32`).
+const QUEUE_PERMIT_BYTES: u64 = 1024;
 
 /// One fetched diff on its way to the apply thread.
 #[derive(Debug)]
@@ -99,6 +121,8 @@ pub struct Fetched {
     pub block: Option<Vec<u8>>,
     /// When it arrived.
     pub received: Instant,
+    /// Its share of [`FetchConfig::queue_bytes`], given back when it is dropped (applied).
+    pub room: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Where the apply thread wants the fetcher to be.
@@ -166,6 +190,10 @@ pub struct Fetcher {
     ranges: Option<bool>,
     /// Whether the source pushes diffs over a WebSocket (learnt on the first try).
     push: Option<bool>,
+    /// The queue's byte bound, in permits of [`QUEUE_PERMIT_BYTES`].
+    room: Arc<tokio::sync::Semaphore>,
+    /// Permits in all.
+    room_permits: u32,
     /// When a source that refused the push is asked again, and the wait after that.
     push_retry: Option<(Instant, Duration)>,
 }
@@ -195,6 +223,9 @@ impl Fetcher {
                 url: config.base.clone(),
                 source,
             })?;
+        let room_permits = u32::try_from(config.queue_bytes.div_ceil(QUEUE_PERMIT_BYTES))
+            .unwrap_or(u32::MAX)
+            .max(1);
         let ranges = match config.layout {
             SourceLayout::Auto => None,
             SourceLayout::Sequencer => Some(true),
@@ -208,6 +239,8 @@ impl Fetcher {
             ranges,
             push: None,
             push_retry: None,
+            room: Arc::new(tokio::sync::Semaphore::new(room_permits as usize)),
+            room_permits,
         })
     }
 
@@ -232,7 +265,27 @@ impl Fetcher {
             });
         }
         let expected = response.content_length();
-        let bytes = response.bytes().await.map_err(http)?;
+        let cap = self.config.max_response_bytes;
+        let too_large = |url: String, got: u64| FetchError::Malformed {
+            url,
+            reason: format!(
+                "the answer is larger than the {cap}-byte bound ({got} bytes so far); \
+                 raise --fetch-max-response if the source is right"
+            ),
+        };
+        if let Some(n) = expected.filter(|&n| n > cap) {
+            return Err(too_large(url, n));
+        }
+        let mut response = response;
+        let mut bytes =
+            Vec::with_capacity(usize::try_from(expected.unwrap_or(0).min(cap)).unwrap_or_default());
+        while let Some(chunk) = response.chunk().await.map_err(http)? {
+            let got = bytes.len() as u64 + chunk.len() as u64;
+            if got > cap {
+                return Err(too_large(url, got));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if expected.is_some_and(|n| n != bytes.len() as u64) {
             return Err(FetchError::Malformed {
                 url,
@@ -243,7 +296,7 @@ impl Fetcher {
                 ),
             });
         }
-        Ok(Some(bytes.to_vec()))
+        Ok(Some(bytes))
     }
 
     /// The sequencer's head block, from `/diffs/head` (`None` before the first diff).
@@ -506,12 +559,25 @@ impl Fetcher {
             } else {
                 None
             };
+            let size = diff.len() as u64 + block.as_ref().map_or(0, |b| b.len() as u64);
+            // A diff larger than the whole bound takes all of it: it waits for an empty
+            // queue instead of forever.
+            let permits = u32::try_from(size.div_ceil(QUEUE_PERMIT_BYTES))
+                .unwrap_or(u32::MAX)
+                .clamp(1, self.room_permits);
+            let room = tokio::select! {
+                room = self.room.clone().acquire_many_owned(permits) => {
+                    room.map_err(|_| FetchError::Closed)?
+                }
+                _ = cursor.changed() => return Err(FetchError::Reset),
+            };
             let item = Fetched {
                 epoch,
                 number,
                 diff,
                 block,
                 received: Instant::now(),
+                room: Some(room),
             };
             tokio::select! {
                 sent = out.send(item) => sent.map_err(|_| FetchError::Closed)?,
@@ -540,9 +606,13 @@ impl Fetcher {
             url: url.clone(),
             reason,
         };
+        let cap = usize::try_from(self.config.max_response_bytes).unwrap_or(usize::MAX);
+        let ws_config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(cap))
+            .max_frame_size(Some(cap));
         let connected = tokio::time::timeout(
             self.config.request_timeout,
-            tokio_tungstenite::connect_async(&url),
+            tokio_tungstenite::connect_async_with_config(&url, Some(ws_config), false),
         )
         .await;
         let mut socket = match connected {
@@ -613,5 +683,137 @@ impl Fetcher {
                 Ok(Some(Ok(_))) => pinged = false,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A source on 127.0.0.1 that answers every request with `head` and then `body_chunks`
+    /// chunks of 64 KiB (chunked transfer encoding), or endlessly for `None`.
+    async fn hostile_source(head: &'static str, body_chunks: Option<usize>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = socket.read(&mut request).await;
+                    if socket.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = vec![0xab_u8; 64 << 10];
+                    let mut sent = 0;
+                    while body_chunks.is_none_or(|n| sent < n) {
+                        let framed =
+                            [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
+                        if socket.write_all(&framed).await.is_err() {
+                            return;
+                        }
+                        sent += 1;
+                    }
+                    let _ = socket.write_all(b"0\r\n\r\n").await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    fn fetcher(base: &str, max_response_bytes: u64, queue_bytes: u64) -> Fetcher {
+        let mut config = FetchConfig::new(base);
+        config.max_response_bytes = max_response_bytes;
+        config.queue_bytes = queue_bytes;
+        config.request_timeout = Duration::from_secs(20);
+        let sync = Arc::new(SyncState::new(0, alloy_primitives::B256::ZERO));
+        Fetcher::new(config, FollowerMetrics::default(), sync).unwrap()
+    }
+
+    const CHUNKED: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+
+    #[tokio::test]
+    async fn an_endless_or_oversized_answer_is_cut_off_at_the_bound_not_read_into_memory() {
+        let endless = hostile_source(CHUNKED, None).await;
+        let err = fetcher(&endless, 1 << 20, 1 << 20)
+            .diff_file(1)
+            .await
+            .expect_err("an endless body is refused");
+        let text = err.to_string();
+        assert!(matches!(err, FetchError::Malformed { .. }), "{text}");
+        assert!(
+            text.contains("larger than the 1048576-byte bound"),
+            "{text}"
+        );
+
+        // Announced too large: refused before reading it.
+        let announced = hostile_source(
+            "HTTP/1.1 200 OK\r\ncontent-length: 10000000000\r\n\r\n",
+            Some(0),
+        )
+        .await;
+        let err = fetcher(&announced, 1 << 20, 1 << 20)
+            .diff_file(1)
+            .await
+            .expect_err("an announced 10 GB body is refused");
+        assert!(
+            err.to_string().contains("10000000000 bytes so far"),
+            "{err}"
+        );
+
+        // Within the bound, the same source's answer is read whole.
+        let fits = hostile_source(CHUNKED, Some(4)).await;
+        let body = fetcher(&fits, 1 << 20, 1 << 20)
+            .diff_file(1)
+            .await
+            .unwrap()
+            .expect("an answer");
+        assert_eq!(body.len(), 4 << 16);
+    }
+
+    #[tokio::test]
+    async fn the_queue_holds_at_most_its_bytes_and_a_larger_diff_goes_alone() {
+        let fetcher = fetcher("http://127.0.0.1:9", 1 << 20, 100 << 10);
+        let (out, mut queued) = mpsc::channel(64);
+        let (_cursor_tx, mut cursor) = watch::channel(Cursor { epoch: 0, next: 1 });
+        // Three diffs of 40 KiB: two fit in 100 KiB, the third waits for room.
+        let diffs = vec![
+            vec![1u8; 40 << 10],
+            vec![2u8; 40 << 10],
+            vec![3u8; 40 << 10],
+        ];
+        let deliver = fetcher.deliver(0, 1, diffs, "test", &out, &mut cursor);
+        tokio::pin!(deliver);
+        let mut taken = Vec::new();
+        for _ in 0..2 {
+            tokio::select! {
+                _ = &mut deliver => panic!("all three were queued within 100 KiB"),
+                item = queued.recv() => taken.push(item.unwrap()),
+            }
+        }
+        let waited = tokio::time::timeout(Duration::from_millis(300), &mut deliver).await;
+        assert!(waited.is_err(), "the third diff was queued without room");
+        assert!(queued.try_recv().is_err());
+        // Applying one gives its room back.
+        drop(taken.remove(0));
+        let next = tokio::time::timeout(Duration::from_secs(5), &mut deliver)
+            .await
+            .expect("room was given back")
+            .unwrap();
+        assert_eq!(next, 4);
+        assert_eq!(queued.recv().await.unwrap().number, 3);
+
+        // A diff larger than the whole bound waits for an empty queue, then goes alone.
+        drop(taken);
+        let huge = vec![vec![9u8; 300 << 10]];
+        let (_cursor_tx, mut cursor) = watch::channel(Cursor { epoch: 0, next: 4 });
+        let delivered = tokio::time::timeout(
+            Duration::from_secs(5),
+            fetcher.deliver(0, 4, huge, "test", &out, &mut cursor),
+        )
+        .await
+        .expect("a diff over the bound is not held forever");
+        assert_eq!(delivered.unwrap(), 5);
     }
 }

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod fetch;
 pub mod follow;
 pub mod genesis;
+pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod prefetch;

@@ -975,14 +975,20 @@ impl Replay<'_> {
             )?),
             None => None,
         };
-        let options = StateDbOptions {
+        // Under a limit, the bounds the node's `auto` gives there (gigas_fullnode::memory).
+        let mut options = StateDbOptions {
             durability: mode.sync().to_statedb(),
             write_map: mode.write_map(),
             ..self.options.clone()
         };
+        let mut writer_options = mode.writer_options();
+        if let Some(limit) = limit {
+            options.max_dirty_bytes = gigas_fullnode::memory::auto_dirty_bytes(limit);
+            writer_options.max_group_bytes = gigas_fullnode::memory::auto_group_bytes(limit);
+        }
         let every_commit = options.durability.every_commit();
         let db = StateDb::open(dir, options)?;
-        let mut applier = Applier::new(&db, mode.writer_options(), self.sequencer)?;
+        let mut applier = Applier::new(&db, writer_options, self.sequencer)?;
         // Live modes pay what the node pays to serve each block before its group commits:
         // the applied-block log and the redo records (the node's `gigas_fullnode::ahead`).
         let mut serving = match mode.kind() {
