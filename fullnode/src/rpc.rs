@@ -32,8 +32,8 @@ use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::AccessListResult;
 use alloy_rpc_types_eth::{
     Block, BlockOverrides, BlockTransactions, EIP1186AccountProofResponse, EIP1186StorageProof,
-    FeeHistory, Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction,
-    TransactionReceipt, TransactionRequest,
+    Filter, Header as RpcHeader, Log, SyncInfo, SyncStatus, Transaction, TransactionReceipt,
+    TransactionRequest,
 };
 use alloy_rpc_types_trace::geth::{
     GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
@@ -42,7 +42,7 @@ use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolStatus};
 use gigas_chain::{BaseFeeConfig, ChainConfig};
 use gigas_evm::budget::CallBudget;
 use gigas_primitives::ChainSpec;
-use gigas_rpc::{Backend, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
+use gigas_rpc::{Backend, FeeHistoryBlock, PrestateTrace, RpcError, SubscriptionHub, LATEST_STATE};
 use gigas_rpc_eth::StateCalls;
 use gigas_statedb::{StateDb, StateDbError, StateView, StoredHeader};
 
@@ -276,20 +276,183 @@ impl FullNodeBackend {
         PriorState::account(view, address).map_err(internal)
     }
 
+    /// `eth_call` at the head `at`, held to the node's [`CallBudget`].
+    pub fn call(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<Bytes, RpcError> {
+        self.calls_at(at, |calls| calls.call(req, state, block))
+    }
+
+    /// Runs `f` with the calls over the state at `at` (the head or a block of the window).
+    fn calls_at<T>(
+        &self,
+        at: u64,
+        f: impl FnOnce(&StateCalls<'_, PastState<StateView<'_>>>) -> Result<T, RpcError>,
+    ) -> Result<T, RpcError> {
+        let (view, at) = self.view_at(at)?;
+        let header = self.header_of(view.head(), at)?.header;
+        f(&StateCalls::new(&self.spec, &header, &view, self.budget))
+    }
+
+    /// `eth_estimateGas` at the head `at` (see [`gigas_evm::call::CallRequest::estimate`]),
+    /// all over one snapshot.
+    pub fn estimate_gas(
+        &self,
+        req: &TransactionRequest,
+        at: u64,
+        state: Option<&StateOverride>,
+        block: Option<&BlockOverrides>,
+    ) -> Result<u64, RpcError> {
+        self.calls_at(at, |calls| calls.estimate_gas(req, state, block))
+    }
+
+    /// The base fee of the block after the head.
+    fn next_base_fee(&self) -> Result<u64, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        let head = self.header_of(&view, self.sync.applied())?.header;
+        Ok(self.base_fee.next(
+            head.gas_used,
+            head.gas_limit,
+            head.base_fee_per_gas.unwrap_or_default(),
+        ))
+    }
+}
+
+impl Backend for FullNodeBackend {
+    fn client_version(&self) -> String {
+        format!(
+            "gigas-fullnode/v{}/{}-{}/rust",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )
+    }
+
+    fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    /// Not syncing while at most one block behind the sequencer's head as last seen (a block
+    /// is in flight most of the time); else the block it started from, the durable head and
+    /// the sequencer's.
+    fn syncing(&self) -> SyncStatus {
+        if self.sync.lag() <= 1 {
+            return SyncStatus::None;
+        }
+        SyncStatus::Info(Box::new(SyncInfo {
+            starting_block: U256::from(self.sync.starting()),
+            current_block: U256::from(self.sync.applied()),
+            highest_block: U256::from(self.sync.sequencer_head()),
+            warp_chunks_amount: None,
+            warp_chunks_processed: None,
+            stages: None,
+        }))
+    }
+
+    fn latest(&self) -> u64 {
+        self.sync.applied()
+    }
+
+    fn resolves_latest_at_read(&self) -> bool {
+        true
+    }
+
+    /// The number of the block with `hash` (the sequencer's signed header hash), among every
+    /// header the database holds (indexed by hash), up to the durable head.
+    fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError> {
+        let head = self.sync.applied();
+        if self.sync.applied_hash() == hash {
+            return Ok(Some(head));
+        }
+        if let Some(number) = self.window.ahead_number(&hash) {
+            return Ok(Some(number).filter(|n| *n <= head));
+        }
+        let view = self.db.view().map_err(store)?;
+        Ok(view
+            .number_by_hash(&hash)
+            .map_err(store)?
+            .filter(|number| *number <= head))
+    }
+
+    /// Block `number` as the database holds it: the signed header (see [`rpc_header`]). The
+    /// full node keeps no bodies, so it answers only what it holds: a block without
+    /// transactions (its header's `transactionsRoot` is the empty root) in full; for a block
+    /// with transactions, whose hashes it does not have, it refuses, naming
+    /// `eth_getHeaderByNumber` (the header alone) and the sequencer (the transactions), rather
+    /// than answer an empty list that would be wrong.
+    fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        let Some(stored) = self.header_at(&view, number)? else {
+            return Ok(None);
+        };
+        if stored.header.transactions_root != alloy_consensus::EMPTY_ROOT_HASH {
+            return Err(RpcError::ResourceNotFound(format!(
+                "this full node keeps headers and state, not the transactions of block {number} \
+                 (gas used {}); eth_getHeaderByNumber gives its header, the sequencer at {} its \
+                 transactions",
+                stored.header.gas_used, self.sequencer_url
+            )));
+        }
+        let _ = full;
+        let mut header = rpc_header(&stored);
+        // The block's RLP length, as the sequencer reports it: the header and empty lists.
+        header.size = Some(U256::from(gigas_rpc_eth::block_size(&stored.header, &[])));
+        Ok(Some(Block {
+            header,
+            uncles: Vec::new(),
+            transactions: BlockTransactions::Hashes(Vec::new()),
+            withdrawals: Some(Default::default()),
+        }))
+    }
+
+    /// The header of block `number`, as signed (see [`rpc_header`]).
+    fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        Ok(self.header_at(&view, number)?.map(|s| rpc_header(&s)))
+    }
+
+    /// Block `number`'s signed state checksum and the MPT root this node computed after it.
+    fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
+        let view = self.db.view().map_err(store)?;
+        Ok(self
+            .header_at(&view, number)?
+            .map(|stored| gigas_rpc::StateRoots {
+                number: alloy_primitives::U64::from(number),
+                hash: stored.hash,
+                state_checksum: stored.header.state_root,
+                state_root: stored.state_root,
+            }))
+    }
+
+    fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
+        // Known only for a block without transactions (the empty root says so).
+        Ok(self.block(number, false)?.map(|_| 0))
+    }
+
     /// Balance of `address` at the head `at`.
-    pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
+    fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
         let (view, _) = self.view_at(at)?;
         Ok(Self::account(&view, &address)?.map_or(U256::ZERO, |a| a.balance))
     }
 
     /// Nonce of `address` at the head `at`.
-    pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
+    fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
         let (view, _) = self.view_at(at)?;
         Ok(Self::account(&view, &address)?.map_or(0, |a| a.nonce))
     }
 
+    /// The head's nonce: the full node has no pool.
+    fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
+        let (view, _) = self.view_at(LATEST_STATE)?;
+        Ok(Self::account(&view, &address)?.map_or(0, |a| a.nonce))
+    }
+
     /// Code of `address` at the head `at` (empty when none).
-    pub fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
+    fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
         let (view, _) = self.view_at(at)?;
         let Some(account) = Self::account(&view, &address)? else {
             return Ok(Bytes::new());
@@ -312,7 +475,7 @@ impl FullNodeBackend {
     }
 
     /// Storage slot `slot` of `address` at the head `at`.
-    pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
+    fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
         let (view, _) = self.view_at(at)?;
         let value =
             PriorState::slot(&view, &address, &U256::from_be_bytes(slot.0)).map_err(internal)?;
@@ -324,7 +487,7 @@ impl FullNodeBackend {
     /// undo records laid over it (only the paths to keys changed since are recomputed), and
     /// its root must equal the root stored with the block, or nothing is answered. Keys are
     /// echoed as 32-byte words.
-    pub fn proof(
+    fn proof(
         &self,
         address: Address,
         slots: Vec<U256>,
@@ -369,261 +532,6 @@ impl FullNodeBackend {
         })
     }
 
-    /// `eth_call` at the head `at`, held to the node's [`CallBudget`].
-    pub fn call(
-        &self,
-        req: &TransactionRequest,
-        at: u64,
-        state: Option<&StateOverride>,
-        block: Option<&BlockOverrides>,
-    ) -> Result<Bytes, RpcError> {
-        self.calls_at(at, |calls| calls.call(req, state, block))
-    }
-
-    /// Runs `f` with the calls over the state at `at` (the head or a block of the window).
-    fn calls_at<T>(
-        &self,
-        at: u64,
-        f: impl FnOnce(&StateCalls<'_, PastState<StateView<'_>>>) -> Result<T, RpcError>,
-    ) -> Result<T, RpcError> {
-        let (view, at) = self.view_at(at)?;
-        let header = self.header_of(view.head(), at)?.header;
-        f(&StateCalls::new(&self.spec, &header, &view, self.budget))
-    }
-
-    /// `eth_estimateGas` at the head `at` (see [`gigas_evm::call::CallRequest::estimate`]),
-    /// all over one snapshot.
-    pub fn estimate_gas(
-        &self,
-        req: &TransactionRequest,
-        at: u64,
-        state: Option<&StateOverride>,
-        block: Option<&BlockOverrides>,
-    ) -> Result<u64, RpcError> {
-        self.calls_at(at, |calls| calls.estimate_gas(req, state, block))
-    }
-
-    /// Block `number` as the database holds it: the signed header (see [`rpc_header`]). The
-    /// full node keeps no bodies, so it answers only what it holds: a block without
-    /// transactions (its header's `transactionsRoot` is the empty root) in full; for a block
-    /// with transactions, whose hashes it does not have, it refuses, naming
-    /// `eth_getHeaderByNumber` (the header alone) and the sequencer (the transactions), rather
-    /// than answer an empty list that would be wrong.
-    pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
-        let view = self.db.view().map_err(store)?;
-        let Some(stored) = self.header_at(&view, number)? else {
-            return Ok(None);
-        };
-        if stored.header.transactions_root != alloy_consensus::EMPTY_ROOT_HASH {
-            return Err(RpcError::ResourceNotFound(format!(
-                "this full node keeps headers and state, not the transactions of block {number} \
-                 (gas used {}); eth_getHeaderByNumber gives its header, the sequencer at {} its \
-                 transactions",
-                stored.header.gas_used, self.sequencer_url
-            )));
-        }
-        let _ = full;
-        let mut header = rpc_header(&stored);
-        // The block's RLP length, as the sequencer reports it: the header and empty lists.
-        header.size = Some(U256::from(gigas_rpc_eth::block_size(&stored.header, &[])));
-        Ok(Some(Block {
-            header,
-            uncles: Vec::new(),
-            transactions: BlockTransactions::Hashes(Vec::new()),
-            withdrawals: Some(Default::default()),
-        }))
-    }
-
-    /// The header of block `number`, as signed (see [`rpc_header`]).
-    pub fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
-        let view = self.db.view().map_err(store)?;
-        Ok(self.header_at(&view, number)?.map(|s| rpc_header(&s)))
-    }
-
-    /// Block `number`'s signed state checksum and the MPT root this node computed after it.
-    pub fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
-        let view = self.db.view().map_err(store)?;
-        Ok(self
-            .header_at(&view, number)?
-            .map(|stored| gigas_rpc::StateRoots {
-                number: alloy_primitives::U64::from(number),
-                hash: stored.hash,
-                state_checksum: stored.header.state_root,
-                state_root: stored.state_root,
-            }))
-    }
-
-    /// The number of the block with `hash` (the sequencer's signed header hash), among every
-    /// header the database holds (indexed by hash), up to the durable head.
-    pub fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, RpcError> {
-        let head = self.sync.applied();
-        if self.sync.applied_hash() == hash {
-            return Ok(Some(head));
-        }
-        if let Some(number) = self.window.ahead_number(&hash) {
-            return Ok(Some(number).filter(|n| *n <= head));
-        }
-        let view = self.db.view().map_err(store)?;
-        Ok(view
-            .number_by_hash(&hash)
-            .map_err(store)?
-            .filter(|number| *number <= head))
-    }
-
-    /// The base fee of the block after the head.
-    fn next_base_fee(&self) -> Result<u64, RpcError> {
-        let view = self.db.view().map_err(store)?;
-        let head = self.header_of(&view, self.sync.applied())?.header;
-        Ok(self.base_fee.next(
-            head.gas_used,
-            head.gas_limit,
-            head.base_fee_per_gas.unwrap_or_default(),
-        ))
-    }
-
-    /// `eth_maxPriorityFeePerGas`: [`SUGGESTED_TIP`] (1 wei). The full node keeps no
-    /// transactions, so it has no paid tips to sample as the sequencer's oracle does; the
-    /// sequencer admits any tip at or above its configured minimum (0 by default) and orders by
-    /// tip, so the smallest positive tip is included whenever blocks are not full. A wallet
-    /// that needs priority asks the sequencer.
-    pub fn max_priority_fee(&self) -> Result<U256, RpcError> {
-        Ok(U256::from(SUGGESTED_TIP))
-    }
-
-    /// `eth_gasPrice`: the next block's base fee (from the head header and the chain's base
-    /// fee rule, as the sequencer computes it) plus [`SUGGESTED_TIP`].
-    pub fn gas_price(&self) -> Result<U256, RpcError> {
-        Ok(U256::from(self.next_base_fee()?) + U256::from(SUGGESTED_TIP))
-    }
-
-    /// `eth_feeHistory` from the headers: base fees (and the next block's) and gas used
-    /// ratios. Reward percentiles are refused: they need the blocks' transactions.
-    pub fn fee_history(
-        &self,
-        count: u64,
-        newest: u64,
-        percentiles: Option<&[f64]>,
-    ) -> Result<FeeHistory, RpcError> {
-        if percentiles.is_some_and(|p| !p.is_empty()) {
-            return Err(
-                self.history_refused("transactions, so no rewards (ask without rewardPercentiles)")
-            );
-        }
-        let count = count.max(1);
-        let oldest = newest.saturating_sub(count - 1);
-        let view = self.db.view().map_err(store)?;
-        let mut history = FeeHistory {
-            oldest_block: oldest,
-            ..FeeHistory::default()
-        };
-        let mut next = None;
-        for number in oldest..=newest {
-            let h = self.header_of(&view, number)?.header;
-            let base = h.base_fee_per_gas.unwrap_or_default();
-            history.base_fee_per_gas.push(u128::from(base));
-            history
-                .gas_used_ratio
-                .push(h.gas_used as f64 / h.gas_limit.max(1) as f64);
-            next = Some(self.base_fee.next(h.gas_used, h.gas_limit, base));
-        }
-        if let Some(next) = next {
-            history.base_fee_per_gas.push(u128::from(next));
-        }
-        Ok(history)
-    }
-}
-
-impl Backend for FullNodeBackend {
-    fn client_version(&self) -> String {
-        format!(
-            "gigas-fullnode/v{}/{}-{}/rust",
-            env!("CARGO_PKG_VERSION"),
-            std::env::consts::OS,
-            std::env::consts::ARCH
-        )
-    }
-
-    fn chain_id(&self) -> u64 {
-        self.chain_id
-    }
-
-    /// Not syncing while at most one block behind the sequencer's head as last seen (a block
-    /// is in flight most of the time); else the block it started from, the durable head and
-    /// the sequencer's.
-    fn syncing(&self) -> SyncStatus {
-        if self.sync.lag() <= 1 {
-            return SyncStatus::None;
-        }
-        SyncStatus::Info(Box::new(SyncInfo {
-            starting_block: U256::from(self.sync.starting()),
-            current_block: U256::from(self.sync.applied()),
-            highest_block: U256::from(self.sync.sequencer_head()),
-            warp_chunks_amount: None,
-            warp_chunks_processed: None,
-            stages: None,
-        }))
-    }
-
-    fn latest(&self) -> u64 {
-        self.sync.applied()
-    }
-
-    fn resolves_latest_at_read(&self) -> bool {
-        true
-    }
-
-    fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError> {
-        self.number_by_hash(hash)
-    }
-
-    fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
-        FullNodeBackend::block(self, number, full)
-    }
-
-    fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
-        FullNodeBackend::header(self, number)
-    }
-
-    fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
-        FullNodeBackend::state_root(self, number)
-    }
-
-    fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
-        // Known only for a block without transactions (the empty root says so).
-        Ok(FullNodeBackend::block(self, number, false)?.map(|_| 0))
-    }
-
-    fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
-        FullNodeBackend::balance(self, address, at)
-    }
-
-    fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
-        FullNodeBackend::nonce(self, address, at)
-    }
-
-    /// The head's nonce: the full node has no pool.
-    fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
-        let (view, _) = self.view_at(LATEST_STATE)?;
-        Ok(Self::account(&view, &address)?.map_or(0, |a| a.nonce))
-    }
-
-    fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
-        FullNodeBackend::code(self, address, at)
-    }
-
-    fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
-        FullNodeBackend::storage(self, address, slot, at)
-    }
-
-    fn proof(
-        &self,
-        address: Address,
-        slots: Vec<U256>,
-        at: u64,
-    ) -> Result<EIP1186AccountProofResponse, RpcError> {
-        FullNodeBackend::proof(self, address, slots, at)
-    }
-
     fn call(
         &self,
         request: TransactionRequest,
@@ -654,21 +562,43 @@ impl Backend for FullNodeBackend {
         )
     }
 
+    /// `eth_gasPrice`: the next block's base fee (from the head header and the chain's base
+    /// fee rule, as the sequencer computes it) plus [`SUGGESTED_TIP`].
     fn gas_price(&self) -> Result<U256, RpcError> {
-        FullNodeBackend::gas_price(self)
+        Ok(U256::from(self.next_base_fee()?) + U256::from(SUGGESTED_TIP))
     }
 
+    /// `eth_maxPriorityFeePerGas`: [`SUGGESTED_TIP`] (1 wei). The full node keeps no
+    /// transactions, so it has no paid tips to sample as the sequencer's oracle does; the
+    /// sequencer admits any tip at or above its configured minimum (0 by default) and orders by
+    /// tip, so the smallest positive tip is included whenever blocks are not full. A wallet
+    /// that needs priority asks the sequencer.
     fn max_priority_fee(&self) -> Result<U256, RpcError> {
-        FullNodeBackend::max_priority_fee(self)
+        Ok(U256::from(SUGGESTED_TIP))
     }
 
-    fn fee_history(
+    /// A block's fees from its header. Reward percentiles are refused: they need the
+    /// blocks' transactions, which a full node does not keep.
+    fn fee_history_block(
         &self,
-        count: u64,
-        newest: u64,
+        number: u64,
         percentiles: Option<&[f64]>,
-    ) -> Result<FeeHistory, RpcError> {
-        FullNodeBackend::fee_history(self, count, newest, percentiles)
+    ) -> Result<Option<FeeHistoryBlock>, RpcError> {
+        if percentiles.is_some_and(|p| !p.is_empty()) {
+            return Err(
+                self.history_refused("transactions, so no rewards (ask without rewardPercentiles)")
+            );
+        }
+        let view = self.db.view().map_err(store)?;
+        let h = self.header_of(&view, number)?.header;
+        let base_fee = h.base_fee_per_gas.unwrap_or_default();
+        Ok(Some(FeeHistoryBlock {
+            base_fee,
+            gas_used: h.gas_used,
+            gas_limit: h.gas_limit,
+            next_base_fee: self.base_fee.next(h.gas_used, h.gas_limit, base_fee),
+            reward: None,
+        }))
     }
 
     /// Refused: a full node has no pool. `TxRejected` (-32000) so that wallets show the text.

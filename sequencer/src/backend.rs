@@ -11,8 +11,8 @@ use alloy_consensus::{ReceiptEnvelope, Transaction as _, TxEnvelope};
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
-    AccessListResult, Block, BlockOverrides, BlockTransactions, FeeHistory, Filter, Log,
-    Transaction, TransactionReceipt, TransactionRequest,
+    AccessListResult, Block, BlockOverrides, BlockTransactions, Filter, Log, Transaction,
+    TransactionReceipt, TransactionRequest,
 };
 use alloy_rpc_types_trace::geth::{
     GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
@@ -25,7 +25,9 @@ use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
 use gigas_evm::trace::{TraceCaps, Tracer};
 use gigas_history::{LogQuery, SealedHeader};
-use gigas_rpc::{Backend, PrestateAccount, PrestateTrace, RpcError, SubscriptionHub};
+use gigas_rpc::{
+    Backend, FeeHistoryBlock, PrestateAccount, PrestateTrace, RpcError, SubscriptionHub,
+};
 use tokio::sync::broadcast;
 
 use crate::node::{CommittedBlock, Node};
@@ -266,191 +268,6 @@ impl SequencerBackend {
         Ok(Some((header, txs)))
     }
 
-    /// The block by number, with hashes or full transactions.
-    pub fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
-        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
-            return Ok(None);
-        };
-        let size = block_size(&header.header, &txs);
-        let transactions = if full {
-            BlockTransactions::Full(
-                txs.into_iter()
-                    .enumerate()
-                    .map(|(i, tx)| rpc_transaction(tx, &header, i))
-                    .collect(),
-            )
-        } else {
-            BlockTransactions::Hashes(txs.iter().map(|tx| *tx.inner().tx_hash()).collect())
-        };
-        let mut rpc = rpc_header(&header.header, header.hash);
-        // `size` is the block's RLP length (header, transactions, no ommers, no withdrawals),
-        // as geth reports it, not the header's alone.
-        rpc.size = Some(U256::from(size));
-        Ok(Some(Block {
-            header: rpc,
-            uncles: Vec::new(),
-            transactions,
-            withdrawals: Some(Default::default()),
-        }))
-    }
-
-    /// The number of the block with `hash`, if it is published.
-    pub fn number_by_hash(&self, hash: B256) -> Result<Option<u64>, RpcError> {
-        let number = self.node.history().number_by_hash(hash).map_err(internal)?;
-        Ok(number.filter(|n| *n <= self.node.head_number()))
-    }
-
-    /// The transaction count of a block.
-    pub fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
-        if self.sealed(number)?.is_none() {
-            return Ok(None);
-        }
-        Ok(self
-            .node
-            .history()
-            .transactions(number)
-            .map_err(internal)?
-            .map(|t| t.len() as u64))
-    }
-
-    /// A transaction by hash: from a published block, or pending (in the pool, or in a sealed
-    /// block not yet published) without block fields, as geth answers.
-    pub fn transaction_by_hash(&self, hash: B256) -> Result<Option<Transaction>, RpcError> {
-        if let Some((location, tx)) = self.node.history().transaction(hash).map_err(internal)? {
-            if let Some(header) = self.sealed(location.block)? {
-                return Ok(Some(rpc_transaction(tx, &header, location.index as usize)));
-            }
-        }
-        // In the pool, or sealed into a block not yet published: pending either way.
-        let pending = match self.node.pool().get(hash) {
-            Some(pooled) => Some(pooled.tx.clone()),
-            None => self.node.in_flight_transaction(hash),
-        };
-        Ok(pending.map(|inner| Transaction {
-            inner,
-            block_hash: None,
-            block_number: None,
-            transaction_index: None,
-            effective_gas_price: None,
-            block_timestamp: None,
-        }))
-    }
-
-    /// The receipt of a transaction in a published block. Only its own receipt is converted:
-    /// wallets poll this while they wait, and a block may hold thousands of transactions.
-    pub fn receipt(&self, hash: B256) -> Result<Option<TransactionReceipt>, RpcError> {
-        let history = self.node.history();
-        let Some((location, tx)) = history.transaction(hash).map_err(internal)? else {
-            return Ok(None);
-        };
-        let Some(header) = self.sealed(location.block)? else {
-            return Ok(None);
-        };
-        let mut receipts = history
-            .receipts(location.block)
-            .map_err(internal)?
-            .unwrap_or_default();
-        let index = location.index as usize;
-        if index >= receipts.len() {
-            return Err(internal(format!(
-                "block {} has {} receipts, transaction {hash} is at index {index}",
-                location.block,
-                receipts.len()
-            )));
-        }
-        let gas_before = index
-            .checked_sub(1)
-            .map_or(0, |i| receipts[i].cumulative_gas_used());
-        let logs_before: usize = receipts[..index].iter().map(|r| r.logs().len()).sum();
-        let receipt = receipts.swap_remove(index);
-        Ok(Some(rpc_receipt(
-            &header,
-            &tx,
-            receipt,
-            index,
-            gas_before,
-            logs_before as u64,
-        )))
-    }
-
-    /// Every receipt of a block.
-    pub fn block_receipts(&self, number: u64) -> Result<Option<Vec<TransactionReceipt>>, RpcError> {
-        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
-            return Ok(None);
-        };
-        let history = self.node.history();
-        let receipts = history
-            .receipts(number)
-            .map_err(internal)?
-            .unwrap_or_default();
-        Ok(Some(rpc_receipts(&header, &txs, receipts)))
-    }
-
-    /// Logs of the published blocks `from..=to` matching `filter`.
-    pub fn logs(
-        &self,
-        from: u64,
-        to: u64,
-        filter: &Filter,
-        limit: usize,
-    ) -> Result<Vec<Log>, RpcError> {
-        let to = to.min(self.node.head_number());
-        if from > to {
-            return Ok(Vec::new());
-        }
-        let mut topics: [Option<Vec<B256>>; 4] = Default::default();
-        for (i, t) in filter.topics.iter().enumerate() {
-            if !t.is_empty() {
-                topics[i] = Some(t.iter().copied().collect());
-            }
-        }
-        let query = LogQuery {
-            from,
-            to,
-            addresses: filter.address.iter().copied().collect(),
-            topics,
-        };
-        let deadline = gigas_rpc::deadline::remaining().map(|left| Instant::now() + left);
-        let found = self
-            .node
-            .history()
-            .logs_until(&query, limit, deadline)
-            .map_err(|e| match e {
-                gigas_history::HistoryError::TooManyLogs { limit } => RpcError::TooManyLogs(limit),
-                timed_out @ gigas_history::HistoryError::LogScanTimedOut { .. } => {
-                    RpcError::Timeout(format!(
-                        "eth_getLogs: {timed_out}; ask for a narrower range"
-                    ))
-                }
-                other => internal(other),
-            })?;
-        let mut timestamps: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut out = Vec::with_capacity(found.len());
-        for log in found {
-            let timestamp = match timestamps.get(&log.block_number) {
-                Some(t) => *t,
-                None => {
-                    let t = self
-                        .sealed(log.block_number)?
-                        .map_or(0, |h| h.header.timestamp);
-                    timestamps.insert(log.block_number, t);
-                    t
-                }
-            };
-            out.push(Log {
-                inner: log.log,
-                block_hash: Some(log.block_hash),
-                block_number: Some(log.block_number),
-                block_timestamp: Some(timestamp),
-                transaction_hash: Some(log.tx_hash),
-                transaction_index: Some(log.tx_index as u64),
-                log_index: Some(log.log_index as u64),
-                removed: false,
-            });
-        }
-        Ok(out)
-    }
-
     /// Reads state at the end of block `at` through `f`.
     pub fn at<T>(
         &self,
@@ -461,52 +278,6 @@ impl SequencerBackend {
             return Err(RpcError::HeaderNotFound);
         }
         self.node.with_state_at(at, f).map_err(state_error)
-    }
-
-    /// The balance of `address` at block `at`.
-    pub fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
-        self.at(at, |db| {
-            Ok(db
-                .account(&address)?
-                .map_or(U256::ZERO, |a| a.state.balance))
-        })
-    }
-
-    /// The nonce of `address` at block `at`.
-    pub fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
-        self.at(at, |db| {
-            Ok(db.account(&address)?.map_or(0, |a| a.state.nonce))
-        })
-    }
-
-    /// The next nonce of `address` counting its pending pool transactions and those of blocks
-    /// sealed but not yet published (ethers and viem ask for it before every send).
-    ///
-    /// The pool is read before the tip: a transaction is in the pool until the producer has
-    /// put its block in flight, and in flight until the block is in the state, so whichever
-    /// moment the two reads fall on, one of them counts it.
-    pub fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
-        let pooled = self.node.pool().pending_nonce(address);
-        let tip = self.node.tip_nonce(address).map_err(internal)?;
-        Ok(pooled.map_or(tip, |n| n.max(tip)))
-    }
-
-    /// The code of `address` at block `at`.
-    pub fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
-        self.at(at, |db| {
-            let Some(account) = db.account(&address)? else {
-                return Ok(Bytes::new());
-            };
-            Ok(db
-                .code_by_hash_ref(account.state.code_hash)?
-                .original_bytes())
-        })
-    }
-
-    /// A storage slot of `address` at block `at`.
-    pub fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
-        let slot = U256::from_be_bytes(slot.0);
-        self.at(at, |db| Ok(B256::from(db.storage_ref(address, slot)?)))
     }
 
     /// `eth_call`.
@@ -547,176 +318,6 @@ impl SequencerBackend {
         block: Option<&BlockOverrides>,
     ) -> Result<u64, RpcError> {
         self.calls_at(at, |calls| calls.estimate_gas(req, state, block))
-    }
-
-    /// `eth_maxPriorityFeePerGas`, as geth's oracle suggests it: the median of the three
-    /// lowest tips paid in each of the last 20 blocks, at least 0.001 gwei so that wallets
-    /// never offer a zero tip to a busy pool. Each block's sample is taken once (from the
-    /// committed block, or from the history for blocks from before this process started).
-    pub fn max_priority_fee(&self) -> Result<U256, RpcError> {
-        let head = self.node.head_number();
-        let oldest = head.saturating_sub(TIP_BLOCKS - 1);
-        let missing: Vec<u64> = {
-            let samples = lock(&self.tips);
-            (oldest..=head)
-                .filter(|n| !samples.contains_key(n))
-                .collect()
-        };
-        for number in missing {
-            let Some((header, txs)) = self.sealed_with_transactions(number)? else {
-                continue;
-            };
-            let sample = lowest_tips(&txs, header.header.base_fee_per_gas.unwrap_or_default());
-            lock(&self.tips).insert(number, sample);
-        }
-        let mut tips: Vec<u128> = {
-            let mut samples = lock(&self.tips);
-            samples.retain(|n, _| *n >= oldest);
-            samples.values().flatten().copied().collect()
-        };
-        tips.sort_unstable();
-        let median = tips.get(tips.len() / 2).copied().unwrap_or_default();
-        Ok(U256::from(median.max(MIN_SUGGESTED_TIP)))
-    }
-
-    /// `eth_gasPrice`: the next block's base fee plus the suggested tip.
-    pub fn gas_price(&self) -> Result<U256, RpcError> {
-        Ok(U256::from(self.node.next_base_fee()) + self.max_priority_fee()?)
-    }
-
-    /// `eth_feeHistory` over up to 1,024 blocks ending at `newest`.
-    pub fn fee_history(
-        &self,
-        count: u64,
-        newest: u64,
-        percentiles: Option<&[f64]>,
-    ) -> Result<FeeHistory, RpcError> {
-        let count = count.clamp(1, 1024);
-        if let Some(p) = percentiles {
-            if p.len() > 100
-                || p.windows(2).any(|w| w[0] > w[1])
-                || p.iter().any(|x| !(0.0..=100.0).contains(x))
-            {
-                return Err(RpcError::InvalidParams(
-                    "reward percentiles must be at most 100 values, ascending, within 0..=100"
-                        .into(),
-                ));
-            }
-        }
-        let newest = newest.min(self.node.head_number());
-        let oldest = newest.saturating_sub(count - 1);
-        let mut base_fee_per_gas = Vec::new();
-        let mut gas_used_ratio = Vec::new();
-        let mut reward = Vec::new();
-        let mut last = None;
-        for number in oldest..=newest {
-            gigas_rpc::deadline::check("eth_feeHistory")?;
-            let Some(header) = self.sealed(number)? else {
-                continue;
-            };
-            let h = &header.header;
-            let base = h.base_fee_per_gas.unwrap_or_default();
-            base_fee_per_gas.push(base as u128);
-            gas_used_ratio.push(h.gas_used as f64 / h.gas_limit.max(1) as f64);
-            if let Some(p) = percentiles {
-                let txs = self
-                    .node
-                    .history()
-                    .transactions(number)
-                    .map_err(internal)?
-                    .unwrap_or_default();
-                let receipts = self
-                    .node
-                    .history()
-                    .receipts(number)
-                    .map_err(internal)?
-                    .unwrap_or_default();
-                reward.push(rewards(&txs, &receipts, base, h.gas_used, p));
-            }
-            last = Some(
-                self.node
-                    .config()
-                    .chain
-                    .base_fee
-                    .next(h.gas_used, h.gas_limit, base),
-            );
-        }
-        if let Some(next) = last {
-            base_fee_per_gas.push(next as u128);
-        }
-        Ok(FeeHistory {
-            base_fee_per_gas,
-            gas_used_ratio,
-            base_fee_per_blob_gas: Vec::new(),
-            blob_gas_used_ratio: Vec::new(),
-            oldest_block: oldest,
-            reward: percentiles.map(|_| reward),
-        })
-    }
-
-    /// `debug_traceBlockByNumber` with the prestate tracer: for each transaction of block
-    /// `number`, the accounts and slots it read or wrote as they were before it.
-    pub fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
-        let replay = self.replay(
-            number,
-            format!("debug_traceBlockByNumber of block {number}"),
-        )?;
-        self.at(number - 1, |db| {
-            let mut cache = CacheDB::new(WrapDatabaseRef(db));
-            let mut out = Vec::with_capacity(replay.txs.len());
-            for tx in &replay.txs {
-                if let Err(e) = replay.check() {
-                    return Ok(Err(e));
-                }
-                let done = replay.run(&mut cache, tx)?;
-                let mut result = BTreeMap::new();
-                for (address, account) in &done.state {
-                    use gigas_evm::revm::database_interface::Database;
-                    let pre: Option<AccountInfo> = cache
-                        .basic(*address)
-                        .map_err(|e| crate::state::StateError::History(format!("tracing: {e}")))?;
-                    let pre = pre.unwrap_or_default();
-                    let code = if pre.code_hash == alloy_primitives::KECCAK256_EMPTY {
-                        None
-                    } else {
-                        Some(
-                            cache
-                                .code_by_hash(pre.code_hash)
-                                .map(|c: Bytecode| c.original_bytes())
-                                .map_err(|e| {
-                                    crate::state::StateError::History(format!("tracing: {e}"))
-                                })?,
-                        )
-                    };
-                    let storage: BTreeMap<B256, B256> = account
-                        .storage
-                        .iter()
-                        .map(|(slot, value)| {
-                            (B256::from(*slot), B256::from(value.original_value()))
-                        })
-                        .collect();
-                    result.insert(
-                        *address,
-                        PrestateAccount {
-                            balance: pre.balance,
-                            nonce: pre.nonce,
-                            code,
-                            storage,
-                        },
-                    );
-                }
-                use gigas_evm::revm::database_interface::DatabaseCommit;
-                cache.commit(done.state);
-                out.push(PrestateTrace {
-                    tx_hash: *tx.inner().tx_hash(),
-                    result,
-                });
-            }
-            if let Err(e) = replay.check() {
-                return Ok(Err(e));
-            }
-            Ok(Ok(out))
-        })?
     }
 }
 
@@ -854,21 +455,6 @@ impl SequencerBackend {
             queued: group(content.queued),
         }
     }
-
-    /// Transaction `index` of published block `number`.
-    pub fn transaction_by_block_and_index(
-        &self,
-        number: u64,
-        index: usize,
-    ) -> Result<Option<Transaction>, RpcError> {
-        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
-            return Ok(None);
-        };
-        Ok(txs
-            .into_iter()
-            .nth(index)
-            .map(|tx| rpc_transaction(tx, &header, index)))
-    }
 }
 
 /// A block's transactions with their senders, as the history returns them.
@@ -983,36 +569,97 @@ impl Backend for SequencerBackend {
         self.node.head_number()
     }
 
+    /// The number of the block with `hash`, if it is published.
     fn block_number(&self, hash: B256) -> Result<Option<u64>, RpcError> {
-        self.number_by_hash(hash)
+        let number = self.node.history().number_by_hash(hash).map_err(internal)?;
+        Ok(number.filter(|n| *n <= self.node.head_number()))
     }
 
+    /// The block by number, with hashes or full transactions.
     fn block(&self, number: u64, full: bool) -> Result<Option<Block>, RpcError> {
-        SequencerBackend::block(self, number, full)
+        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
+            return Ok(None);
+        };
+        let size = block_size(&header.header, &txs);
+        let transactions = if full {
+            BlockTransactions::Full(
+                txs.into_iter()
+                    .enumerate()
+                    .map(|(i, tx)| rpc_transaction(tx, &header, i))
+                    .collect(),
+            )
+        } else {
+            BlockTransactions::Hashes(txs.iter().map(|tx| *tx.inner().tx_hash()).collect())
+        };
+        let mut rpc = rpc_header(&header.header, header.hash);
+        // `size` is the block's RLP length (header, transactions, no ommers, no withdrawals),
+        // as geth reports it, not the header's alone.
+        rpc.size = Some(U256::from(size));
+        Ok(Some(Block {
+            header: rpc,
+            uncles: Vec::new(),
+            transactions,
+            withdrawals: Some(Default::default()),
+        }))
     }
 
+    /// The transaction count of a block.
     fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
-        SequencerBackend::block_transaction_count(self, number)
+        if self.sealed(number)?.is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .node
+            .history()
+            .transactions(number)
+            .map_err(internal)?
+            .map(|t| t.len() as u64))
     }
 
+    /// The balance of `address` at block `at`.
     fn balance(&self, address: Address, at: u64) -> Result<U256, RpcError> {
-        SequencerBackend::balance(self, address, at)
+        self.at(at, |db| {
+            Ok(db
+                .account(&address)?
+                .map_or(U256::ZERO, |a| a.state.balance))
+        })
     }
 
+    /// The nonce of `address` at block `at`.
     fn nonce(&self, address: Address, at: u64) -> Result<u64, RpcError> {
-        SequencerBackend::nonce(self, address, at)
+        self.at(at, |db| {
+            Ok(db.account(&address)?.map_or(0, |a| a.state.nonce))
+        })
     }
 
+    /// The next nonce of `address` counting its pending pool transactions and those of blocks
+    /// sealed but not yet published (ethers and viem ask for it before every send).
+    ///
+    /// The pool is read before the tip: a transaction is in the pool until the producer has
+    /// put its block in flight, and in flight until the block is in the state, so whichever
+    /// moment the two reads fall on, one of them counts it.
     fn pending_nonce(&self, address: Address) -> Result<u64, RpcError> {
-        SequencerBackend::pending_nonce(self, address)
+        let pooled = self.node.pool().pending_nonce(address);
+        let tip = self.node.tip_nonce(address).map_err(internal)?;
+        Ok(pooled.map_or(tip, |n| n.max(tip)))
     }
 
+    /// The code of `address` at block `at`.
     fn code(&self, address: Address, at: u64) -> Result<Bytes, RpcError> {
-        SequencerBackend::code(self, address, at)
+        self.at(at, |db| {
+            let Some(account) = db.account(&address)? else {
+                return Ok(Bytes::new());
+            };
+            Ok(db
+                .code_by_hash_ref(account.state.code_hash)?
+                .original_bytes())
+        })
     }
 
+    /// A storage slot of `address` at block `at`.
     fn storage(&self, address: Address, slot: B256, at: u64) -> Result<B256, RpcError> {
-        SequencerBackend::storage(self, address, slot, at)
+        let slot = U256::from_be_bytes(slot.0);
+        self.at(at, |db| Ok(B256::from(db.storage_ref(address, slot)?)))
     }
 
     fn call(
@@ -1045,21 +692,79 @@ impl Backend for SequencerBackend {
         )
     }
 
+    /// `eth_gasPrice`: the next block's base fee plus the suggested tip.
     fn gas_price(&self) -> Result<U256, RpcError> {
-        SequencerBackend::gas_price(self)
+        Ok(U256::from(self.node.next_base_fee()) + self.max_priority_fee()?)
     }
 
+    /// `eth_maxPriorityFeePerGas`, as geth's oracle suggests it: the median of the three
+    /// lowest tips paid in each of the last 20 blocks, at least 0.001 gwei so that wallets
+    /// never offer a zero tip to a busy pool. Each block's sample is taken once (from the
+    /// committed block, or from the history for blocks from before this process started).
     fn max_priority_fee(&self) -> Result<U256, RpcError> {
-        SequencerBackend::max_priority_fee(self)
+        let head = self.node.head_number();
+        let oldest = head.saturating_sub(TIP_BLOCKS - 1);
+        let missing: Vec<u64> = {
+            let samples = lock(&self.tips);
+            (oldest..=head)
+                .filter(|n| !samples.contains_key(n))
+                .collect()
+        };
+        for number in missing {
+            let Some((header, txs)) = self.sealed_with_transactions(number)? else {
+                continue;
+            };
+            let sample = lowest_tips(&txs, header.header.base_fee_per_gas.unwrap_or_default());
+            lock(&self.tips).insert(number, sample);
+        }
+        let mut tips: Vec<u128> = {
+            let mut samples = lock(&self.tips);
+            samples.retain(|n, _| *n >= oldest);
+            samples.values().flatten().copied().collect()
+        };
+        tips.sort_unstable();
+        let median = tips.get(tips.len() / 2).copied().unwrap_or_default();
+        Ok(U256::from(median.max(MIN_SUGGESTED_TIP)))
     }
 
-    fn fee_history(
+    /// A sealed block's fees from its header, and its rewards from its transactions and
+    /// receipts in the history store.
+    fn fee_history_block(
         &self,
-        count: u64,
-        newest: u64,
+        number: u64,
         percentiles: Option<&[f64]>,
-    ) -> Result<FeeHistory, RpcError> {
-        SequencerBackend::fee_history(self, count, newest, percentiles)
+    ) -> Result<Option<FeeHistoryBlock>, RpcError> {
+        let Some(header) = self.sealed(number)? else {
+            return Ok(None);
+        };
+        let h = &header.header;
+        let base_fee = h.base_fee_per_gas.unwrap_or_default();
+        let reward = match percentiles {
+            Some(p) => {
+                let history = self.node.history();
+                let txs = history
+                    .transactions(number)
+                    .map_err(internal)?
+                    .unwrap_or_default();
+                let receipts = history
+                    .receipts(number)
+                    .map_err(internal)?
+                    .unwrap_or_default();
+                Some(rewards(&txs, &receipts, base_fee, h.gas_used, p))
+            }
+            None => None,
+        };
+        Ok(Some(FeeHistoryBlock {
+            base_fee,
+            gas_used: h.gas_used,
+            gas_limit: h.gas_limit,
+            next_base_fee: self.node.config().chain.base_fee.next(
+                h.gas_used,
+                h.gas_limit,
+                base_fee,
+            ),
+            reward,
+        }))
     }
 
     async fn send_raw_transaction(&self, raw: Bytes) -> Result<B256, RpcError> {
@@ -1082,18 +787,80 @@ impl Backend for SequencerBackend {
         })
     }
 
+    /// A transaction by hash: from a published block, or pending (in the pool, or in a sealed
+    /// block not yet published) without block fields, as geth answers.
     fn transaction_by_hash(&self, hash: B256) -> Result<Option<Transaction>, RpcError> {
-        SequencerBackend::transaction_by_hash(self, hash)
+        if let Some((location, tx)) = self.node.history().transaction(hash).map_err(internal)? {
+            if let Some(header) = self.sealed(location.block)? {
+                return Ok(Some(rpc_transaction(tx, &header, location.index as usize)));
+            }
+        }
+        // In the pool, or sealed into a block not yet published: pending either way.
+        let pending = match self.node.pool().get(hash) {
+            Some(pooled) => Some(pooled.tx.clone()),
+            None => self.node.in_flight_transaction(hash),
+        };
+        Ok(pending.map(|inner| Transaction {
+            inner,
+            block_hash: None,
+            block_number: None,
+            transaction_index: None,
+            effective_gas_price: None,
+            block_timestamp: None,
+        }))
     }
 
+    /// The receipt of a transaction in a published block. Only its own receipt is converted:
+    /// wallets poll this while they wait, and a block may hold thousands of transactions.
     fn receipt(&self, hash: B256) -> Result<Option<TransactionReceipt>, RpcError> {
-        SequencerBackend::receipt(self, hash)
+        let history = self.node.history();
+        let Some((location, tx)) = history.transaction(hash).map_err(internal)? else {
+            return Ok(None);
+        };
+        let Some(header) = self.sealed(location.block)? else {
+            return Ok(None);
+        };
+        let mut receipts = history
+            .receipts(location.block)
+            .map_err(internal)?
+            .unwrap_or_default();
+        let index = location.index as usize;
+        if index >= receipts.len() {
+            return Err(internal(format!(
+                "block {} has {} receipts, transaction {hash} is at index {index}",
+                location.block,
+                receipts.len()
+            )));
+        }
+        let gas_before = index
+            .checked_sub(1)
+            .map_or(0, |i| receipts[i].cumulative_gas_used());
+        let logs_before: usize = receipts[..index].iter().map(|r| r.logs().len()).sum();
+        let receipt = receipts.swap_remove(index);
+        Ok(Some(rpc_receipt(
+            &header,
+            &tx,
+            receipt,
+            index,
+            gas_before,
+            logs_before as u64,
+        )))
     }
 
+    /// Every receipt of a block.
     fn block_receipts(&self, number: u64) -> Result<Option<Vec<TransactionReceipt>>, RpcError> {
-        SequencerBackend::block_receipts(self, number)
+        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
+            return Ok(None);
+        };
+        let history = self.node.history();
+        let receipts = history
+            .receipts(number)
+            .map_err(internal)?
+            .unwrap_or_default();
+        Ok(Some(rpc_receipts(&header, &txs, receipts)))
     }
 
+    /// Logs of the published blocks `from..=to` matching `filter`.
     fn logs(
         &self,
         from: u64,
@@ -1101,27 +868,149 @@ impl Backend for SequencerBackend {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<Log>, RpcError> {
-        SequencerBackend::logs(self, from, to, filter, limit)
+        let to = to.min(self.node.head_number());
+        if from > to {
+            return Ok(Vec::new());
+        }
+        let mut topics: [Option<Vec<B256>>; 4] = Default::default();
+        for (i, t) in filter.topics.iter().enumerate() {
+            if !t.is_empty() {
+                topics[i] = Some(t.iter().copied().collect());
+            }
+        }
+        let query = LogQuery {
+            from,
+            to,
+            addresses: filter.address.iter().copied().collect(),
+            topics,
+        };
+        let deadline = gigas_rpc::deadline::remaining().map(|left| Instant::now() + left);
+        let found = self
+            .node
+            .history()
+            .logs_until(&query, limit, deadline)
+            .map_err(|e| match e {
+                gigas_history::HistoryError::TooManyLogs { limit } => RpcError::TooManyLogs(limit),
+                timed_out @ gigas_history::HistoryError::LogScanTimedOut { .. } => {
+                    RpcError::Timeout(format!(
+                        "eth_getLogs: {timed_out}; ask for a narrower range"
+                    ))
+                }
+                other => internal(other),
+            })?;
+        let mut timestamps: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut out = Vec::with_capacity(found.len());
+        for log in found {
+            let timestamp = match timestamps.get(&log.block_number) {
+                Some(t) => *t,
+                None => {
+                    let t = self
+                        .sealed(log.block_number)?
+                        .map_or(0, |h| h.header.timestamp);
+                    timestamps.insert(log.block_number, t);
+                    t
+                }
+            };
+            out.push(Log {
+                inner: log.log,
+                block_hash: Some(log.block_hash),
+                block_number: Some(log.block_number),
+                block_timestamp: Some(timestamp),
+                transaction_hash: Some(log.tx_hash),
+                transaction_index: Some(log.tx_index as u64),
+                log_index: Some(log.log_index as u64),
+                removed: false,
+            });
+        }
+        Ok(out)
     }
 
     fn subscriptions(&self) -> &SubscriptionHub {
         &self.hub
     }
 
+    /// `debug_traceBlockByNumber` with the prestate tracer: for each transaction of block
+    /// `number`, the accounts and slots it read or wrote as they were before it.
     fn trace_block_prestate(&self, number: u64) -> Result<Vec<PrestateTrace>, RpcError> {
-        SequencerBackend::trace_block_prestate(self, number)
+        let replay = self.replay(
+            number,
+            format!("debug_traceBlockByNumber of block {number}"),
+        )?;
+        self.at(number - 1, |db| {
+            let mut cache = CacheDB::new(WrapDatabaseRef(db));
+            let mut out = Vec::with_capacity(replay.txs.len());
+            for tx in &replay.txs {
+                if let Err(e) = replay.check() {
+                    return Ok(Err(e));
+                }
+                let done = replay.run(&mut cache, tx)?;
+                let mut result = BTreeMap::new();
+                for (address, account) in &done.state {
+                    use gigas_evm::revm::database_interface::Database;
+                    let pre: Option<AccountInfo> = cache
+                        .basic(*address)
+                        .map_err(|e| crate::state::StateError::History(format!("tracing: {e}")))?;
+                    let pre = pre.unwrap_or_default();
+                    let code = if pre.code_hash == alloy_primitives::KECCAK256_EMPTY {
+                        None
+                    } else {
+                        Some(
+                            cache
+                                .code_by_hash(pre.code_hash)
+                                .map(|c: Bytecode| c.original_bytes())
+                                .map_err(|e| {
+                                    crate::state::StateError::History(format!("tracing: {e}"))
+                                })?,
+                        )
+                    };
+                    let storage: BTreeMap<B256, B256> = account
+                        .storage
+                        .iter()
+                        .map(|(slot, value)| {
+                            (B256::from(*slot), B256::from(value.original_value()))
+                        })
+                        .collect();
+                    result.insert(
+                        *address,
+                        PrestateAccount {
+                            balance: pre.balance,
+                            nonce: pre.nonce,
+                            code,
+                            storage,
+                        },
+                    );
+                }
+                use gigas_evm::revm::database_interface::DatabaseCommit;
+                cache.commit(done.state);
+                out.push(PrestateTrace {
+                    tx_hash: *tx.inner().tx_hash(),
+                    result,
+                });
+            }
+            if let Err(e) = replay.check() {
+                return Ok(Err(e));
+            }
+            Ok(Ok(out))
+        })?
     }
 
     fn block_hash(&self, number: u64) -> Result<Option<B256>, RpcError> {
         Ok(self.sealed(number)?.map(|h| h.hash))
     }
 
+    /// Transaction `index` of published block `number`.
     fn transaction_by_block_and_index(
         &self,
         number: u64,
         index: usize,
     ) -> Result<Option<Transaction>, RpcError> {
-        SequencerBackend::transaction_by_block_and_index(self, number, index)
+        let Some((header, txs)) = self.sealed_with_transactions(number)? else {
+            return Ok(None);
+        };
+        Ok(txs
+            .into_iter()
+            .nth(index)
+            .map(|tx| rpc_transaction(tx, &header, index)))
     }
 
     fn create_access_list(

@@ -192,6 +192,14 @@ pub struct FullnodeArgs {
     /// from the page cache, so that every page the run reads is charged to its cgroup.
     #[arg(long, value_delimiter = ',', value_name = "SIZE")]
     pub memory_limit: Vec<String>,
+    /// The group's memory bound (`gigas-fullnode --commit-bytes`); `auto`, the default,
+    /// sizes it from the run's limit as the node does (512 MiB without one).
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_size)]
+    pub commit_bytes: gigas_fullnode::cli::AutoSize,
+    /// MDBX's dirty-page bound (`gigas-fullnode --db.max-dirty`); `auto`, the default, sizes
+    /// it from the run's limit as the node does (256 MiB without one).
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_size)]
+    pub max_dirty: gigas_fullnode::cli::AutoSize,
     /// Loaded blocks applied before each run's clock starts (they bring the workload's hot
     /// accounts into memory, as a node that has been running holds them).
     #[arg(long, default_value_t = 0)]

@@ -986,6 +986,12 @@ impl Replay<'_> {
             options.max_dirty_bytes = gigas_fullnode::memory::auto_dirty_bytes(limit);
             writer_options.max_group_bytes = gigas_fullnode::memory::auto_group_bytes(limit);
         }
+        if let Some(bytes) = self.args.max_dirty.0 {
+            options.max_dirty_bytes = bytes;
+        }
+        if let Some(bytes) = self.args.commit_bytes.0 {
+            writer_options.max_group_bytes = bytes.max(1);
+        }
         let every_commit = options.durability.every_commit();
         let db = StateDb::open(dir, options)?;
         let mut applier = Applier::new(&db, writer_options, self.sequencer)?;

@@ -26,6 +26,21 @@ use crate::RpcError;
 /// [resolves it at read time](Backend::resolves_latest_at_read).
 pub const LATEST_STATE: u64 = u64::MAX;
 
+/// One block's fees, as `eth_feeHistory` reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeeHistoryBlock {
+    /// Its base fee per gas.
+    pub base_fee: u64,
+    /// Gas its transactions used.
+    pub gas_used: u64,
+    /// Its gas limit.
+    pub gas_limit: u64,
+    /// The base fee of the block after it, by the chain's rule.
+    pub next_base_fee: u64,
+    /// The tips paid at each asked percentile of its gas (`None` when none were asked).
+    pub reward: Option<Vec<u128>>,
+}
+
 /// The storage and execution side of a node, as the RPC layer sees it.
 ///
 /// The RPC layer parses requests, resolves block tags and hashes to numbers (with
@@ -148,13 +163,48 @@ pub trait Backend: Send + Sync + 'static {
     fn max_priority_fee(&self) -> Result<U256, RpcError>;
     /// `eth_feeHistory` for the `count` blocks ending at `newest` (both checked: `count >= 1`,
     /// `count <= newest + 1`, `count` within the configured bound; `percentiles` ascending in
-    /// 0..=100).
+    /// 0..=100, never empty). By default, from [`Backend::fee_history_block`] of each block,
+    /// oldest first: a block it does not have is left out, and the next block's base fee
+    /// follows the newest one's.
     fn fee_history(
         &self,
         count: u64,
         newest: u64,
         percentiles: Option<&[f64]>,
-    ) -> Result<FeeHistory, RpcError>;
+    ) -> Result<FeeHistory, RpcError> {
+        let oldest = newest.saturating_sub(count.max(1) - 1);
+        let mut history = FeeHistory {
+            oldest_block: oldest,
+            reward: percentiles.map(|_| Vec::new()),
+            ..FeeHistory::default()
+        };
+        let mut next = None;
+        for number in oldest..=newest {
+            crate::deadline::check("eth_feeHistory")?;
+            let Some(block) = self.fee_history_block(number, percentiles)? else {
+                continue;
+            };
+            history.base_fee_per_gas.push(u128::from(block.base_fee));
+            history
+                .gas_used_ratio
+                .push(block.gas_used as f64 / block.gas_limit.max(1) as f64);
+            if let (Some(rewards), Some(reward)) = (history.reward.as_mut(), block.reward) {
+                rewards.push(reward);
+            }
+            next = Some(block.next_base_fee);
+        }
+        if let Some(next) = next {
+            history.base_fee_per_gas.push(u128::from(next));
+        }
+        Ok(history)
+    }
+    /// One block's part of `eth_feeHistory` (see [`FeeHistoryBlock`]), with its rewards at
+    /// `percentiles` where they are asked; `None` for a block the node does not have.
+    fn fee_history_block(
+        &self,
+        number: u64,
+        percentiles: Option<&[f64]>,
+    ) -> Result<Option<FeeHistoryBlock>, RpcError>;
     /// `eth_sendRawTransaction`: decode, check, admit to the pool and answer the hash. A
     /// rejection is [`RpcError::TxRejected`] with the pool's words; bad bytes are
     /// [`RpcError::InvalidParams`].

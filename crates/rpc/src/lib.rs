@@ -57,8 +57,8 @@ mod middleware;
 mod server;
 
 pub use backend::{
-    Backend, PrestateAccount, PrestateTrace, StateRoots, SubscriptionBuffers, SubscriptionHub,
-    LATEST_STATE,
+    Backend, FeeHistoryBlock, PrestateAccount, PrestateTrace, StateRoots, SubscriptionBuffers,
+    SubscriptionHub, LATEST_STATE,
 };
 pub use error::{codes, RpcError};
 pub use filters::FilterLimits;

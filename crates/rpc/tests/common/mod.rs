@@ -21,14 +21,15 @@ use alloy_primitives::{
 };
 use alloy_rpc_types_eth::state::EvmOverrides;
 use alloy_rpc_types_eth::{
-    Block, BlockTransactions, FeeHistory, Filter, Header, Log, Transaction, TransactionReceipt,
+    Block, BlockTransactions, Filter, Header, Log, Transaction, TransactionReceipt,
     TransactionRequest,
 };
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{Revert, SolError};
 use gigas_rpc::{
-    Backend, PrestateAccount, PrestateTrace, RpcError, SubscriptionBuffers, SubscriptionHub,
+    Backend, FeeHistoryBlock, PrestateAccount, PrestateTrace, RpcError, SubscriptionBuffers,
+    SubscriptionHub,
 };
 
 pub const CHAIN_ID: u64 = 1337;
@@ -390,21 +391,18 @@ impl Backend for TestBackend {
         Ok(U256::from(TIP))
     }
 
-    fn fee_history(
+    fn fee_history_block(
         &self,
-        count: u64,
-        newest: u64,
+        _number: u64,
         percentiles: Option<&[f64]>,
-    ) -> Result<FeeHistory, RpcError> {
-        let oldest = newest + 1 - count;
-        Ok(FeeHistory {
-            base_fee_per_gas: vec![u128::from(BASE_FEE); count as usize + 1],
-            gas_used_ratio: vec![0.5; count as usize],
-            base_fee_per_blob_gas: Vec::new(),
-            blob_gas_used_ratio: Vec::new(),
-            oldest_block: oldest,
-            reward: percentiles.map(|p| vec![vec![TIP; p.len()]; count as usize]),
-        })
+    ) -> Result<Option<FeeHistoryBlock>, RpcError> {
+        Ok(Some(FeeHistoryBlock {
+            base_fee: BASE_FEE,
+            gas_used: 1,
+            gas_limit: 2,
+            next_base_fee: BASE_FEE,
+            reward: percentiles.map(|p| vec![TIP; p.len()]),
+        }))
     }
 
     fn send_raw_transaction(
