@@ -422,4 +422,157 @@ mod tests {
             None
         );
     }
+
+    /// The open group's code, key-index and header rows are held in memory until the commit
+    /// (or an idle write): the writer reads them, a view does not, a key indexed twice is
+    /// refused from either place, and after the commit a view finds all of them.
+    #[test]
+    fn the_groups_code_index_and_header_rows_are_read_before_and_after_their_commit() {
+        use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
+        use gigas_statediff::StateKey;
+
+        let dir = tempfile::tempdir().unwrap();
+        let options = StateDbOptions {
+            max_size_bytes: 1 << 30,
+            growth_step_bytes: 16 << 20,
+            ..StateDbOptions::default()
+        };
+        let db = StateDb::open(dir.path(), options).unwrap();
+        let genesis = Header::default();
+        let mut parent = genesis.hash_slow();
+        db.apply_genesis(
+            GenesisBlock {
+                header: &genesis,
+                hash: parent,
+                signature: None,
+            },
+            std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
+            16,
+        )
+        .unwrap();
+        let base = db.view().unwrap().index_len().unwrap();
+        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        let mut blocks = Vec::new();
+        let mut keys = Vec::new();
+        let mut codes = Vec::new();
+        for number in 1..=6u64 {
+            let header = Header {
+                number,
+                parent_hash: parent,
+                ..Header::default()
+            };
+            parent = header.hash_slow();
+            let code = Bytes::from(vec![0x60, number as u8, 0x00]);
+            let mut changes = gigas_primitives::ChangeSetBuilder::new();
+            changes.bytecode(code.clone());
+            let new_keys = [
+                StateKey::Account(Address::with_last_byte(number as u8)),
+                StateKey::Slot(Address::with_last_byte(number as u8), U256::from(number)),
+            ];
+            writer
+                .apply(BlockToApply {
+                    header: &header,
+                    hash: parent,
+                    signature: None,
+                    changes: &changes.build(),
+                    new_keys: &new_keys,
+                })
+                .unwrap();
+            keys.extend(new_keys);
+            codes.push((keccak256(&code), code));
+            blocks.push((number, parent));
+            if number == 3 {
+                // The first half goes into the transaction, the rest stays in the rows.
+                writer.flush_idle().unwrap();
+            }
+        }
+        let check = |code: &dyn Fn(&B256) -> Option<Bytes>,
+                     hash_of: &dyn Fn(u64) -> Option<B256>,
+                     indexed: &dyn Fn(&StateKey) -> Option<u64>,
+                     key_of: &dyn Fn(u64) -> Option<StateKey>| {
+            for (hash, bytes) in &codes {
+                assert_eq!(code(hash).as_ref(), Some(bytes));
+            }
+            for (number, hash) in &blocks {
+                assert_eq!(hash_of(*number), Some(*hash));
+            }
+            for (i, key) in keys.iter().enumerate() {
+                assert_eq!(indexed(key), Some(base + i as u64), "{key:?}");
+                assert_eq!(key_of(base + i as u64), Some(*key));
+            }
+            assert_eq!(key_of(base + keys.len() as u64), None);
+        };
+        check(
+            &|h| writer.code(h).unwrap(),
+            &|n| writer.header(n).unwrap().map(|h| h.hash),
+            &|k| writer.indexed(k).unwrap(),
+            &|i| writer.key_of(i).unwrap(),
+        );
+        assert_eq!(writer.block_hash(5).unwrap(), Some(blocks[4].1));
+        {
+            let view = db.view().unwrap();
+            assert_eq!(view.code(&codes[5].0).unwrap(), None);
+            assert_eq!(view.header(5).unwrap(), None);
+            assert_eq!(view.indexed(&keys[11]).unwrap(), None);
+        }
+        // Indexed again, in the rows or in the transaction: refused, and nothing changes.
+        for (again, at) in [(keys[10], 10), (keys[1], 1)] {
+            let header = Header {
+                number: 7,
+                parent_hash: parent,
+                ..Header::default()
+            };
+            let err = writer
+                .apply(BlockToApply {
+                    header: &header,
+                    hash: header.hash_slow(),
+                    signature: None,
+                    changes: &gigas_primitives::ChangeSet::default(),
+                    new_keys: &[again],
+                })
+                .unwrap_err();
+            assert!(
+                matches!(err, StateDbError::KeyAlreadyIndexed { index, .. } if index == base + at),
+                "{err}"
+            );
+            // A refused block discards the open group; apply it again.
+            assert_eq!(writer.tip().number, 0);
+            let mut replay_parent = genesis.hash_slow();
+            for (i, (number, hash)) in blocks.iter().enumerate() {
+                let header = Header {
+                    number: *number,
+                    parent_hash: replay_parent,
+                    ..Header::default()
+                };
+                let mut changes = gigas_primitives::ChangeSetBuilder::new();
+                changes.bytecode(codes[i].1.clone());
+                writer
+                    .apply(BlockToApply {
+                        header: &header,
+                        hash: *hash,
+                        signature: None,
+                        changes: &changes.build(),
+                        new_keys: &keys[2 * i..2 * i + 2],
+                    })
+                    .unwrap();
+                replay_parent = *hash;
+                if *number == 3 {
+                    writer.flush_idle().unwrap();
+                }
+            }
+        }
+        writer.commit().unwrap();
+        let view = db.view().unwrap();
+        check(
+            &|h| view.code(h).unwrap(),
+            &|n| view.header(n).unwrap().map(|h| h.hash),
+            &|k| view.indexed(k).unwrap(),
+            &|i| view.key_of(i).unwrap(),
+        );
+        for (number, hash) in &blocks {
+            assert_eq!(view.number_by_hash(hash).unwrap(), Some(*number));
+            assert_eq!(view.block_hash(*number).unwrap(), Some(*hash));
+        }
+        assert_eq!(view.index_len().unwrap(), base + keys.len() as u64);
+    }
 }

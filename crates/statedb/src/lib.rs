@@ -182,6 +182,7 @@ mod flush;
 mod genesis;
 mod metrics;
 mod read;
+mod rows;
 pub mod tables;
 mod trie;
 mod types;

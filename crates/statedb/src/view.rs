@@ -76,6 +76,21 @@ impl<'db> StateView<'db> {
         read::header(self.db.dbs(), &self.txn, number)
     }
 
+    /// The hash of block `number`'s header, if the database holds it (BLOCKHASH).
+    pub fn block_hash(&self, number: u64) -> Result<Option<B256>, StateDbError> {
+        read::block_hash(self.db.dbs(), &self.txn, number)
+    }
+
+    /// The index of `key` in the key index.
+    pub fn indexed(&self, key: &gigas_statediff::StateKey) -> Result<Option<u64>, StateDbError> {
+        read::index_of(self.db.dbs(), &self.txn, key)
+    }
+
+    /// The key at `index` of the key index.
+    pub fn key_of(&self, index: u64) -> Result<Option<gigas_statediff::StateKey>, StateDbError> {
+        read::key_at(self.db.dbs(), &self.txn, index)
+    }
+
     /// The number of the block with header hash `hash`, if the database holds that header.
     pub fn number_by_hash(&self, hash: &B256) -> Result<Option<u64>, StateDbError> {
         read::number_by_hash(self.db.dbs(), &self.txn, hash)
@@ -160,8 +175,8 @@ impl<'db> StateView<'db> {
     }
 }
 
-/// Implements the decoder's and revm's read traits for a type with a `reads()` method giving
-/// the table handles and a transaction.
+/// Implements the decoder's and revm's read traits for a type with the reads they need
+/// (`account`, `storage`, `code`, `block_hash`, `indexed`, `key_of`, `index_length`).
 macro_rules! impl_state_reads {
     ($ty:ty) => {
         impl gigas_statediff::PriorState for $ty {
@@ -188,16 +203,14 @@ macro_rules! impl_state_reads {
                 &self,
                 key: &gigas_statediff::StateKey,
             ) -> Result<Option<u64>, gigas_statediff::StoreError> {
-                let (dbs, txn) = self.reads().map_err(gigas_statediff::StoreError::new)?;
-                $crate::read::index_of(dbs, txn, key).map_err(gigas_statediff::StoreError::new)
+                self.indexed(key).map_err(gigas_statediff::StoreError::new)
             }
 
             fn key_at(
                 &self,
                 index: u64,
             ) -> Result<Option<gigas_statediff::StateKey>, gigas_statediff::StoreError> {
-                let (dbs, txn) = self.reads().map_err(gigas_statediff::StoreError::new)?;
-                $crate::read::key_at(dbs, txn, index).map_err(gigas_statediff::StoreError::new)
+                self.key_of(index).map_err(gigas_statediff::StoreError::new)
             }
 
             fn len(&self) -> Result<u64, gigas_statediff::StoreError> {
@@ -231,8 +244,7 @@ macro_rules! impl_state_reads {
                 if code_hash == alloy_primitives::KECCAK256_EMPTY {
                     return Ok(gigas_evm::revm::state::Bytecode::default());
                 }
-                let (dbs, txn) = self.reads()?;
-                match $crate::read::code(dbs, txn, &code_hash)? {
+                match self.code(&code_hash)? {
                     Some(code) => Ok(gigas_evm::revm::state::Bytecode::new_raw(code)),
                     None => Err($crate::StateDbError::MissingCode(code_hash)),
                 }
@@ -250,8 +262,7 @@ macro_rules! impl_state_reads {
                 &self,
                 number: u64,
             ) -> Result<alloy_primitives::B256, $crate::StateDbError> {
-                let (dbs, txn) = self.reads()?;
-                Ok($crate::read::block_hash(dbs, txn, number)?.unwrap_or_default())
+                Ok(self.block_hash(number)?.unwrap_or_default())
             }
         }
     };
@@ -260,18 +271,6 @@ macro_rules! impl_state_reads {
 pub(crate) use impl_state_reads;
 
 impl StateView<'_> {
-    fn reads(
-        &self,
-    ) -> Result<
-        (
-            &crate::read::Dbs,
-            &signet_libmdbx::tx::Tx<signet_libmdbx::Ro>,
-        ),
-        StateDbError,
-    > {
-        Ok((self.db.dbs(), &self.txn))
-    }
-
     fn index_length(&self) -> Result<u64, StateDbError> {
         self.index_len()
     }

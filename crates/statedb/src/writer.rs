@@ -13,7 +13,7 @@ use gigas_primitives::{AccountState, ChangeSet};
 use gigas_statediff::{ChainTip, StateKey};
 use signet_libmdbx::tx::aliases::RwTxUnsync;
 use signet_libmdbx::tx::Tx;
-use signet_libmdbx::{Cursor, MdbxError, Rw, WriteFlags};
+use signet_libmdbx::{Cursor, Rw, WriteFlags};
 use tracing::{debug, warn};
 
 use crate::codec;
@@ -21,6 +21,7 @@ use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
 use crate::flush::{self, put_hashed_account, PendingKeys};
 use crate::read::{self, Dbs};
+use crate::rows::GroupRows;
 use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
 use crate::trie::layer::{self, LayeredRoot, Parallelism, TrieLayer};
@@ -76,8 +77,8 @@ struct Group {
 ///
 /// The writer is also the state the *next* block must be decoded against: it implements the
 /// diff decoder's [`gigas_statediff::PriorState`] and [`gigas_statediff::KeyIndex`] and
-/// revm's `DatabaseRef` by reading through its open transaction, so the open group's writes
-/// are seen. A follower decodes block n+1 with `verify_and_decode(&writer.tip(), .., &writer,
+/// revm's `DatabaseRef` by reading the open group's writes held in memory (the hashed layer
+/// and [`GroupRows`]) and then its open transaction, so the open group's writes are seen. A follower decodes block n+1 with `verify_and_decode(&writer.tip(), .., &writer,
 /// &writer)` and applies it with `writer.apply(..)`.
 ///
 /// Errors from `apply` after its checks, from `compute_root` and from `commit` discard the
@@ -100,6 +101,8 @@ pub struct StateWriter<'db> {
     /// reads look in first, and, when roots run over it ([`StateWriter::layered`]), the trie
     /// nodes they changed.
     hashed: TrieLayer,
+    /// The open group's code, key-index and header rows not yet in the transaction.
+    rows: GroupRows,
     /// Since the last commit, every hashed-table and trie write of the group went into
     /// `hashed` (some also into the transaction, by [`StateWriter::flush_idle`]): a read
     /// transaction with `hashed` over it sees what the write transaction holds, which a
@@ -121,7 +124,6 @@ pub struct StateWriter<'db> {
     unreported: Option<RootInfo>,
     /// The cache's counters as last added to the metrics.
     cache_reported: TrieCacheStats,
-    buf: Vec<u8>,
     /// The last block that survives a power loss.
     durable: ChainTip,
     /// When the last durable point was made (or the writer opened).
@@ -245,6 +247,7 @@ impl<'db> StateWriter<'db> {
             dirty: false,
             group: Group::default(),
             hashed: TrieLayer::default(),
+            rows: GroupRows::default(),
             layer_exact: true,
             pending: None,
             changed: ChangedKeys::default(),
@@ -253,7 +256,6 @@ impl<'db> StateWriter<'db> {
             in_flight: None,
             unreported: None,
             cache_reported: TrieCacheStats::default(),
-            buf: Vec::with_capacity(256),
             // What a writer finds at open survived whatever came before it, or MDBX rolled
             // it back to what did.
             durable: tip,
@@ -446,7 +448,10 @@ impl<'db> StateWriter<'db> {
             .in_flight
             .as_ref()
             .map_or(0, |f| f.layer.approx_bytes());
-        self.hashed.approx_bytes() + in_flight + self.sparse.over_budget()
+        self.hashed.approx_bytes()
+            + self.rows.approx_bytes()
+            + in_flight
+            + self.sparse.over_budget()
     }
 
     fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {
@@ -497,14 +502,46 @@ impl<'db> StateWriter<'db> {
 
     /// Code by its hash, the open group's included.
     pub fn code(&self, hash: &B256) -> Result<Option<Bytes>, StateDbError> {
+        if let Some(code) = self.rows.code(hash) {
+            return Ok(Some(code.clone()));
+        }
         let (dbs, txn) = self.reads()?;
         read::code(dbs, txn, hash)
     }
 
     /// A header, the open group's included.
     pub fn header(&self, number: u64) -> Result<Option<StoredHeader>, StateDbError> {
+        if let Some(header) = self.rows.header(number) {
+            return Ok(Some(header.clone()));
+        }
         let (dbs, txn) = self.reads()?;
         read::header(dbs, txn, number)
+    }
+
+    /// The hash of block `number`'s header, the open group's included (BLOCKHASH).
+    pub fn block_hash(&self, number: u64) -> Result<Option<B256>, StateDbError> {
+        if let Some(header) = self.rows.header(number) {
+            return Ok(Some(header.hash));
+        }
+        let (dbs, txn) = self.reads()?;
+        read::block_hash(dbs, txn, number)
+    }
+
+    /// The index of `key` in the key index, the open group's new keys included.
+    pub fn indexed(&self, key: &StateKey) -> Result<Option<u64>, StateDbError> {
+        let (dbs, txn) = self.reads()?;
+        crate::rows::index_of(&self.rows, dbs, txn, key)
+    }
+
+    /// The key at `index` of the key index, the open group's new keys included.
+    pub fn key_of(&self, index: u64) -> Result<Option<StateKey>, StateDbError> {
+        // The rows hold the newest keys; an idle write moved the older ones of the group
+        // into the transaction.
+        if let Some(key) = self.rows.key_at(index) {
+            return Ok(Some(key));
+        }
+        let (dbs, txn) = self.reads()?;
+        read::key_at(dbs, txn, index)
     }
 
     fn ensure_txn(&mut self) -> Result<(), StateDbError> {
@@ -540,6 +577,7 @@ impl<'db> StateWriter<'db> {
         self.dirty = false;
         self.group = Group::default();
         self.hashed = TrieLayer::default();
+        self.rows = GroupRows::default();
         self.pending = None;
         self.layer_exact = true;
         self.changed.clear();
@@ -741,11 +779,8 @@ impl<'db> StateWriter<'db> {
     }
 
     fn write_codes(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
-        let (dbs, txn) = self.reads()?;
-        let codes = dbs.get(Table::Bytecodes);
         for (hash, code) in changes.bytecodes() {
-            txn.put(codes, hash, code, WriteFlags::empty())
-                .map_err(StateDbError::mdbx("write Bytecodes"))?;
+            self.rows.put_code(*hash, code);
         }
         Ok(())
     }
@@ -912,6 +947,10 @@ impl<'db> StateWriter<'db> {
     pub fn flush_idle(&mut self) -> Result<u64, StateDbError> {
         // The root in flight records its trie nodes into the layer this writes.
         self.unreported = self.finish_root()?;
+        if let Err(e) = self.write_rows() {
+            self.discard();
+            return Err(e);
+        }
         if self.hashed.is_empty() {
             return Ok(0);
         }
@@ -928,32 +967,16 @@ impl<'db> StateWriter<'db> {
     }
 
     fn write_index(&mut self, block: u64, new_keys: &[StateKey]) -> Result<(), StateDbError> {
-        let (dbs, txn) = self.reads()?;
-        let by_index = dbs.get(Table::IndexedKeys);
-        let by_key = dbs.get(Table::KeyIndices);
         let mut index = self.current.index_len;
         for key in new_keys {
-            let bytes = codec::encode_state_key(key);
-            match txn.put(
-                by_key,
-                &bytes,
-                index.to_be_bytes(),
-                WriteFlags::NO_OVERWRITE,
-            ) {
-                Ok(()) => {}
-                Err(MdbxError::KeyExist) => {
-                    let existing = read::index_of(dbs, txn, key)?.unwrap_or_default();
-                    return Err(StateDbError::KeyAlreadyIndexed {
-                        block,
-                        key: *key,
-                        index: existing,
-                    });
-                }
-                Err(e) => return Err(StateDbError::mdbx("write KeyIndices")(e)),
+            if let Some(existing) = self.indexed(key)? {
+                return Err(StateDbError::KeyAlreadyIndexed {
+                    block,
+                    key: *key,
+                    index: existing,
+                });
             }
-            // Indices only grow: appending keeps IndexedKeys' pages full.
-            txn.append(by_index, index.to_be_bytes(), &bytes)
-                .map_err(StateDbError::mdbx("write IndexedKeys"))?;
+            self.rows.push_key(*key, index)?;
             index += 1;
         }
         self.current.index_len = index;
@@ -961,29 +984,17 @@ impl<'db> StateWriter<'db> {
     }
 
     fn write_header(&mut self, header: &StoredHeader) -> Result<(), StateDbError> {
-        let mut buf = std::mem::take(&mut self.buf);
-        codec::encode_header_row(header, &mut buf);
-        let result = {
-            let (dbs, txn) = self.reads()?;
-            txn.put(
-                dbs.get(Table::Headers),
-                codec::block_key(header.header.number),
-                &buf,
-                WriteFlags::empty(),
-            )
-            .map_err(StateDbError::mdbx("write Headers"))
-            .and_then(|()| {
-                txn.put(
-                    dbs.get(Table::HeaderNumbers),
-                    header.hash,
-                    codec::block_key(header.header.number),
-                    WriteFlags::empty(),
-                )
-                .map_err(StateDbError::mdbx("write HeaderNumbers"))
-            })
-        };
-        self.buf = buf;
-        result
+        self.rows.put_header(header.clone());
+        Ok(())
+    }
+
+    /// Writes the group's code, key-index and header rows into the transaction.
+    fn write_rows(&mut self) -> Result<(), StateDbError> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
+        self.rows.write(dbs, txn)
     }
 
     /// Computes the root at the tip now (whatever `root_every` says), stores it in the tip's
@@ -994,8 +1005,7 @@ impl<'db> StateWriter<'db> {
         self.unreported = self.finish_root()?;
         let result = self.root_now().and_then(|root| {
             let number = self.current.tip.number;
-            let (dbs, txn) = self.reads()?;
-            if let Some(mut header) = read::header(dbs, txn, number)? {
+            if let Some(mut header) = self.header(number)? {
                 header.state_root = Some(root.root);
                 self.write_header(&header)?;
             }
@@ -1167,6 +1177,7 @@ impl<'db> StateWriter<'db> {
     fn commit_group(&mut self) -> Result<CommitInfo, StateDbError> {
         let root = self.finish_root()?;
         self.flush_hashed()?;
+        self.write_rows()?;
         {
             let (dbs, txn) = self.reads()?;
             if self.current.trie_valid && !self.changed.is_empty() {
