@@ -31,7 +31,7 @@ use gigas_rpc::{
 use tokio::sync::broadcast;
 
 use crate::node::{CommittedBlock, Node};
-use crate::state::StateDb;
+use crate::state::RevmState;
 use gigas_rpc_eth::{block_size, rpc_header, StateCalls};
 
 /// The sequencer as a [`gigas_rpc::Backend`].
@@ -272,7 +272,7 @@ impl SequencerBackend {
     pub fn at<T>(
         &self,
         at: u64,
-        f: impl FnOnce(&StateDb<'_, crate::state::At<'_>>) -> Result<T, crate::state::StateError>,
+        f: impl FnOnce(&RevmState<'_, crate::state::At<'_>>) -> Result<T, crate::state::StateError>,
     ) -> Result<T, RpcError> {
         if at > self.node.head_number() {
             return Err(RpcError::HeaderNotFound);
@@ -295,7 +295,7 @@ impl SequencerBackend {
     fn calls_at<T>(
         &self,
         at: u64,
-        f: impl FnOnce(&StateCalls<'_, StateDb<'_, crate::state::At<'_>>>) -> Result<T, RpcError>,
+        f: impl FnOnce(&StateCalls<'_, RevmState<'_, crate::state::At<'_>>>) -> Result<T, RpcError>,
     ) -> Result<T, RpcError> {
         let header = self.header(at)?;
         self.at(at, |db| {

@@ -20,14 +20,14 @@ use gigas_history::{BlockRecord, History, HistoryOptions, SealedHeader};
 use gigas_primitives::state_keys::{changeset_writes, Write};
 use gigas_primitives::{genesis_checksum, state_checksum, ChainSpec, ChangeSet};
 use gigas_statediff::PriorValues;
-use gigas_txpool::{Journal, PoolConfig, Recoverer, StateView, TxPool};
+use gigas_txpool::{Journal, PoolConfig, Recoverer, HeadAccounts, TxPool};
 use gigas_vilmo::{Batch, Options as VilmoOptions, Vilmo};
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
 use crate::metrics::{NodeMetrics, Stage};
-use crate::state::{Head, StateDb};
+use crate::state::{Head, RevmState};
 use gigas_chain::ChainConfig;
 
 /// What the genesis block's extra data says.
@@ -353,9 +353,9 @@ impl std::fmt::Debug for Node {
 }
 
 /// The tip's state, as the pool checks transactions against it.
-struct PoolView<'a, S>(StateDb<'a, S>);
+struct PoolView<'a, S>(RevmState<'a, S>);
 
-impl<S: crate::state::StateSource> StateView for PoolView<'_, S> {
+impl<S: crate::state::StateSource> HeadAccounts for PoolView<'_, S> {
     fn account(&self, address: Address) -> Result<(u64, U256), String> {
         match self.0.account(&address) {
             Ok(Some(a)) => Ok((a.state.nonce, a.state.balance)),
@@ -586,8 +586,8 @@ impl Node {
     }
 
     /// revm's view of the head state held by `vilmo` (a read guard of this node's store).
-    fn head_db<'a>(&'a self, vilmo: &'a Vilmo) -> StateDb<'a, Head<'a>> {
-        StateDb {
+    fn head_db<'a>(&'a self, vilmo: &'a Vilmo) -> RevmState<'a, Head<'a>> {
+        RevmState {
             source: Head(vilmo),
             hashes: &self.history,
         }
@@ -599,9 +599,9 @@ impl Node {
     pub fn with_state_at<T>(
         &self,
         block: u64,
-        f: impl FnOnce(&StateDb<'_, crate::state::At<'_>>) -> T,
+        f: impl FnOnce(&RevmState<'_, crate::state::At<'_>>) -> T,
     ) -> T {
-        let db = StateDb {
+        let db = RevmState {
             source: crate::state::At {
                 vilmo: &self.vilmo,
                 history: &self.history,
@@ -614,7 +614,7 @@ impl Node {
 
     /// Runs `f` over the producer's tip: the published head with the blocks sealed since laid
     /// over it (what submissions are checked against).
-    fn with_tip<T>(&self, f: impl FnOnce(StateDb<'_, crate::state::Tip<'_>>) -> T) -> T {
+    fn with_tip<T>(&self, f: impl FnOnce(RevmState<'_, crate::state::Tip<'_>>) -> T) -> T {
         // Vilmo first, then the blocks in flight: a block leaves the in-flight list only
         // after it is in Vilmo, so no block is missed between the two reads.
         let vilmo = self.vilmo_read();
@@ -628,7 +628,7 @@ impl Node {
             pending: &pending,
             history: &self.history,
         };
-        f(StateDb {
+        f(RevmState {
             source: tip,
             hashes: &self.history,
         })
@@ -807,7 +807,7 @@ impl Node {
         let block_env = gigas_evm::env::block_env_of(&header, chain.fork);
         let vilmo = self.vilmo_read();
         let tip = pipeline.view(self, &vilmo);
-        let db = StateDb {
+        let db = RevmState {
             source: tip,
             hashes: &tip,
         };
@@ -907,7 +907,7 @@ impl Node {
         let next_base_fee = self.base_fee_after(&sealed.header);
         {
             let vilmo = self.vilmo_read();
-            let view = PoolView(StateDb {
+            let view = PoolView(RevmState {
                 source: pipeline.view(self, &vilmo),
                 hashes: &self.history,
             });

@@ -278,20 +278,20 @@ impl BlockHashes for History {
 }
 
 /// revm's view of a [`StateSource`].
-pub struct StateDb<'a, S> {
+pub struct RevmState<'a, S> {
     /// Where values come from.
     pub source: S,
     /// Where block hashes come from.
     pub hashes: &'a (dyn BlockHashes + Sync),
 }
 
-impl<S> fmt::Debug for StateDb<'_, S> {
+impl<S> fmt::Debug for RevmState<'_, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StateDb").finish_non_exhaustive()
+        f.debug_struct("RevmState").finish_non_exhaustive()
     }
 }
 
-impl<S: StateSource> StateDb<'_, S> {
+impl<S: StateSource> RevmState<'_, S> {
     /// The stored account record.
     pub fn account(&self, address: &Address) -> Result<Option<StoredAccount>, StateError> {
         match self.source.get(&account_key(address))? {
@@ -301,7 +301,7 @@ impl<S: StateSource> StateDb<'_, S> {
     }
 }
 
-impl<S: StateSource> DatabaseRef for StateDb<'_, S> {
+impl<S: StateSource> DatabaseRef for RevmState<'_, S> {
     type Error = StateError;
 
     fn basic_ref(&self, address: Address) -> Result<Option<AccountInfo>, StateError> {
@@ -339,12 +339,12 @@ impl<S: StateSource> DatabaseRef for StateDb<'_, S> {
 }
 
 /// The state-diff writer reads the values a block replaced through the same view revm reads.
-impl<S: StateSource> gigas_statediff::PriorState for StateDb<'_, S> {
+impl<S: StateSource> gigas_statediff::PriorState for RevmState<'_, S> {
     fn account(
         &self,
         address: &Address,
     ) -> Result<Option<gigas_primitives::AccountState>, gigas_statediff::StoreError> {
-        Ok(StateDb::account(self, address)
+        Ok(RevmState::account(self, address)
             .map_err(gigas_statediff::StoreError::new)?
             .map(|a| a.state))
     }

@@ -17,7 +17,7 @@
 //!    [`TxPool::on_block`] and [`TxPool::remove_invalid`] tidy up after it.
 //!
 //! What it must not do: execute transactions, read state behind the caller's back (state comes
-//! through [`StateView`], read outside the pool's lock), or hold anything unbounded (the pool
+//! through [`HeadAccounts`], read outside the pool's lock), or hold anything unbounded (the pool
 //! is bounded in transactions, bytes and per sender; the queues, the broadcast channel and the
 //! journal's queue are bounded; the journal's size is bounded by the node calling
 //! [`Journal::rewrite`]).
@@ -53,7 +53,7 @@ pub use config::PoolConfig;
 pub use error::TxPoolError;
 pub use journal::{Journal, JournalError, JournalMetrics, DEFAULT_QUEUE as DEFAULT_JOURNAL_QUEUE};
 pub use metrics::{Metrics, ReasonLabel};
-pub use pool::{AddOutcome, PoolContent, PoolStats, StateView, TxPool};
+pub use pool::{AddOutcome, PoolContent, PoolStats, HeadAccounts, TxPool};
 pub use recover::Recoverer;
 pub use validate::{
     decode_and_recover, decode_and_recover_all, decode_and_recover_bytes, PooledTx,

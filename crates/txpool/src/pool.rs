@@ -13,7 +13,7 @@ use crate::{Metrics, PoolConfig, PooledTx, TxPoolError};
 const MIN_TX_GAS: u64 = 21_000;
 
 /// An account as the head state holds it.
-pub trait StateView {
+pub trait HeadAccounts {
     /// The account's nonce and balance (zero and zero for an account that does not exist).
     fn account(&self, address: Address) -> Result<(u64, U256), String>;
 }
@@ -357,7 +357,7 @@ impl TxPool {
     pub fn add(
         &self,
         tx: PooledTx,
-        state: &impl StateView,
+        state: &impl HeadAccounts,
         base_fee: u64,
     ) -> Result<AddOutcome, TxPoolError> {
         let result = self.add_checked(tx, state, base_fee);
@@ -381,7 +381,7 @@ impl TxPool {
     pub fn readmit(
         &self,
         tx: PooledTx,
-        state: &impl StateView,
+        state: &impl HeadAccounts,
         base_fee: u64,
     ) -> Result<AddOutcome, TxPoolError> {
         let result = self.add_inner(tx, state, base_fee, false);
@@ -397,7 +397,7 @@ impl TxPool {
     fn add_checked(
         &self,
         tx: PooledTx,
-        state: &impl StateView,
+        state: &impl HeadAccounts,
         base_fee: u64,
     ) -> Result<AddOutcome, TxPoolError> {
         self.add_inner(tx, state, base_fee, true)
@@ -406,7 +406,7 @@ impl TxPool {
     fn add_inner(
         &self,
         tx: PooledTx,
-        state: &impl StateView,
+        state: &impl HeadAccounts,
         base_fee: u64,
         price_checks: bool,
     ) -> Result<AddOutcome, TxPoolError> {
@@ -648,7 +648,7 @@ impl TxPool {
     /// After a block: for each of `senders` in the pool, re-reads the account, drops what the
     /// block included (nonces below the account's) and what the balance can no longer pay,
     /// and promotes queued transactions whose gap closed. `base_fee` is the next block's.
-    pub fn on_block(&self, state: &impl StateView, senders: &[Address], base_fee: u64) {
+    pub fn on_block(&self, state: &impl HeadAccounts, senders: &[Address], base_fee: u64) {
         let present: Vec<Address> = {
             let inner = self.read();
             let mut seen = HashSet::new();

@@ -7,7 +7,7 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_network::TxSignerSync;
 use alloy_primitives::{Address, Bytes, Signature, TxKind, U256};
 use common::*;
-use gigas_txpool::{decode_and_recover, AddOutcome, StateView, TxPool, TxPoolError};
+use gigas_txpool::{decode_and_recover, AddOutcome, HeadAccounts, TxPool, TxPoolError};
 
 fn stateless(raw: &[u8]) -> String {
     match decode_and_recover(raw, &config()) {
@@ -196,7 +196,7 @@ fn stateless_rejections_have_exact_messages() {
 
 struct Broken;
 
-impl StateView for Broken {
+impl HeadAccounts for Broken {
     fn account(&self, _: Address) -> Result<(u64, U256), String> {
         Err("disk on fire".to_string())
     }

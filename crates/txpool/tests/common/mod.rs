@@ -13,7 +13,7 @@ use alloy_network::TxSignerSync;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use gigas_txpool::{decode_and_recover, PoolConfig, PooledTx, StateView};
+use gigas_txpool::{decode_and_recover, PoolConfig, PooledTx, HeadAccounts};
 
 /// The chain id the tests' pool runs.
 pub const CHAIN_ID: u64 = 1337;
@@ -176,7 +176,7 @@ impl MemState {
     }
 }
 
-impl StateView for MemState {
+impl HeadAccounts for MemState {
     fn account(&self, address: Address) -> Result<(u64, U256), String> {
         Ok(self
             .accounts
