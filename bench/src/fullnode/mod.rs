@@ -243,7 +243,7 @@ pub struct FullnodeArgs {
     pub trie_cache: Vec<u64>,
     /// Live mode: the account trie held in memory across roots, its budget
     /// (`gigas-fullnode --trie.sparse-size`; `auto`, the node's default: an eighth of the
-    /// smallest `--memory-limit`, else of the machine's memory, at most 2 GiB, off below 512 MiB);
+    /// run's `--memory-limit`, else of the machine's memory, at most 2 GiB, off below 512 MiB);
     /// several (comma-separated, `0` for none: roots walk the stored trie) run one live
     /// mode each, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_sparse_size)]
@@ -347,13 +347,23 @@ impl FullnodeArgs {
             .collect()
     }
 
-    /// The modes in the order of a round: every batched group, then live.
+    /// Every mode of every limit, in the order of a round (see [`Self::mode_list_for`]).
     pub fn mode_list(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
-        let smallest_limit = self
-            .limits()
-            .ok()
-            .and_then(|limits| limits.into_iter().flatten().min());
+        for limit in self.limits().unwrap_or_else(|_| vec![None]) {
+            for mode in self.mode_list_for(limit) {
+                if !modes.contains(&mode) {
+                    modes.push(mode);
+                }
+            }
+        }
+        modes
+    }
+
+    /// The modes of a run under `limit`, in the order of a round: every batched group, then
+    /// live. `--sparse-trie auto` is sized from that limit, as the node sizes it.
+    pub fn mode_list_for(&self, limit: Option<u64>) -> Vec<Mode> {
+        let mut modes = Vec::new();
         let memory = self
             .write_map
             .iter()
@@ -379,7 +389,7 @@ impl FullnodeArgs {
                     for (&trie_cache, sparse_trie) in self.trie_cache.iter().flat_map(|t| {
                         self.sparse_trie
                             .iter()
-                            .map(move |s| (t, s.bytes(smallest_limit) as u64))
+                            .map(move |s| (t, s.bytes(limit) as u64))
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {

@@ -1372,9 +1372,10 @@ pub(super) fn run_all(
     let last_live_round = args.runs;
     let mut checked = false;
     for (i, &limit) in limits.iter().enumerate() {
+        let modes = args.mode_list_for(limit);
         for round in 1..=args.runs {
             let order: Vec<Mode> = if round % 2 == 1 {
-                modes.to_vec()
+                modes.clone()
             } else {
                 modes.iter().rev().copied().collect()
             };
@@ -1398,7 +1399,7 @@ pub(super) fn run_all(
     drop(replay);
     genesis.copy_seconds = crate::median(runs.iter().map(|r| r.copy_seconds).collect());
 
-    let summary = summarize(modes, limits, &runs);
+    let summary = summarize(args, limits, &runs);
     let heads_match = runs.iter().all(|r| r.head_matches);
     let complete: Vec<&RunResult> = runs.iter().filter(|r| r.complete).collect();
     let roots_agree = complete
@@ -1494,10 +1495,18 @@ fn run_label(mode: Mode, limit: Option<u64>) -> String {
     }
 }
 
-fn summarize(modes: &[Mode], limits: &[Option<u64>], runs: &[RunResult]) -> Vec<ModeSummary> {
+fn summarize(
+    args: &FullnodeArgs,
+    limits: &[Option<u64>],
+    runs: &[RunResult],
+) -> Vec<ModeSummary> {
     limits
         .iter()
-        .flat_map(|&limit| modes.iter().map(move |&mode| (mode, limit)))
+        .flat_map(|&limit| {
+            args.mode_list_for(limit)
+                .into_iter()
+                .map(move |mode| (mode, limit))
+        })
         .filter_map(|(mode, limit)| {
             let of: Vec<(usize, &RunResult)> = runs
                 .iter()
