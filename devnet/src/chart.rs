@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use eyre::Result;
-use gigas_bench::chart::{self, draw_error, Line};
-use gigas_bench::load::{Percentiles, SecondPoint};
+use gigas_loadgen::chart::{self, draw_error, Line};
+use gigas_loadgen::load::{Percentiles, SecondPoint};
 use plotters::prelude::*;
 
 use crate::sample::Sample;

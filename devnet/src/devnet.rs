@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use alloy_primitives::Address;
 use clap::Parser;
 use eyre::{bail, eyre, Result, WrapErr};
-use gigas_bench::load::{ensure_genesis, genesis_cache_root, GenesisSpec, LoadArgs, LoadReport};
+use gigas_loadgen::load::{ensure_genesis, genesis_cache_root, GenesisSpec, LoadArgs, LoadReport};
 use gigas_primitives::Machine;
 
 use crate::http::Http;
@@ -169,8 +169,8 @@ pub fn run(args: &Args) -> Result<()> {
         duration_seconds: args.duration.as_secs_f64(),
         workload: format!(
             "ETH transfers, senders and receivers Zipf-Mandelbrot (s = {}, v = {}) over {} accounts of seed {}, signed ahead and sent as JSON-RPC batches",
-            gigas_bench::zipf::DEVNET_S,
-            gigas_bench::zipf::DEVNET_V,
+            gigas_loadgen::zipf::DEVNET_S,
+            gigas_loadgen::zipf::DEVNET_V,
             args.accounts,
             args.seed
         ),
@@ -198,7 +198,7 @@ pub fn run(args: &Args) -> Result<()> {
             )
         },
         source: gigas_primitives::machine::source_revision(),
-        build_profile: gigas_bench::build_profile().to_string(),
+        build_profile: gigas_loadgen::build_profile().to_string(),
         machine: Machine::current(),
     };
     for line in config.lines() {
@@ -366,7 +366,7 @@ pub fn run(args: &Args) -> Result<()> {
         fullnode_pid: fullnode.pid,
         fullnode_limited: limit.applied(),
     })?;
-    let load = gigas_bench::load::run_load(&load_args);
+    let load = gigas_loadgen::load::run_load(&load_args);
     let samples = sampler.finish()?;
     let load: LoadReport = load.wrap_err("the load generator failed")?;
     let fullnode_cgroup_split = limit

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use eyre::{Result, WrapErr};
-use gigas_bench::load::{LoadReport, Percentiles, SecondPoint};
+use gigas_loadgen::load::{LoadReport, Percentiles, SecondPoint};
 use gigas_primitives::Machine;
 use serde::Serialize;
 
