@@ -20,7 +20,7 @@ use gigas_history::{BlockRecord, History, HistoryOptions, SealedHeader};
 use gigas_primitives::state_keys::{changeset_writes, Write};
 use gigas_primitives::{genesis_checksum, state_checksum, ChainSpec, ChangeSet};
 use gigas_statediff::PriorValues;
-use gigas_txpool::{Journal, PoolConfig, Recoverer, HeadAccounts, TxPool};
+use gigas_txpool::{HeadAccounts, Journal, PoolConfig, Recoverer, TxPool};
 use gigas_vilmo::{Batch, Options as VilmoOptions, Vilmo};
 use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;

@@ -1495,11 +1495,7 @@ fn run_label(mode: Mode, limit: Option<u64>) -> String {
     }
 }
 
-fn summarize(
-    args: &FullnodeArgs,
-    limits: &[Option<u64>],
-    runs: &[RunResult],
-) -> Vec<ModeSummary> {
+fn summarize(args: &FullnodeArgs, limits: &[Option<u64>], runs: &[RunResult]) -> Vec<ModeSummary> {
     limits
         .iter()
         .flat_map(|&limit| {

@@ -53,7 +53,7 @@ pub use config::PoolConfig;
 pub use error::TxPoolError;
 pub use journal::{Journal, JournalError, JournalMetrics, DEFAULT_QUEUE as DEFAULT_JOURNAL_QUEUE};
 pub use metrics::{Metrics, ReasonLabel};
-pub use pool::{AddOutcome, PoolContent, PoolStats, HeadAccounts, TxPool};
+pub use pool::{AddOutcome, HeadAccounts, PoolContent, PoolStats, TxPool};
 pub use recover::Recoverer;
 pub use validate::{
     decode_and_recover, decode_and_recover_all, decode_and_recover_bytes, PooledTx,

@@ -7,13 +7,13 @@ use serde::Serialize;
 
 /// One scrape of a Prometheus text (or OpenMetrics) page: every sample by its series.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Scrape {
+pub struct Scrape {
     samples: HashMap<String, f64>,
 }
 
 impl Scrape {
     /// Parses the text format: `name{labels} value` per line; comments skipped.
-    pub(crate) fn parse(text: &str) -> Self {
+    pub fn parse(text: &str) -> Self {
         let mut samples = HashMap::new();
         for line in text.lines() {
             let line = line.trim();
@@ -35,7 +35,7 @@ impl Scrape {
     }
 
     /// `self - earlier`, sample by sample (a sample absent before counts from 0).
-    pub(crate) fn since(&self, earlier: &Scrape) -> Scrape {
+    pub fn since(&self, earlier: &Scrape) -> Scrape {
         let samples = self
             .samples
             .iter()
@@ -50,7 +50,7 @@ impl Scrape {
     }
 
     /// A counter or gauge by name (`_total` tried too, as OpenMetrics names counters).
-    pub(crate) fn value(&self, name: &str) -> Option<f64> {
+    pub fn value(&self, name: &str) -> Option<f64> {
         self.samples
             .get(name)
             .or_else(|| self.samples.get(&format!("{name}_total")))
@@ -59,7 +59,7 @@ impl Scrape {
 
     /// The histogram `name` restricted to series whose labels contain `label` (e.g.
     /// `stage="execute"`; empty for all).
-    pub(crate) fn histogram(&self, name: &str, label: &str) -> Histogram {
+    pub fn histogram(&self, name: &str, label: &str) -> Histogram {
         let bucket = format!("{name}_bucket");
         let mut buckets: Vec<(f64, f64)> = self
             .samples
@@ -90,7 +90,7 @@ impl Scrape {
     }
 
     /// Whether the page held no sample.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }
 }
@@ -105,16 +105,19 @@ fn parse_value(s: &str) -> Option<f64> {
 
 /// A histogram's cumulative buckets `(upper bound, count)`, sum and count.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Histogram {
-    pub(crate) buckets: Vec<(f64, f64)>,
-    pub(crate) sum: f64,
-    pub(crate) count: f64,
+pub struct Histogram {
+    /// `(upper bound, cumulative count)`, in the page's order.
+    pub buckets: Vec<(f64, f64)>,
+    /// The sum of the observed values.
+    pub sum: f64,
+    /// How many values were observed.
+    pub count: f64,
 }
 
 impl Histogram {
     /// The `q` quantile by linear interpolation inside its bucket (Prometheus's
     /// `histogram_quantile`); NaN when empty.
-    pub(crate) fn quantile(&self, q: f64) -> f64 {
+    pub fn quantile(&self, q: f64) -> f64 {
         let total = self.buckets.last().map_or(0.0, |b| b.1);
         if total <= 0.0 {
             return f64::NAN;
@@ -141,7 +144,7 @@ impl Histogram {
     }
 
     /// Mean (sum over count); NaN when empty.
-    pub(crate) fn mean(&self) -> f64 {
+    pub fn mean(&self) -> f64 {
         if self.count > 0.0 {
             self.sum / self.count
         } else {
@@ -170,7 +173,7 @@ pub struct StageSplit {
 }
 
 /// The stage split of a window's metrics delta.
-pub(crate) fn stage_split(delta: &Scrape) -> Vec<StageSplit> {
+pub fn stage_split(delta: &Scrape) -> Vec<StageSplit> {
     // The node's own list of stages, so that a new stage shows up here too.
     let stages = gigas_sequencer::metrics::Stage::ALL.map(|s| s.name());
     split(delta, "gigas_sequencer_stage_seconds", "stage", &stages)
@@ -178,7 +181,7 @@ pub(crate) fn stage_split(delta: &Scrape) -> Vec<StageSplit> {
 
 /// The history commit's split by phase over a window's metrics delta (empty for a node that
 /// does not export it).
-pub(crate) fn history_split(delta: &Scrape) -> Vec<StageSplit> {
+pub fn history_split(delta: &Scrape) -> Vec<StageSplit> {
     split(
         delta,
         "gigas_history_commit_phase_seconds",
@@ -188,7 +191,7 @@ pub(crate) fn history_split(delta: &Scrape) -> Vec<StageSplit> {
 }
 
 /// The history indexer's split by phase (off the durable path; empty for a node without one).
-pub(crate) fn index_split(delta: &Scrape) -> Vec<StageSplit> {
+pub fn index_split(delta: &Scrape) -> Vec<StageSplit> {
     split(
         delta,
         "gigas_history_index_phase_seconds",
@@ -244,7 +247,7 @@ fn parse_stat(text: &str) -> Option<(String, f64)> {
 }
 
 /// CPU seconds (user + system) a process has used; `None` for this process is "self".
-pub(crate) fn process_cpu(pid: Option<u32>) -> Option<f64> {
+pub fn process_cpu(pid: Option<u32>) -> Option<f64> {
     let path = match pid {
         Some(pid) => format!("/proc/{pid}/stat"),
         None => "/proc/self/stat".to_string(),
@@ -254,7 +257,7 @@ pub(crate) fn process_cpu(pid: Option<u32>) -> Option<f64> {
 
 /// The whole machine's busy and I/O-wait CPU seconds since boot (the `cpu` line of
 /// /proc/stat): what other processes on a shared machine took is busy minus ours.
-pub(crate) fn machine_cpu() -> Option<(f64, f64)> {
+pub fn machine_cpu() -> Option<(f64, f64)> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     let v: Vec<f64> = line
@@ -270,7 +273,7 @@ pub(crate) fn machine_cpu() -> Option<(f64, f64)> {
 
 /// CPU seconds per thread name of a process, names with their trailing numbers folded
 /// (`txpool-recover-0` and `-1` count as `txpool-recover-N`).
-pub(crate) fn thread_cpu(pid: u32) -> BTreeMap<String, f64> {
+pub fn thread_cpu(pid: u32) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;

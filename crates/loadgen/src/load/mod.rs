@@ -35,10 +35,10 @@
 
 mod chart;
 pub mod disk;
-pub(crate) mod metrics;
+pub mod metrics;
 mod node;
 mod report;
-pub(crate) mod rpc;
+pub mod rpc;
 mod send;
 mod sign;
 

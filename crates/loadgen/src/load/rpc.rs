@@ -7,13 +7,16 @@ use serde_json::{json, Value};
 
 /// One answer of a (batch) JSON-RPC response.
 #[derive(Debug, Deserialize)]
-pub(crate) struct Answer<T> {
+pub struct Answer<T> {
+    /// The request's id.
     #[serde(default)]
-    pub(crate) id: Option<u64>,
+    pub id: Option<u64>,
+    /// The result, if it succeeded.
     #[serde(default = "none")]
-    pub(crate) result: Option<T>,
+    pub result: Option<T>,
+    /// The error, if it failed.
     #[serde(default)]
-    pub(crate) error: Option<RpcError>,
+    pub error: Option<RpcError>,
 }
 
 fn none<T>() -> Option<T> {
@@ -22,23 +25,27 @@ fn none<T>() -> Option<T> {
 
 /// A JSON-RPC error object.
 #[derive(Debug, Clone, Deserialize)]
-pub(crate) struct RpcError {
+pub struct RpcError {
+    /// The error code.
     #[serde(default)]
-    pub(crate) code: i64,
+    pub code: i64,
+    /// The error message.
     #[serde(default)]
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// A JSON-RPC endpoint over HTTP.
 #[derive(Debug, Clone)]
-pub(crate) struct Rpc {
-    pub(crate) client: reqwest::Client,
-    pub(crate) url: String,
+pub struct Rpc {
+    /// The HTTP client, with its pool of connections.
+    pub client: reqwest::Client,
+    /// The endpoint.
+    pub url: String,
 }
 
 impl Rpc {
     /// A client for `url` keeping up to `connections` connections alive.
-    pub(crate) fn new(url: &str, connections: usize) -> Result<Self> {
+    pub fn new(url: &str, connections: usize) -> Result<Self> {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(connections)
             .tcp_nodelay(true)
@@ -52,7 +59,7 @@ impl Rpc {
     }
 
     /// POSTs `body` and returns the response's bytes (an error for a non-2xx status).
-    pub(crate) async fn post(&self, body: String) -> Result<Vec<u8>> {
+    pub async fn post(&self, body: String) -> Result<Vec<u8>> {
         let response = self
             .client
             .post(&self.url)
@@ -72,7 +79,7 @@ impl Rpc {
     }
 
     /// One call.
-    pub(crate) async fn call<T: serde::de::DeserializeOwned>(
+    pub async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: &str,
         params: Value,
@@ -89,19 +96,19 @@ impl Rpc {
     }
 
     /// The chain id.
-    pub(crate) async fn chain_id(&self) -> Result<u64> {
+    pub async fn chain_id(&self) -> Result<u64> {
         let id: U64 = self.call("eth_chainId", json!([])).await?;
         Ok(id.to())
     }
 
     /// The head block number.
-    pub(crate) async fn block_number(&self) -> Result<u64> {
+    pub async fn block_number(&self) -> Result<u64> {
         let n: U64 = self.call("eth_blockNumber", json!([])).await?;
         Ok(n.to())
     }
 
     /// The transaction hashes of block `number` (None if the node has no such block).
-    pub(crate) async fn block_hashes(&self, number: u64) -> Result<Option<Vec<B256>>> {
+    pub async fn block_hashes(&self, number: u64) -> Result<Option<Vec<B256>>> {
         #[derive(Deserialize)]
         struct Hashes {
             transactions: Vec<B256>,
@@ -118,7 +125,7 @@ impl Rpc {
     }
 
     /// Next nonces (counting pooled transactions) of `addresses`, in batches.
-    pub(crate) async fn pending_nonces(&self, addresses: &[Address]) -> Result<Vec<u64>> {
+    pub async fn pending_nonces(&self, addresses: &[Address]) -> Result<Vec<u64>> {
         let mut out = Vec::with_capacity(addresses.len());
         for chunk in addresses.chunks(500) {
             let calls: Vec<Value> = chunk
@@ -151,7 +158,7 @@ impl Rpc {
     }
 
     /// Receipt statuses (true: success) of `hashes`; None for a hash without a receipt.
-    pub(crate) async fn receipt_statuses(&self, hashes: &[B256]) -> Result<Vec<Option<bool>>> {
+    pub async fn receipt_statuses(&self, hashes: &[B256]) -> Result<Vec<Option<bool>>> {
         #[derive(Deserialize)]
         struct Receipt {
             status: Option<U64>,
@@ -182,7 +189,7 @@ impl Rpc {
     }
 
     /// GET `url` as text (the metrics page).
-    pub(crate) async fn get_text(&self, url: &str) -> Result<String> {
+    pub async fn get_text(&self, url: &str) -> Result<String> {
         let response = self.client.get(url).send().await?;
         let status = response.status();
         let text = response.text().await?;

@@ -13,7 +13,7 @@ use alloy_network::TxSignerSync;
 use alloy_primitives::{Address, Bytes, TxKind, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use gigas_txpool::{decode_and_recover, PoolConfig, PooledTx, HeadAccounts};
+use gigas_txpool::{decode_and_recover, HeadAccounts, PoolConfig, PooledTx};
 
 /// The chain id the tests' pool runs.
 pub const CHAIN_ID: u64 = 1337;
