@@ -359,31 +359,42 @@ mod tests {
     use super::*;
     use crate::types::{BlockToApply, GenesisBlock, GenesisEntry};
 
+    /// A small environment: tests write little.
+    fn small_options() -> StateDbOptions {
+        StateDbOptions {
+            max_size_bytes: 1 << 30,
+            growth_step_bytes: 16 << 20,
+            ..StateDbOptions::default()
+        }
+    }
+
+    /// Writes an empty genesis (the default header, no state) and returns its hash.
+    fn empty_genesis(db: &StateDb) -> alloy_primitives::B256 {
+        let genesis = Header::default();
+        let hash = genesis.hash_slow();
+        db.apply_genesis(
+            GenesisBlock {
+                header: &genesis,
+                hash,
+                signature: None,
+            },
+            std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
+            16,
+        )
+        .unwrap();
+        hash
+    }
+
     /// A database written before `HeaderNumbers` existed holds headers and no hash rows:
     /// opening it fills the index, so every block is found by hash again.
     #[test]
     fn opening_fills_the_hash_index_of_an_older_database() {
         let dir = tempfile::tempdir().unwrap();
-        let options = StateDbOptions {
-            max_size_bytes: 1 << 30,
-            growth_step_bytes: 16 << 20,
-            ..StateDbOptions::default()
-        };
+        let options = small_options();
         let mut hashes = Vec::new();
         {
             let db = StateDb::open(dir.path(), options.clone()).unwrap();
-            let genesis = Header::default();
-            let mut parent = genesis.hash_slow();
-            db.apply_genesis(
-                GenesisBlock {
-                    header: &genesis,
-                    hash: parent,
-                    signature: None,
-                },
-                std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
-                16,
-            )
-            .unwrap();
+            let mut parent = empty_genesis(&db);
             hashes.push(parent);
             let mut writer = db.writer(WriterOptions::default()).unwrap();
             for number in 1..=20 {
@@ -432,24 +443,9 @@ mod tests {
         use gigas_statediff::StateKey;
 
         let dir = tempfile::tempdir().unwrap();
-        let options = StateDbOptions {
-            max_size_bytes: 1 << 30,
-            growth_step_bytes: 16 << 20,
-            ..StateDbOptions::default()
-        };
-        let db = StateDb::open(dir.path(), options).unwrap();
-        let genesis = Header::default();
-        let mut parent = genesis.hash_slow();
-        db.apply_genesis(
-            GenesisBlock {
-                header: &genesis,
-                hash: parent,
-                signature: None,
-            },
-            std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
-            16,
-        )
-        .unwrap();
+        let db = StateDb::open(dir.path(), small_options()).unwrap();
+        let genesis_hash = empty_genesis(&db);
+        let mut parent = genesis_hash;
         let base = db.view().unwrap().index_len().unwrap();
         let mut writer = db.writer(WriterOptions::default()).unwrap();
         let mut blocks = Vec::new();
@@ -537,7 +533,7 @@ mod tests {
             );
             // A refused block discards the open group; apply it again.
             assert_eq!(writer.tip().number, 0);
-            let mut replay_parent = genesis.hash_slow();
+            let mut replay_parent = genesis_hash;
             for (i, (number, hash)) in blocks.iter().enumerate() {
                 let header = Header {
                     number: *number,
