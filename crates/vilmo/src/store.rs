@@ -393,6 +393,17 @@ enum Planned<'a> {
     },
 }
 
+/// What [`Vilmo::encode`] made of a batch.
+struct Encoded {
+    /// Whether the batch starts a new file.
+    rotate: bool,
+    /// Its length in bytes.
+    total: usize,
+    /// Each record's offset in the batch, with its hint.
+    kinds: Vec<(u32, Option<Hint>)>,
+    checksum: Checksum,
+}
+
 /// What planning learned about a put's key, so that applying it need not look again.
 #[derive(Debug, Clone, Copy)]
 struct Hint {
@@ -1000,7 +1011,71 @@ impl<S: Storage> Vilmo<S> {
         let number = self.last.number + 1;
 
         // 1. The user's records, sorted by key.
-        let mut planned: Vec<Planned<'_>> = Vec::with_capacity(batch.ops.len() + 16);
+        let mut planned = self.plan_records(&batch);
+        let t_plan = started.elapsed();
+        let own_records = planned.len();
+        let own_len: usize = planned.iter().map(|p| p.record().encoded_len()).sum();
+        // 2. Bounded, deterministic compaction work, resumed where the last batch stopped.
+        let victim_done = self.plan_compaction(&batch, own_len, &mut planned);
+        // 3. Encode, choosing the file.
+        let encoded = self.encode(number, &mut planned, own_records, own_len, &mut buf);
+        drop(planned);
+        let Encoded {
+            rotate,
+            total,
+            kinds,
+            checksum,
+        } = match encoded {
+            Ok(encoded) => encoded,
+            Err(e) => {
+                self.buf = buf;
+                return Err(e);
+            }
+        };
+
+        let t_encode = started.elapsed();
+        // 4. Make it durable.
+        let result = self.append(&buf, rotate, number);
+        let t_durable = started.elapsed();
+        // The buffer is kept for the next batch, but a batch far larger than a block's (a
+        // genesis of a million accounts: 112 MiB) must not pin its size for the store's life.
+        if buf.capacity() > KEEP_BUFFER {
+            buf = Vec::new();
+        }
+        self.buf = buf;
+        let (file_id, base) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.poisoned = true;
+                return Err(e);
+            }
+        };
+
+        // 5. Apply the records: reads see them from here on. The disk makes them durable in
+        //    `Unsynced::sync`, and `finish_commit` acknowledges them.
+        let (path, sync, applied) = self.apply_written(file_id, base, kinds)?;
+        self.unsynced = true;
+        Ok(Unsynced {
+            number,
+            checksum,
+            file_id,
+            base,
+            path,
+            sync,
+            applied,
+            compacted: victim_done.map(|span| span.file_id),
+            total,
+            started,
+            t_plan,
+            t_encode,
+            t_durable,
+        })
+    }
+
+    /// Phase 1 of a commit: the batch's own records, in its (sorted) order, each with what
+    /// the index knows of its key.
+    fn plan_records<'a>(&'a self, batch: &'a Batch) -> Vec<Planned<'a>> {
+        let mut planned: Vec<Planned<'a>> = Vec::with_capacity(batch.ops.len() + 16);
         let files = &self.files;
         // Index lookups are read-only and each is a cache miss or two: spread them over the
         // cores.
@@ -1040,11 +1115,19 @@ impl<S: Storage> Vilmo<S> {
                 hint: Hint { hash, old },
             });
         }
+        planned
+    }
 
-        let t_plan = started.elapsed();
-        // 2. Bounded, deterministic compaction work, resumed where the last batch stopped.
-        let own_records = planned.len();
-        let own_len: usize = planned.iter().map(|p| p.record().encoded_len()).sum();
+    /// Phase 2 of a commit: the compaction work that rides on the batch (at most a budget of
+    /// bytes of the victim file, resumed at its cursor), appended to `planned`; returns the
+    /// victim's span when this step finished it.
+    fn plan_compaction<'a>(
+        &'a self,
+        batch: &Batch,
+        own_len: usize,
+        planned: &mut Vec<Planned<'a>>,
+    ) -> Option<FileSpan> {
+        let files = &self.files;
         let budget = self
             .options
             .compaction_bytes_per_batch
@@ -1148,9 +1231,20 @@ impl<S: Storage> Vilmo<S> {
         if let Some(span) = victim_done {
             planned.push(Planned::Drop(Box::new(span)));
         }
+        victim_done
+    }
 
-        // 3. Encode, choosing the file: rotate when this batch would push the current file
-        //    past its target size.
+    /// Phase 3 of a commit: the batch's bytes in `buf` (header, records, footer with the
+    /// chained checksum), and the file it goes to: the next one when it would push the
+    /// current file past its target size.
+    fn encode(
+        &self,
+        number: u64,
+        planned: &mut [Planned<'_>],
+        own_records: usize,
+        own_len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<Encoded> {
         let body_len = own_len
             + planned[own_records..]
                 .iter()
@@ -1158,7 +1252,6 @@ impl<S: Storage> Vilmo<S> {
                 .sum::<usize>();
         let total = BATCH_HEADER_LEN + body_len + FOOTER_LEN;
         if total > MAX_BATCH_LEN {
-            self.buf = buf;
             return Err(Error::TooLarge {
                 what: "batch",
                 len: total,
@@ -1199,10 +1292,10 @@ impl<S: Storage> Vilmo<S> {
             }
         }
         let mut kinds = Vec::with_capacity(planned.len());
-        for p in &planned {
+        for p in planned.iter() {
             let record = p.record();
             let at = buf.len();
-            record.encode_into(&mut buf);
+            record.encode_into(buf);
             kinds.push((at as u32, p.hint()));
         }
         let checksum = batch_checksum(
@@ -1212,28 +1305,23 @@ impl<S: Storage> Vilmo<S> {
         );
         buf.extend_from_slice(&FOOTER_MAGIC);
         buf.extend_from_slice(&checksum);
-        drop(planned);
+        Ok(Encoded {
+            rotate,
+            total,
+            kinds,
+            checksum,
+        })
+    }
 
-        let t_encode = started.elapsed();
-        // 4. Make it durable.
-        let result = self.append(&buf, rotate, number);
-        let t_durable = started.elapsed();
-        // The buffer is kept for the next batch, but a batch far larger than a block's (a
-        // genesis of a million accounts: 112 MiB) must not pin its size for the store's life.
-        if buf.capacity() > KEEP_BUFFER {
-            buf = Vec::new();
-        }
-        self.buf = buf;
-        let (file_id, base) = match result {
-            Ok(v) => v,
-            Err(e) => {
-                self.poisoned = true;
-                return Err(e);
-            }
-        };
-
-        // 5. Apply the records: reads see them from here on. The disk makes them durable in
-        //    `Unsynced::sync`, and `finish_commit` acknowledges them.
+    /// Phase 5 of a commit: the records just written, applied to the index (read back from
+    /// the page cache), and the file's handle for the sync. An error applying them is
+    /// returned in the last element, for [`Vilmo::finish_commit`] to report.
+    fn apply_written(
+        &mut self,
+        file_id: u32,
+        base: u64,
+        kinds: Vec<(u32, Option<Hint>)>,
+    ) -> Result<(PathBuf, Option<S::File>, Result<()>)> {
         let path = self
             .file(file_id)
             .map(|f| f.path.clone())
@@ -1275,22 +1363,7 @@ impl<S: Storage> Vilmo<S> {
                 break;
             }
         }
-        self.unsynced = true;
-        Ok(Unsynced {
-            number,
-            checksum,
-            file_id,
-            base,
-            path,
-            sync,
-            applied,
-            compacted: victim_done.map(|span| span.file_id),
-            total,
-            started,
-            t_plan,
-            t_encode,
-            t_durable,
-        })
+        Ok((path, sync, applied))
     }
 
     /// The second half of [`Vilmo::commit`]: acknowledges the batch `unsynced` wrote once
