@@ -4,7 +4,7 @@
 use super::*;
 
 /// The tip's state, as the pool checks transactions against it.
-pub(super) struct PoolView<'a, S>(RevmState<'a, S>);
+pub(super) struct PoolView<'a, S>(pub(super) RevmState<'a, S>);
 
 impl<S: crate::state::StateSource> HeadAccounts for PoolView<'_, S> {
     fn account(&self, address: Address) -> Result<(u64, U256), String> {

@@ -1,8 +1,8 @@
 //! The node: opening and recovering the stores, producing blocks, publishing them.
 //!
-//! One file per phase: [`admission`] (the pool's view of the tip, the journal), [`build`]
-//! (the producer), [`persist`] (the pipeline and the committer) and [`recovery`] (the genesis
-//! and the restart); this module holds the node's state, its configuration and errors, and
+//! One file per phase: `admission` (the pool's view of the tip, the journal), `build` (the
+//! producer), `persist` (the pipeline and the committer) and `recovery` (the genesis and the
+//! restart); this module holds the node's state, its configuration and errors, and
 //! the reads the RPC backend uses.
 
 use std::path::PathBuf;
@@ -540,7 +540,6 @@ impl Node {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
     }
-
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

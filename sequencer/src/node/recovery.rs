@@ -165,4 +165,3 @@ pub(super) fn recover(
     }
     Ok(HeadBlock::from_sealed(sealed))
 }
-
