@@ -266,15 +266,15 @@ impl Fetcher {
         }
         let expected = response.content_length();
         let cap = self.config.max_response_bytes;
-        let too_large = |url: String, got: u64| FetchError::Malformed {
+        let too_large = |url: String, what: String| FetchError::Malformed {
             url,
             reason: format!(
-                "the answer is larger than the {cap}-byte bound ({got} bytes so far); \
-                 raise --fetch-max-response if the source is right"
+                "the answer {what}, more than the {cap}-byte bound; raise \
+                 --fetch-max-response if the source is right"
             ),
         };
         if let Some(n) = expected.filter(|&n| n > cap) {
-            return Err(too_large(url, n));
+            return Err(too_large(url, format!("announces {n} bytes")));
         }
         let mut response = response;
         let mut bytes =
@@ -282,7 +282,7 @@ impl Fetcher {
         while let Some(chunk) = response.chunk().await.map_err(http)? {
             let got = bytes.len() as u64 + chunk.len() as u64;
             if got > cap {
-                return Err(too_large(url, got));
+                return Err(too_large(url, format!("went on past {got} bytes")));
             }
             bytes.extend_from_slice(&chunk);
         }
@@ -743,7 +743,7 @@ mod tests {
         let text = err.to_string();
         assert!(matches!(err, FetchError::Malformed { .. }), "{text}");
         assert!(
-            text.contains("larger than the 1048576-byte bound"),
+            text.contains("went on past") && text.contains("more than the 1048576-byte bound"),
             "{text}"
         );
 
@@ -758,7 +758,7 @@ mod tests {
             .await
             .expect_err("an announced 10 GB body is refused");
         assert!(
-            err.to_string().contains("10000000000 bytes so far"),
+            err.to_string().contains("announces 10000000000 bytes"),
             "{err}"
         );
 

@@ -23,7 +23,7 @@ use crate::error::StateDbError;
 use crate::read::{self, Dbs};
 use crate::tables::Table;
 use crate::types::StoredHeader;
-use crate::writer::{cursor, put_or_delete};
+use crate::writer::cursor;
 
 /// Rows of the open group not yet in the write transaction.
 #[derive(Debug, Default)]
@@ -106,12 +106,8 @@ impl GroupRows {
             codes.sort_unstable_by_key(|(hash, _)| *hash);
             let mut c = cursor(dbs, txn, Table::Bytecodes)?;
             for (hash, code) in &codes {
-                put_or_delete(
-                    &mut c,
-                    hash.as_slice(),
-                    Some(code),
-                    ("write Bytecodes", "write Bytecodes"),
-                )?;
+                c.put(hash.as_slice(), code, WriteFlags::empty())
+                    .map_err(StateDbError::mdbx("write Bytecodes"))?;
             }
         }
         if !rows.keys.is_empty() {
@@ -147,12 +143,8 @@ impl GroupRows {
             let mut c = cursor(dbs, txn, Table::Headers)?;
             for (number, header) in &rows.headers {
                 codec::encode_header_row(header, &mut buf);
-                put_or_delete(
-                    &mut c,
-                    &codec::block_key(*number),
-                    Some(&buf),
-                    ("write Headers", "write Headers"),
-                )?;
+                c.put(&codec::block_key(*number), &buf, WriteFlags::empty())
+                    .map_err(StateDbError::mdbx("write Headers"))?;
             }
             let mut by_hash: Vec<(B256, u64)> = rows
                 .headers
@@ -162,12 +154,12 @@ impl GroupRows {
             by_hash.sort_unstable();
             let mut c = cursor(dbs, txn, Table::HeaderNumbers)?;
             for (hash, number) in &by_hash {
-                put_or_delete(
-                    &mut c,
+                c.put(
                     hash.as_slice(),
-                    Some(&codec::block_key(*number)),
-                    ("write HeaderNumbers", "write HeaderNumbers"),
-                )?;
+                    &codec::block_key(*number),
+                    WriteFlags::empty(),
+                )
+                .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
             }
         }
         Ok(())

@@ -78,8 +78,9 @@ struct Group {
 /// The writer is also the state the *next* block must be decoded against: it implements the
 /// diff decoder's [`gigas_statediff::PriorState`] and [`gigas_statediff::KeyIndex`] and
 /// revm's `DatabaseRef` by reading the open group's writes held in memory (the hashed layer
-/// and [`GroupRows`]) and then its open transaction, so the open group's writes are seen. A follower decodes block n+1 with `verify_and_decode(&writer.tip(), .., &writer,
-/// &writer)` and applies it with `writer.apply(..)`.
+/// and [`GroupRows`]) and then its open transaction, so the open group's writes are seen. A
+/// follower decodes block n+1 with `verify_and_decode(&writer.tip(), .., &writer, &writer)`
+/// and applies it with `writer.apply(..)`.
 ///
 /// Errors from `apply` after its checks, from `compute_root` and from `commit` discard the
 /// open group (the tip goes back to [`StateWriter::committed_tip`]); a block refused by
