@@ -68,6 +68,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
 
     assert_eq!(report.runs.len(), 2);
     let modes: Vec<Mode> = report.runs.iter().map(|r| r.mode).collect();
+    let auto_sparse_trie = gigas_fullnode::cli::AutoSize(None)
+        .resolve(None, gigas_fullnode::memory::auto_sparse_trie_bytes);
     let sync = DurabilityArg::Periodic;
     assert_eq!(
         modes,
@@ -82,11 +84,11 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 sync,
                 group: 1,
                 trie_cache: gigas_statedb::DEFAULT_TRIE_CACHE_BYTES as u64,
-                sparse_trie: gigas_fullnode::cli::SparseSize(None).bytes(None) as u64,
+                sparse_trie: auto_sparse_trie,
                 root: RootArg::Layered(0),
                 prefetch: false,
                 // Roots overlap through the trie in memory, which is off on a small machine.
-                overlap: gigas_fullnode::cli::SparseSize(None).bytes(None) > 0,
+                overlap: auto_sparse_trie > 0,
                 write_map: false,
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
             }

@@ -193,8 +193,8 @@ struct Cli {
     /// against 38,967 with it off).
     /// `0` turns it off. Over 10M accounts (Zipf transfers, a commit every 128 blocks, 2
     /// cores) live apply went from 55,876 and 62,681 changes/s to 72,703 and 73,706.
-    #[arg(long = "trie.sparse-size", value_name = "SIZE|auto", default_value = "auto", value_parser = parse_sparse_size)]
-    trie_sparse_size: SparseSize,
+    #[arg(long = "trie.sparse-size", value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
+    trie_sparse_size: AutoSize,
     /// Threads each state root runs on (`0`, the default: one per core). A root reads the
     /// last commit with the blocks since it held in memory, so different storage tries and
     /// the account trie's sixteen subtries are walked at once; the blocks' trie nodes are
@@ -402,23 +402,26 @@ impl Cli {
     /// The bounds the node runs with: each flag's size, or its `auto` share of
     /// `--memory-limit` (else of the machine's memory).
     fn memory_plan(&self) -> MemoryPlan {
-        let memory = self
-            .memory
-            .memory_limit
-            .unwrap_or_else(|| gigas_primitives::Machine::current().memory_bytes);
+        let limit = self.memory.memory_limit;
         let rpc = self
             .rpc
             .config(SocketAddr::new(self.http_addr, self.http_port));
         MemoryPlan {
-            group: self.commit_bytes.or(memory::auto_group_bytes(memory)),
-            dirty: self.db_max_dirty.or(memory::auto_dirty_bytes(memory)),
-            window: self.state_window_mib.or(memory::auto_window_bytes(memory)),
-            fetch_queue: self.fetch_queue_bytes.or(memory::auto_queue_bytes(memory)),
+            group: self.commit_bytes.resolve(limit, memory::auto_group_bytes),
+            dirty: self.db_max_dirty.resolve(limit, memory::auto_dirty_bytes),
+            window: self
+                .state_window_mib
+                .resolve(limit, memory::auto_window_bytes),
+            fetch_queue: self
+                .fetch_queue_bytes
+                .resolve(limit, memory::auto_queue_bytes),
             fetch_response: self
                 .fetch_max_response
-                .or(memory::auto_response_bytes(memory)),
+                .resolve(limit, memory::auto_response_bytes),
             fetch_concurrency: self.fetch_concurrency.max(1) as u64,
-            sparse_trie: self.trie_sparse_size.bytes(Some(memory)) as u64,
+            sparse_trie: self
+                .trie_sparse_size
+                .resolve(limit, memory::auto_sparse_trie_bytes),
             trie_cache: self.trie_cache_size,
             execution_memory: self.rpc.evm_memory,
             executions: rpc.max_concurrent_executions as u64,
@@ -431,9 +434,11 @@ impl Cli {
 pub struct AutoSize(pub Option<u64>);
 
 impl AutoSize {
-    /// The size given, or `auto`'s.
-    pub fn or(self, auto: u64) -> u64 {
-        self.0.unwrap_or(auto)
+    /// The size given, or `auto`'s share of `memory_limit` (`None`: of the machine's
+    /// memory), e.g. with [`memory::auto_group_bytes`].
+    pub fn resolve(self, memory_limit: Option<u64>, auto: impl FnOnce(u64) -> u64) -> u64 {
+        self.0
+            .unwrap_or_else(|| auto(memory::available(memory_limit)))
     }
 }
 
@@ -456,51 +461,30 @@ pub fn parse_auto_mib(s: &str) -> Result<AutoSize, String> {
     }
 }
 
-/// `--trie.sparse-size`: a size, or `auto` (`None`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SparseSize(pub Option<u64>);
-
-impl SparseSize {
-    /// The in-memory account trie's budget under a memory limit (`None`: the machine's
-    /// memory).
-    pub fn bytes(self, memory_limit: Option<u64>) -> usize {
-        match self.0 {
-            Some(bytes) => usize::try_from(bytes).unwrap_or(usize::MAX),
-            None => gigas_statedb::sparse_trie_budget(
-                memory_limit.unwrap_or_else(|| gigas_primitives::Machine::current().memory_bytes),
-            ),
-        }
-    }
-}
-
-/// Parses `--trie.sparse-size`: `auto` or a size (`2GiB`, `0`).
-pub fn parse_sparse_size(s: &str) -> Result<SparseSize, gigas_cgroup::SizeError> {
-    match s.trim() {
-        "auto" => Ok(SparseSize(None)),
-        size => gigas_cgroup::parse_size(size).map(|bytes| SparseSize(Some(bytes))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn sparse(size: AutoSize, limit: Option<u64>) -> u64 {
+        size.resolve(limit, memory::auto_sparse_trie_bytes)
+    }
+
     #[test]
     fn every_flag_parses_with_its_default_and_the_sparse_trie_size_too() {
         let cli = Cli::try_parse_from(["gigas-fullnode"]).expect("defaults parse");
-        assert_eq!(cli.trie_sparse_size, SparseSize(None));
+        assert_eq!(cli.trie_sparse_size, AutoSize(None));
         let cli = Cli::try_parse_from(["gigas-fullnode", "--trie.sparse-size", "512MiB"])
             .expect("a size parses");
-        assert_eq!(cli.trie_sparse_size, SparseSize(Some(512 << 20)));
-        assert_eq!(cli.trie_sparse_size.bytes(None), 512 << 20);
+        assert_eq!(cli.trie_sparse_size, AutoSize(Some(512 << 20)));
+        assert_eq!(sparse(cli.trie_sparse_size, None), 512 << 20);
         assert!(Cli::try_parse_from(["gigas-fullnode", "--trie.sparse-size", "lots"]).is_err());
         // auto: an eighth of the limit, within its bounds.
-        assert_eq!(SparseSize(None).bytes(Some(8 << 30)), 1 << 30);
+        assert_eq!(sparse(AutoSize(None), Some(8 << 30)), 1 << 30);
         // Below an eighth of 4 GiB the trie would thrash: off.
-        assert_eq!(SparseSize(None).bytes(Some(256 << 20)), 0);
-        assert_eq!(SparseSize(None).bytes(Some(1 << 30)), 0);
-        assert_eq!(SparseSize(None).bytes(Some(4 << 30)), 512 << 20);
-        assert_eq!(SparseSize(None).bytes(Some(64 << 30)), 2 << 30);
+        assert_eq!(sparse(AutoSize(None), Some(256 << 20)), 0);
+        assert_eq!(sparse(AutoSize(None), Some(1 << 30)), 0);
+        assert_eq!(sparse(AutoSize(None), Some(4 << 30)), 512 << 20);
+        assert_eq!(sparse(AutoSize(None), Some(64 << 30)), 2 << 30);
     }
 
     #[test]

@@ -25,6 +25,17 @@ pub const UNBOUNDED_RESERVE: u64 = 64 * MIB;
 /// The smallest answer bound `auto` gives: the sequencer's range answers go up to 16 MiB.
 const MIN_AUTO_RESPONSE: u64 = 16 * MIB;
 
+/// The memory `auto` sizes are shares of: the limit, else the machine's memory.
+pub fn available(memory_limit: Option<u64>) -> u64 {
+    memory_limit.unwrap_or_else(|| gigas_primitives::Machine::current().memory_bytes)
+}
+
+/// The `auto` budget of the account trie in memory (`--trie.sparse-size`): see
+/// [`gigas_statedb::sparse_trie_budget`].
+pub fn auto_sparse_trie_bytes(memory: u64) -> u64 {
+    gigas_statedb::sparse_trie_budget(memory) as u64
+}
+
 /// `memory / share`, at most `cap`: an `auto` size.
 pub fn auto_share(memory: u64, share: u64, cap: u64) -> u64 {
     (memory / share.max(1)).min(cap)

@@ -40,6 +40,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use eyre::{bail, Result, WrapErr};
+use gigas_fullnode::memory;
 use gigas_primitives::machine::Machine;
 use serde::{Deserialize, Serialize};
 
@@ -193,11 +194,11 @@ pub struct FullnodeArgs {
     #[arg(long, value_delimiter = ',', value_name = "SIZE")]
     pub memory_limit: Vec<String>,
     /// The group's memory bound (`gigas-fullnode --commit-bytes`); `auto`, the default,
-    /// sizes it from the run's limit as the node does (512 MiB without one).
+    /// sizes it from the run's limit (else the machine's memory) as the node does.
     #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_size)]
     pub commit_bytes: gigas_fullnode::cli::AutoSize,
     /// MDBX's dirty-page bound (`gigas-fullnode --db.max-dirty`); `auto`, the default, sizes
-    /// it from the run's limit as the node does (256 MiB without one).
+    /// it from the run's limit (else the machine's memory) as the node does.
     #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_size)]
     pub max_dirty: gigas_fullnode::cli::AutoSize,
     /// Loaded blocks applied before each run's clock starts (they bring the workload's hot
@@ -246,8 +247,8 @@ pub struct FullnodeArgs {
     /// run's `--memory-limit`, else of the machine's memory, at most 2 GiB, off below 512 MiB);
     /// several (comma-separated, `0` for none: roots walk the stored trie) run one live
     /// mode each, alternating in every round.
-    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_sparse_size)]
-    pub sparse_trie: Vec<gigas_fullnode::cli::SparseSize>,
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_size)]
+    pub sparse_trie: Vec<gigas_fullnode::cli::AutoSize>,
     /// Live mode: where roots run: `txn` (inside the write transaction, on the writer's
     /// thread: the node before layered roots), `all` (over the last commit with the group in
     /// memory, on every core: the node's default) or a number of threads; several
@@ -389,7 +390,7 @@ impl FullnodeArgs {
                     for (&trie_cache, sparse_trie) in self.trie_cache.iter().flat_map(|t| {
                         self.sparse_trie
                             .iter()
-                            .map(move |s| (t, s.bytes(limit) as u64))
+                            .map(move |s| (t, s.resolve(limit, memory::auto_sparse_trie_bytes)))
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {

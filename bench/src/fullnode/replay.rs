@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use eyre::{bail, eyre, Result, WrapErr};
 use gigas_fullnode::ahead::AheadServing;
 use gigas_fullnode::apply::{Applier, ApplyTimings};
+use gigas_fullnode::memory;
 use gigas_fullnode::metrics::ProcessMemory;
 use gigas_fullnode::wal::AppliedLog;
 use gigas_fullnode::window::{StateWindow, WindowLimits};
@@ -975,23 +976,21 @@ impl Replay<'_> {
             )?),
             None => None,
         };
-        // Under a limit, the bounds the node's `auto` gives there (gigas_fullnode::memory).
-        let mut options = StateDbOptions {
+        // The bounds the node's `auto` gives under the run's limit (gigas_fullnode::memory).
+        let options = StateDbOptions {
             durability: mode.sync().to_statedb(),
             write_map: mode.write_map(),
+            max_dirty_bytes: self.args.max_dirty.resolve(limit, memory::auto_dirty_bytes),
             ..self.options.clone()
         };
-        let mut writer_options = mode.writer_options();
-        if let Some(limit) = limit {
-            options.max_dirty_bytes = gigas_fullnode::memory::auto_dirty_bytes(limit);
-            writer_options.max_group_bytes = gigas_fullnode::memory::auto_group_bytes(limit);
-        }
-        if let Some(bytes) = self.args.max_dirty.0 {
-            options.max_dirty_bytes = bytes;
-        }
-        if let Some(bytes) = self.args.commit_bytes.0 {
-            writer_options.max_group_bytes = bytes.max(1);
-        }
+        let writer_options = WriterOptions {
+            max_group_bytes: self
+                .args
+                .commit_bytes
+                .resolve(limit, memory::auto_group_bytes)
+                .max(1),
+            ..mode.writer_options()
+        };
         let every_commit = options.durability.every_commit();
         let db = StateDb::open(dir, options)?;
         let mut applier = Applier::new(&db, writer_options, self.sequencer)?;
