@@ -20,7 +20,7 @@ use signet_libmdbx::{MdbxError, WriteFlags};
 
 use crate::codec;
 use crate::error::StateDbError;
-use crate::read::{self, Dbs};
+use crate::read::Dbs;
 use crate::tables::Table;
 use crate::types::StoredHeader;
 use crate::writer::cursor;
@@ -86,7 +86,7 @@ impl GroupRows {
         self.keys.get(at).copied()
     }
 
-    /// Stores `header` (again, with its root, when a root lands later).
+    /// Stores `header`.
     pub(crate) fn put_header(&mut self, header: StoredHeader) {
         if !self.headers.contains_key(&header.header.number) {
             self.bytes += 1024;
@@ -96,6 +96,17 @@ impl GroupRows {
 
     pub(crate) fn header(&self, number: u64) -> Option<&StoredHeader> {
         self.headers.get(&number)
+    }
+
+    /// Sets the state root of block `number`'s row; `false` when the row is not held.
+    pub(crate) fn set_state_root(&mut self, number: u64, root: B256) -> bool {
+        match self.headers.get_mut(&number) {
+            Some(header) => {
+                header.state_root = Some(root);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Writes every row into `txn` in key order and empties the set.
@@ -163,18 +174,5 @@ impl GroupRows {
             }
         }
         Ok(())
-    }
-}
-
-/// A key's index: the group's rows first, then `txn`.
-pub(crate) fn index_of<K: signet_libmdbx::TransactionKind>(
-    rows: &GroupRows,
-    dbs: &Dbs,
-    txn: &signet_libmdbx::tx::Tx<K>,
-    key: &StateKey,
-) -> Result<Option<u64>, StateDbError> {
-    match rows.index_of(key) {
-        Some(index) => Ok(Some(index)),
-        None => read::index_of(dbs, txn, key),
     }
 }

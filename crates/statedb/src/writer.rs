@@ -48,9 +48,8 @@ struct Snapshot {
 
 /// A root running on its own thread ([`WriterOptions::overlap_roots`]).
 struct RootInFlight {
+    /// Its block, whose header row waits in [`GroupRows`] for the root.
     block: u64,
-    /// The block's header row, stored again with the root once it is known.
-    header: StoredHeader,
     /// The group's layer as of `block`, which the root reads. The writer's own layer holds
     /// only what was written after it, and its reads look there first, then here.
     layer: Arc<TrieLayer>,
@@ -530,8 +529,11 @@ impl<'db> StateWriter<'db> {
 
     /// The index of `key` in the key index, the open group's new keys included.
     pub fn indexed(&self, key: &StateKey) -> Result<Option<u64>, StateDbError> {
+        if let Some(index) = self.rows.index_of(key) {
+            return Ok(Some(index));
+        }
         let (dbs, txn) = self.reads()?;
-        crate::rows::index_of(&self.rows, dbs, txn, key)
+        read::index_of(dbs, txn, key)
     }
 
     /// The key at `index` of the key index, the open group's new keys included.
@@ -630,7 +632,7 @@ impl<'db> StateWriter<'db> {
             // The trie is off: it no longer follows the state, and the next root rebuilds it.
             self.current.trie_valid = false;
         }
-        self.write_codes(changes)?;
+        self.write_codes(changes);
         self.write_hashed(changes)?;
         self.write_index(block.header.number, block.new_keys)?;
 
@@ -656,20 +658,21 @@ impl<'db> StateWriter<'db> {
         };
         let due = self.options.root_every > 0 && number.is_multiple_of(self.options.root_every);
         if !due {
-            self.write_header(&header)?;
+            self.rows.put_header(header);
             return Ok(self.unreported.take());
         }
         // The root before this one lands first: roots build on each other.
         let landed = self.finish_root()?;
         if self.can_overlap() {
-            // Stored now without its root, and again with it when it lands.
-            self.write_header(&header)?;
-            self.launch_root(header)?;
+            // Held without its root, which the root sets when it lands (before any write of
+            // the rows: those wait for the root in flight).
+            self.rows.put_header(header);
+            self.launch_root()?;
             return Ok(landed);
         }
         let root = self.root_now()?;
         header.state_root = Some(root.root);
-        self.write_header(&header)?;
+        self.rows.put_header(header);
         if landed.is_some() {
             // Cannot happen (whether roots overlap does not change within a group), and
             // would only lose a report.
@@ -686,7 +689,7 @@ impl<'db> StateWriter<'db> {
 
     /// Starts the root at the tip on its own thread over the group's layer, which it takes:
     /// the writer's reads and the next blocks' writes go to a fresh layer over it.
-    fn launch_root(&mut self, header: StoredHeader) -> Result<(), StateDbError> {
+    fn launch_root(&mut self) -> Result<(), StateDbError> {
         let start = Instant::now();
         let block = self.current.tip.number;
         let pending = std::mem::take(&mut self.changed);
@@ -722,7 +725,6 @@ impl<'db> StateWriter<'db> {
         };
         self.in_flight = Some(RootInFlight {
             block,
-            header,
             layer,
             started: start,
             spent: start.elapsed().as_secs_f64(),
@@ -753,7 +755,6 @@ impl<'db> StateWriter<'db> {
         let waiting = Instant::now();
         let RootInFlight {
             block,
-            mut header,
             layer,
             started,
             spent,
@@ -773,17 +774,19 @@ impl<'db> StateWriter<'db> {
         let (outcome, split) = layer.record_root(root);
         let later = std::mem::replace(&mut self.hashed, layer);
         self.hashed.absorb(later);
-        header.state_root = Some(outcome.root);
-        self.write_header(&header)?;
+        if !self.rows.set_state_root(block, outcome.root) {
+            return Err(StateDbError::Invariant {
+                what: format!("block {block}'s header row left the group before its root landed"),
+            });
+        }
         let waited = spent + waiting.elapsed().as_secs_f64();
         Ok(self.note_root(block, outcome, false, split, seconds, waited))
     }
 
-    fn write_codes(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
+    fn write_codes(&mut self, changes: &ChangeSet) {
         for (hash, code) in changes.bytecodes() {
             self.rows.put_code(*hash, code);
         }
-        Ok(())
     }
 
     /// Hashes the block's keys once, for the hashed tables and for the changed-key sets.
@@ -948,23 +951,23 @@ impl<'db> StateWriter<'db> {
     pub fn flush_idle(&mut self) -> Result<u64, StateDbError> {
         // The root in flight records its trie nodes into the layer this writes.
         self.unreported = self.finish_root()?;
-        if let Err(e) = self.write_rows() {
-            self.discard();
-            return Err(e);
-        }
-        if self.hashed.is_empty() {
-            return Ok(0);
-        }
-        match self.write_pending(true) {
-            Ok(entries) => {
-                self.pending = Some(PendingKeys::default());
-                Ok(entries)
-            }
+        match self.write_idle() {
+            Ok(entries) => Ok(entries),
             Err(e) => {
                 self.discard();
                 Err(e)
             }
         }
+    }
+
+    fn write_idle(&mut self) -> Result<u64, StateDbError> {
+        self.write_rows()?;
+        if self.hashed.is_empty() {
+            return Ok(0);
+        }
+        let entries = self.write_pending(true)?;
+        self.pending = Some(PendingKeys::default());
+        Ok(entries)
     }
 
     fn write_index(&mut self, block: u64, new_keys: &[StateKey]) -> Result<(), StateDbError> {
@@ -981,11 +984,6 @@ impl<'db> StateWriter<'db> {
             index += 1;
         }
         self.current.index_len = index;
-        Ok(())
-    }
-
-    fn write_header(&mut self, header: &StoredHeader) -> Result<(), StateDbError> {
-        self.rows.put_header(header.clone());
         Ok(())
     }
 
@@ -1006,9 +1004,12 @@ impl<'db> StateWriter<'db> {
         self.unreported = self.finish_root()?;
         let result = self.root_now().and_then(|root| {
             let number = self.current.tip.number;
-            if let Some(mut header) = self.header(number)? {
-                header.state_root = Some(root.root);
-                self.write_header(&header)?;
+            if !self.rows.set_state_root(number, root.root) {
+                // An idle write took the row into the transaction.
+                if let Some(mut header) = self.header(number)? {
+                    header.state_root = Some(root.root);
+                    self.rows.put_header(header);
+                }
             }
             Ok(root)
         });
