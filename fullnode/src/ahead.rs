@@ -68,10 +68,11 @@ impl AheadServing {
         self.window.set_ahead_root(root.block, root.root);
     }
 
-    /// The group through block `head` was committed: its records and log go.
+    /// The group through block `head` was committed: its records and log go (those of the
+    /// blocks applied above it while it committed on the commit thread stay).
     pub fn committed(&mut self, head: u64) -> Result<(), WalError> {
         self.window.committed(head);
-        self.log.clear()
+        self.log.committed_through(head, self.sync)
     }
 
     /// Approximate bytes of the records above the last commit.

@@ -249,6 +249,38 @@ impl<'db> Applier<'db> {
         Ok(info)
     }
 
+    /// Starts the open group's commit ([`StateWriter::start_commit`]): with the commit
+    /// thread, hands it over and returns (the committed tip moves when it lands); else as
+    /// [`Applier::commit`]. Its time on this thread counts as commit time.
+    pub fn start_commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        let start = Instant::now();
+        let info = self.writer.start_commit()?;
+        let trie = info.and_then(|i| i.root).map_or(0.0, |r| r.waited_seconds);
+        self.timings.trie += trie;
+        self.timings.commit += (start.elapsed().as_secs_f64() - trie).max(0.0);
+        Ok(info)
+    }
+
+    /// Takes in a commit that ended on the commit thread, if any
+    /// ([`StateWriter::poll_commit`]); whether one landed.
+    pub fn poll_commit(&mut self) -> Result<bool, StateDbError> {
+        let start = Instant::now();
+        let landed = self.writer.poll_commit()?;
+        if landed {
+            self.timings.commit += start.elapsed().as_secs_f64();
+        }
+        Ok(landed)
+    }
+
+    /// Waits for the commit under way on the commit thread, if any
+    /// ([`StateWriter::finish_commit`]).
+    pub fn finish_commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        let start = Instant::now();
+        let info = self.writer.finish_commit()?;
+        self.timings.commit += start.elapsed().as_secs_f64();
+        Ok(info)
+    }
+
     /// Waits for the root in flight, if any ([`StateWriter::finish_root`]).
     pub fn finish_root(&mut self) -> Result<Option<RootInfo>, StateDbError> {
         let root = self.writer.finish_root()?;

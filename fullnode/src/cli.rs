@@ -227,10 +227,31 @@ struct Cli {
     /// next block is already waiting and nothing changes. `false`: everything at the commit.
     #[arg(long = "db.flush-idle", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     db_flush_idle: bool,
+    /// Commit each group on a thread of its own while the apply thread goes on with the next
+    /// blocks (reth persists on a background thread too), instead of holding the apply
+    /// thread until MDBX's commit returns. The committing group's changes stay in memory
+    /// until it lands, so it needs room for a second group (`--commit-bytes`). `auto` (the
+    /// default): on when that fits the memory plan (from 2 to 4 GiB up, depending on the
+    /// other bounds). Applies with overlapping roots (`--trie.overlap-roots`, the account
+    /// trie in memory); `--db.flush-idle` then has nothing to do.
+    #[arg(
+        long = "db.commit-thread",
+        value_name = "auto|true|false",
+        default_value = "auto"
+    )]
+    db_commit_thread: Toggle,
     #[command(flatten)]
     rpc: gigas_rpc_eth::RpcArgs,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
+}
+
+/// A flag that is on, off, or decided by the node (`auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Toggle {
+    Auto,
+    True,
+    False,
 }
 
 /// `--db.sync`'s modes (described on the flag).
@@ -282,6 +303,7 @@ where
         fetch_response_mib = plan.fetch_response >> 20,
         sparse_trie_mib = plan.sparse_trie >> 20,
         trie_cache_mib = plan.trie_cache >> 20,
+        commit_thread = plan.commit_thread,
         total_mib = plan.total() >> 20,
         "memory bounds"
     );
@@ -349,6 +371,7 @@ where
             sparse_trie_bytes: usize::try_from(plan.sparse_trie).unwrap_or(usize::MAX),
             root_threads: cli.trie_root_threads,
             overlap_roots: cli.trie_overlap_roots,
+            commit_thread: plan.commit_thread,
             ..WriterOptions::default()
         },
         db: StateDbOptions {
@@ -406,7 +429,7 @@ impl Cli {
         let rpc = self
             .rpc
             .config(SocketAddr::new(self.http_addr, self.http_port));
-        MemoryPlan {
+        let plan = MemoryPlan {
             group: self.commit_bytes.resolve(limit, memory::auto_group_bytes),
             dirty: self.db_max_dirty.resolve(limit, memory::auto_dirty_bytes),
             window: self
@@ -425,6 +448,16 @@ impl Cli {
             trie_cache: self.trie_cache_size,
             execution_memory: self.rpc.evm_memory,
             executions: rpc.max_concurrent_executions as u64,
+            commit_thread: false,
+        };
+        let commit_thread = match self.db_commit_thread {
+            Toggle::True => true,
+            Toggle::False => false,
+            Toggle::Auto => plan.commit_thread_fits(memory::available(limit)),
+        };
+        MemoryPlan {
+            commit_thread,
+            ..plan
         }
     }
 }
@@ -503,7 +536,12 @@ mod tests {
         );
         assert_eq!(eight.sparse_trie, 1 << 30);
         assert!(eight.check(8 << 30).is_ok());
+        // Room for a second group: the commit thread is on, unless turned off.
+        assert!(eight.commit_thread);
+        let (off, _) = plan(&["--memory-limit", "8GiB", "--db.commit-thread", "false"]);
+        assert!(!off.commit_thread);
         let (one, _) = plan(&["--memory-limit", "1GiB"]);
+        assert!(!one.commit_thread);
         assert_eq!(
             (one.group, one.dirty, one.fetch_queue),
             (384 << 20, 64 << 20, 64 << 20)

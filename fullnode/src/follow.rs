@@ -146,6 +146,8 @@ struct ApplyLoop<'db> {
     ahead: Option<AheadServing>,
     epoch: u64,
     last_commit: Instant,
+    /// The committed head last served (or handed to `ahead`).
+    landed_head: u64,
     changes_since_commit: u64,
     /// When the oldest block not yet durable arrived, for the lag in seconds.
     first_pending_arrival: Option<Instant>,
@@ -173,6 +175,7 @@ pub fn run(
         None => None,
     };
     let epoch = io.cursor.borrow().epoch;
+    let landed_head = applier.committed_tip().number;
     let mut this = ApplyLoop {
         db: &db,
         config,
@@ -184,12 +187,15 @@ pub fn run(
         ahead,
         epoch,
         last_commit: Instant::now(),
+        landed_head,
         changes_since_commit: 0,
         first_pending_arrival: None,
     };
     let result = this.run();
     // Whatever verified is committed and synced, also when the loop stops on an error.
     let committed = this.commit().and_then(|()| {
+        this.applier.finish_commit()?;
+        this.landed()?;
         this.applier.sync()?;
         Ok(())
     });
@@ -201,9 +207,11 @@ pub fn run(
 }
 
 impl ApplyLoop<'_> {
+    /// Commits the open group, or, with the commit thread, hands it over (it is served
+    /// when it lands, [`ApplyLoop::landed`]).
     fn commit(&mut self) -> Result<(), FollowError> {
-        let Some(info) = self.applier.commit()? else {
-            return Ok(());
+        let Some(info) = self.applier.start_commit()? else {
+            return self.landed();
         };
         let seconds = self.last_commit.elapsed().as_secs_f64();
         if seconds > 0.0 {
@@ -215,7 +223,24 @@ impl ApplyLoop<'_> {
         self.last_commit = Instant::now();
         self.first_pending_arrival = None;
         self.metrics.group_blocks.observe(info.blocks as f64);
+        debug!(
+            head = info.head,
+            blocks = info.blocks,
+            changes = info.changes,
+            commit_ms = info.commit_seconds * 1e3,
+            "group committed (or handed to the commit thread)"
+        );
+        self.landed()
+    }
+
+    /// Serves the committed head once it moved: at once after a commit on this thread,
+    /// later (after a block, or on the idle timer) for one on the commit thread.
+    fn landed(&mut self) -> Result<(), FollowError> {
         let tip = self.applier.committed_tip();
+        if tip.number == self.landed_head {
+            return Ok(());
+        }
+        self.landed_head = tip.number;
         match self.ahead.as_mut() {
             Some(ahead) => {
                 ahead.committed(tip.number)?;
@@ -223,13 +248,6 @@ impl ApplyLoop<'_> {
             }
             None => self.serve(tip),
         }
-        debug!(
-            head = info.head,
-            blocks = info.blocks,
-            changes = info.changes,
-            commit_ms = info.commit_seconds * 1e3,
-            "group committed"
-        );
         Ok(())
     }
 
@@ -261,6 +279,8 @@ impl ApplyLoop<'_> {
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(()),
                 Err(_) => {
+                    self.applier.poll_commit()?;
+                    self.landed()?;
                     if self.applier.should_commit() {
                         self.commit()?;
                     }
@@ -285,7 +305,11 @@ impl ApplyLoop<'_> {
             }
             self.first_pending_arrival.get_or_insert(item.received);
             match self.apply(&item) {
-                Ok(()) => {}
+                Ok(()) => {
+                    // The writer takes in a commit that landed while it wrote the block.
+                    self.applier.poll_commit()?;
+                    self.landed()?;
+                }
                 Err(Refusal::Fatal(e)) => return Err(e),
                 Err(Refusal::Refetch { reason, message }) => {
                     self.hold(item.number, reason, message)?

@@ -102,6 +102,9 @@ pub struct MemoryPlan {
     pub execution_memory: u64,
     /// RPC executions at once (`--rpc.max-executions`).
     pub executions: u64,
+    /// Groups commit on the commit thread (`--db.commit-thread`): the committing group's
+    /// changes stay in memory beside the next group's until it lands.
+    pub commit_thread: bool,
 }
 
 /// One bounded consumer of memory.
@@ -114,6 +117,17 @@ pub struct Part {
 }
 
 impl MemoryPlan {
+    /// Whether `--db.commit-thread auto` turns the commit thread on: when the plan, with a
+    /// second group's bound for the group committing, fits `memory`.
+    pub fn commit_thread_fits(&self, memory: u64) -> bool {
+        Self {
+            commit_thread: true,
+            ..*self
+        }
+        .check(memory)
+        .is_ok()
+    }
+
     /// Every bounded consumer, largest first.
     pub fn parts(&self) -> Vec<Part> {
         let mut parts = vec![
@@ -148,6 +162,10 @@ impl MemoryPlan {
             Part {
                 flags: "--rpc.evmmemory x --rpc.max-executions",
                 bytes: self.execution_memory.saturating_mul(self.executions),
+            },
+            Part {
+                flags: "--db.commit-thread (a second --commit-bytes)",
+                bytes: if self.commit_thread { self.group } else { 0 },
             },
         ];
         parts.sort_by_key(|p| std::cmp::Reverse(p.bytes));
@@ -225,7 +243,25 @@ mod tests {
             trie_cache: 0,
             execution_memory: 64 * MIB,
             executions: 2,
+            commit_thread: false,
         }
+    }
+
+    #[test]
+    fn the_commit_thread_fits_from_2_gib() {
+        for (limit, fits) in [
+            (GIB, false),
+            (2 * GIB, true),
+            (4 * GIB, true),
+            (8 * GIB, true),
+        ] {
+            assert_eq!(auto_plan(limit).commit_thread_fits(limit), fits, "{limit}");
+        }
+        let plan = MemoryPlan {
+            commit_thread: true,
+            ..auto_plan(8 * GIB)
+        };
+        assert_eq!(plan.total(), auto_plan(8 * GIB).total() + 512 * MIB);
     }
 
     #[test]

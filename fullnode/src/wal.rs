@@ -7,7 +7,9 @@
 //! block is served, its verified diff is appended here, one `write` of a checksummed record;
 //! a process kill leaves it in the page cache. At start the records after the database's
 //! head are verified and applied again and committed ([`recover`]) before anything is
-//! served. Each commit empties the log.
+//! served. Each commit drops the records it committed: it empties the log, or, when blocks
+//! were applied above it while it ran on the commit thread
+//! ([`gigas_statedb::WriterOptions::commit_thread`]), rewrites the file with theirs only.
 //!
 //! **Owns:** the file `applied.wal` in the data directory and its record format:
 //! `magic (4) ‖ block (8) ‖ length (4) ‖ CRC-32 of block ‖ diff (4) ‖ diff`, little-endian.
@@ -71,6 +73,8 @@ pub struct AppliedLog {
     file: File,
     len: u64,
     records: u64,
+    /// Each record's block and offset, in file order.
+    offsets: std::collections::VecDeque<(u64, u64)>,
 }
 
 /// One record read back.
@@ -107,8 +111,10 @@ impl AppliedLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io("read"))?;
         let mut records = Vec::new();
+        let mut offsets = std::collections::VecDeque::new();
         let mut at = 0usize;
         while let Some((record, next)) = parse(&bytes, at) {
+            offsets.push_back((record.number, at as u64));
             records.push(record);
             at = next;
         }
@@ -127,6 +133,7 @@ impl AppliedLog {
             file,
             len: at as u64,
             records: records.len() as u64,
+            offsets,
         };
         Ok((log, records))
     }
@@ -154,8 +161,58 @@ impl AppliedLog {
                 source,
             })?;
         }
+        self.offsets.push_back((number, self.len));
         self.len += record.len() as u64;
         self.records += 1;
+        Ok(())
+    }
+
+    /// Drops the records of blocks up to `head`, now committed, and keeps those after it
+    /// (applied while the commit ran on the commit thread): empties the log when none is
+    /// after, else writes them to a new file renamed over the log, so that a kill finds
+    /// the old log or the new one, whole (synced first when `sync`).
+    pub fn committed_through(&mut self, head: u64, sync: bool) -> Result<(), WalError> {
+        let Some(&(_, from)) = self.offsets.iter().find(|(number, _)| *number > head) else {
+            return self.clear();
+        };
+        if from == 0 {
+            return Ok(());
+        }
+        let io = |what| {
+            let path = self.path.clone();
+            move |source| WalError::Io { path, what, source }
+        };
+        let mut tail = vec![0u8; usize::try_from(self.len - from).unwrap_or(usize::MAX)];
+        self.file.seek(SeekFrom::Start(from)).map_err(io("seek"))?;
+        self.file.read_exact(&mut tail).map_err(io("read"))?;
+        let fresh = self.path.with_extension("wal.new");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&fresh)
+            .map_err(io("create the rewritten log"))?;
+        file.write_all(&tail)
+            .map_err(io("write the rewritten log"))?;
+        if sync {
+            file.sync_data().map_err(io("sync the rewritten log"))?;
+        }
+        std::fs::rename(&fresh, &self.path).map_err(io("rename the rewritten log"))?;
+        if sync {
+            if let Some(dir) = self.path.parent() {
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io("sync the log's directory"))?;
+            }
+        }
+        self.file = file;
+        self.len = tail.len() as u64;
+        self.offsets.retain(|(number, _)| *number > head);
+        for (_, offset) in &mut self.offsets {
+            *offset -= from;
+        }
+        self.records = self.offsets.len() as u64;
         Ok(())
     }
 
@@ -172,6 +229,7 @@ impl AppliedLog {
         self.file.seek(SeekFrom::Start(0)).map_err(io("seek"))?;
         self.len = 0;
         self.records = 0;
+        self.offsets.clear();
         Ok(())
     }
 
@@ -328,6 +386,41 @@ mod tests {
         let (log, records) = AppliedLog::open(&path).unwrap();
         assert!(records.is_empty());
         assert!(log.is_empty());
+    }
+
+    /// A commit that landed while later blocks were logged keeps theirs, in order, and
+    /// appends go on after them; a commit past every record empties the file.
+    #[test]
+    fn a_commit_drops_only_the_records_it_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut log, _) = AppliedLog::open(&path).unwrap();
+        for n in 1..=5u64 {
+            log.append(n, &vec![n as u8; 100 * n as usize], false)
+                .unwrap();
+        }
+        log.committed_through(0, true).unwrap();
+        assert_eq!(log.records(), 5);
+        log.committed_through(3, true).unwrap();
+        assert_eq!(log.records(), 2);
+        assert_eq!(log.len(), std::fs::metadata(&path).unwrap().len());
+        log.append(6, b"six", false).unwrap();
+        drop(log);
+        let (mut log, records) = AppliedLog::open(&path).unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.number).collect::<Vec<_>>(),
+            [4, 5, 6]
+        );
+        assert_eq!(records[1].diff, vec![5u8; 500]);
+        log.committed_through(5, false).unwrap();
+        log.append(7, b"seven", false).unwrap();
+        drop(log);
+        let (mut log, records) = AppliedLog::open(&path).unwrap();
+        assert_eq!(records.iter().map(|r| r.number).collect::<Vec<_>>(), [6, 7]);
+        log.committed_through(7, false).unwrap();
+        assert!(log.is_empty());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        assert!(!path.with_extension("wal.new").exists());
     }
 
     #[test]

@@ -265,6 +265,11 @@ pub struct FullnodeArgs {
     /// memory only); `false,true` runs both, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
     pub overlap_roots: Vec<bool>,
+    /// Live mode: each group commits on a thread of its own while the next blocks are
+    /// applied (`gigas-fullnode --db.commit-thread`, on where the memory plan has room;
+    /// with overlapping roots only); `false,true` runs both, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
+    pub commit_thread: Vec<bool>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -394,7 +399,11 @@ impl FullnodeArgs {
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
-                                for &overlap in &self.overlap_roots {
+                                for (&overlap, &commit_thread) in self
+                                    .overlap_roots
+                                    .iter()
+                                    .flat_map(|o| self.commit_thread.iter().map(move |c| (o, c)))
+                                {
                                     let mut mode = Mode::Live {
                                         sync,
                                         group,
@@ -403,14 +412,22 @@ impl FullnodeArgs {
                                         root,
                                         prefetch,
                                         overlap,
+                                        commit_thread,
                                         write_map,
                                         purge_delay_ms,
                                     };
-                                    // Overlap asked where the writer does not overlap is
-                                    // the mode without it: named so, and run once.
-                                    let effective = mode.writer_options().roots_overlap();
-                                    if let Mode::Live { overlap, .. } = &mut mode {
-                                        *overlap = effective;
+                                    // Overlap (or a commit thread) asked where the writer
+                                    // does not use it is the mode without it: named so,
+                                    // and run once.
+                                    let options = mode.writer_options();
+                                    if let Mode::Live {
+                                        overlap,
+                                        commit_thread,
+                                        ..
+                                    } = &mut mode
+                                    {
+                                        *overlap = options.roots_overlap();
+                                        *commit_thread = options.commits_in_background();
                                     }
                                     if !modes.contains(&mode) {
                                         modes.push(mode);

@@ -108,6 +108,9 @@ pub enum Mode {
         /// Roots run while the next blocks are written
         /// ([`WriterOptions::overlap_roots`]).
         overlap: bool,
+        /// Groups commit on the commit thread while the next blocks are applied
+        /// ([`WriterOptions::commit_thread`]).
+        commit_thread: bool,
         /// MDBX's write map ([`StateDbOptions::write_map`]).
         write_map: bool,
         /// How long freed memory stays with the process, in ms
@@ -167,6 +170,7 @@ impl Mode {
             root,
             prefetch,
             overlap,
+            commit_thread,
             ..
         } = *self
         {
@@ -180,6 +184,9 @@ impl Mode {
             parts.push(root.label());
             if overlap {
                 parts.push("roots overlap the next blocks".into());
+            }
+            if commit_thread {
+                parts.push("commits on their own thread".into());
             }
             if prefetch {
                 parts.push("prefetch".into());
@@ -206,9 +213,10 @@ impl Mode {
                 root,
                 prefetch,
                 overlap,
+                commit_thread,
                 ..
             } => format!(
-                "live-{}{}-tc{}{}-{}{}{}",
+                "live-{}{}-tc{}{}-{}{}{}{}",
                 if group == 1 {
                     String::new()
                 } else {
@@ -223,6 +231,7 @@ impl Mode {
                 },
                 root.short(),
                 if overlap { "-ov" } else { "" },
+                if commit_thread { "-ct" } else { "" },
                 if prefetch { "-pf" } else { "" }
             ),
         };
@@ -252,6 +261,7 @@ impl Mode {
                 sparse_trie,
                 root,
                 overlap,
+                commit_thread,
                 ..
             } => WriterOptions {
                 sparse_trie_bytes: usize::try_from(sparse_trie).unwrap_or(usize::MAX),
@@ -265,6 +275,7 @@ impl Mode {
                     RootArg::Layered(n) => n,
                 },
                 overlap_roots: overlap,
+                commit_thread,
                 ..WriterOptions::default()
             },
         }
@@ -1132,8 +1143,9 @@ impl Replay<'_> {
                 }
                 let applied = self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
                 tally.add(applied.root);
+                landed(&mut applier, &mut serving)?;
                 if applier.should_commit() {
-                    tally.add(count_commit(commit(&mut applier, &mut serving)?));
+                    tally.add(count_commit(start_commit(&mut applier, &mut serving)?));
                 }
                 bar.inc(1);
             }
@@ -1649,6 +1661,26 @@ impl RootTally {
         self.rereads += root.rereads;
         self.last = self.last.max(Some((root.block, root.root)));
     }
+}
+
+/// Starts the group's commit, on the commit thread where the writer has one (as the node's
+/// apply loop does), and lets the serving go of what landed.
+fn start_commit(
+    applier: &mut Applier<'_>,
+    serving: &mut Option<AheadServing>,
+) -> Result<Option<gigas_statedb::CommitInfo>> {
+    let info = applier.start_commit()?;
+    landed(applier, serving)?;
+    Ok(info)
+}
+
+/// Takes in a commit that ended on the commit thread, and lets the serving go of it.
+fn landed(applier: &mut Applier<'_>, serving: &mut Option<AheadServing>) -> Result<()> {
+    applier.poll_commit()?;
+    if let Some(serving) = serving.as_mut() {
+        serving.committed(applier.committed_tip().number)?;
+    }
+    Ok(())
 }
 
 fn commit(

@@ -181,6 +181,7 @@ mod error;
 mod flush;
 mod genesis;
 mod metrics;
+mod persist;
 mod read;
 mod rows;
 pub mod tables;

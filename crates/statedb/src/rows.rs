@@ -109,14 +109,15 @@ impl GroupRows {
         }
     }
 
-    /// Writes every row into `txn` in key order and empties the set.
-    pub(crate) fn write(&mut self, dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
-        let rows = std::mem::take(self);
+    /// Writes every row into `txn` in key order (the caller then empties the set, or, on
+    /// the commit thread, drops its share of it).
+    pub(crate) fn write(&self, dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
+        let rows = self;
         if !rows.codes.is_empty() {
-            let mut codes: Vec<_> = rows.codes.into_iter().collect();
-            codes.sort_unstable_by_key(|(hash, _)| *hash);
+            let mut codes: Vec<_> = rows.codes.iter().collect();
+            codes.sort_unstable_by_key(|(hash, _)| **hash);
             let mut c = cursor(dbs, txn, Table::Bytecodes)?;
-            for (hash, code) in &codes {
+            for (hash, code) in codes {
                 c.put(hash.as_slice(), code, WriteFlags::empty())
                     .map_err(StateDbError::mdbx("write Bytecodes"))?;
             }

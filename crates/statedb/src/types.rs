@@ -197,6 +197,19 @@ pub struct WriterOptions {
     /// wait for it, and a root therefore reaches the caller one call late
     /// ([`RootInfo::block`] names its block).
     pub overlap_roots: bool,
+    /// Each group's commit runs on a thread of its own (the commit thread, see the crate's
+    /// `persist` module) while the writer takes the next blocks, instead of holding the
+    /// writer until MDBX's commit returns: [`crate::StateWriter::start_commit`] hands the
+    /// group over, and [`crate::StateWriter::committed_tip`] moves when it lands. At most
+    /// one commit is under way; a group that reaches its bounds meanwhile waits for it.
+    /// The writer then holds no write transaction: it reads the last commit through a
+    /// read transaction with the committing group's changes kept over it in memory (a copy
+    /// of its layer, up to [`WriterOptions::max_group_bytes`] more until it lands), and
+    /// writes nothing between commits ([`crate::StateWriter::flush_idle`] does nothing).
+    /// Applies when roots overlap ([`WriterOptions::roots_overlap`]) and `root_every` is
+    /// not 0, and once the trie follows the state (a writer opened over a stale trie
+    /// rebuilds it in its own transaction and commits on its thread).
+    pub commit_thread: bool,
 }
 
 /// [`WriterOptions::max_group_bytes`] by default.
@@ -233,6 +246,12 @@ pub const MIN_SPARSE_TRIE_BYTES: usize = 512 << 20;
 pub const DEFAULT_TRIE_CACHE_BYTES: usize = 0;
 
 impl WriterOptions {
+    /// Whether the writer commits on the commit thread ([`WriterOptions::commit_thread`]),
+    /// given a trie that follows the state.
+    pub fn commits_in_background(&self) -> bool {
+        self.commit_thread && self.roots_overlap() && self.root_every > 0
+    }
+
     /// Whether roots run while the writer takes the next blocks
     /// ([`WriterOptions::overlap_roots`]): asked for, and layered roots through the account
     /// trie in memory with the trie cache off (the only roots that overlap).
@@ -259,6 +278,7 @@ impl Default for WriterOptions {
             root_threads: 0,
             root_split_min_accounts: DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
             overlap_roots: false,
+            commit_thread: false,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet};
 use gigas_statediff::{ChainTip, StateKey};
-use signet_libmdbx::tx::aliases::RwTxUnsync;
+use signet_libmdbx::tx::aliases::{RoTxUnsync, RwTxUnsync};
 use signet_libmdbx::tx::Tx;
 use signet_libmdbx::{Cursor, Rw, WriteFlags};
 use tracing::{debug, warn};
@@ -20,6 +20,7 @@ use crate::codec;
 use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
 use crate::flush::{self, put_hashed_account, PendingKeys};
+use crate::persist::{self, Handoff, MetaTip, Persisted};
 use crate::read::{self, Dbs};
 use crate::rows::GroupRows;
 use crate::tables::Table;
@@ -59,6 +60,32 @@ struct RootInFlight {
     handle: std::thread::JoinHandle<Result<LayeredRoot, StateDbError>>,
 }
 
+/// A group committing on the commit thread ([`WriterOptions::commit_thread`]).
+struct CommitInFlight {
+    /// What it writes; the writer reads its rows until it lands.
+    handoff: Arc<Handoff>,
+    /// What the database says once it landed.
+    snapshot: Snapshot,
+    blocks: u64,
+    changes: u64,
+    /// Seconds from the group's first write to its hand-over.
+    group_seconds: f64,
+    handle: std::thread::JoinHandle<Result<Persisted, StateDbError>>,
+}
+
+/// Runs `$f` (one of [`crate::read`]'s functions) on the writer's transaction: the read
+/// transaction of the last commit when commits run on their own thread, else the write
+/// transaction.
+macro_rules! read_txn {
+    ($self:ident, $f:path $(, $arg:expr)*) => {
+        match (&$self.reader, &$self.txn) {
+            (Some(ro), _) => $f($self.db.dbs(), ro $(, $arg)*),
+            (None, Some(rw)) => $f($self.db.dbs(), rw $(, $arg)*),
+            (None, None) => Err(no_txn()),
+        }
+    };
+}
+
 #[derive(Debug, Default)]
 struct Group {
     blocks: u64,
@@ -90,7 +117,21 @@ struct Group {
 pub struct StateWriter<'db> {
     db: &'db StateDb,
     options: WriterOptions,
+    /// The write transaction, when commits run on this thread.
     txn: Option<RwTxUnsync>,
+    /// Commits run on the commit thread ([`WriterOptions::commit_thread`]): the writer
+    /// holds no write transaction, and reads the last commit through `reader`.
+    background: bool,
+    /// A read transaction of the last commit (landed), with `background`.
+    reader: Option<RoTxUnsync>,
+    /// The group committing on the commit thread, if any (at most one).
+    committing: Option<CommitInFlight>,
+    /// With `background`: the changed-key tables hold keys (the last commit's changed keys
+    /// since its last root), which the next commit replaces.
+    changed_stored: bool,
+    /// Bytes of `hashed` that are a copy of the committing group's layer (see
+    /// [`crate::persist`]), which [`StateWriter::group_bytes`] does not count.
+    carried: u64,
     committed: Snapshot,
     current: Snapshot,
     /// Something was written since the last commit.
@@ -226,12 +267,42 @@ impl<'db> StateWriter<'db> {
         lock: WriteLock<'db>,
         options: WriterOptions,
     ) -> Result<Self, StateDbError> {
-        let txn = db
-            .env()
-            .begin_rw_unsync()
-            .map_err(StateDbError::mdbx("begin a write transaction"))?;
-        let meta = read::meta(db.dbs(), &txn)?;
+        let (txn, reader, meta) = if options.commits_in_background() {
+            let reader = db
+                .env()
+                .begin_ro_unsync()
+                .map_err(StateDbError::mdbx("begin a read transaction"))?;
+            let meta = read::meta(db.dbs(), &reader)?;
+            (None, Some(reader), meta)
+        } else {
+            let txn = db
+                .env()
+                .begin_rw_unsync()
+                .map_err(StateDbError::mdbx("begin a write transaction"))?;
+            let meta = read::meta(db.dbs(), &txn)?;
+            (Some(txn), None, meta)
+        };
         let tip = meta.head.ok_or(StateDbError::NotInitialized)?;
+        // A stale trie is rebuilt inside a write transaction: this writer commits on its
+        // own thread only once the trie follows the state.
+        let (txn, reader) = match reader {
+            Some(_) if !meta.trie_valid => {
+                drop(reader);
+                let txn = db
+                    .env()
+                    .begin_rw_unsync()
+                    .map_err(StateDbError::mdbx("begin a write transaction"))?;
+                (Some(txn), None)
+            }
+            reader => (txn, reader),
+        };
+        let background = reader.is_some();
+        // The keys changed since the last root stay in memory across commits; the tables
+        // hold them only for a restart.
+        let changed = match &reader {
+            Some(reader) => store::load_changed(db.dbs(), reader)?,
+            None => ChangedKeys::default(),
+        };
         let snapshot = Snapshot {
             tip,
             index_len: meta.index_len,
@@ -241,7 +312,12 @@ impl<'db> StateWriter<'db> {
         Ok(Self {
             db,
             options,
-            txn: Some(txn),
+            txn,
+            background,
+            reader,
+            committing: None,
+            changed_stored: !changed.is_empty(),
+            carried: 0,
             committed: snapshot,
             current: snapshot,
             dirty: false,
@@ -250,7 +326,7 @@ impl<'db> StateWriter<'db> {
             rows: GroupRows::default(),
             layer_exact: true,
             pending: None,
-            changed: ChangedKeys::default(),
+            changed,
             trie_cache: TrieCache::new(options.trie_cache_bytes),
             sparse: Arc::new(SparseAccounts::new(options.sparse_trie_bytes)),
             in_flight: None,
@@ -304,6 +380,11 @@ impl<'db> StateWriter<'db> {
         let crate::Durability::Periodic(schedule) = self.db.options().durability else {
             return Ok(None);
         };
+        // A sync waits for MDBX's write lock, which the commit thread holds meanwhile: the
+        // point waits for the commit to land instead.
+        if self.committing.is_some() && !self.poll_commit()? {
+            return Ok(None);
+        }
         if self.durable == self.committed.tip {
             return Ok(None);
         }
@@ -377,6 +458,7 @@ impl<'db> StateWriter<'db> {
     /// durability mode. Returns how long the sync took; `None` when every commit was durable
     /// already (nothing synced).
     pub fn sync(&mut self) -> Result<Option<Duration>, StateDbError> {
+        self.finish_commit()?;
         if self.durable == self.committed.tip {
             return Ok(None);
         }
@@ -448,14 +530,31 @@ impl<'db> StateWriter<'db> {
             .in_flight
             .as_ref()
             .map_or(0, |f| f.layer.approx_bytes());
-        self.hashed.approx_bytes()
+        (self.hashed.approx_bytes() + in_flight).saturating_sub(self.carried)
             + self.rows.approx_bytes()
-            + in_flight
             + self.sparse.over_budget()
+    }
+
+    /// The memory the group committing on the commit thread holds until it lands (its
+    /// layer, its rows, and the writer's copy of the layer), estimated; 0 when none is.
+    pub fn committing_bytes(&self) -> u64 {
+        self.committing.as_ref().map_or(0, |c| {
+            c.handoff.layer.approx_bytes() + c.handoff.rows.approx_bytes() + self.carried
+        })
+    }
+
+    /// Whether commits run on the commit thread ([`WriterOptions::commit_thread`]).
+    pub fn commits_in_background(&self) -> bool {
+        self.background
     }
 
     fn reads(&self) -> Result<(&Dbs, &Tx<Rw>), StateDbError> {
         Ok((self.db.dbs(), open_txn(&self.txn)?))
+    }
+
+    /// The committing group's rows, which the writer reads until it lands.
+    fn committing_rows(&self) -> Option<&GroupRows> {
+        self.committing.as_ref().map(|c| &c.handoff.rows)
     }
 
     fn index_length(&self) -> Result<u64, StateDbError> {
@@ -476,8 +575,7 @@ impl<'db> StateWriter<'db> {
         {
             return Ok(*state);
         }
-        let (dbs, txn) = self.reads()?;
-        read::hashed_account(dbs, txn, &h)
+        read_txn!(self, read::hashed_account, &h)
     }
 
     /// A slot as the open group left it (as [`StateWriter::account`]; a slot of a storage
@@ -496,58 +594,68 @@ impl<'db> StateWriter<'db> {
                 }
             }
         }
-        let (dbs, txn) = self.reads()?;
-        read::hashed_slot(dbs, txn, &h, &hs)
+        read_txn!(self, read::hashed_slot, &h, &hs)
     }
 
     /// Code by its hash, the open group's included.
     pub fn code(&self, hash: &B256) -> Result<Option<Bytes>, StateDbError> {
-        if let Some(code) = self.rows.code(hash) {
-            return Ok(Some(code.clone()));
+        for rows in std::iter::once(&self.rows).chain(self.committing_rows()) {
+            if let Some(code) = rows.code(hash) {
+                return Ok(Some(code.clone()));
+            }
         }
-        let (dbs, txn) = self.reads()?;
-        read::code(dbs, txn, hash)
+        read_txn!(self, read::code, hash)
     }
 
     /// A header, the open group's included.
     pub fn header(&self, number: u64) -> Result<Option<StoredHeader>, StateDbError> {
-        if let Some(header) = self.rows.header(number) {
-            return Ok(Some(header.clone()));
+        for rows in std::iter::once(&self.rows).chain(self.committing_rows()) {
+            if let Some(header) = rows.header(number) {
+                return Ok(Some(header.clone()));
+            }
         }
-        let (dbs, txn) = self.reads()?;
-        read::header(dbs, txn, number)
+        read_txn!(self, read::header, number)
     }
 
     /// The hash of block `number`'s header, the open group's included (BLOCKHASH).
     pub fn block_hash(&self, number: u64) -> Result<Option<B256>, StateDbError> {
-        if let Some(header) = self.rows.header(number) {
-            return Ok(Some(header.hash));
+        for rows in std::iter::once(&self.rows).chain(self.committing_rows()) {
+            if let Some(header) = rows.header(number) {
+                return Ok(Some(header.hash));
+            }
         }
-        let (dbs, txn) = self.reads()?;
-        read::block_hash(dbs, txn, number)
+        read_txn!(self, read::block_hash, number)
     }
 
     /// The index of `key` in the key index, the open group's new keys included.
     pub fn indexed(&self, key: &StateKey) -> Result<Option<u64>, StateDbError> {
-        if let Some(index) = self.rows.index_of(key) {
-            return Ok(Some(index));
+        for rows in std::iter::once(&self.rows).chain(self.committing_rows()) {
+            if let Some(index) = rows.index_of(key) {
+                return Ok(Some(index));
+            }
         }
-        let (dbs, txn) = self.reads()?;
-        read::index_of(dbs, txn, key)
+        read_txn!(self, read::index_of, key)
     }
 
     /// The key at `index` of the key index, the open group's new keys included.
     pub fn key_of(&self, index: u64) -> Result<Option<StateKey>, StateDbError> {
         // The rows hold the newest keys; an idle write moved the older ones of the group
         // into the transaction.
-        if let Some(key) = self.rows.key_at(index) {
-            return Ok(Some(key));
+        for rows in std::iter::once(&self.rows).chain(self.committing_rows()) {
+            if let Some(key) = rows.key_at(index) {
+                return Ok(Some(key));
+            }
         }
-        let (dbs, txn) = self.reads()?;
-        read::key_at(dbs, txn, index)
+        read_txn!(self, read::key_at, index)
     }
 
     fn ensure_txn(&mut self) -> Result<(), StateDbError> {
+        if self.background {
+            if self.reader.is_none() {
+                self.begin_background_reads()?;
+            }
+            return Ok(());
+        }
         if self.txn.is_none() {
             self.txn = Some(
                 self.db
@@ -566,6 +674,23 @@ impl<'db> StateWriter<'db> {
             let _ = flight.handle.join();
         }
         self.unreported = None;
+        // The commit under way lands or fails first: the tip goes back to what the
+        // database then holds.
+        if let Some(committing) = self.committing.take() {
+            let snapshot = committing.snapshot;
+            match committing.handle.join() {
+                Ok(Ok(_)) => {
+                    self.committed = snapshot;
+                    self.db.metrics().groups_committed.inc();
+                    if self.db.options().durability.every_commit() {
+                        self.mark_durable();
+                    }
+                }
+                Ok(Err(e)) => warn!(error = %e, "the group committing on the commit thread failed"),
+                Err(_) => warn!("the commit thread panicked"),
+            }
+        }
+        self.carried = 0;
         if self.dirty {
             self.db.metrics().groups_discarded.inc();
             warn!(
@@ -587,7 +712,29 @@ impl<'db> StateWriter<'db> {
         // They may hold nodes of the aborted transaction.
         self.trie_cache.clear();
         self.sparse.clear();
-        self.txn = self.db.env().begin_rw_unsync().ok();
+        if self.background {
+            self.reader = None;
+            // A failure here surfaces at the next call that begins again.
+            let _ = self.begin_background_reads();
+        } else {
+            self.txn = self.db.env().begin_rw_unsync().ok();
+        }
+    }
+
+    /// Begins the read transaction of the last commit, with the keys changed since its
+    /// last root as the changed-key tables hold them (after a discard).
+    fn begin_background_reads(&mut self) -> Result<(), StateDbError> {
+        let reader = self.begin_reader()?;
+        self.changed = store::load_changed(self.db.dbs(), &reader)?;
+        self.changed_stored = !self.changed.is_empty();
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    fn begin_reader(&self) -> Result<RoTxUnsync, StateDbError> {
+        self.db.env().begin_ro_unsync().map_err(StateDbError::mdbx(
+            "begin a read transaction of the last commit",
+        ))
     }
 
     /// Applies one verified block into the open group: plain and hashed state, code, the new
@@ -625,6 +772,11 @@ impl<'db> StateWriter<'db> {
         block: &BlockToApply<'_>,
         start: Instant,
     ) -> Result<Option<RootInfo>, StateDbError> {
+        // A commit that landed meanwhile is taken in before the block reads anything (no
+        // root reads the layer between roots).
+        if self.in_flight.is_none() {
+            self.land_commit(false)?;
+        }
         self.dirty = true;
         self.group.opened.get_or_insert(start);
         let changes = block.changes;
@@ -663,6 +815,7 @@ impl<'db> StateWriter<'db> {
         }
         // The root before this one lands first: roots build on each other.
         let landed = self.finish_root()?;
+        self.land_commit(false)?;
         if self.can_overlap() {
             // Held without its root, which the root sets when it lands (before any write of
             // the rows: those wait for the root in flight).
@@ -692,11 +845,7 @@ impl<'db> StateWriter<'db> {
     fn launch_root(&mut self) -> Result<(), StateDbError> {
         let start = Instant::now();
         let block = self.current.tip.number;
-        let pending = std::mem::take(&mut self.changed);
-        let (dbs, txn) = self.reads()?;
-        let mut changed = store::load_changed(dbs, txn)?;
-        changed.merge(pending);
-        store::clear_changed(dbs, txn)?;
+        let changed = self.take_changed()?;
         let layer = Arc::new(std::mem::take(&mut self.hashed));
         let (env, dbs, parallelism) = (self.db.env().clone(), *self.db.dbs(), self.parallelism());
         let (root_layer, sparse) = (Arc::clone(&layer), Arc::clone(&self.sparse));
@@ -951,6 +1100,12 @@ impl<'db> StateWriter<'db> {
     pub fn flush_idle(&mut self) -> Result<u64, StateDbError> {
         // The root in flight records its trie nodes into the layer this writes.
         self.unreported = self.finish_root()?;
+        if self.background {
+            // Nothing to write ahead: the commit thread writes the whole group. A commit
+            // that landed meanwhile is taken in.
+            self.land_commit(false)?;
+            return Ok(0);
+        }
         match self.write_idle() {
             Ok(entries) => Ok(entries),
             Err(e) => {
@@ -993,7 +1148,9 @@ impl<'db> StateWriter<'db> {
             return Ok(());
         }
         let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
-        self.rows.write(dbs, txn)
+        self.rows.write(dbs, txn)?;
+        self.rows = GroupRows::default();
+        Ok(())
     }
 
     /// Computes the root at the tip now (whatever `root_every` says), stores it in the tip's
@@ -1023,6 +1180,22 @@ impl<'db> StateWriter<'db> {
                 Err(e)
             }
         }
+    }
+
+    /// The keys the next root recomputes: the writer's since the last root and, when the
+    /// writer commits on its own thread, nothing else (it keeps them in memory across
+    /// commits); else with those the changed-key tables carried over a commit, which it
+    /// empties.
+    fn take_changed(&mut self) -> Result<ChangedKeys, StateDbError> {
+        let pending = std::mem::take(&mut self.changed);
+        if self.background {
+            return Ok(pending);
+        }
+        let (dbs, txn) = self.reads()?;
+        let mut changed = store::load_changed(dbs, txn)?;
+        changed.merge(pending);
+        store::clear_changed(dbs, txn)?;
+        Ok(changed)
     }
 
     /// Whether roots run over the last commit and the open group's changes in memory
@@ -1062,20 +1235,17 @@ impl<'db> StateWriter<'db> {
             // This root changes the trie behind its back.
             self.sparse.clear();
         }
-        let pending = std::mem::take(&mut self.changed);
         let mut split = false;
         let cached = self.trie_cache.enabled();
         if cached {
             self.trie_cache.begin_root();
         }
         let outcome = if layered {
-            let (dbs, txn) = self.reads()?;
-            let mut changed = store::load_changed(dbs, txn)?;
-            changed.merge(pending);
+            let changed = self.take_changed()?;
             let cache = cached.then_some(&self.trie_cache);
             let root = layer::layered_root(
                 self.db.env(),
-                dbs,
+                self.db.dbs(),
                 &self.hashed,
                 changed,
                 self.parallelism(),
@@ -1083,7 +1253,6 @@ impl<'db> StateWriter<'db> {
                 Some(self.sparse.as_ref()),
             )?;
             root.update_cache(&self.trie_cache);
-            store::clear_changed(dbs, txn)?;
             if let Some(pending) = self.pending.as_mut() {
                 pending.root(&root);
             }
@@ -1091,6 +1260,7 @@ impl<'db> StateWriter<'db> {
             split = was_split;
             outcome
         } else {
+            let pending = std::mem::take(&mut self.changed);
             // Not `reads()`: the cache is borrowed beside the transaction.
             let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
             if rebuilt {
@@ -1161,9 +1331,22 @@ impl<'db> StateWriter<'db> {
         }
     }
 
-    /// Makes the open group durable in one commit, with `Meta` naming its last block.
-    /// `None` when there was nothing to commit. On error the group is discarded.
+    /// Makes the open group durable in one commit, with `Meta` naming its last block, and
+    /// returns when it landed ([`StateWriter::committed_tip`] is its last block). `None`
+    /// when there was nothing to commit (a commit under way on the commit thread landed
+    /// first). On error the group is discarded.
     pub fn commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        if self.background {
+            let Some(info) = self.start_commit()? else {
+                self.finish_commit()?;
+                return Ok(None);
+            };
+            let persisted = self.finish_commit()?;
+            return Ok(Some(CommitInfo {
+                commit_seconds: persisted.map_or(0.0, |p| p.write_seconds + p.commit_seconds),
+                ..info
+            }));
+        }
         if !self.dirty {
             return Ok(None);
         }
@@ -1174,6 +1357,207 @@ impl<'db> StateWriter<'db> {
                 Err(e)
             }
         }
+    }
+
+    /// Starts the open group's commit: when commits run on the commit thread
+    /// ([`WriterOptions::commit_thread`]), hands the group over and returns at once, the
+    /// writer taking the next blocks while it commits ([`StateWriter::committed_tip`]
+    /// moves when it lands: at a later call, or [`StateWriter::poll_commit`] and
+    /// [`StateWriter::finish_commit`]); otherwise commits it as [`StateWriter::commit`].
+    /// A commit still under way lands first (at most one is). Returns the group's
+    /// figures, with `commit_seconds` the time this thread spent on the hand-over; `None`
+    /// when there was nothing to commit. On error the group is discarded (and, with the
+    /// commit thread, the one under way too if it failed).
+    pub fn start_commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        if !self.background {
+            return self.commit();
+        }
+        if !self.dirty {
+            return Ok(None);
+        }
+        match self.hand_off() {
+            Ok(info) => Ok(Some(info)),
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes in the commit under way on the commit thread if it has ended (waiting for the
+    /// root in flight, if any, first: the landing changes the layer it reads). Returns
+    /// whether one landed. On error (the commit failed) both groups are discarded.
+    pub fn poll_commit(&mut self) -> Result<bool, StateDbError> {
+        if !self
+            .committing
+            .as_ref()
+            .is_some_and(|c| c.handle.is_finished())
+        {
+            return Ok(false);
+        }
+        if self.in_flight.is_some() {
+            self.unreported = self.finish_root()?;
+        }
+        Ok(self.land_commit(false)?.is_some())
+    }
+
+    /// Waits for the commit under way on the commit thread, if any, and takes it in.
+    /// Returns what it did; `None` when none was under way. On error both groups are
+    /// discarded.
+    pub fn finish_commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
+        if self.committing.is_none() {
+            return Ok(None);
+        }
+        if self.in_flight.is_some() {
+            self.unreported = self.finish_root()?;
+        }
+        let Some(committing) = self.committing.as_ref() else {
+            return Ok(None);
+        };
+        let (blocks, changes, group_seconds) = (
+            committing.blocks,
+            committing.changes,
+            committing.group_seconds,
+        );
+        let head = committing.snapshot.tip.number;
+        Ok(self.land_commit(true)?.map(|p| CommitInfo {
+            blocks,
+            head,
+            changes,
+            write_seconds: group_seconds,
+            commit_seconds: p.write_seconds + p.commit_seconds,
+            sync_seconds: 0.0,
+            root: None,
+        }))
+    }
+
+    /// Takes in the commit under way on the commit thread: waits for it with `wait`, else
+    /// only when it has ended. The caller made sure no root is in flight (the landing
+    /// prunes the layer a root would read). On error both groups are discarded.
+    fn land_commit(&mut self, wait: bool) -> Result<Option<Persisted>, StateDbError> {
+        let Some(committing) = self.committing.take_if(|c| wait || c.handle.is_finished()) else {
+            return Ok(None);
+        };
+        if self.in_flight.is_some() {
+            self.committing = Some(committing);
+            return Err(StateDbError::Invariant {
+                what: "a commit was to land while a root read the layer it prunes".into(),
+            });
+        }
+        let CommitInFlight {
+            handoff,
+            snapshot,
+            handle,
+            ..
+        } = committing;
+        let persisted = match handle.join() {
+            Ok(Ok(persisted)) => persisted,
+            Ok(Err(e)) => {
+                self.discard();
+                return Err(e);
+            }
+            Err(_) => {
+                self.discard();
+                return Err(StateDbError::Invariant {
+                    what: "the commit thread panicked".into(),
+                });
+            }
+        };
+        self.committed = snapshot;
+        // Reads of the last commit now see the group; what the layer holds of it with the
+        // same value is there, and goes.
+        self.reader = None;
+        let reader = match self.begin_reader() {
+            Ok(reader) => reader,
+            Err(e) => {
+                self.discard();
+                return Err(e);
+            }
+        };
+        self.reader = Some(reader);
+        self.hashed.prune_committed(&handoff.layer);
+        self.carried = 0;
+        for h in &persisted.wiped {
+            self.trie_cache.forget_storage(h);
+        }
+        let metrics = self.db.metrics();
+        metrics.groups_committed.inc();
+        metrics
+            .hashed_flush_seconds
+            .observe(persisted.write_seconds);
+        metrics.commit_seconds.observe(persisted.commit_seconds);
+        self.db.refresh_size_metrics();
+        if self.db.options().durability.every_commit() {
+            self.mark_durable();
+        }
+        debug!(
+            head = snapshot.tip.number,
+            entries = persisted.entries,
+            write_ms = persisted.write_seconds * 1e3,
+            commit_ms = persisted.commit_seconds * 1e3,
+            "group landed"
+        );
+        Ok(Some(persisted))
+    }
+
+    /// Hands the open group to the commit thread (see [`crate::persist`]).
+    fn hand_off(&mut self) -> Result<CommitInfo, StateDbError> {
+        let start = Instant::now();
+        let root = self.finish_root()?;
+        // At most one commit under way.
+        self.land_commit(true)?;
+        // The account trie's nodes the trie in memory changed: part of the group.
+        let drained = self.sparse.drain()?;
+        let mut layer = std::mem::take(&mut self.hashed);
+        layer.account_nodes.extend(drained);
+        // The writer's reads and roots see the group through this copy until it lands.
+        self.hashed = layer.clone();
+        self.carried = self.hashed.approx_bytes();
+        // What it holds is in the copy: all of it may fold back into hashes.
+        self.sparse.enforce_budget()?;
+        let handoff = Arc::new(Handoff {
+            layer,
+            rows: std::mem::take(&mut self.rows),
+            meta: MetaTip {
+                tip: self.current.tip,
+                index_len: self.current.index_len,
+                last_root: self.current.last_root,
+                trie_valid: self.current.trie_valid,
+            },
+            changed: self.changed.clone(),
+            clear_changed: self.changed_stored,
+        });
+        let (env, dbs) = (self.db.env().clone(), *self.db.dbs());
+        let theirs = Arc::clone(&handoff);
+        let handle = std::thread::Builder::new()
+            .name("gigas-commit".into())
+            .spawn(move || persist::persist(&env, &dbs, &theirs))
+            .map_err(|e| StateDbError::Invariant {
+                what: format!("cannot start the commit thread: {e}"),
+            })?;
+        self.changed_stored = !self.changed.is_empty();
+        let group_seconds = self.group.opened.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let info = CommitInfo {
+            blocks: self.group.blocks,
+            head: self.current.tip.number,
+            changes: self.group.changes,
+            write_seconds: group_seconds,
+            commit_seconds: start.elapsed().as_secs_f64(),
+            sync_seconds: 0.0,
+            root,
+        };
+        self.committing = Some(CommitInFlight {
+            handoff,
+            snapshot: self.current,
+            blocks: self.group.blocks,
+            changes: self.group.changes,
+            group_seconds,
+            handle,
+        });
+        self.dirty = false;
+        self.group = Group::default();
+        self.db.metrics().write_txn_seconds.observe(group_seconds);
+        Ok(info)
     }
 
     fn commit_group(&mut self) -> Result<CommitInfo, StateDbError> {
@@ -1234,6 +1618,12 @@ impl<'db> StateWriter<'db> {
     }
 }
 
+fn no_txn() -> StateDbError {
+    StateDbError::NoTransaction {
+        reason: "beginning it after the last commit or discard failed".into(),
+    }
+}
+
 /// The writer's open transaction, or why there is none.
 fn open_txn(txn: &Option<RwTxUnsync>) -> Result<&RwTxUnsync, StateDbError> {
     txn.as_ref().ok_or_else(|| StateDbError::NoTransaction {
@@ -1246,6 +1636,16 @@ impl Drop for StateWriter<'_> {
         // Not left reading the environment after the writer is gone.
         if let Some(flight) = self.in_flight.take() {
             let _ = flight.handle.join();
+        }
+        // A group handed over commits whole, or not at all.
+        if let Some(committing) = self.committing.take() {
+            match committing.handle.join() {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    warn!(error = %e, "the last group handed to the commit thread failed")
+                }
+                Err(_) => warn!("the commit thread panicked"),
+            }
         }
         if self.dirty {
             self.db.metrics().groups_discarded.inc();

@@ -146,9 +146,20 @@ fn stream_of(
         roots += 1;
     };
     let overlapped = options.roots_overlap();
+    let background = options.commits_in_background();
+    assert_eq!(writer.commits_in_background(), background);
+    // With the commit thread: groups handed over and not yet checked, by head, with the
+    // model's root there.
+    let mut handed: Vec<(u64, alloy_primitives::B256)> = Vec::new();
+    // Blocks decoded against the writer while a group was committing (deterministic: only
+    // a later call takes a landed commit in), and blocks after whose write (and root
+    // launch) it still was (the commit thread was slower than the block).
+    let (mut decoded_over, mut written_over, mut landed) = (0, 0, 0);
     let mut late = 0;
     for _ in 0..80 {
+        decoded_over += u64::from(writer.committing_bytes() > 0);
         let info = run.step_info(&mut writer);
+        written_over += u64::from(writer.committing_bytes() > 0);
         let root = run.model.root();
         let tip = writer.tip().number;
         expected.insert(tip, root);
@@ -163,8 +174,41 @@ fn stream_of(
             assert_eq!(writer.flush_idle().unwrap(), 0);
             idle_writes += 1;
         }
+        if background {
+            // What readers see is what landed, and it lands whole.
+            if writer.poll_commit().unwrap() {
+                landed += 1;
+            }
+            let committed = writer.committed_tip();
+            handed.retain(|(head, _)| *head > committed.number);
+            // A reader may see a commit before the writer took it in, never a part of one.
+            let seen = db.view().unwrap().tip().unwrap().map(|t| t.number);
+            assert!(
+                seen == Some(committed.number) || handed.iter().any(|(h, _)| Some(*h) == seen),
+                "readers see block {seen:?}; landed {}, handed over {handed:?}",
+                committed.number
+            );
+        }
         // Random group sizes: commit on the count bound or at random.
-        if writer.should_commit() || run.rng.chance(30) {
+        if background && (writer.should_commit() || run.rng.chance(30)) {
+            let info = writer.start_commit().unwrap().expect("a group to commit");
+            check(info.root, &expected);
+            assert_eq!(info.head, writer.tip().number);
+            handed.push((info.head, root));
+            // Sometimes it is waited for at once; otherwise the next blocks are decoded
+            // and written (and their roots computed) over it while it commits.
+            if run.rng.chance(25) {
+                let done = writer.finish_commit().unwrap().expect("a commit under way");
+                landed += 1;
+                assert_eq!(done.head, info.head);
+                assert_eq!(writer.committed_tip(), writer.tip());
+                let view = db.view().unwrap();
+                assert_eq!(view.tip().unwrap(), Some(writer.tip()));
+                assert_eq!(view.last_root().unwrap(), Some((info.head, root)));
+                assert_eq!(view.state_root_from_scratch().unwrap(), root);
+                handed.clear();
+            }
+        } else if writer.should_commit() || run.rng.chance(30) {
             let info = writer.commit().unwrap().expect("a group to commit");
             check(info.root, &expected);
             assert_eq!(info.head, writer.tip().number);
@@ -180,6 +224,13 @@ fn stream_of(
     }
     check(writer.finish_root().unwrap(), &expected);
     assert_eq!(roots, 80);
+    if background {
+        eprintln!("{landed} commits landed, {decoded_over} blocks decoded and {written_over} written over one under way");
+        assert!(
+            landed >= 10 && decoded_over >= 10,
+            "{landed} commits landed, {decoded_over} blocks decoded over one under way"
+        );
+    }
     // Overlapped, a root ran while the next block was decoded and written whenever no
     // commit or idle write came between.
     if overlapped {
@@ -210,6 +261,7 @@ fn stream_of(
         _ => assert!(cache.hits > cache.misses && cache.evicted == 0, "{cache:?}"),
     }
     writer.commit().unwrap();
+    assert_eq!(writer.committed_tip(), writer.tip());
     let view = db.view().unwrap();
     run.model.assert_held_by(&view, &run.touched);
     // Every block's header row holds its root, including those stored before it landed.
@@ -388,6 +440,30 @@ fn random_stream_roots_through_the_trie_in_memory_overlapping_the_next_blocks() 
 fn random_stream_layered_roots_through_the_trie_in_memory_pruned_every_root() {
     let (_, stats) = stream_sparse(1, 13, true);
     assert!(stats.pruned > 0, "{stats:?}");
+}
+
+/// Each group committed on the commit thread ([`WriterOptions::commit_thread`]) while
+/// the next blocks are decoded against the writer and written, and their roots computed
+/// over the last landed commit with the committing group's copy laid over it: every root
+/// equals the model's, readers see only whole groups, and the tables end as a genesis of
+/// the final state would have them (no node lost or left stale by the copy's pruning).
+#[test]
+fn random_stream_commits_on_their_own_thread() {
+    for (seed, budget) in [(41, 64 << 20), (42, 1)] {
+        stream_observed(
+            WriterOptions {
+                root_threads: 2,
+                root_split_min_accounts: 1,
+                sparse_trie_bytes: budget,
+                overlap_roots: true,
+                commit_thread: true,
+                ..WriterOptions::default()
+            },
+            seed,
+            20,
+            &|_| {},
+        );
+    }
 }
 
 /// Tries of one to three accounts, emptied and refilled: while the keys lie under fewer

@@ -48,7 +48,7 @@ use crate::trie::walk::{self, TrieRun, TrieSource};
 pub(crate) type NodeLayer = BTreeMap<Nibbles, Option<BranchNodeCompact>>;
 
 /// One account's storage changed since the last commit.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct StorageLayer {
     /// The committed slots and storage trie are gone (self-destruct): only what is here.
     pub(crate) wiped: bool,
@@ -59,7 +59,7 @@ pub(crate) struct StorageLayer {
 }
 
 /// The hashed tables' and trie tables' changes of the open group.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct TrieLayer {
     /// Hashed account to state (`None`: the account does not exist).
     pub(crate) accounts: BTreeMap<B256, Option<AccountState>>,
@@ -132,6 +132,39 @@ impl TrieLayer {
         }
     }
 
+    /// Drops what `committed` (a layer the last commit now holds) holds with the same
+    /// value: a read of the commit finds it there. What was written again since with
+    /// another value stays, and so does a wiped storage unless nothing was written under
+    /// it since (its wipe hides the commit's slots).
+    pub(crate) fn prune_committed(&mut self, committed: &TrieLayer) {
+        for (h, state) in &committed.accounts {
+            if self.accounts.get(h) == Some(state) {
+                self.accounts.remove(h);
+            }
+        }
+        prune_nodes(&mut self.account_nodes, &committed.account_nodes);
+        for (h, done) in &committed.storage {
+            let Some(mine) = self.storage.get_mut(h) else {
+                continue;
+            };
+            if mine.wiped {
+                if mine == done {
+                    self.storage.remove(h);
+                }
+                continue;
+            }
+            for (slot, value) in &done.slots {
+                if mine.slots.get(slot) == Some(value) {
+                    mine.slots.remove(slot);
+                }
+            }
+            prune_nodes(&mut mine.nodes, &done.nodes);
+            if mine.slots.is_empty() && mine.nodes.is_empty() {
+                self.storage.remove(h);
+            }
+        }
+    }
+
     /// Takes in the nodes a root computed, and returns what it did.
     pub(crate) fn record_root(&mut self, root: LayeredRoot) -> (RootOutcome, bool) {
         for (address, run) in root.storage {
@@ -139,6 +172,15 @@ impl TrieLayer {
         }
         Self::record(&mut self.account_nodes, root.accounts);
         (root.outcome, root.split)
+    }
+}
+
+/// Drops from `nodes` the entries `committed` holds with the same value.
+fn prune_nodes(nodes: &mut NodeLayer, committed: &NodeLayer) {
+    for (path, node) in committed {
+        if nodes.get(path) == Some(node) {
+            nodes.remove(path);
+        }
     }
 }
 
