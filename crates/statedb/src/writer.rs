@@ -1450,7 +1450,10 @@ impl<'db> StateWriter<'db> {
             handle,
             ..
         } = committing;
-        let persisted = match handle.join() {
+        let joining = Instant::now();
+        let joined = handle.join();
+        let join_ms = joining.elapsed().as_secs_f64() * 1e3;
+        let persisted = match joined {
             Ok(Ok(persisted)) => persisted,
             Ok(Err(e)) => {
                 self.discard();
@@ -1475,7 +1478,9 @@ impl<'db> StateWriter<'db> {
             }
         };
         self.reader = Some(reader);
+        let pruning = Instant::now();
         self.hashed.prune_committed(&handoff.layer);
+        let prune_ms = pruning.elapsed().as_secs_f64() * 1e3;
         self.carried = 0;
         for h in &persisted.wiped {
             self.trie_cache.forget_storage(h);
@@ -1495,6 +1500,8 @@ impl<'db> StateWriter<'db> {
             entries = persisted.entries,
             write_ms = persisted.write_seconds * 1e3,
             commit_ms = persisted.commit_seconds * 1e3,
+            prune_ms,
+            join_ms,
             "group landed"
         );
         Ok(Some(persisted))
@@ -1506,12 +1513,18 @@ impl<'db> StateWriter<'db> {
         let root = self.finish_root()?;
         // At most one commit under way.
         self.land_commit(true)?;
+        // A durable point due waits for no commit under way (see `sync_if_due`): made
+        // here, between two commits, it is not put off for as long as they follow each
+        // other.
+        let sync_seconds = self.sync_if_due()?.map_or(0.0, |d| d.as_secs_f64());
         // The account trie's nodes the trie in memory changed: part of the group.
         let drained = self.sparse.drain()?;
         let mut layer = std::mem::take(&mut self.hashed);
         layer.account_nodes.extend(drained);
         // The writer's reads and roots see the group through this copy until it lands.
+        let copying = Instant::now();
         self.hashed = layer.clone();
+        let copy_ms = copying.elapsed().as_secs_f64() * 1e3;
         self.carried = self.hashed.approx_bytes();
         // What it holds is in the copy: all of it may fold back into hashes.
         self.sparse.enforce_budget()?;
@@ -1528,10 +1541,14 @@ impl<'db> StateWriter<'db> {
             clear_changed: self.changed_stored,
         });
         let (env, dbs) = (self.db.env().clone(), *self.db.dbs());
+        let nice = self.options.commit_thread_nice;
         let theirs = Arc::clone(&handoff);
         let handle = std::thread::Builder::new()
             .name("gigas-commit".into())
-            .spawn(move || persist::persist(&env, &dbs, &theirs))
+            .spawn(move || {
+                persist::set_thread_nice(nice);
+                persist::persist(&env, &dbs, &theirs)
+            })
             .map_err(|e| StateDbError::Invariant {
                 what: format!("cannot start the commit thread: {e}"),
             })?;
@@ -1542,8 +1559,8 @@ impl<'db> StateWriter<'db> {
             head: self.current.tip.number,
             changes: self.group.changes,
             write_seconds: group_seconds,
-            commit_seconds: start.elapsed().as_secs_f64(),
-            sync_seconds: 0.0,
+            commit_seconds: start.elapsed().as_secs_f64() - sync_seconds,
+            sync_seconds,
             root,
         };
         self.committing = Some(CommitInFlight {
@@ -1557,6 +1574,12 @@ impl<'db> StateWriter<'db> {
         self.dirty = false;
         self.group = Group::default();
         self.db.metrics().write_txn_seconds.observe(group_seconds);
+        debug!(
+            head = info.head,
+            ms = info.commit_seconds * 1e3,
+            copy_ms,
+            "group handed to the commit thread"
+        );
         Ok(info)
     }
 

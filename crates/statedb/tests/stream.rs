@@ -892,3 +892,83 @@ fn the_trie_in_memory_beyond_its_budget_counts_toward_the_group_bound() {
         );
     }
 }
+
+/// A commit that fails on the commit thread (here the map is full: the environment has room
+/// for the genesis and a few hundred blocks) discards both groups, the one it was
+/// committing and the one applied over it: the writer's tip goes back to the last commit
+/// that landed, readers and a reopened database hold exactly that state, and nothing of a
+/// failed group shows.
+#[test]
+fn a_failed_commit_on_the_commit_thread_discards_both_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::new(51);
+    {
+        let db = open(dir.path());
+        apply_genesis(&db, &run.chain, &run.model, 97);
+    }
+    let genesis_bytes = std::fs::metadata(dir.path().join("mdbx.dat")).unwrap().len();
+    let options = gigas_statedb::StateDbOptions {
+        max_size_bytes: usize::try_from(genesis_bytes).unwrap() + (512 << 10),
+        growth_step_bytes: 64 << 10,
+        ..common::small_options()
+    };
+    let db = gigas_statedb::StateDb::open(dir.path(), options.clone()).unwrap();
+    let mut writer = db
+        .writer(WriterOptions {
+            root_every: 1,
+            root_threads: 2,
+            sparse_trie_bytes: 64 << 20,
+            overlap_roots: true,
+            commit_thread: true,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    assert!(writer.commits_in_background());
+    // The model at each head handed over, and at the genesis.
+    let mut models = std::collections::HashMap::new();
+    models.insert(writer.tip().number, run.model.clone());
+    let mut failed = None;
+    for _ in 0..2000 {
+        let number = run.chain.parent.number + 1;
+        let raw = random_changes(&mut run.rng, &run.model, run.accounts, number);
+        let changes = consistent(raw, &run.model);
+        let prior = PriorValues::capture(&changes, &common::ModelPrior(&run.model)).unwrap();
+        let body = encode_body(&changes, &run.index, &prior).unwrap();
+        let decoded = decode_body(&body.bytes, &writer, &writer).unwrap();
+        assert_eq!(decoded.changes, changes, "block {number}");
+        let (header, hash) = run.chain.next(&changes);
+        // A failed commit surfaces at the first call that takes it in.
+        let step = writer
+            .apply(block(&header, hash, &changes, &decoded.new_keys))
+            .and_then(|_| writer.poll_commit())
+            .and_then(|_| writer.start_commit());
+        if let Err(e) = step {
+            failed = Some((number, e));
+            break;
+        }
+        run.index.extend(&body.new_keys).unwrap();
+        run.model.apply(&changes);
+        models.insert(number, run.model.clone());
+    }
+    let (number, error) = failed.expect("the map fills up");
+    let committed = writer.committed_tip();
+    assert_eq!(writer.tip(), committed, "block {number}: {error}");
+    assert!(
+        committed.number + 1 < number,
+        "a group was under way when block {number} failed: {error}"
+    );
+    assert!(db.metrics().groups_discarded.get() >= 1);
+    let model = &models[&committed.number];
+    let view = db.view().unwrap();
+    assert_eq!(view.tip().unwrap(), Some(committed));
+    model.assert_held_by(&view, &run.touched);
+    assert_eq!(view.state_root_from_scratch().unwrap(), model.root());
+    assert!(view.header(committed.number + 1).unwrap().is_none());
+    drop(view);
+    drop(writer);
+    drop(db);
+    let db = gigas_statedb::StateDb::open(dir.path(), options).unwrap();
+    let view = db.view().unwrap();
+    assert_eq!(view.tip().unwrap(), Some(committed));
+    model.assert_held_by(&view, &run.touched);
+}
