@@ -240,6 +240,10 @@ struct Cli {
         default_value = "auto"
     )]
     db_commit_thread: Toggle,
+    /// The commit thread's nice value (`--db.commit-thread`): above 0 it takes the cores
+    /// the apply thread and the roots leave idle first.
+    #[arg(long = "db.commit-thread-nice", value_name = "N", default_value_t = gigas_statedb::DEFAULT_COMMIT_THREAD_NICE, allow_negative_numbers = true)]
+    db_commit_thread_nice: i32,
     #[command(flatten)]
     rpc: gigas_rpc_eth::RpcArgs,
     #[command(flatten)]
@@ -372,6 +376,7 @@ where
             root_threads: cli.trie_root_threads,
             overlap_roots: cli.trie_overlap_roots,
             commit_thread: plan.commit_thread,
+            commit_thread_nice: cli.db_commit_thread_nice,
             ..WriterOptions::default()
         },
         db: StateDbOptions {

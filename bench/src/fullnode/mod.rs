@@ -270,6 +270,15 @@ pub struct FullnodeArgs {
     /// with overlapping roots only); `false,true` runs both, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
     pub commit_thread: Vec<bool>,
+    /// Live mode, with the commit thread: its nice value (`gigas-fullnode
+    /// --db.commit-thread-nice`); several (comma-separated) run one mode each.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10",
+        allow_negative_numbers = true
+    )]
+    pub commit_nice: Vec<i32>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -399,10 +408,12 @@ impl FullnodeArgs {
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
-                                for (&overlap, &commit_thread) in self
-                                    .overlap_roots
-                                    .iter()
-                                    .flat_map(|o| self.commit_thread.iter().map(move |c| (o, c)))
+                                for (&overlap, &commit_thread, &commit_nice) in
+                                    self.overlap_roots.iter().flat_map(|o| {
+                                        self.commit_thread.iter().flat_map(move |c| {
+                                            self.commit_nice.iter().map(move |n| (o, c, n))
+                                        })
+                                    })
                                 {
                                     let mut mode = Mode::Live {
                                         sync,
@@ -413,6 +424,7 @@ impl FullnodeArgs {
                                         prefetch,
                                         overlap,
                                         commit_thread,
+                                        commit_nice,
                                         write_map,
                                         purge_delay_ms,
                                     };
@@ -428,6 +440,14 @@ impl FullnodeArgs {
                                     {
                                         *overlap = options.roots_overlap();
                                         *commit_thread = options.commits_in_background();
+                                    }
+                                    if let Mode::Live {
+                                        commit_thread: false,
+                                        commit_nice,
+                                        ..
+                                    } = &mut mode
+                                    {
+                                        *commit_nice = 0;
                                     }
                                     if !modes.contains(&mode) {
                                         modes.push(mode);

@@ -203,8 +203,8 @@ pub use types::{
     sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock,
     GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions, StorageProof,
     StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_COMMIT_THREAD_NICE,
-    DEFAULT_MAX_DIRTY_BYTES, DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES,
-    DEFAULT_TRIE_CACHE_BYTES, MIN_SPARSE_TRIE_BYTES,
+    DEFAULT_MAX_DIRTY_BYTES, DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
+    DEFAULT_SPARSE_TRIE_BYTES, DEFAULT_TRIE_CACHE_BYTES, MIN_SPARSE_TRIE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;

@@ -906,7 +906,9 @@ fn a_failed_commit_on_the_commit_thread_discards_both_groups() {
         let db = open(dir.path());
         apply_genesis(&db, &run.chain, &run.model, 97);
     }
-    let genesis_bytes = std::fs::metadata(dir.path().join("mdbx.dat")).unwrap().len();
+    let genesis_bytes = std::fs::metadata(dir.path().join("mdbx.dat"))
+        .unwrap()
+        .len();
     let options = gigas_statedb::StateDbOptions {
         max_size_bytes: usize::try_from(genesis_bytes).unwrap() + (512 << 10),
         growth_step_bytes: 64 << 10,
