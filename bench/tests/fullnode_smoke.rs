@@ -89,13 +89,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 prefetch: false,
                 // Roots overlap through the trie in memory, which is off on a small machine.
                 overlap: auto_sparse_trie > 0,
-                // And groups commit on their own thread with them (the bench's default).
-                commit_thread: auto_sparse_trie > 0,
-                commit_nice: if auto_sparse_trie > 0 {
-                    gigas_statedb::DEFAULT_COMMIT_THREAD_NICE
-                } else {
-                    0
-                },
+                // Off by default, as measured (gigas-fullnode --db.commit-thread).
+                commit_thread: false,
                 write_map: false,
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
             }

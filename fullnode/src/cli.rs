@@ -230,32 +230,22 @@ struct Cli {
     /// Commit each group on a thread of its own while the apply thread goes on with the next
     /// blocks (reth persists on a background thread too), instead of holding the apply
     /// thread until MDBX's commit returns. The committing group's changes stay in memory
-    /// until it lands, so it needs room for a second group (`--commit-bytes`). `auto` (the
-    /// default): on when that fits the memory plan (from 2 to 4 GiB up, depending on the
-    /// other bounds). Applies with overlapping roots (`--trie.overlap-roots`, the account
-    /// trie in memory); `--db.flush-idle` then has nothing to do.
-    #[arg(
-        long = "db.commit-thread",
-        value_name = "auto|true|false",
-        default_value = "auto"
-    )]
-    db_commit_thread: Toggle,
-    /// The commit thread's nice value (`--db.commit-thread`): above 0 it takes the cores
-    /// the apply thread and the roots leave idle first.
-    #[arg(long = "db.commit-thread-nice", value_name = "N", default_value_t = gigas_statedb::DEFAULT_COMMIT_THREAD_NICE, allow_negative_numbers = true)]
-    db_commit_thread_nice: i32,
+    /// until it lands, so the memory plan counts a second group (`--commit-bytes`). Applies
+    /// with overlapping roots (`--trie.overlap-roots`, the account trie in memory);
+    /// `--db.flush-idle` then has nothing to do.
+    /// Off by default, as measured on 2 cores over 10M accounts (`gigas-bench fullnode
+    /// --commit-thread false,true`, live, a commit every 32 blocks, two alternating rounds):
+    /// 54,665 and 59,699 changes/s with it against 60,726 and 64,604 without, and 2 to 4 CPU
+    /// seconds more. The commit's B-tree writes then compete with the roots and the apply
+    /// thread for the same two cores, and the copy of the committing group's changes the
+    /// apply thread keeps and prunes costs it 0.1 to 0.5 s per group. A machine with a core
+    /// to spare for it may differ: measure before turning it on.
+    #[arg(long = "db.commit-thread", value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    db_commit_thread: bool,
     #[command(flatten)]
     rpc: gigas_rpc_eth::RpcArgs,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
-}
-
-/// A flag that is on, off, or decided by the node (`auto`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Toggle {
-    Auto,
-    True,
-    False,
 }
 
 /// `--db.sync`'s modes (described on the flag).
@@ -376,7 +366,6 @@ where
             root_threads: cli.trie_root_threads,
             overlap_roots: cli.trie_overlap_roots,
             commit_thread: plan.commit_thread,
-            commit_thread_nice: cli.db_commit_thread_nice,
             ..WriterOptions::default()
         },
         db: StateDbOptions {
@@ -434,7 +423,7 @@ impl Cli {
         let rpc = self
             .rpc
             .config(SocketAddr::new(self.http_addr, self.http_port));
-        let plan = MemoryPlan {
+        MemoryPlan {
             group: self.commit_bytes.resolve(limit, memory::auto_group_bytes),
             dirty: self.db_max_dirty.resolve(limit, memory::auto_dirty_bytes),
             window: self
@@ -453,16 +442,7 @@ impl Cli {
             trie_cache: self.trie_cache_size,
             execution_memory: self.rpc.evm_memory,
             executions: rpc.max_concurrent_executions as u64,
-            commit_thread: false,
-        };
-        let commit_thread = match self.db_commit_thread {
-            Toggle::True => true,
-            Toggle::False => false,
-            Toggle::Auto => plan.commit_thread_fits(memory::available(limit)),
-        };
-        MemoryPlan {
-            commit_thread,
-            ..plan
+            commit_thread: self.db_commit_thread,
         }
     }
 }
@@ -541,10 +521,16 @@ mod tests {
         );
         assert_eq!(eight.sparse_trie, 1 << 30);
         assert!(eight.check(8 << 30).is_ok());
-        // Room for a second group: the commit thread is on, unless turned off.
-        assert!(eight.commit_thread);
-        let (off, _) = plan(&["--memory-limit", "8GiB", "--db.commit-thread", "false"]);
-        assert!(!off.commit_thread);
+        // Off by default; on, it counts a second group, which 1 GiB has no room for.
+        assert!(!eight.commit_thread);
+        let (on, _) = plan(&["--memory-limit", "8GiB", "--db.commit-thread", "true"]);
+        assert!(on.commit_thread && on.check(8 << 30).is_ok());
+        assert_eq!(on.total(), eight.total() + eight.group);
+        let (one_on, _) = plan(&["--memory-limit", "1GiB", "--db.commit-thread", "true"]);
+        let err = one_on
+            .check(1 << 30)
+            .expect_err("two groups of 384 MiB in 1 GiB");
+        assert!(err.to_string().contains("--db.commit-thread"), "{err}");
         let (one, _) = plan(&["--memory-limit", "1GiB"]);
         assert!(!one.commit_thread);
         assert_eq!(

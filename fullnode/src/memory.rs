@@ -117,17 +117,6 @@ pub struct Part {
 }
 
 impl MemoryPlan {
-    /// Whether `--db.commit-thread auto` turns the commit thread on: when the plan, with a
-    /// second group's bound for the group committing, fits `memory`.
-    pub fn commit_thread_fits(&self, memory: u64) -> bool {
-        Self {
-            commit_thread: true,
-            ..*self
-        }
-        .check(memory)
-        .is_ok()
-    }
-
     /// Every bounded consumer, largest first.
     pub fn parts(&self) -> Vec<Part> {
         let mut parts = vec![
@@ -245,23 +234,6 @@ mod tests {
             executions: 2,
             commit_thread: false,
         }
-    }
-
-    #[test]
-    fn the_commit_thread_fits_from_2_gib() {
-        for (limit, fits) in [
-            (GIB, false),
-            (2 * GIB, true),
-            (4 * GIB, true),
-            (8 * GIB, true),
-        ] {
-            assert_eq!(auto_plan(limit).commit_thread_fits(limit), fits, "{limit}");
-        }
-        let plan = MemoryPlan {
-            commit_thread: true,
-            ..auto_plan(8 * GIB)
-        };
-        assert_eq!(plan.total(), auto_plan(8 * GIB).total() + 512 * MIB);
     }
 
     #[test]

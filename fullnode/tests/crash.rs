@@ -3,7 +3,9 @@
 //! sequencer runs under load.
 //!
 //! After every restart the durable head is at or past the last block the node reported
-//! before it was killed (nothing reported applied is lost). At the end the node catches up
+//! before it was killed (nothing reported applied is lost). Every other start commits on
+//! the commit thread (`--db.commit-thread true`), so that kills land while a group commits
+//! beside the apply thread too, and each mode opens what the other left. At the end the node catches up
 //! and serves the sequencer's state for everything the load touched, and its kept root
 //! equals the root recomputed from scratch from its plain state.
 
@@ -54,7 +56,12 @@ async fn killed_at_random_points_the_full_node_converges_to_the_sequencers_state
         "2",
     ];
     for point in 0..points {
-        let node = Process::fullnode(&fn_dir, &seq.url, &flags);
+        let commit_thread = ["--db.commit-thread", "true"];
+        let mut args = flags.to_vec();
+        if point % 2 == 1 {
+            args.extend(commit_thread);
+        }
+        let node = Process::fullnode(&fn_dir, &seq.url, &args);
         let durable = head(&node.url).await;
         assert!(
             durable >= reported_before_kill,

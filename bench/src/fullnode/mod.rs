@@ -266,19 +266,10 @@ pub struct FullnodeArgs {
     #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
     pub overlap_roots: Vec<bool>,
     /// Live mode: each group commits on a thread of its own while the next blocks are
-    /// applied (`gigas-fullnode --db.commit-thread`, on where the memory plan has room;
-    /// with overlapping roots only); `false,true` runs both, alternating in every round.
-    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
+    /// applied (`gigas-fullnode --db.commit-thread`, off by default; with overlapping roots
+    /// only); `false,true` runs both, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub commit_thread: Vec<bool>,
-    /// Live mode, with the commit thread: its nice value (`gigas-fullnode
-    /// --db.commit-thread-nice`); several (comma-separated) run one mode each.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "10",
-        allow_negative_numbers = true
-    )]
-    pub commit_nice: Vec<i32>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -408,12 +399,10 @@ impl FullnodeArgs {
                     }) {
                         for &root in &self.root {
                             for &prefetch in &self.prefetch {
-                                for (&overlap, &commit_thread, &commit_nice) in
-                                    self.overlap_roots.iter().flat_map(|o| {
-                                        self.commit_thread.iter().flat_map(move |c| {
-                                            self.commit_nice.iter().map(move |n| (o, c, n))
-                                        })
-                                    })
+                                for (&overlap, &commit_thread) in self
+                                    .overlap_roots
+                                    .iter()
+                                    .flat_map(|o| self.commit_thread.iter().map(move |c| (o, c)))
                                 {
                                     let mut mode = Mode::Live {
                                         sync,
@@ -424,7 +413,6 @@ impl FullnodeArgs {
                                         prefetch,
                                         overlap,
                                         commit_thread,
-                                        commit_nice,
                                         write_map,
                                         purge_delay_ms,
                                     };
@@ -440,14 +428,6 @@ impl FullnodeArgs {
                                     {
                                         *overlap = options.roots_overlap();
                                         *commit_thread = options.commits_in_background();
-                                    }
-                                    if let Mode::Live {
-                                        commit_thread: false,
-                                        commit_nice,
-                                        ..
-                                    } = &mut mode
-                                    {
-                                        *commit_nice = 0;
                                     }
                                     if !modes.contains(&mode) {
                                         modes.push(mode);

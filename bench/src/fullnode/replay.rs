@@ -111,8 +111,6 @@ pub enum Mode {
         /// Groups commit on the commit thread while the next blocks are applied
         /// ([`WriterOptions::commit_thread`]).
         commit_thread: bool,
-        /// The commit thread's nice value ([`WriterOptions::commit_thread_nice`]).
-        commit_nice: i32,
         /// MDBX's write map ([`StateDbOptions::write_map`]).
         write_map: bool,
         /// How long freed memory stays with the process, in ms
@@ -173,7 +171,6 @@ impl Mode {
             prefetch,
             overlap,
             commit_thread,
-            commit_nice,
             ..
         } = *self
         {
@@ -189,7 +186,7 @@ impl Mode {
                 parts.push("roots overlap the next blocks".into());
             }
             if commit_thread {
-                parts.push(format!("commits on their own thread (nice {commit_nice})"));
+                parts.push("commits on their own thread".into());
             }
             if prefetch {
                 parts.push("prefetch".into());
@@ -217,7 +214,6 @@ impl Mode {
                 prefetch,
                 overlap,
                 commit_thread,
-                commit_nice,
                 ..
             } => format!(
                 "live-{}{}-tc{}{}-{}{}{}{}",
@@ -235,11 +231,7 @@ impl Mode {
                 },
                 root.short(),
                 if overlap { "-ov" } else { "" },
-                if commit_thread {
-                    format!("-ct{commit_nice}")
-                } else {
-                    String::new()
-                },
+                if commit_thread { "-ct" } else { "" },
                 if prefetch { "-pf" } else { "" }
             ),
         };
@@ -270,7 +262,6 @@ impl Mode {
                 root,
                 overlap,
                 commit_thread,
-                commit_nice,
                 ..
             } => WriterOptions {
                 sparse_trie_bytes: usize::try_from(sparse_trie).unwrap_or(usize::MAX),
@@ -285,7 +276,6 @@ impl Mode {
                 },
                 overlap_roots: overlap,
                 commit_thread,
-                commit_thread_nice: commit_nice,
                 ..WriterOptions::default()
             },
         }

@@ -67,6 +67,13 @@
 //! batched groups, 100k and 300k accounts): 416k to 543k state changes per second sorted
 //! against 323k to 351k in ChangeSet order, so sorting pays.
 //!
+//! With [`WriterOptions`]'s `commit_thread`, a group's commit runs on a thread of its own
+//! (`persist`): [`StateWriter::start_commit`] hands the group over whole and returns, and the
+//! writer, which then holds no write transaction, reads the last commit through a read
+//! transaction with a copy of the committing group's changes over it until the commit lands
+//! ([`StateWriter::committed_tip`] moves then). At most one commit is under way; a failed
+//! one discards both groups, back to the last commit that landed.
+//!
 //! # State root
 //!
 //! Incremental, as reth's: the keys changed since the last root (prefix sets) name the paths
@@ -173,7 +180,9 @@
 //!
 //! [`StateDb`] is `Send + Sync`; share it through an `Arc`. One [`StateWriter`] at a time,
 //! on one thread (it is not `Send`: MDBX binds a write transaction to its thread). Views are
-//! `Send`, one per request.
+//! `Send`, one per request. The writer starts its own threads and joins them before it
+//! goes: roots (`gigas-root`), the commit thread (`gigas-commit`), each beginning its own
+//! transactions, and a durable point's writeback.
 
 mod codec;
 mod db;
@@ -202,9 +211,9 @@ pub use trie::sparse::SparseTrieStats;
 pub use types::{
     sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock,
     GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions, StorageProof,
-    StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_COMMIT_THREAD_NICE,
-    DEFAULT_MAX_DIRTY_BYTES, DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
-    DEFAULT_SPARSE_TRIE_BYTES, DEFAULT_TRIE_CACHE_BYTES, MIN_SPARSE_TRIE_BYTES,
+    StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_MAX_DIRTY_BYTES,
+    DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES,
+    DEFAULT_TRIE_CACHE_BYTES, MIN_SPARSE_TRIE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;

@@ -71,20 +71,6 @@ pub(crate) struct Persisted {
     pub(crate) entries: u64,
 }
 
-/// Gives the calling thread the nice value `nice` (Linux: each thread has its own). A
-/// failure only leaves the priority as it was, so it is logged and ignored.
-pub(crate) fn set_thread_nice(nice: i32) {
-    if nice == 0 {
-        return;
-    }
-    // SAFETY: `setpriority` reads its integer arguments only; `who` 0 with
-    // `PRIO_PROCESS` names the calling thread on Linux.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
-    if rc != 0 {
-        tracing::debug!(nice, error = %std::io::Error::last_os_error(), "the commit thread keeps its priority");
-    }
-}
-
 /// Writes `handoff` into a write transaction begun on this thread and commits it. On error
 /// nothing is committed (the transaction is aborted when dropped).
 pub(crate) fn persist(

@@ -210,14 +210,7 @@ pub struct WriterOptions {
     /// not 0, and once the trie follows the state (a writer opened over a stale trie
     /// rebuilds it in its own transaction and commits on its thread).
     pub commit_thread: bool,
-    /// The commit thread's nice value (Linux, per thread; 0: the writer's priority): above
-    /// 0 it takes the cores the writer and the roots leave idle before it takes theirs,
-    /// so that the commit delays the next blocks as little as it can.
-    pub commit_thread_nice: i32,
 }
-
-/// [`WriterOptions::commit_thread_nice`] by default.
-pub const DEFAULT_COMMIT_THREAD_NICE: i32 = 10;
 
 /// [`WriterOptions::max_group_bytes`] by default.
 pub const DEFAULT_MAX_GROUP_BYTES: u64 = 512 << 20;
@@ -286,7 +279,6 @@ impl Default for WriterOptions {
             root_split_min_accounts: DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS,
             overlap_roots: false,
             commit_thread: false,
-            commit_thread_nice: DEFAULT_COMMIT_THREAD_NICE,
         }
     }
 }

@@ -1541,14 +1541,10 @@ impl<'db> StateWriter<'db> {
             clear_changed: self.changed_stored,
         });
         let (env, dbs) = (self.db.env().clone(), *self.db.dbs());
-        let nice = self.options.commit_thread_nice;
         let theirs = Arc::clone(&handoff);
         let handle = std::thread::Builder::new()
             .name("gigas-commit".into())
-            .spawn(move || {
-                persist::set_thread_nice(nice);
-                persist::persist(&env, &dbs, &theirs)
-            })
+            .spawn(move || persist::persist(&env, &dbs, &theirs))
             .map_err(|e| StateDbError::Invariant {
                 what: format!("cannot start the commit thread: {e}"),
             })?;

@@ -139,6 +139,81 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
     );
 }
 
+/// The same with every commit on the commit thread (`WriterOptions::commit_thread`): the
+/// writer applies the next block while the last one commits, and a durable point covers
+/// what landed (a sync waits for the commit under way first). A power loss comes back at
+/// the last durable point with its state and root, and the blocks after it converge.
+#[test]
+fn a_power_loss_with_commits_on_their_own_thread_comes_back_at_the_last_durable_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(12);
+    let mut model = random_model(&mut rng, ACCOUNTS);
+    let mut chain = Chain::genesis();
+    let mut index = MemoryKeyIndex::new();
+    let db = StateDb::open(dir.path(), periodic()).unwrap();
+    apply_genesis(&db, &chain, &model, 500);
+    let mut writer = db
+        .writer(WriterOptions {
+            root_every: 1,
+            max_group_blocks: 1,
+            sparse_trie_bytes: 64 << 20,
+            overlap_roots: true,
+            commit_thread: true,
+            root_threads: 2,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    assert!(writer.commits_in_background());
+    let mut blocks = Vec::new();
+    let mut durable: Option<(u64, Model, Vec<u8>)> = None;
+    for number in 1..=60u64 {
+        let changes = consistent(random_changes(&mut rng, &model, ACCOUNTS, number), &model);
+        let keys = new_keys(&mut index, &model, &changes);
+        let (header, hash) = chain.next(&changes);
+        // Its root runs on, and comes back with the hand-over of its group.
+        writer.apply(block(&header, hash, &changes, &keys)).unwrap();
+        model.apply(&changes);
+        let info = writer
+            .start_commit()
+            .unwrap()
+            .expect("a group to hand over");
+        assert_eq!(
+            info.root.map(|r| (r.block, r.root)),
+            Some((number, model.root()))
+        );
+        blocks.push(Recorded {
+            header,
+            hash,
+            changes,
+            keys,
+        });
+        // At most one commit is under way: the one before this block's landed.
+        assert!(writer.committed_tip().number + 1 >= number);
+        if number == 20 || number == 35 {
+            writer.sync().unwrap();
+            assert_eq!(writer.committed_tip().number, number);
+            assert_eq!(writer.durable_tip().number, number);
+            let synced = std::fs::read(data_file(dir.path())).unwrap();
+            durable = Some((number, model.clone(), synced));
+        } else {
+            assert!(writer.durable_tip().number < number);
+        }
+    }
+    writer.finish_commit().unwrap();
+    assert_eq!(db.head().unwrap().unwrap().number, 60);
+    assert_eq!(db.metrics().durable_block.get(), 35);
+    drop(writer);
+    let final_root = model.root();
+    let (at, durable_model, synced) = durable.expect("durable points");
+    power_loss_trials(
+        dir.path(),
+        &mut rng,
+        &blocks,
+        (at, &durable_model, &synced),
+        (&model, final_root),
+    );
+}
+
 /// Draws the next block over `model`, applies it with a root that must be the model's, and
 /// moves `model` to it: the block and its root.
 fn next_block(
