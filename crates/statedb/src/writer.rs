@@ -686,8 +686,14 @@ impl<'db> StateWriter<'db> {
                         self.mark_durable();
                     }
                 }
-                Ok(Err(e)) => warn!(error = %e, "the group committing on the commit thread failed"),
-                Err(_) => warn!("the commit thread panicked"),
+                Ok(Err(e)) => {
+                    self.db.metrics().groups_discarded.inc();
+                    warn!(error = %e, "the group committing on the commit thread failed");
+                }
+                Err(_) => {
+                    self.db.metrics().groups_discarded.inc();
+                    warn!("the commit thread panicked");
+                }
             }
         }
         self.carried = 0;
@@ -1456,10 +1462,12 @@ impl<'db> StateWriter<'db> {
         let persisted = match joined {
             Ok(Ok(persisted)) => persisted,
             Ok(Err(e)) => {
+                self.db.metrics().groups_discarded.inc();
                 self.discard();
                 return Err(e);
             }
             Err(_) => {
+                self.db.metrics().groups_discarded.inc();
                 self.discard();
                 return Err(StateDbError::Invariant {
                     what: "the commit thread panicked".into(),
