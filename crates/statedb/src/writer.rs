@@ -737,6 +737,14 @@ impl<'db> StateWriter<'db> {
         Ok(())
     }
 
+    /// Passes `result` on, after discarding the open group when it is an error.
+    fn discard_on_error<T>(&mut self, result: Result<T, StateDbError>) -> Result<T, StateDbError> {
+        if result.is_err() {
+            self.discard();
+        }
+        result
+    }
+
     fn begin_reader(&self) -> Result<RoTxUnsync, StateDbError> {
         self.db.env().begin_ro_unsync().map_err(StateDbError::mdbx(
             "begin a read transaction of the last commit",
@@ -764,13 +772,8 @@ impl<'db> StateWriter<'db> {
         }
         self.ensure_txn()?;
         let start = Instant::now();
-        match self.write_block(&block, start) {
-            Ok(root) => Ok(root),
-            Err(e) => {
-                self.discard();
-                Err(e)
-            }
-        }
+        let result = self.write_block(&block, start);
+        self.discard_on_error(result)
     }
 
     fn write_block(
@@ -897,13 +900,8 @@ impl<'db> StateWriter<'db> {
         let Some(flight) = self.in_flight.take() else {
             return Ok(self.unreported.take());
         };
-        match self.land_root(flight) {
-            Ok(info) => Ok(Some(info)),
-            Err(e) => {
-                self.discard();
-                Err(e)
-            }
-        }
+        let result = self.land_root(flight).map(Some);
+        self.discard_on_error(result)
     }
 
     fn land_root(&mut self, flight: RootInFlight) -> Result<RootInfo, StateDbError> {
@@ -1112,13 +1110,8 @@ impl<'db> StateWriter<'db> {
             self.land_commit(false)?;
             return Ok(0);
         }
-        match self.write_idle() {
-            Ok(entries) => Ok(entries),
-            Err(e) => {
-                self.discard();
-                Err(e)
-            }
-        }
+        let result = self.write_idle();
+        self.discard_on_error(result)
     }
 
     fn write_idle(&mut self) -> Result<u64, StateDbError> {
@@ -1176,16 +1169,10 @@ impl<'db> StateWriter<'db> {
             }
             Ok(root)
         });
-        match result {
-            Ok(root) => {
-                self.dirty = true;
-                Ok(root)
-            }
-            Err(e) => {
-                self.discard();
-                Err(e)
-            }
+        if result.is_ok() {
+            self.dirty = true;
         }
+        self.discard_on_error(result)
     }
 
     /// The keys the next root recomputes: the writer's since the last root and, when the
@@ -1356,13 +1343,8 @@ impl<'db> StateWriter<'db> {
         if !self.dirty {
             return Ok(None);
         }
-        match self.commit_group() {
-            Ok(info) => Ok(Some(info)),
-            Err(e) => {
-                self.discard();
-                Err(e)
-            }
-        }
+        let result = self.commit_group().map(Some);
+        self.discard_on_error(result)
     }
 
     /// Starts the open group's commit: when commits run on the commit thread
@@ -1381,13 +1363,8 @@ impl<'db> StateWriter<'db> {
         if !self.dirty {
             return Ok(None);
         }
-        match self.hand_off() {
-            Ok(info) => Ok(Some(info)),
-            Err(e) => {
-                self.discard();
-                Err(e)
-            }
-        }
+        let result = self.hand_off().map(Some);
+        self.discard_on_error(result)
     }
 
     /// Takes in the commit under way on the commit thread if it has ended (waiting for the
@@ -1478,14 +1455,8 @@ impl<'db> StateWriter<'db> {
         // Reads of the last commit now see the group; what the layer holds of it with the
         // same value is there, and goes.
         self.reader = None;
-        let reader = match self.begin_reader() {
-            Ok(reader) => reader,
-            Err(e) => {
-                self.discard();
-                return Err(e);
-            }
-        };
-        self.reader = Some(reader);
+        let reader = self.begin_reader();
+        self.reader = Some(self.discard_on_error(reader)?);
         let pruning = Instant::now();
         self.hashed.prune_committed(&handoff.layer);
         let prune_ms = pruning.elapsed().as_secs_f64() * 1e3;

@@ -87,15 +87,44 @@ fn after_power_loss(synced: &[u8], now: &[u8], rng: &mut Rng, percent: u64) -> (
     (disk, kept)
 }
 
-#[test]
-fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
+/// A database under [`periodic`] with a genesis of `ACCOUNTS` random accounts, and what
+/// the blocks after it are drawn from.
+struct Start {
+    dir: tempfile::TempDir,
+    rng: Rng,
+    model: Model,
+    chain: Chain,
+    index: MemoryKeyIndex,
+    db: StateDb,
+}
+
+fn start(seed: u64) -> Start {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng::new(11);
-    let mut model = random_model(&mut rng, ACCOUNTS);
-    let mut chain = Chain::genesis();
-    let mut index = MemoryKeyIndex::new();
+    let mut rng = Rng::new(seed);
+    let model = random_model(&mut rng, ACCOUNTS);
+    let chain = Chain::genesis();
     let db = StateDb::open(dir.path(), periodic()).unwrap();
     apply_genesis(&db, &chain, &model, 500);
+    Start {
+        dir,
+        rng,
+        model,
+        chain,
+        index: MemoryKeyIndex::new(),
+        db,
+    }
+}
+
+#[test]
+fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
+    let Start {
+        dir,
+        mut rng,
+        mut model,
+        mut chain,
+        mut index,
+        db,
+    } = start(11);
     let mut writer = db
         .writer(WriterOptions {
             root_every: 1,
@@ -145,13 +174,14 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
 /// the last durable point with its state and root, and the blocks after it converge.
 #[test]
 fn a_power_loss_with_commits_on_their_own_thread_comes_back_at_the_last_durable_point() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng::new(12);
-    let mut model = random_model(&mut rng, ACCOUNTS);
-    let mut chain = Chain::genesis();
-    let mut index = MemoryKeyIndex::new();
-    let db = StateDb::open(dir.path(), periodic()).unwrap();
-    apply_genesis(&db, &chain, &model, 500);
+    let Start {
+        dir,
+        mut rng,
+        mut model,
+        mut chain,
+        mut index,
+        db,
+    } = start(12);
     let mut writer = db
         .writer(WriterOptions {
             root_every: 1,
