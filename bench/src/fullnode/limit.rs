@@ -7,7 +7,7 @@
 use eyre::{eyre, Result};
 use gigas_cgroup::MemoryCgroup;
 
-use super::replay::CgroupFigures;
+use super::figures::CgroupFigures;
 
 /// This process inside a limited cgroup; dropping it moves the process back and removes the
 /// cgroup.

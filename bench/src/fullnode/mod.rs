@@ -31,7 +31,10 @@
 //! anything but applying.
 
 mod execute;
+mod figures;
+mod files;
 mod limit;
+mod mode;
 mod record;
 mod replay;
 mod report;
@@ -50,7 +53,9 @@ use crate::load::{
 
 pub use execute::{ExecutionFigures, RequestKind};
 pub use record::Manifest;
-pub use replay::{limit_label, CgroupFigures, GenesisInfo, Mode, RootArg, RunResult};
+pub use figures::{CgroupFigures, GenesisInfo, RunResult};
+pub use mode::{Mode, RootArg};
+pub use replay::limit_label;
 pub use report::markdown;
 
 /// The state changes per second issue 30 asks of the batched mode over 10M accounts (5x the
@@ -561,7 +566,7 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
     std::fs::create_dir_all(&cache).wrap_err_with(|| format!("creating {}", cache.display()))?;
 
     let recording = record::ensure(args, &spec, bin.as_deref().ok(), &genesis_dir, &cache)?;
-    let genesis = replay::ensure_genesis_db(
+    let genesis = files::ensure_genesis_db(
         &recording,
         &cache,
         args.page_size,
