@@ -1,27 +1,12 @@
 //! What a run measured, as the report holds it: per run, per phase, and the genesis it
 //! started from.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
-use eyre::{bail, eyre, Result, WrapErr};
-use gigas_fullnode::ahead::AheadServing;
-use gigas_fullnode::apply::{Applier, ApplyTimings};
-use gigas_fullnode::memory;
-use gigas_fullnode::metrics::ProcessMemory;
-use gigas_fullnode::wal::AppliedLog;
-use gigas_fullnode::window::{StateWindow, WindowLimits};
-use gigas_primitives::machine::Machine;
-use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use super::execute::{ExecutionFigures, Reexecutor};
-use super::{
-    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary,
-    PageCache, TARGET_BATCHED, TARGET_LIVE,
-};
+use super::execute::ExecutionFigures;
+use super::mode::Mode;
 pub(super) fn layout_v1() -> u32 {
     1
 }
@@ -238,4 +223,3 @@ pub struct CgroupFigures {
     /// Major faults charged to the cgroup while applying (the clock's span).
     pub major_faults: u64,
 }
-

@@ -1,27 +1,17 @@
 //! The genesis database (written once, cached) and each run's copy of it, with the page
 //! cache warm or cold.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use eyre::{bail, eyre, Result, WrapErr};
-use gigas_fullnode::ahead::AheadServing;
-use gigas_fullnode::apply::{Applier, ApplyTimings};
-use gigas_fullnode::memory;
+use eyre::{eyre, Result, WrapErr};
 use gigas_fullnode::metrics::ProcessMemory;
-use gigas_fullnode::wal::AppliedLog;
-use gigas_fullnode::window::{StateWindow, WindowLimits};
-use gigas_primitives::machine::Machine;
-use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
+use gigas_statedb::{StateDb, StateDbOptions};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 
-use super::execute::{ExecutionFigures, Reexecutor};
-use super::{
-    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary,
-    PageCache, TARGET_BATCHED, TARGET_LIVE,
-};
+use super::figures::GenesisInfo;
+use super::replay::reset_peak_rss;
+use super::{Manifest, PageCache};
 pub(super) fn spinner(quiet: bool, message: String) -> ProgressBar {
     if quiet {
         println!("{message}");
@@ -306,5 +296,3 @@ pub(super) fn filesystem_of(path: &Path) -> String {
             format!("{kind} on {device} (mounted at {point})")
         })
 }
-
-/// Peak resident memory is reset (`/proc/self/clear_refs`, 5), so each run reports its own.

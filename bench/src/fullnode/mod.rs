@@ -52,9 +52,9 @@ use crate::load::{
 };
 
 pub use execute::{ExecutionFigures, RequestKind};
-pub use record::Manifest;
 pub use figures::{CgroupFigures, GenesisInfo, RunResult};
 pub use mode::{Mode, RootArg};
+pub use record::Manifest;
 pub use replay::limit_label;
 pub use report::markdown;
 

@@ -1,26 +1,12 @@
 //! The modes a replay runs: how the writer groups, roots and commits, and their labels.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use eyre::{bail, eyre, Result, WrapErr};
-use gigas_fullnode::ahead::AheadServing;
-use gigas_fullnode::apply::{Applier, ApplyTimings};
-use gigas_fullnode::memory;
-use gigas_fullnode::metrics::ProcessMemory;
-use gigas_fullnode::wal::AppliedLog;
-use gigas_fullnode::window::{StateWindow, WindowLimits};
-use gigas_primitives::machine::Machine;
-use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
-use indicatif::{ProgressBar, ProgressStyle};
+use eyre::Result;
+use gigas_statedb::WriterOptions;
 use serde::{Deserialize, Serialize};
 
-use super::execute::{ExecutionFigures, Reexecutor};
-use super::{
-    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary,
-    PageCache, TARGET_BATCHED, TARGET_LIVE,
-};
+use super::{DurabilityArg, ModeKind, TARGET_BATCHED, TARGET_LIVE};
 
 /// Where a live mode's roots run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -287,4 +273,3 @@ impl Mode {
         }
     }
 }
-

@@ -1,9 +1,9 @@
 //! The replay: each run of a mode through the full node's `Applier`, over a copy of the
 //! genesis database (`files`), and the report of the runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use eyre::{bail, eyre, Result, WrapErr};
 use gigas_fullnode::ahead::AheadServing;
@@ -15,17 +15,17 @@ use gigas_fullnode::window::{StateWindow, WindowLimits};
 use gigas_primitives::machine::Machine;
 use gigas_statedb::{StateDb, StateDbOptions, WriterOptions};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 
-use super::execute::{ExecutionFigures, Reexecutor};
-use super::{
-    DurabilityArg, FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary,
-    PageCache, TARGET_BATCHED, TARGET_LIVE,
-};
+use super::execute::Reexecutor;
 use super::figures::*;
 use super::files::*;
 use super::mode::*;
-fn reset_peak_rss() {
+use super::{
+    FullnodeArgs, FullnodeConfig, FullnodeReport, Manifest, ModeKind, ModeSummary, PageCache,
+};
+
+/// Peak resident memory is reset (`/proc/self/clear_refs`, 5), so each run reports its own.
+pub(super) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
