@@ -1,22 +1,10 @@
 //! The load and ramp commands' flags: workloads, distributions, transports, rates.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::Duration;
-use alloy_primitives::B256;
-use eyre::{bail, eyre, Result, WrapErr};
-use gigas_primitives::machine::Machine;
-use indicatif::{ProgressBar, ProgressStyle};
+
+use gigas_primitives::duration::parse_duration;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
-use metrics::Scrape;
-use report::{print_config, print_step, write_report};
-use rpc::Rpc;
-use send::{lock, Outcome, Pace, Tracker, Transport};
-use sign::{Generator, SignedTx};
 
 /// A workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]

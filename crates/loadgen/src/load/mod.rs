@@ -53,15 +53,14 @@ use alloy_primitives::B256;
 use eyre::{bail, eyre, Result, WrapErr};
 use gigas_primitives::machine::Machine;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use args::*;
 pub use gigas_primitives::duration::parse_duration;
 pub use metrics::StageSplit;
 pub use node::{ensure_genesis, genesis_cache_root, sequencer_bin, GenesisSpec, SequencerProcess};
-pub use args::*;
 pub use report::{distribution_label, markdown};
 pub use results::*;
 

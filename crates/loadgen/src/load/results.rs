@@ -1,22 +1,11 @@
 //! What a load or ramp run measured, per step and per second, as the report holds it.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use alloy_primitives::B256;
-use eyre::{bail, eyre, Result, WrapErr};
 use gigas_primitives::machine::Machine;
-use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
-use metrics::Scrape;
-use report::{print_config, print_step, write_report};
-use rpc::Rpc;
-use send::{lock, Outcome, Pace, Tracker, Transport};
-use sign::{Generator, SignedTx};
+use serde::Serialize;
+
+use super::disk;
+use super::metrics::StageSplit;
+use super::{Distribution, TransportKind, Workload};
 
 /// Latency or interval percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -55,7 +44,7 @@ impl Percentiles {
         }
     }
 
-    fn quantile(values: &[f64], q: f64) -> f64 {
+    pub(super) fn quantile(values: &[f64], q: f64) -> f64 {
         let mut v = values.to_vec();
         v.sort_by(f64::total_cmp);
         if v.is_empty() {
