@@ -46,6 +46,7 @@ impl Pipeline {
         let committer = std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || {
+                let committer = Committer::of(&committer_node);
                 let mut last_published = None;
                 // Ends when the producer drops its sender and every block sent is committed.
                 while let Ok(first) = receiver.recv() {
@@ -56,7 +57,7 @@ impl Pipeline {
                             Err(_) => break,
                         }
                     }
-                    if let Err(e) = committer_node.commit_group(group, &mut last_published) {
+                    if let Err(e) = committer.commit_group(group, &mut last_published) {
                         tracing::error!(error = %e, "committing blocks failed: the producer stops");
                         return Err(e);
                     }
@@ -133,7 +134,30 @@ pub(super) fn batch_of(writes: &[Write]) -> Result<Batch, NodeError> {
     Ok(batch)
 }
 
-impl Node {
+/// What the committer thread may touch of the node: the stores it makes blocks durable in,
+/// the head it publishes, and its metrics. Nothing of the pool, the producer's tip or the
+/// configuration.
+pub(super) struct Committer<'a> {
+    history: &'a History,
+    vilmo: &'a RwLock<Vilmo>,
+    head: &'a RwLock<HeadBlock>,
+    committed_through: &'a AtomicU64,
+    committed: &'a broadcast::Sender<Arc<CommittedBlock>>,
+    metrics: &'a NodeMetrics,
+}
+
+impl<'a> Committer<'a> {
+    pub(super) fn of(node: &'a Node) -> Self {
+        Self {
+            history: &node.history,
+            vilmo: &node.vilmo,
+            head: &node.head,
+            committed_through: &node.committed_through,
+            committed: &node.committed,
+            metrics: &node.metrics,
+        }
+    }
+
     /// Commits a group of sealed blocks, in order: the history in one durable transaction,
     /// then each block's state in Vilmo, then each is published.
     pub(super) fn commit_group(
