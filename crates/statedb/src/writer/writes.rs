@@ -1,0 +1,294 @@
+//! The writer's writes of a block into the open group: code, hashed state, the key index and
+//! the rows, held in memory or written into the transaction (at a root inside it, an idle
+//! write, or the commit).
+
+use super::*;
+
+pub(crate) fn cursor<'tx>(
+    dbs: &Dbs,
+    txn: &'tx RwTxUnsync,
+    table: Table,
+) -> Result<Cursor<'tx, Rw>, StateDbError> {
+    txn.cursor(dbs.get(table))
+        .map_err(StateDbError::mdbx("open a cursor"))
+}
+
+/// Writes one storage entry (`key` is the slot or its hash) under `owner`: replaces the
+/// duplicate for the same key, or deletes it for a zero value.
+pub(crate) fn put_slot(
+    c: &mut Cursor<'_, Rw>,
+    table: Table,
+    owner: &[u8],
+    key: &B256,
+    value: &U256,
+    known_absent: bool,
+    buf: &mut Vec<u8>,
+) -> Result<(), StateDbError> {
+    if !known_absent {
+        let found: Option<Cow<'_, [u8]>> = c
+            .get_both_range(owner, key.as_slice())
+            .map_err(StateDbError::read(table.name()))?;
+        if found.is_some_and(|v| v.starts_with(key.as_slice())) {
+            c.del()
+                .map_err(StateDbError::mdbx("delete a storage entry"))?;
+        }
+    }
+    if !value.is_zero() {
+        codec::encode_slot(key, value, buf);
+        c.put(owner, buf, WriteFlags::empty())
+            .map_err(StateDbError::mdbx("write a storage entry"))?;
+    }
+    Ok(())
+}
+
+/// Writes `value` under `key` through `c` (a cursor of a table without duplicates), or
+/// deletes the key for `None`; `ops` names the write and the delete for errors. A run of
+/// sorted keys through one cursor lets MDBX search from the cursor's page before walking
+/// down from the root.
+pub(crate) fn put_or_delete(
+    c: &mut Cursor<'_, Rw>,
+    key: &[u8],
+    value: Option<&[u8]>,
+    ops: (&'static str, &'static str),
+) -> Result<(), StateDbError> {
+    let (write, delete) = ops;
+    match value {
+        Some(value) => c
+            .put(key, value, WriteFlags::empty())
+            .map_err(StateDbError::mdbx(write)),
+        None => {
+            let found: Option<Cow<'_, [u8]>> = c.set(key).map_err(StateDbError::read(delete))?;
+            if found.is_some() {
+                c.del().map_err(StateDbError::mdbx(delete))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn delete_dups(c: &mut Cursor<'_, Rw>, key: &[u8]) -> Result<(), StateDbError> {
+    c.del_all_dups_of(key)
+        .map_err(StateDbError::mdbx("delete an account's storage"))
+}
+
+impl StateWriter<'_> {
+    pub(super) fn write_codes(&mut self, changes: &ChangeSet) {
+        for (hash, code) in changes.bytecodes() {
+            self.rows.put_code(*hash, code);
+        }
+    }
+
+    /// Hashes the block's keys once, for the hashed tables and for the changed-key sets.
+    pub(super) fn write_hashed(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
+        let tracking = self.current.trie_valid;
+        let mut hashed_accounts = Vec::with_capacity(changes.accounts().len());
+        for (address, change) in changes.accounts() {
+            let h = keccak256(address);
+            if tracking {
+                if change.storage_wiped {
+                    self.changed.storage_of(h);
+                } else {
+                    self.changed.account(h);
+                }
+            }
+            hashed_accounts.push((h, change.state, change.storage_wiped));
+        }
+        let mut hashed_slots = Vec::with_capacity(changes.storage().len());
+        let mut last: Option<(Address, B256)> = None;
+        for (address, slot, value) in changes.storage() {
+            let h = match last {
+                Some((a, h)) if a == *address => h,
+                _ => {
+                    let h = keccak256(address);
+                    last = Some((*address, h));
+                    h
+                }
+            };
+            let s = keccak256(slot.to_be_bytes::<32>());
+            if tracking {
+                self.changed.storage_of(h).push(s);
+            }
+            hashed_slots.push((h, s, *value));
+        }
+        match self.options.hashed_writes {
+            HashedWrites::SortedPerGroup => {
+                if let Some(pending) = self.pending.as_mut() {
+                    for (h, _, wiped) in &hashed_accounts {
+                        pending.account(*h, *wiped);
+                    }
+                    for (h, s, _) in &hashed_slots {
+                        pending.slot(*h, *s);
+                    }
+                }
+                for (h, state, wiped) in hashed_accounts {
+                    if wiped {
+                        // Its storage trie as the cache knows it is gone.
+                        self.trie_cache.forget_storage(&h);
+                        let entry = self.hashed.storage.entry(h).or_default();
+                        entry.wiped = true;
+                        entry.slots.clear();
+                        // Nodes of the trie the wipe took.
+                        entry.nodes.clear();
+                    }
+                    self.hashed.accounts.insert(h, state);
+                }
+                for (h, s, value) in hashed_slots {
+                    self.hashed
+                        .storage
+                        .entry(h)
+                        .or_default()
+                        .slots
+                        .insert(s, value);
+                }
+                Ok(())
+            }
+            HashedWrites::ChangeSetOrder => {
+                if tracking {
+                    for (h, _, wiped) in &hashed_accounts {
+                        if *wiped {
+                            self.trie_cache.forget_storage(h);
+                        }
+                    }
+                }
+                let (dbs, txn) = self.reads()?;
+                let buf = &mut Vec::with_capacity(128);
+                let mut accounts = cursor(dbs, txn, Table::HashedAccounts)?;
+                let mut storage = cursor(dbs, txn, Table::HashedStorages)?;
+                let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
+                for (h, state, wiped) in hashed_accounts {
+                    if wiped {
+                        delete_dups(&mut storage, h.as_slice())?;
+                        if tracking {
+                            delete_dups(&mut trie, h.as_slice())?;
+                        }
+                    }
+                    put_hashed_account(&mut accounts, &h, state.as_ref(), buf)?;
+                }
+                for (h, s, value) in hashed_slots {
+                    put_slot(
+                        &mut storage,
+                        Table::HashedStorages,
+                        h.as_slice(),
+                        &s,
+                        &value,
+                        false,
+                        buf,
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the group's state changes not yet in the transaction, and the trie nodes
+    /// roots over them changed, in key order, and empties the layer: the transaction then
+    /// holds all of them (a root inside it, or the commit, follows).
+    pub(super) fn flush_hashed(&mut self) -> Result<(), StateDbError> {
+        if self.hashed.is_empty() {
+            self.pending = None;
+            return Ok(());
+        }
+        self.write_pending(false)?;
+        self.hashed = TrieLayer::default();
+        self.pending = None;
+        Ok(())
+    }
+
+    /// Writes what of the layer is not in the transaction yet (see [`crate::flush`]).
+    ///
+    /// With `keep`, the in-memory trie's nodes go into the layer too: later layered roots
+    /// read the last commit with the layer over it, not the transaction, and may load
+    /// them again once the trie folds them back into hashes.
+    pub(super) fn write_pending(&mut self, keep: bool) -> Result<u64, StateDbError> {
+        if self.in_flight.is_some() {
+            return Err(StateDbError::Invariant {
+                what: "the group's layer was to be written while a root read it".into(),
+            });
+        }
+        // The account trie's nodes the in-memory trie changed since its last drain.
+        let drained = self.sparse.drain()?;
+        if drained.is_empty() && self.pending.as_ref().is_some_and(PendingKeys::is_empty) {
+            return Ok(0);
+        }
+        let start = Instant::now();
+        let tracking = self.current.trie_valid;
+        let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
+        let mut written =
+            flush::write_layer(dbs, txn, &self.hashed, self.pending.as_ref(), tracking)?;
+        // After the layer's: newer than any node a walk put there.
+        store::write_account_nodes(dbs, txn, drained.iter().map(|(path, node)| (path, node)))?;
+        written.entries += drained.len() as u64;
+        if keep {
+            self.hashed.account_nodes.extend(drained);
+        }
+        // Now that nothing it holds is unwritten, all of it may fold back into hashes.
+        self.sparse.enforce_budget()?;
+        for h in &written.wiped {
+            self.trie_cache.forget_storage(h);
+        }
+        self.db
+            .metrics()
+            .hashed_flush_seconds
+            .observe(start.elapsed().as_secs_f64());
+        Ok(written.entries)
+    }
+
+    /// Writes the open group's state changes made since the last call (or since the
+    /// commit) into the write transaction, so that the commit has less left to write: for a
+    /// follower waiting for its next block (see [`crate::flush`]). Visible to readers only at
+    /// the commit, as before. Returns the entries written. On error the group is discarded.
+    pub fn flush_idle(&mut self) -> Result<u64, StateDbError> {
+        // The root in flight records its trie nodes into the layer this writes.
+        self.unreported = self.finish_root()?;
+        if self.background {
+            // Nothing to write ahead: the commit thread writes the whole group. A commit
+            // that landed meanwhile is taken in.
+            self.land_commit(false)?;
+            return Ok(0);
+        }
+        let result = self.write_idle();
+        self.discard_on_error(result)
+    }
+
+    pub(super) fn write_idle(&mut self) -> Result<u64, StateDbError> {
+        self.write_rows()?;
+        if self.hashed.is_empty() {
+            return Ok(0);
+        }
+        let entries = self.write_pending(true)?;
+        self.pending = Some(PendingKeys::default());
+        Ok(entries)
+    }
+
+    pub(super) fn write_index(
+        &mut self,
+        block: u64,
+        new_keys: &[StateKey],
+    ) -> Result<(), StateDbError> {
+        let mut index = self.current.index_len;
+        for key in new_keys {
+            if let Some(existing) = self.indexed(key)? {
+                return Err(StateDbError::KeyAlreadyIndexed {
+                    block,
+                    key: *key,
+                    index: existing,
+                });
+            }
+            self.rows.push_key(*key, index)?;
+            index += 1;
+        }
+        self.current.index_len = index;
+        Ok(())
+    }
+
+    /// Writes the group's code, key-index and header rows into the transaction.
+    pub(super) fn write_rows(&mut self) -> Result<(), StateDbError> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
+        self.rows.write(dbs, txn)?;
+        self.rows = GroupRows::default();
+        Ok(())
+    }
+}
