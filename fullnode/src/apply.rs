@@ -241,11 +241,7 @@ impl<'db> Applier<'db> {
     pub fn commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
         let start = Instant::now();
         let info = self.writer.commit()?;
-        if let Some(info) = &info {
-            let trie = info.root.map_or(0.0, |r| r.waited_seconds);
-            self.timings.trie += trie;
-            self.timings.commit += (start.elapsed().as_secs_f64() - trie).max(0.0);
-        }
+        self.count_commit(start, info.as_ref());
         Ok(info)
     }
 
@@ -255,10 +251,18 @@ impl<'db> Applier<'db> {
     pub fn start_commit(&mut self) -> Result<Option<CommitInfo>, StateDbError> {
         let start = Instant::now();
         let info = self.writer.start_commit()?;
-        let trie = info.and_then(|i| i.root).map_or(0.0, |r| r.waited_seconds);
-        self.timings.trie += trie;
-        self.timings.commit += (start.elapsed().as_secs_f64() - trie).max(0.0);
+        self.count_commit(start, info.as_ref());
         Ok(info)
+    }
+
+    /// Counts a commit that began at `start`: the root it waited for as trie time, the
+    /// rest as commit time.
+    fn count_commit(&mut self, start: Instant, info: Option<&CommitInfo>) {
+        if let Some(info) = info {
+            let trie = info.root.map_or(0.0, |r| r.waited_seconds);
+            self.timings.trie += trie;
+            self.timings.commit += (start.elapsed().as_secs_f64() - trie).max(0.0);
+        }
     }
 
     /// Takes in a commit that ended on the commit thread, if any

@@ -234,8 +234,10 @@ impl ApplyLoop<'_> {
     }
 
     /// Serves the committed head once it moved: at once after a commit on this thread,
-    /// later (after a block, or on the idle timer) for one on the commit thread.
+    /// later (after a block, or on the idle timer) for one on the commit thread, which
+    /// this takes in if it ended.
     fn landed(&mut self) -> Result<(), FollowError> {
+        self.applier.poll_commit()?;
         let tip = self.applier.committed_tip();
         if tip.number == self.landed_head {
             return Ok(());
@@ -279,7 +281,6 @@ impl ApplyLoop<'_> {
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(()),
                 Err(_) => {
-                    self.applier.poll_commit()?;
                     self.landed()?;
                     if self.applier.should_commit() {
                         self.commit()?;
@@ -305,11 +306,8 @@ impl ApplyLoop<'_> {
             }
             self.first_pending_arrival.get_or_insert(item.received);
             match self.apply(&item) {
-                Ok(()) => {
-                    // The writer takes in a commit that landed while it wrote the block.
-                    self.applier.poll_commit()?;
-                    self.landed()?;
-                }
+                // A commit that landed while the block was written is served.
+                Ok(()) => self.landed()?,
                 Err(Refusal::Fatal(e)) => return Err(e),
                 Err(Refusal::Refetch { reason, message }) => {
                     self.hold(item.number, reason, message)?

@@ -24,6 +24,7 @@
 use std::time::Instant;
 
 use gigas_mdbx::StoreError as _;
+use signet_libmdbx::tx::aliases::RwTxUnsync;
 use signet_libmdbx::Environment;
 
 use crate::db::write_meta_tip;
@@ -35,13 +36,30 @@ use crate::trie::layer::TrieLayer;
 use crate::trie::store::{self, ChangedKeys};
 use gigas_statediff::ChainTip;
 
-/// What `Meta` names after the commit.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MetaTip {
+/// What the database says at a commit (`Meta`): the last commit's, or what the next one
+/// will say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Snapshot {
     pub(crate) tip: ChainTip,
     pub(crate) index_len: u64,
     pub(crate) last_root: Option<(u64, alloy_primitives::B256)>,
+    /// The trie tables (with the changed-key tables and the writer's own changed keys)
+    /// describe the hashed tables.
     pub(crate) trie_valid: bool,
+}
+
+impl Snapshot {
+    /// Writes it into `Meta`.
+    pub(crate) fn write(&self, dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
+        write_meta_tip(
+            dbs,
+            txn,
+            &self.tip,
+            self.index_len,
+            self.last_root,
+            self.trie_valid,
+        )
+    }
 }
 
 /// A group handed over for its commit.
@@ -50,7 +68,7 @@ pub(crate) struct Handoff {
     /// memory included), all written: the writer's layer was emptied into it.
     pub(crate) layer: TrieLayer,
     pub(crate) rows: GroupRows,
-    pub(crate) meta: MetaTip,
+    pub(crate) meta: Snapshot,
     /// The keys changed since the last root, which the next root after a restart must
     /// recompute (empty when the group ends with a root).
     pub(crate) changed: ChangedKeys,
@@ -92,15 +110,7 @@ pub(crate) fn persist(
     if !handoff.changed.is_empty() {
         store::persist_changed(dbs, &txn, &handoff.changed)?;
     }
-    let meta = &handoff.meta;
-    write_meta_tip(
-        dbs,
-        &txn,
-        &meta.tip,
-        meta.index_len,
-        meta.last_root,
-        meta.trie_valid,
-    )?;
+    handoff.meta.write(dbs, &txn)?;
     let write_seconds = start.elapsed().as_secs_f64();
     let commit_start = Instant::now();
     txn.commit()
@@ -110,5 +120,16 @@ pub(crate) fn persist(
         commit_seconds: commit_start.elapsed().as_secs_f64(),
         wiped: written.wiped,
         entries: written.entries,
+    })
+}
+
+/// Waits for the commit thread `handle` and returns what it did; its panic is an error.
+pub(crate) fn join(
+    handle: std::thread::JoinHandle<Result<Persisted, StateDbError>>,
+) -> Result<Persisted, StateDbError> {
+    handle.join().unwrap_or_else(|_| {
+        Err(StateDbError::Invariant {
+            what: "the commit thread panicked".into(),
+        })
     })
 }

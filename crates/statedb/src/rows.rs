@@ -112,9 +112,8 @@ impl GroupRows {
     /// Writes every row into `txn` in key order (the caller then empties the set, or, on
     /// the commit thread, drops its share of it).
     pub(crate) fn write(&self, dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
-        let rows = self;
-        if !rows.codes.is_empty() {
-            let mut codes: Vec<_> = rows.codes.iter().collect();
+        if !self.codes.is_empty() {
+            let mut codes: Vec<_> = self.codes.iter().collect();
             codes.sort_unstable_by_key(|(hash, _)| **hash);
             let mut c = cursor(dbs, txn, Table::Bytecodes)?;
             for (hash, code) in codes {
@@ -122,11 +121,11 @@ impl GroupRows {
                     .map_err(StateDbError::mdbx("write Bytecodes"))?;
             }
         }
-        if !rows.keys.is_empty() {
-            let mut by_key: Vec<(Vec<u8>, u64)> = rows
+        if !self.keys.is_empty() {
+            let mut by_key: Vec<(Vec<u8>, u64)> = self
                 .keys
                 .iter()
-                .zip(rows.first_index..)
+                .zip(self.first_index..)
                 .map(|(key, index)| (codec::encode_state_key(key), index))
                 .collect();
             by_key.sort_unstable();
@@ -144,21 +143,21 @@ impl GroupRows {
                 }
             }
             let indexed = dbs.get(Table::IndexedKeys);
-            for (key, index) in rows.keys.iter().zip(rows.first_index..) {
+            for (key, index) in self.keys.iter().zip(self.first_index..) {
                 // Indices only grow: appending keeps IndexedKeys' pages full.
                 txn.append(indexed, index.to_be_bytes(), codec::encode_state_key(key))
                     .map_err(StateDbError::mdbx("write IndexedKeys"))?;
             }
         }
-        if !rows.headers.is_empty() {
+        if !self.headers.is_empty() {
             let mut buf = Vec::with_capacity(1024);
             let mut c = cursor(dbs, txn, Table::Headers)?;
-            for (number, header) in &rows.headers {
+            for (number, header) in &self.headers {
                 codec::encode_header_row(header, &mut buf);
                 c.put(&codec::block_key(*number), &buf, WriteFlags::empty())
                     .map_err(StateDbError::mdbx("write Headers"))?;
             }
-            let mut by_hash: Vec<(B256, u64)> = rows
+            let mut by_hash: Vec<(B256, u64)> = self
                 .headers
                 .values()
                 .map(|h| (h.hash, h.header.number))

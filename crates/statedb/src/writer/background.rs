@@ -52,23 +52,15 @@ impl StateWriter<'_> {
         if self.in_flight.is_some() {
             self.unreported = self.finish_root()?;
         }
-        let Some(committing) = self.committing.as_ref() else {
+        let Some(info) = self.committing.as_ref().map(|c| c.info) else {
             return Ok(None);
         };
-        let (blocks, changes, group_seconds) = (
-            committing.blocks,
-            committing.changes,
-            committing.group_seconds,
-        );
-        let head = committing.snapshot.tip.number;
+        // Its root was returned with the hand-over.
         Ok(self.land_commit(true)?.map(|p| CommitInfo {
-            blocks,
-            head,
-            changes,
-            write_seconds: group_seconds,
             commit_seconds: p.write_seconds + p.commit_seconds,
             sync_seconds: 0.0,
             root: None,
+            ..info
         }))
     }
 
@@ -86,30 +78,20 @@ impl StateWriter<'_> {
             });
         }
         let CommitInFlight {
-            handoff,
-            snapshot,
-            handle,
-            ..
+            handoff, handle, ..
         } = committing;
         let joining = Instant::now();
-        let joined = handle.join();
+        let joined = persist::join(handle);
         let join_ms = joining.elapsed().as_secs_f64() * 1e3;
         let persisted = match joined {
-            Ok(Ok(persisted)) => persisted,
-            Ok(Err(e)) => {
+            Ok(persisted) => persisted,
+            Err(e) => {
                 self.db.metrics().groups_discarded.inc();
                 self.discard();
                 return Err(e);
             }
-            Err(_) => {
-                self.db.metrics().groups_discarded.inc();
-                self.discard();
-                return Err(StateDbError::Invariant {
-                    what: "the commit thread panicked".into(),
-                });
-            }
         };
-        self.committed = snapshot;
+        self.note_landed(handoff.meta);
         // Reads of the last commit now see the group; what the layer holds of it with the
         // same value is there, and goes.
         self.reader = None;
@@ -123,17 +105,13 @@ impl StateWriter<'_> {
             self.trie_cache.forget_storage(h);
         }
         let metrics = self.db.metrics();
-        metrics.groups_committed.inc();
         metrics
             .hashed_flush_seconds
             .observe(persisted.write_seconds);
         metrics.commit_seconds.observe(persisted.commit_seconds);
         self.db.refresh_size_metrics();
-        if self.db.options().durability.every_commit() {
-            self.mark_durable();
-        }
         debug!(
-            head = snapshot.tip.number,
+            head = handoff.meta.tip.number,
             entries = persisted.entries,
             write_ms = persisted.write_seconds * 1e3,
             commit_ms = persisted.commit_seconds * 1e3,
@@ -142,6 +120,15 @@ impl StateWriter<'_> {
             "group landed"
         );
         Ok(Some(persisted))
+    }
+
+    /// A commit on the commit thread holding `meta` succeeded: it is the last commit.
+    pub(super) fn note_landed(&mut self, meta: Snapshot) {
+        self.committed = meta;
+        self.db.metrics().groups_committed.inc();
+        if self.db.options().durability.every_commit() {
+            self.mark_durable();
+        }
     }
 
     /// Hands the open group to the commit thread (see [`crate::persist`]).
@@ -168,12 +155,7 @@ impl StateWriter<'_> {
         let handoff = Arc::new(Handoff {
             layer,
             rows: std::mem::take(&mut self.rows),
-            meta: MetaTip {
-                tip: self.current.tip,
-                index_len: self.current.index_len,
-                last_root: self.current.last_root,
-                trie_valid: self.current.trie_valid,
-            },
+            meta: self.current,
             changed: self.changed.clone(),
             clear_changed: self.changed_stored,
         });
@@ -198,10 +180,7 @@ impl StateWriter<'_> {
         };
         self.committing = Some(CommitInFlight {
             handoff,
-            snapshot: self.current,
-            blocks: self.group.blocks,
-            changes: self.group.changes,
-            group_seconds,
+            info,
             handle,
         });
         self.dirty = false;

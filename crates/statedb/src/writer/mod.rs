@@ -21,10 +21,10 @@ use signet_libmdbx::{Cursor, Rw, WriteFlags};
 use tracing::{debug, warn};
 
 use crate::codec;
-use crate::db::{write_meta_tip, StateDb, WriteLock};
+use crate::db::{StateDb, WriteLock};
 use crate::error::StateDbError;
 use crate::flush::{self, put_hashed_account, PendingKeys};
-use crate::persist::{self, Handoff, MetaTip, Persisted};
+use crate::persist::{self, Handoff, Persisted, Snapshot};
 use crate::read::{self, Dbs};
 use crate::rows::GroupRows;
 use crate::tables::Table;
@@ -47,17 +47,6 @@ pub(crate) use writes::{cursor, delete_dups, put_or_delete, put_slot};
 /// Most threads a root runs on, whatever [`WriterOptions::root_threads`] asks.
 const MAX_ROOT_THREADS: usize = 64;
 
-/// What the database says at the last commit, or what it will say at the next one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Snapshot {
-    tip: ChainTip,
-    index_len: u64,
-    last_root: Option<(u64, B256)>,
-    /// The trie tables (with the changed-key tables and the writer's own changed keys)
-    /// describe the hashed tables.
-    trie_valid: bool,
-}
-
 /// A root running on its own thread ([`WriterOptions::overlap_roots`]).
 struct RootInFlight {
     /// Its block, whose header row waits in [`GroupRows`] for the root.
@@ -73,14 +62,11 @@ struct RootInFlight {
 
 /// A group committing on the commit thread ([`WriterOptions::commit_thread`]).
 struct CommitInFlight {
-    /// What it writes; the writer reads its rows until it lands.
+    /// What it writes (`meta`: what the database says once it landed); the writer reads
+    /// its rows until it lands.
     handoff: Arc<Handoff>,
-    /// What the database says once it landed.
-    snapshot: Snapshot,
-    blocks: u64,
-    changes: u64,
-    /// Seconds from the group's first write to its hand-over.
-    group_seconds: f64,
+    /// The group's figures as the hand-over returned them.
+    info: CommitInfo,
     handle: std::thread::JoinHandle<Result<Persisted, StateDbError>>,
 }
 
@@ -211,36 +197,25 @@ impl<'db> StateWriter<'db> {
         lock: WriteLock<'db>,
         options: WriterOptions,
     ) -> Result<Self, StateDbError> {
-        let (txn, reader, meta) = if options.commits_in_background() {
+        let txn = db
+            .env()
+            .begin_rw_unsync()
+            .map_err(StateDbError::mdbx("begin a write transaction"))?;
+        let meta = read::meta(db.dbs(), &txn)?;
+        let tip = meta.head.ok_or(StateDbError::NotInitialized)?;
+        // A stale trie is rebuilt inside a write transaction: a writer opened over one
+        // commits on its own thread for its whole life.
+        let background = options.commits_in_background() && meta.trie_valid;
+        let (txn, reader) = if background {
+            drop(txn);
             let reader = db
                 .env()
                 .begin_ro_unsync()
                 .map_err(StateDbError::mdbx("begin a read transaction"))?;
-            let meta = read::meta(db.dbs(), &reader)?;
-            (None, Some(reader), meta)
+            (None, Some(reader))
         } else {
-            let txn = db
-                .env()
-                .begin_rw_unsync()
-                .map_err(StateDbError::mdbx("begin a write transaction"))?;
-            let meta = read::meta(db.dbs(), &txn)?;
-            (Some(txn), None, meta)
+            (Some(txn), None)
         };
-        let tip = meta.head.ok_or(StateDbError::NotInitialized)?;
-        // A stale trie is rebuilt inside a write transaction: this writer commits on its
-        // own thread only once the trie follows the state.
-        let (txn, reader) = match reader {
-            Some(_) if !meta.trie_valid => {
-                drop(reader);
-                let txn = db
-                    .env()
-                    .begin_rw_unsync()
-                    .map_err(StateDbError::mdbx("begin a write transaction"))?;
-                (Some(txn), None)
-            }
-            reader => (txn, reader),
-        };
-        let background = reader.is_some();
         // The keys changed since the last root stay in memory across commits; the tables
         // hold them only for a restart.
         let changed = match &reader {
@@ -502,22 +477,11 @@ impl<'db> StateWriter<'db> {
         // The commit under way lands or fails first: the tip goes back to what the
         // database then holds.
         if let Some(committing) = self.committing.take() {
-            let snapshot = committing.snapshot;
-            match committing.handle.join() {
-                Ok(Ok(_)) => {
-                    self.committed = snapshot;
-                    self.db.metrics().groups_committed.inc();
-                    if self.db.options().durability.every_commit() {
-                        self.mark_durable();
-                    }
-                }
-                Ok(Err(e)) => {
+            match persist::join(committing.handle) {
+                Ok(_) => self.note_landed(committing.handoff.meta),
+                Err(e) => {
                     self.db.metrics().groups_discarded.inc();
                     warn!(error = %e, "the group committing on the commit thread failed");
-                }
-                Err(_) => {
-                    self.db.metrics().groups_discarded.inc();
-                    warn!("the commit thread panicked");
                 }
             }
         }
@@ -700,14 +664,7 @@ impl<'db> StateWriter<'db> {
             if self.current.trie_valid && !self.changed.is_empty() {
                 store::persist_changed(dbs, txn, &self.changed)?;
             }
-            write_meta_tip(
-                dbs,
-                txn,
-                &self.current.tip,
-                self.current.index_len,
-                self.current.last_root,
-                self.current.trie_valid,
-            )?;
+            self.current.write(dbs, txn)?;
         }
         self.changed.clear();
         let write_seconds = self.group.opened.map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -757,9 +714,7 @@ fn no_txn() -> StateDbError {
 
 /// The writer's open transaction, or why there is none.
 fn open_txn(txn: &Option<RwTxUnsync>) -> Result<&RwTxUnsync, StateDbError> {
-    txn.as_ref().ok_or_else(|| StateDbError::NoTransaction {
-        reason: "beginning it after the last commit or discard failed".into(),
-    })
+    txn.as_ref().ok_or_else(no_txn)
 }
 
 impl Drop for StateWriter<'_> {
@@ -770,12 +725,8 @@ impl Drop for StateWriter<'_> {
         }
         // A group handed over commits whole, or not at all.
         if let Some(committing) = self.committing.take() {
-            match committing.handle.join() {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    warn!(error = %e, "the last group handed to the commit thread failed")
-                }
-                Err(_) => warn!("the commit thread panicked"),
+            if let Err(e) = persist::join(committing.handle) {
+                warn!(error = %e, "the last group handed to the commit thread failed");
             }
         }
         if self.dirty {
