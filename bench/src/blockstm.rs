@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use crate::median;
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
+use crate::Table;
 
 /// What to run.
 #[derive(Debug, Clone, clap::Args)]
@@ -635,7 +636,23 @@ pub fn markdown(r: &BlockstmReport) -> String {
         r.machine.describe(),
         r.build_profile
     );
-    let _ = writeln!(md, "| workload | blocks | txs | Mgas | sequential ms | threads | bailout | parallel ms | speed-up | Mgas/s | executions/tx | validations/tx |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
+    let mut t = Table::new(
+        "lrrrrrlrrrrr",
+        [
+            "workload",
+            "blocks",
+            "txs",
+            "Mgas",
+            "sequential ms",
+            "threads",
+            "bailout",
+            "parallel ms",
+            "speed-up",
+            "Mgas/s",
+            "executions/tx",
+            "validations/tx",
+        ],
+    );
     for w in &r.workloads {
         for p in &w.parallel {
             let bailout = if p.bailout {
@@ -643,24 +660,23 @@ pub fn markdown(r: &BlockstmReport) -> String {
             } else {
                 "off".to_string()
             };
-            let _ = writeln!(
-                md,
-                "| {:?} | {} | {} | {:.1} | {:.1} | {} | {} | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} |",
-                w.workload,
-                w.blocks,
-                w.txs,
-                w.gas as f64 / 1e6,
-                w.sequential_s * 1e3,
-                p.threads,
+            t.row([
+                format!("{:?}", w.workload),
+                w.blocks.to_string(),
+                w.txs.to_string(),
+                format!("{:.1}", w.gas as f64 / 1e6),
+                format!("{:.1}", w.sequential_s * 1e3),
+                p.threads.to_string(),
                 bailout,
-                p.seconds * 1e3,
-                p.speedup,
-                p.gas_per_second / 1e6,
-                p.executions_per_tx,
-                p.validations_per_tx
-            );
+                format!("{:.1}", p.seconds * 1e3),
+                format!("{:.2}x", p.speedup),
+                format!("{:.0}", p.gas_per_second / 1e6),
+                format!("{:.2}", p.executions_per_tx),
+                format!("{:.2}", p.validations_per_tx),
+            ]);
         }
     }
+    let _ = write!(md, "{t}");
     for w in &r.workloads {
         if let Some((block, s)) = w.worst_block_speedup {
             let _ = writeln!(

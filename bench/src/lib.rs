@@ -17,4 +17,5 @@ pub mod storage;
 
 // The load generator and what it shares with the benchmarks live in `gigas-loadgen` (the
 // devnet uses them too); re-exported so that the benchmarks' paths stay as they were.
-pub use gigas_loadgen::{build_profile, chart, load, median, shared_data, write_report, zipf};
+pub use gigas_loadgen::{chart, load, shared_data, zipf};
+pub use gigas_report::{build_profile, median, write_report, Table};

@@ -21,6 +21,7 @@ use signet_libmdbx::{
 
 use crate::median;
 use crate::zipf::{SplitMix64, ZipfMandelbrot, DEVNET_S, DEVNET_V};
+use crate::Table;
 
 /// Key length of the workload.
 pub const KEY_LEN: usize = 32;
@@ -514,19 +515,28 @@ pub fn markdown(r: &StorageReport) -> String {
         r.build_profile,
         r.seed
     );
-    let _ = writeln!(md, "| engine | phase | kv/s (phase) | median batch kv/s | slowest batch | fastest batch |\n|---|---|---:|---:|---:|---:|");
+    let mut t = Table::new(
+        "llrrrr",
+        [
+            "engine",
+            "phase",
+            "kv/s (phase)",
+            "median batch kv/s",
+            "slowest batch",
+            "fastest batch",
+        ],
+    );
     for s in &r.summary {
-        let _ = writeln!(
-            md,
-            "| {:?} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            s.engine,
-            s.phase,
-            s.kv_per_second,
-            s.median_batch_kv_per_second,
-            s.min_batch_kv_per_second,
-            s.max_batch_kv_per_second
-        );
+        t.row([
+            format!("{:?}", s.engine),
+            s.phase.to_string(),
+            format!("{:.0}", s.kv_per_second),
+            format!("{:.0}", s.median_batch_kv_per_second),
+            format!("{:.0}", s.min_batch_kv_per_second),
+            format!("{:.0}", s.max_batch_kv_per_second),
+        ]);
     }
+    let _ = write!(md, "{t}");
     let _ = writeln!(md);
     if let Some(x) = r.vilmo_over_mdbx {
         let _ = writeln!(md, "- Vilmo / MDBX, whole run: **{x:.2}x**");

@@ -198,7 +198,7 @@ pub fn run(args: &Args) -> Result<()> {
             )
         },
         source: gigas_primitives::machine::source_revision(),
-        build_profile: gigas_loadgen::build_profile().to_string(),
+        build_profile: gigas_report::build_profile().to_string(),
         machine: Machine::current(),
     };
     for line in config.lines() {

@@ -7,6 +7,7 @@ use std::path::Path;
 use eyre::{Result, WrapErr};
 use gigas_loadgen::load::{LoadReport, Percentiles, SecondPoint};
 use gigas_primitives::Machine;
+use gigas_report::Table;
 use serde::Serialize;
 
 use crate::limit::LimitStatus;
@@ -519,25 +520,25 @@ impl DevnetReport {
             let _ = writeln!(md, "- {}", line.trim());
         }
         let _ = writeln!(md, "- command: `{}`", c.command);
-        let _ = writeln!(md, "\n## Results\n\n| | |\n|---|---|");
+        let mut results = Table::new("ll", ["", ""]);
         for (name, value) in self.headline() {
-            let _ = writeln!(md, "| {name} | {value} |");
+            results.row([name.to_string(), value]);
         }
         for (name, value) in self.memory_lines() {
-            let _ = writeln!(md, "| memory: {name} | {value} |");
+            results.row([format!("memory: {name}"), value]);
         }
-        let _ = writeln!(md, "| prometheus | {} |", self.prometheus_line());
-        let _ = writeln!(
-            md,
-            "| profile | {} |",
+        results.row(["prometheus".to_string(), self.prometheus_line()]);
+        results.row([
+            "profile".to_string(),
             match &r.profile {
                 ProfileOutcome::Skipped => "not run".to_string(),
                 ProfileOutcome::Written { report } => {
                     format!("[{report}]({})", link(Path::new(&c.out), Path::new(report)))
                 }
                 ProfileOutcome::Failed { error } => format!("failed: {error}"),
-            }
-        );
+            },
+        ]);
+        let _ = write!(md, "\n## Results\n\n{results}");
         let _ = writeln!(
             md,
             "\nThe load generator's own report (its stage split of block time, CPU by thread): [{}]({}). Logs: {}.",
@@ -545,30 +546,41 @@ impl DevnetReport {
             link(Path::new(&c.out), Path::new(&self.load_report)),
             self.logs
         );
-        let _ = writeln!(
-            md,
-            "\n## Lag and memory, once a second\n\n| s | sequencer head | full-node head | lag | sequencer RSS | full node RSS (anon / file) | full node cgroup | load generator RSS |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        let mut lag = Table::new(
+            "rrrrrrrr",
+            [
+                "s",
+                "sequencer head",
+                "full-node head",
+                "lag",
+                "sequencer RSS",
+                "full node RSS (anon / file)",
+                "full node cgroup",
+                "load generator RSS",
+            ],
         );
         let show = |m: Option<ProcMem>| m.map_or("-".to_string(), |m| bytes(m.resident));
+        let or_dash = |h: Option<u64>| h.map_or("-".into(), |h| h.to_string());
         for s in &self.samples {
-            let _ = writeln!(
-                md,
-                "| {:.0} | {} | {} | {} | {} | {} | {} | {} |",
-                s.t,
-                s.sequencer_head.map_or("-".into(), |h| h.to_string()),
-                s.fullnode_head.map_or("-".into(), |h| h.to_string()),
-                s.lag_blocks.map_or("-".into(), |h| h.to_string()),
+            lag.row([
+                format!("{:.0}", s.t),
+                or_dash(s.sequencer_head),
+                or_dash(s.fullnode_head),
+                or_dash(s.lag_blocks),
                 show(s.sequencer),
-                s.fullnode.map_or("-".to_string(), |m| format!(
-                    "{} ({} / {})",
-                    bytes(m.resident),
-                    bytes(m.anon),
-                    bytes(m.file)
-                )),
+                s.fullnode.map_or("-".to_string(), |m| {
+                    format!(
+                        "{} ({} / {})",
+                        bytes(m.resident),
+                        bytes(m.anon),
+                        bytes(m.file)
+                    )
+                }),
                 s.fullnode_cgroup_bytes.map_or("-".into(), bytes),
                 show(s.generator),
-            );
+            ]);
         }
+        let _ = write!(md, "\n## Lag and memory, once a second\n\n{lag}");
         if !charts.is_empty() {
             let _ = writeln!(md, "\n## Charts\n");
             for file in charts {

@@ -377,12 +377,7 @@ where
         gas: workload.gas(),
         rounds: args.rounds as usize,
         sample_interval_ns: args.sample_interval_ns,
-        build_profile: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-        .into(),
+        build_profile: gigas_report::build_profile().into(),
         cpus: machine.cpus,
         cpu_model: machine.cpu_model,
         memory_bytes: machine.memory_bytes,

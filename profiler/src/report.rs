@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use gigas_evm::probe::Phase;
 use gigas_evm::BlockCheck;
+use gigas_report::Table;
 use serde::Serialize;
 
 use crate::calibrate::Calibration;
@@ -548,27 +549,34 @@ impl Report {
 
     /// The top `n` rows as a Markdown table.
     pub fn table_markdown(&self, n: usize) -> String {
-        let mut out = String::from(
-            "| # | opcode | count | time (s) | share | ±95% | cumulative | ns/call | category |\n|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
+        let mut t = Table::new(
+            "rlrrrrrrl",
+            [
+                "#",
+                "opcode",
+                "count",
+                "time (s)",
+                "share",
+                "±95%",
+                "cumulative",
+                "ns/call",
+                "category",
+            ],
         );
         for (i, r) in self.rows.iter().take(n).enumerate() {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {:.6} | {:.2}% | {:.2}% | {:.2}% | {} | {} |",
-                i + 1,
-                r.name,
-                r.count,
-                r.time_s,
-                r.share * 100.0,
-                r.share_ci95 * 100.0,
-                r.cumulative_share * 100.0,
-                r.avg_ns
-                    .map(|v| format!("{v:.1}"))
-                    .unwrap_or_else(|| "-".into()),
-                r.category.name()
-            );
+            t.row([
+                (i + 1).to_string(),
+                r.name.to_string(),
+                r.count.to_string(),
+                format!("{:.6}", r.time_s),
+                format!("{:.2}%", r.share * 100.0),
+                format!("{:.2}%", r.share_ci95 * 100.0),
+                format!("{:.2}%", r.cumulative_share * 100.0),
+                r.avg_ns.map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+                r.category.name().to_string(),
+            ]);
         }
-        out
+        t.to_string()
     }
 
     /// The full Markdown report, with the charts referenced by file name.
@@ -624,18 +632,17 @@ impl Report {
             md,
             "\n## Time by category\n\n![time by category]({category_chart})\n"
         );
-        let _ = writeln!(md, "| category | time (s) | share |\n|---|---:|---:|");
         let mut cats = self.categories.clone();
         cats.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
+        let mut by_category = Table::new("lrr", ["category", "time (s)", "share"]);
         for cat in &cats {
-            let _ = writeln!(
-                md,
-                "| {} | {:.6} | {:.2}% |",
-                cat.name,
-                cat.time_s,
-                cat.share * 100.0
-            );
+            by_category.row([
+                cat.name.to_string(),
+                format!("{:.6}", cat.time_s),
+                format!("{:.2}%", cat.share * 100.0),
+            ]);
         }
+        let _ = write!(md, "{by_category}");
         let _ = writeln!(md, "\n## Against the MegaETH talk\n");
         let _ = writeln!(
             md,
@@ -668,25 +675,37 @@ impl Report {
             c.blocks
         );
         md.push_str(&self.table_markdown(usize::MAX));
-        let _ = writeln!(md, "\n## Blocks\n\n| block | fork | txs | header gasUsed | computed gasUsed | receipts root + bloom | plain µs | probed µs |\n|---:|---|---:|---:|---:|---|---:|---:|");
+        let mut blocks = Table::new(
+            "rlrrrlrr",
+            [
+                "block",
+                "fork",
+                "txs",
+                "header gasUsed",
+                "computed gasUsed",
+                "receipts root + bloom",
+                "plain µs",
+                "probed µs",
+            ],
+        );
         for b in &self.blocks {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {:.0} | {:.0} |",
-                b.number,
-                b.hardfork,
-                b.transactions,
-                b.header_gas_used,
-                b.computed_gas_used,
+            blocks.row([
+                b.number.to_string(),
+                b.hardfork.to_string(),
+                b.transactions.to_string(),
+                b.header_gas_used.to_string(),
+                b.computed_gas_used.to_string(),
                 if b.receipts_root_and_bloom_checked {
                     "match"
                 } else {
                     "n/a (pre-Byzantium)"
-                },
-                b.plain_time_us_median,
-                b.probed_time_us_median
-            );
+                }
+                .to_string(),
+                format!("{:.0}", b.plain_time_us_median),
+                format!("{:.0}", b.probed_time_us_median),
+            ]);
         }
+        let _ = write!(md, "\n## Blocks\n\n{blocks}");
         md
     }
 }

@@ -15,6 +15,7 @@ use super::chart::{against_limit, LimitSeries};
 use super::{config_lines, fullnode_args, ExperimentsArgs};
 use crate::chart::{stacked_bars, Bar};
 use crate::fullnode::{self, limit_label, ExecutionFigures, RunResult};
+use crate::Table;
 
 /// One limit of the sweep.
 #[derive(Debug, Clone, Serialize)]
@@ -287,33 +288,54 @@ fn markdown(r: &ExecutionReport) -> String {
     }
     md += "- the talk, for reth: 21% of requests missed its cache, 31% of those missed the page cache (6.5% to the disk), mean miss penalty 18 µs\n\n";
     md += "![split](split.svg)\n\n![misses](misses.svg)\n\n![penalty](penalty.svg)\n\n";
-    md += "| limit | blocks | Mgas/s (EVM + loading) | EVM ms/block | state loading ms/block (share) | prepare ms/block | apply ms/block | accesses | level-1 misses | level-2 misses | to the disk | clean read µs | faulting read µs | miss penalty µs | major faults (cgroup) | cgroup peak |\n|---|---:|---:|---:|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n";
+    let mut t = Table::new(
+        "lrrrlrrrllrrrrrr",
+        [
+            "limit",
+            "blocks",
+            "Mgas/s (EVM + loading)",
+            "EVM ms/block",
+            "state loading ms/block (share)",
+            "prepare ms/block",
+            "apply ms/block",
+            "accesses",
+            "level-1 misses",
+            "level-2 misses",
+            "to the disk",
+            "clean read µs",
+            "faulting read µs",
+            "miss penalty µs",
+            "major faults (cgroup)",
+            "cgroup peak",
+        ],
+    );
+    let or_dash = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
     for p in &r.points {
         let e = &p.execution;
-        md += &format!(
-            "| {} | {}{} | {:.0} | {:.1} | {:.1} ({:.0}%) | {:.1} | {:.1} | {} | {:.1}% ({}) | {:.1}% ({}) | {:.2}% | {:.2} | {} | {} | {} | {:.0} MiB |\n",
+        t.row([
             limit_label(Some(p.limit_bytes)),
-            e.blocks,
-            if p.complete { "" } else { " (stopped)" },
-            e.gas_per_second / 1e6,
-            p.evm_ms_per_block,
-            p.state_loading_ms_per_block,
-            e.state_loading_share * 100.0,
-            p.prepare_ms_per_block,
-            p.apply_ms_per_block,
-            e.accesses,
-            e.level1_miss_ratio * 100.0,
-            e.reads,
-            e.level2_miss_ratio * 100.0,
-            e.faulting_reads,
-            e.disk_ratio * 100.0,
-            e.clean_read_us,
-            e.faulting_read_us.map_or_else(|| "-".to_string(), |x| format!("{x:.1}")),
-            e.miss_penalty_us.map_or_else(|| "-".to_string(), |x| format!("{x:.1}")),
-            p.cgroup_major_faults,
-            p.peak_bytes as f64 / 1048576.0,
-        );
+            format!("{}{}", e.blocks, if p.complete { "" } else { " (stopped)" }),
+            format!("{:.0}", e.gas_per_second / 1e6),
+            format!("{:.1}", p.evm_ms_per_block),
+            format!(
+                "{:.1} ({:.0}%)",
+                p.state_loading_ms_per_block,
+                e.state_loading_share * 100.0
+            ),
+            format!("{:.1}", p.prepare_ms_per_block),
+            format!("{:.1}", p.apply_ms_per_block),
+            e.accesses.to_string(),
+            format!("{:.1}% ({})", e.level1_miss_ratio * 100.0, e.reads),
+            format!("{:.1}% ({})", e.level2_miss_ratio * 100.0, e.faulting_reads),
+            format!("{:.2}%", e.disk_ratio * 100.0),
+            format!("{:.2}", e.clean_read_us),
+            or_dash(e.faulting_read_us),
+            or_dash(e.miss_penalty_us),
+            p.cgroup_major_faults.to_string(),
+            format!("{:.0} MiB", p.peak_bytes as f64 / 1048576.0),
+        ]);
     }
+    md += &t.to_string();
     md += "\nRequests by kind (accesses / reads / faulting reads), per limit:\n\n";
     for p in &r.points {
         let kinds: Vec<String> = p

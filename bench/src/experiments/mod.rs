@@ -37,6 +37,7 @@ use serde::Serialize;
 
 use crate::fullnode::{self, limit_label, FullnodeArgs, FullnodeReport, RunResult};
 use crate::load::{parse_duration, Workload};
+use crate::Table;
 
 /// The `--workload` value the full-node benchmark takes.
 fn workload_arg(w: Workload) -> &'static str {
@@ -389,7 +390,23 @@ fn sweep_markdown(r: &SweepReport) -> String {
         }
     }
     md += "\n![throughput](throughput.svg)\n\n![split](split.svg)\n\n![faults](faults.svg)\n\n";
-    md += "| accesses | limit | changes/s | blocks/s | blocks | apply | trie | commit | read share | major faults/block | cgroup peak | page cache at end |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    let mut t = Table::new(
+        "llrrrrrrrrrr",
+        [
+            "accesses",
+            "limit",
+            "changes/s",
+            "blocks/s",
+            "blocks",
+            "apply",
+            "trie",
+            "commit",
+            "read share",
+            "major faults/block",
+            "cgroup peak",
+            "page cache at end",
+        ],
+    );
     for p in &r.points {
         let (a, m, c) = p.breakdown.shares();
         let total: f64 = p
@@ -403,23 +420,22 @@ fn sweep_markdown(r: &SweepReport) -> String {
             .iter()
             .find(|(n, _)| n == "read")
             .map_or(0.0, |(_, s)| s / total);
-        md += &format!(
-            "| {} | {} | {:.0} | {:.2} | {}{} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.0} | {:.0} MiB | {:.0} MiB |\n",
-            p.distribution,
+        t.row([
+            p.distribution.to_string(),
             limit_label(Some(p.limit_bytes)),
-            p.changes_per_second,
-            p.blocks_per_second,
-            p.blocks,
-            if p.complete { "" } else { " (stopped)" },
-            a * 100.0,
-            m * 100.0,
-            c * 100.0,
-            read * 100.0,
-            p.major_faults_per_block,
-            p.peak_bytes as f64 / 1048576.0,
-            p.file_bytes as f64 / 1048576.0,
-        );
+            format!("{:.0}", p.changes_per_second),
+            format!("{:.2}", p.blocks_per_second),
+            format!("{}{}", p.blocks, if p.complete { "" } else { " (stopped)" }),
+            format!("{:.0}%", a * 100.0),
+            format!("{:.0}%", m * 100.0),
+            format!("{:.0}%", c * 100.0),
+            format!("{:.0}%", read * 100.0),
+            format!("{:.0}", p.major_faults_per_block),
+            format!("{:.0} MiB", p.peak_bytes as f64 / 1048576.0),
+            format!("{:.0} MiB", p.file_bytes as f64 / 1048576.0),
+        ]);
     }
+    md += &t.to_string();
     md
 }
 
@@ -518,28 +534,45 @@ fn sync_modes(args: &ExperimentsArgs, out: &Path) -> Result<SyncModesReport> {
 fn sync_markdown(r: &SyncModesReport) -> String {
     let mut md = String::from("# Sync modes: batched against live\n\n## Configuration\n\n");
     md += &config_lines(&r.config);
-    md += "\n## Results\n\n![breakdown](breakdown.svg)\n\n| mode | limit | changes/s | target | apply | merkleization | persistence | final root | major faults |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    md += "\n## Results\n\n![breakdown](breakdown.svg)\n\n";
+    let mut t = Table::new(
+        "llrrrrrrr",
+        [
+            "mode",
+            "limit",
+            "changes/s",
+            "target",
+            "apply",
+            "merkleization",
+            "persistence",
+            "final root",
+            "major faults",
+        ],
+    );
     for row in &r.rows {
         let (a, m, p) = row.breakdown.shares();
-        md += &format!(
-            "| {} | {} | {:.0} | {:.0} ({}) | {:.0}% | {:.0}% | {:.0}% | {} | {} |\n",
-            row.mode,
+        t.row([
+            row.mode.to_string(),
             limit_label(row.limit_bytes),
-            row.changes_per_second,
-            row.target,
-            if row.changes_per_second >= row.target {
-                "met"
-            } else {
-                "missed"
-            },
-            a * 100.0,
-            m * 100.0,
-            p * 100.0,
+            format!("{:.0}", row.changes_per_second),
+            format!(
+                "{:.0} ({})",
+                row.target,
+                if row.changes_per_second >= row.target {
+                    "met"
+                } else {
+                    "missed"
+                }
+            ),
+            format!("{:.0}%", a * 100.0),
+            format!("{:.0}%", m * 100.0),
+            format!("{:.0}%", p * 100.0),
             row.final_root_seconds
                 .map_or_else(|| "-".to_string(), |s| format!("{s:.1} s")),
-            row.major_faults
-        );
+            row.major_faults.to_string(),
+        ]);
     }
+    md += &t.to_string();
     md
 }
 

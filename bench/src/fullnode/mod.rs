@@ -38,6 +38,7 @@ mod mode;
 mod record;
 mod replay;
 mod report;
+mod summary;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,8 +56,8 @@ pub use execute::{ExecutionFigures, RequestKind};
 pub use figures::{CgroupFigures, GenesisInfo, RunResult};
 pub use mode::{Mode, RootArg};
 pub use record::Manifest;
-pub use replay::limit_label;
 pub use report::markdown;
+pub use summary::limit_label;
 
 /// The state changes per second issue 30 asks of the batched mode over 10M accounts (5x the
 /// 54,915 measured before it).

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::FullnodeReport;
 use crate::chart::{stacked_bars, Bar};
+use crate::Table;
 use eyre::{eyre, Result};
 
 const GB: f64 = 1e9;
@@ -57,35 +58,50 @@ pub fn markdown(r: &FullnodeReport) -> String {
     );
 
     let _ = writeln!(md, "## Throughput\n");
-    let _ = writeln!(
-        md,
-        "| mode | runs | state changes/s (median) | slowest - fastest | transfers/s | blocks/s | target | | final root s | db on disk GB | peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
+    let mut t = Table::new(
+        "lrrrrrrlrrr",
+        [
+            "mode",
+            "runs",
+            "state changes/s (median)",
+            "slowest - fastest",
+            "transfers/s",
+            "blocks/s",
+            "target",
+            "",
+            "final root s",
+            "db on disk GB",
+            "peak RSS MiB",
+        ],
     );
     for s in &r.summary {
         let run = r.runs.get(s.median_run);
-        let _ =
-            writeln!(
-            md,
-            "| {} | {} | **{:.0}** | {:.0} - {:.0} | {:.0} | {:.1} | {:.0} | {} | {} | {} | {} |",
-            s.label,
-            s.runs,
-            s.changes_per_second,
-            s.changes_per_second_min,
-            s.changes_per_second_max,
-            s.transfers_per_second,
-            s.blocks_per_second,
-            s.target_changes_per_second,
+        t.row([
+            s.label.to_string(),
+            s.runs.to_string(),
+            format!("**{:.0}**", s.changes_per_second),
+            format!(
+                "{:.0} - {:.0}",
+                s.changes_per_second_min, s.changes_per_second_max
+            ),
+            format!("{:.0}", s.transfers_per_second),
+            format!("{:.1}", s.blocks_per_second),
+            format!("{:.0}", s.target_changes_per_second),
             if s.changes_per_second >= s.target_changes_per_second {
                 "met"
             } else {
                 "missed"
-            },
+            }
+            .to_string(),
             run.and_then(|x| x.final_root_seconds)
                 .map_or("-".into(), |x| format!("{x:.1}")),
-            run.map_or("-".into(), |x| format!("{:.2}", x.db_disk_bytes as f64 / GB)),
+            run.map_or("-".into(), |x| {
+                format!("{:.2}", x.db_disk_bytes as f64 / GB)
+            }),
             bytes_opt(run.and_then(|x| x.peak_rss_bytes), MIB, 0),
-        );
+        ]);
     }
+    let _ = write!(md, "{t}");
     let _ = writeln!(
         md,
         "\nState changes: account and slot changes applied (a transfer changes its sender and receiver; an account changed by several transactions of a block counts once per block). Transfers: gas / 21,000. Batched: the one root at the end rebuilds the whole trie from the hashed tables (the batched mode keeps none), timed apart; the db and RSS columns are the median run's.\n"
@@ -101,109 +117,132 @@ pub fn markdown(r: &FullnodeReport) -> String {
         .and_then(|s| r.runs.get(s.median_run))
         .map(|run| run.split.iter().map(|p| p.name).collect())
         .unwrap_or_default();
-    let _ = writeln!(
-        md,
-        "| mode | seconds | {} |\n|---|---:|{}",
-        names.join(" | "),
-        "---:|".repeat(names.len())
+    let mut t = Table::new(
+        &format!("lr{}", "r".repeat(names.len())),
+        ["mode", "seconds"].into_iter().chain(names.iter().copied()),
     );
     for s in &r.summary {
         let Some(run) = r.runs.get(s.median_run) else {
             continue;
         };
-        let cells: Vec<String> = run
-            .split
-            .iter()
-            .map(|p| {
-                format!(
-                    "{:.2} s, {:.0}% ({:.2} us/change)",
-                    p.seconds,
-                    p.share * 100.0,
-                    p.us_per_change
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            md,
-            "| {} | {:.2} | {} |",
-            s.label,
-            run.seconds,
-            cells.join(" | ")
-        );
+        let mut cells = vec![s.label.to_string(), format!("{:.2}", run.seconds)];
+        cells.extend(run.split.iter().map(|p| {
+            format!(
+                "{:.2} s, {:.0}% ({:.2} us/change)",
+                p.seconds,
+                p.share * 100.0,
+                p.us_per_change
+            )
+        }));
+        t.row(cells);
     }
+    let _ = write!(md, "{t}");
     let _ = writeln!(md, "\n![split](fullnode-split.svg)\n");
 
     let _ = writeln!(md, "## Each run\n");
-    let _ = writeln!(
-        md,
-        "| round | mode | blocks | changes | seconds | changes/s | commits | MDBX commit s | syncs (s) | roots | final root s | CPU s | major faults | read MB | written MB | db GB (disk / used) | peak RSS MiB | RSS anon / file MiB |\n|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
+    let mut t = Table::new(
+        "rlrrrrrrlrrrrrrlrl",
+        [
+            "round",
+            "mode",
+            "blocks",
+            "changes",
+            "seconds",
+            "changes/s",
+            "commits",
+            "MDBX commit s",
+            "syncs (s)",
+            "roots",
+            "final root s",
+            "CPU s",
+            "major faults",
+            "read MB",
+            "written MB",
+            "db GB (disk / used)",
+            "peak RSS MiB",
+            "RSS anon / file MiB",
+        ],
     );
     for run in &r.runs {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {:.2} | {} ({:.2}) | {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} / {:.2} | {} | {} / {} |",
-            run.round,
+        t.row([
+            run.round.to_string(),
             run.mode.short(),
-            run.blocks,
-            run.changes,
-            run.seconds,
-            run.changes_per_second,
-            run.commits,
-            run.mdbx_commit_seconds,
-            run.syncs,
-            run.sync_seconds,
-            run.roots,
+            run.blocks.to_string(),
+            run.changes.to_string(),
+            format!("{:.2}", run.seconds),
+            format!("{:.0}", run.changes_per_second),
+            run.commits.to_string(),
+            format!("{:.2}", run.mdbx_commit_seconds),
+            format!("{} ({:.2})", run.syncs, run.sync_seconds),
+            run.roots.to_string(),
             match (run.final_root_seconds, run.final_root_commit_seconds) {
                 (Some(root), Some(commit)) => format!("{root:.1} + {commit:.1}"),
                 _ => "-".into(),
             },
-            run.cpu_seconds,
-            run.major_faults,
-            run.read_bytes as f64 / 1e6,
-            run.write_bytes as f64 / 1e6,
-            run.db_disk_bytes as f64 / GB,
-            run.db_used_bytes as f64 / GB,
+            format!("{:.2}", run.cpu_seconds),
+            run.major_faults.to_string(),
+            format!("{:.1}", run.read_bytes as f64 / 1e6),
+            format!("{:.1}", run.write_bytes as f64 / 1e6),
+            format!(
+                "{:.2} / {:.2}",
+                run.db_disk_bytes as f64 / GB,
+                run.db_used_bytes as f64 / GB
+            ),
             bytes_opt(run.peak_rss_bytes, MIB, 0),
-            bytes_opt(run.rss_anon_bytes, MIB, 0),
-            bytes_opt(run.rss_file_bytes, MIB, 0),
-        );
+            format!(
+                "{} / {}",
+                bytes_opt(run.rss_anon_bytes, MIB, 0),
+                bytes_opt(run.rss_file_bytes, MIB, 0)
+            ),
+        ]);
     }
-    let _ = writeln!(md);
+    let _ = writeln!(md, "{t}");
     if r.runs.iter().any(|run| run.trie_cache.is_some()) {
         let _ = writeln!(md, "## Trie cache (live)\n");
         let _ = writeln!(
             md,
             "The writer's stored trie nodes kept in memory across roots (`--trie.cache-size`); counters cover the warm-up blocks too.\n"
         );
-        let _ = writeln!(
-            md,
-            "| round | mode | budget MiB | held MiB | entries | node hits | node misses | hit ratio | leaves from remembered hashes | leaves hashed | walks redone | evicted |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        let mut t = Table::new(
+            "rlrrrrrrrrrr",
+            [
+                "round",
+                "mode",
+                "budget MiB",
+                "held MiB",
+                "entries",
+                "node hits",
+                "node misses",
+                "hit ratio",
+                "leaves from remembered hashes",
+                "leaves hashed",
+                "walks redone",
+                "evicted",
+            ],
         );
         for run in &r.runs {
             let Some(c) = &run.trie_cache else { continue };
             let seeks = c.hits + c.misses;
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                run.round,
+            t.row([
+                run.round.to_string(),
                 run.mode.short(),
-                c.budget_bytes >> 20,
-                c.bytes as f64 / MIB,
-                c.entries,
-                c.hits,
-                c.misses,
+                (c.budget_bytes >> 20).to_string(),
+                format!("{:.1}", c.bytes as f64 / MIB),
+                c.entries.to_string(),
+                c.hits.to_string(),
+                c.misses.to_string(),
                 if seeks > 0 {
                     format!("{:.1}%", c.hits as f64 * 100.0 / seeks as f64)
                 } else {
                     "-".into()
                 },
-                run.root_remembered,
-                run.root_leaves,
-                run.root_rereads,
-                c.evicted,
-            );
+                run.root_remembered.to_string(),
+                run.root_leaves.to_string(),
+                run.root_rereads.to_string(),
+                c.evicted.to_string(),
+            ]);
         }
-        let _ = writeln!(md);
+        let _ = writeln!(md, "{t}");
     }
     if r.runs.iter().any(|run| run.sparse_trie.is_some()) {
         let _ = writeln!(md, "## Account trie in memory (live)\n");
@@ -211,25 +250,31 @@ pub fn markdown(r: &FullnodeReport) -> String {
             md,
             "The account trie held across roots (`--trie.sparse-size`), at the end of each run; counters cover the warm-up blocks too.\n"
         );
-        let _ = writeln!(
-            md,
-            "| round | mode | budget MiB | held MiB | nodes | folded back | leaves read to load |\n|---:|---|---:|---:|---:|---:|---:|"
+        let mut t = Table::new(
+            "rlrrrrr",
+            [
+                "round",
+                "mode",
+                "budget MiB",
+                "held MiB",
+                "nodes",
+                "folded back",
+                "leaves read to load",
+            ],
         );
         for run in &r.runs {
-            let Some(t) = &run.sparse_trie else { continue };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.1} | {} | {} | {} |",
-                run.round,
+            let Some(n) = &run.sparse_trie else { continue };
+            t.row([
+                run.round.to_string(),
                 run.mode.short(),
-                t.budget_bytes >> 20,
-                t.bytes as f64 / MIB,
-                t.nodes,
-                t.pruned,
-                t.loaded_leaves,
-            );
+                (n.budget_bytes >> 20).to_string(),
+                format!("{:.1}", n.bytes as f64 / MIB),
+                n.nodes.to_string(),
+                n.pruned.to_string(),
+                n.loaded_leaves.to_string(),
+            ]);
         }
-        let _ = writeln!(md);
+        let _ = writeln!(md, "{t}");
     }
     if r.runs.iter().any(|run| run.first_block.is_some()) {
         let _ = writeln!(md, "## First block after opening\n");
@@ -237,28 +282,34 @@ pub fn markdown(r: &FullnodeReport) -> String {
             md,
             "The first block with changes a fresh writer applied (the first warm-up block), its root included: what a restart costs, with the trie in memory empty and the page cache as the scratch line above says. Beside it, the timed blocks' mean.\n"
         );
-        let _ = writeln!(
-            md,
-            "| round | mode | changes | ms | us per change | timed us per change | ratio |\n|---:|---|---:|---:|---:|---:|---:|"
+        let mut t = Table::new(
+            "rlrrrrr",
+            [
+                "round",
+                "mode",
+                "changes",
+                "ms",
+                "us per change",
+                "timed us per change",
+                "ratio",
+            ],
         );
         for run in &r.runs {
             let Some(f) = &run.first_block else { continue };
             let per_change = |seconds: f64, changes: u64| seconds * 1e6 / changes.max(1) as f64;
             let first = per_change(f.seconds, f.changes);
             let timed = per_change(run.seconds, run.changes);
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1}x |",
-                run.round,
+            t.row([
+                run.round.to_string(),
                 run.mode.short(),
-                f.changes,
-                f.seconds * 1e3,
-                first,
-                timed,
-                if timed > 0.0 { first / timed } else { 0.0 },
-            );
+                f.changes.to_string(),
+                format!("{:.1}", f.seconds * 1e3),
+                format!("{first:.2}"),
+                format!("{timed:.2}"),
+                format!("{:.1}x", if timed > 0.0 { first / timed } else { 0.0 }),
+            ]);
         }
-        let _ = writeln!(md);
+        let _ = writeln!(md, "{t}");
     }
     if r.runs.iter().any(|run| run.execution.is_some()) {
         let _ = writeln!(md, "## Re-execution (`--verify-execution`)\n");
@@ -266,34 +317,51 @@ pub fn markdown(r: &FullnodeReport) -> String {
             md,
             "Each timed block re-executed with `gigas_fullnode::reexec` over the state before it, then checked against the block file's receipts, the header and the diff's ChangeSet. Level 1: revm's `CacheDB` (a miss is a read of the database); level 2: the page cache (a miss is a read with a major fault). Miss penalty: mean µs of a faulting read minus that of a clean one.\n"
         );
-        let _ = writeln!(
-            md,
-            "| round | mode | blocks | Mgas/s | EVM s | state loading s (share) | prepare s | level-1 misses | level-2 misses | to the disk | clean read µs | miss penalty µs |\n|---:|---|---:|---:|---:|---|---:|---|---|---:|---:|---:|"
+        let mut t = Table::new(
+            "rlrrrlrllrrr",
+            [
+                "round",
+                "mode",
+                "blocks",
+                "Mgas/s",
+                "EVM s",
+                "state loading s (share)",
+                "prepare s",
+                "level-1 misses",
+                "level-2 misses",
+                "to the disk",
+                "clean read µs",
+                "miss penalty µs",
+            ],
         );
         for run in &r.runs {
             let Some(e) = &run.execution else { continue };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.0} | {:.2} | {:.2} ({:.0}%) | {:.2} | {:.1}% ({} of {}) | {:.1}% ({}) | {:.2}% | {:.2} | {} |",
-                run.round,
-                run.label,
-                e.blocks,
-                e.gas_per_second / 1e6,
-                e.evm_seconds,
-                e.state_loading_seconds,
-                e.state_loading_share * 100.0,
-                e.prepare_seconds,
-                e.level1_miss_ratio * 100.0,
-                e.reads,
-                e.accesses,
-                e.level2_miss_ratio * 100.0,
-                e.faulting_reads,
-                e.disk_ratio * 100.0,
-                e.clean_read_us,
-                e.miss_penalty_us.map_or_else(|| "-".to_string(), |p| format!("{p:.1}")),
-            );
+            t.row([
+                run.round.to_string(),
+                run.label.to_string(),
+                e.blocks.to_string(),
+                format!("{:.0}", e.gas_per_second / 1e6),
+                format!("{:.2}", e.evm_seconds),
+                format!(
+                    "{:.2} ({:.0}%)",
+                    e.state_loading_seconds,
+                    e.state_loading_share * 100.0
+                ),
+                format!("{:.2}", e.prepare_seconds),
+                format!(
+                    "{:.1}% ({} of {})",
+                    e.level1_miss_ratio * 100.0,
+                    e.reads,
+                    e.accesses
+                ),
+                format!("{:.1}% ({})", e.level2_miss_ratio * 100.0, e.faulting_reads),
+                format!("{:.2}%", e.disk_ratio * 100.0),
+                format!("{:.2}", e.clean_read_us),
+                e.miss_penalty_us
+                    .map_or_else(|| "-".to_string(), |p| format!("{p:.1}")),
+            ]);
         }
-        let _ = writeln!(md);
+        let _ = writeln!(md, "{t}");
     }
     let _ = writeln!(md, "## Checks\n");
     let _ = writeln!(

@@ -3,6 +3,7 @@
 use super::*;
 use alloy_primitives::keccak256;
 use gigas_evm::executor::BlockContext;
+use prometheus_client::registry::Registry;
 use revm::bytecode::opcode::*;
 use revm::database::{CacheDB, EmptyDB};
 use revm::interpreter::interpreter::EthInterpreter;

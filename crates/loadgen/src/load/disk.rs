@@ -28,11 +28,6 @@ impl DiskSync {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Measures in a temporary file under `dir` (removed afterwards). About a second on a disk
 /// of this kind; `None` (with the reason printed) where the directory is not writable.
 pub fn measure(dir: &Path) -> Option<DiskSync> {
@@ -56,9 +51,9 @@ pub fn measure(dir: &Path) -> Option<DiskSync> {
         let large = timed(&vec![0xA5u8; 8 << 20], 3)?;
         let small_ms_max = small.iter().copied().fold(0.0, f64::max);
         Ok(DiskSync {
-            small_ms_p50: median(small),
+            small_ms_p50: gigas_report::median(small),
             small_ms_max,
-            large_ms_p50: median(large),
+            large_ms_p50: gigas_report::median(large),
         })
     };
     match run() {

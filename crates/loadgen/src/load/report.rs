@@ -6,6 +6,7 @@ use std::path::Path;
 
 use eyre::Result;
 use gigas_primitives::machine::Machine;
+use gigas_report::Table;
 
 use super::metrics::StageSplit;
 use super::{chart, LoadReport, RunConfig, StepResult, TransportKind, Workload};
@@ -151,7 +152,7 @@ pub(crate) fn write_report(r: &LoadReport, out: &Path) -> Result<()> {
             Err(e) => eprintln!("chart {file}: {e}"),
         }
     }
-    crate::write_report(out, name, r, &markdown(r, &drawn))?;
+    gigas_report::write_report(out, name, r, &markdown(r, &drawn))?;
     println!("charts: {}", drawn.join(", "));
     Ok(())
 }
@@ -218,34 +219,48 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         "\nReceipts checked: {} of {} succeeded ({} missing).",
         r.receipts.succeeded, r.receipts.checked, r.receipts.missing
     );
-    let _ = writeln!(
-        md,
-        "\n| step | target/s | sent/s | included/s | latency p50 / p90 / p99 / max ms | batch answer p50 / p99 ms | block interval p50 / p90 / max ms | txs/block | node block ms p50 / p99 | node CPU cores | node µs/tx | generator CPU cores | other processes' CPU cores | iowait cores | recovery µs/tx (bound tx/s) | unindexed blocks | diff B/tx | refused | result |\n|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
+    let mut steps = Table::new(
+        "rrrrlllrlrrrrrlrrrl",
+        [
+            "step",
+            "target/s",
+            "sent/s",
+            "included/s",
+            "latency p50 / p90 / p99 / max ms",
+            "batch answer p50 / p99 ms",
+            "block interval p50 / p90 / max ms",
+            "txs/block",
+            "node block ms p50 / p99",
+            "node CPU cores",
+            "node µs/tx",
+            "generator CPU cores",
+            "other processes' CPU cores",
+            "iowait cores",
+            "recovery µs/tx (bound tx/s)",
+            "unindexed blocks",
+            "diff B/tx",
+            "refused",
+            "result",
+        ],
     );
     for s in &r.steps {
         let refused: u64 = s.refusals.iter().map(|x| x.count).sum();
-        let _ = writeln!(
-            md,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
-            s.step,
-            s.target_tps,
-            s.submitted_tps,
-            s.included_tps,
-            s.latency_ms.p50,
-            s.latency_ms.p90,
-            s.latency_ms.p99,
-            s.latency_ms.max,
-            s.answer_ms.p50,
-            s.answer_ms.p99,
-            s.block_interval_ms.p50,
-            s.block_interval_ms.p90,
-            s.block_interval_ms.max,
-            s.txs_per_block,
+        let l = &s.latency_ms;
+        let b = &s.block_interval_ms;
+        steps.row([
+            s.step.to_string(),
+            format!("{:.0}", s.target_tps),
+            format!("{:.0}", s.submitted_tps),
+            format!("{:.0}", s.included_tps),
+            format!("{:.0} / {:.0} / {:.0} / {:.0}", l.p50, l.p90, l.p99, l.max),
+            format!("{:.0} / {:.0}", s.answer_ms.p50, s.answer_ms.p99),
+            format!("{:.0} / {:.0} / {:.0}", b.p50, b.p90, b.max),
+            format!("{:.0}", s.txs_per_block),
             s.block_ms
                 .map_or("-".to_string(), |b| format!("{:.0} / {:.0}", b.p50, b.p99)),
             fmt_opt(s.node_cpu_cores, 2),
             fmt_opt(s.node_cpu_us_per_tx, 0),
-            s.generator_cpu_cores,
+            format!("{:.2}", s.generator_cpu_cores),
             fmt_opt(s.other_cpu_cores, 2),
             fmt_opt(s.iowait_cores, 2),
             match (s.recovery_us_per_tx, s.recovery_bound_tps) {
@@ -254,14 +269,15 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             },
             fmt_opt(s.unindexed_blocks, 0),
             fmt_opt(s.diff_bytes_per_tx, 1),
-            refused,
+            refused.to_string(),
             if s.passed {
                 "passed".to_string()
             } else {
                 format!("**failed**: {}", s.failures.join("; "))
-            } + &shared_note(s)
-        );
+            } + &shared_note(s),
+        ]);
     }
+    let _ = write!(md, "\n{steps}");
     // The edge: the last step that passed and the one that failed after it.
     let mut edge: Vec<&StepResult> = Vec::new();
     if let Some(s) = r.sustained_step() {
@@ -298,13 +314,15 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         if !s.node_threads.is_empty() {
             let _ = writeln!(
                 md,
-                "\nNode CPU by thread ({} cores in all; load generator {:.2} cores):\n\n| thread | cores |\n|---|---:|",
+                "\nNode CPU by thread ({} cores in all; load generator {:.2} cores):\n",
                 fmt_opt(s.node_cpu_cores, 2),
                 s.generator_cpu_cores
             );
+            let mut threads = Table::new("lr", ["thread", "cores"]);
             for t in &s.node_threads {
-                let _ = writeln!(md, "| {} | {:.3} |", t.name, t.cores);
+                threads.row([t.name.clone(), format!("{:.3}", t.cores)]);
             }
+            let _ = write!(md, "{threads}");
         }
         if !s.refusals.is_empty() {
             let _ = writeln!(md, "\nRefusals:\n");
@@ -336,29 +354,24 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
 /// A Markdown table of a time split: one row per stage (or phase) with its mean, p50 and p99
 /// milliseconds and its share, and the blocks observed when `blocks`.
 fn split_table(md: &mut String, name: &str, blocks: bool, share: &str, rows: &[StageSplit]) {
-    let (blocks_head, blocks_rule) = if blocks {
-        (" blocks |", "---:|")
-    } else {
-        ("", "")
-    };
-    let _ = writeln!(
-        md,
-        "| {name} |{blocks_head} mean ms | p50 ms | p99 ms | {share} |\n|---|{blocks_rule}---:|---:|---:|---:|"
-    );
-    for row in rows {
-        let count = if blocks {
-            format!(" {} |", row.blocks)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            md,
-            "| {} |{count} {:.2} | {:.2} | {:.2} | {:.1}% |",
-            row.stage,
-            row.mean_ms,
-            row.p50_ms,
-            row.p99_ms,
-            row.share * 100.0
-        );
+    let mut headers = vec![name];
+    if blocks {
+        headers.push("blocks");
     }
+    headers.extend(["mean ms", "p50 ms", "p99 ms", share]);
+    let mut t = Table::new(if blocks { "lrrrrr" } else { "lrrrr" }, headers);
+    for row in rows {
+        let mut cells = vec![row.stage.to_string()];
+        if blocks {
+            cells.push(row.blocks.to_string());
+        }
+        cells.extend([
+            format!("{:.2}", row.mean_ms),
+            format!("{:.2}", row.p50_ms),
+            format!("{:.2}", row.p99_ms),
+            format!("{:.1}%", row.share * 100.0),
+        ]);
+        t.row(cells);
+    }
+    let _ = write!(md, "{t}");
 }

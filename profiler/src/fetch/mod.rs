@@ -26,23 +26,23 @@
 //! retried and is reported with the method and the node's own message. Owns the RPC client
 //! and the fixture writer; must not change how blocks are executed (that is `gigas-evm`'s).
 
+mod blockhash;
+mod client;
+mod prestate;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::convert::Infallible;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
-use alloy_provider::transport::{RpcError, TransportErrorKind};
-use alloy_provider::{Provider, RootProvider};
-use gigas_evm::revm::database::{CacheDB, EmptyDB};
-use gigas_evm::revm::primitives::AddressMap;
-use gigas_evm::revm::state::{Account, AccountInfo, Bytecode};
-use gigas_evm::revm::{Database, DatabaseCommit};
-use gigas_evm::{execute_block, load_fixture, FixtureError, PlainEvm, PreparedBlock};
+use alloy_primitives::{B256, U256};
+use gigas_evm::{load_fixture, FixtureError};
 use gigas_primitives::{ChainSpec, Hardfork};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use blockhash::blockhash_set;
+use client::Client;
+pub use prestate::{merge_prestates, MergedAccount};
 
 /// The file in a fixture directory that holds the chain's id and fork schedule.
 pub const CHAIN_FILE: &str = "chain.json";
@@ -202,102 +202,6 @@ pub enum FetchError {
     },
 }
 
-/// One account of the merged prestate, as `shared/data/README.md` describes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct MergedAccount {
-    /// Balance before the block.
-    pub balance: U256,
-    /// Nonce before the block.
-    pub nonce: u64,
-    /// Code before the block; absent when empty.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<Bytes>,
-    /// Slots the block touches, with their values before it; absent when none.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub storage: BTreeMap<B256, B256>,
-}
-
-/// Merges `debug_traceBlockByNumber(N, {"tracer": "prestateTracer"})` (a list of
-/// `{txHash, result: {addr: account}}`, in transaction order) into the block's prestate.
-///
-/// Accounts and slots are the union over transactions. The first transaction that lists an
-/// account decides its balance, nonce and code, a field it omits being zero or empty (geth
-/// omits a zero nonce and empty code: taking a later transaction's value would give an
-/// account created in the block the code it got there). Each slot takes the value of the
-/// first transaction that lists it. Both are the values before the block, since a
-/// transaction's prestate lists everything it reads or writes as it was before it.
-/// Fields other than these four (geth's `codeHash`) are ignored.
-pub fn merge_prestates(traces: &Value) -> Result<BTreeMap<Address, MergedAccount>, String> {
-    let list = traces.as_array().ok_or_else(|| {
-        format!(
-            "expected a list of per-transaction results, got {}",
-            kind(traces)
-        )
-    })?;
-    let mut merged: BTreeMap<Address, MergedAccount> = BTreeMap::new();
-    for (index, entry) in list.iter().enumerate() {
-        if let Some(error) = entry.get("error") {
-            return Err(format!("transaction {index}: the tracer failed: {error}"));
-        }
-        let result = entry
-            .get("result")
-            .ok_or_else(|| format!("transaction {index}: no `result`"))?;
-        let accounts = result.as_object().ok_or_else(|| {
-            format!(
-                "transaction {index}: `result` is {}, not an object",
-                kind(result)
-            )
-        })?;
-        for (address, account) in accounts {
-            let at = |what: String| format!("transaction {index}, account {address}: {what}");
-            let address: Address = address
-                .parse()
-                .map_err(|e| at(format!("not an address: {e}")))?;
-            let fields = account
-                .as_object()
-                .ok_or_else(|| at(format!("{} instead of an object", kind(account))))?;
-            let slot_map = match fields.get("storage") {
-                None | Some(Value::Null) => None,
-                Some(Value::Object(slots)) => Some(slots),
-                Some(other) => return Err(at(format!("storage is {}", kind(other)))),
-            };
-            let entry = match merged.entry(address) {
-                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    let code = match fields.get("code") {
-                        None | Some(Value::Null) => None,
-                        Some(Value::String(hex)) => {
-                            let bytes: Bytes = hex.parse().map_err(|e| at(format!("code: {e}")))?;
-                            (!bytes.is_empty()).then_some(bytes)
-                        }
-                        Some(other) => return Err(at(format!("code is {}", kind(other)))),
-                    };
-                    v.insert(MergedAccount {
-                        balance: quantity(fields.get("balance"))
-                            .map_err(|e| at(format!("balance: {e}")))?,
-                        nonce: quantity(fields.get("nonce"))
-                            .map_err(|e| at(format!("nonce: {e}")))?
-                            .try_into()
-                            .map_err(|_| at("nonce over 64 bits".into()))?,
-                        code,
-                        storage: BTreeMap::new(),
-                    })
-                }
-            };
-            for (slot, value) in slot_map.into_iter().flatten() {
-                let slot = B256::from(
-                    parse_u256(slot).map_err(|e| at(format!("storage key {slot}: {e}")))?,
-                );
-                let value = B256::from(
-                    quantity(Some(value)).map_err(|e| at(format!("storage {slot}: {e}")))?,
-                );
-                entry.storage.entry(slot).or_insert(value);
-            }
-        }
-    }
-    Ok(merged)
-}
-
 fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -386,151 +290,6 @@ fn describe(chain: &ChainSpec) -> String {
     }
 }
 
-enum CallError {
-    /// The node answered with an error: code and message.
-    Node(String),
-    /// Anything else, after the retries.
-    Fatal(FetchError),
-}
-
-struct Client {
-    provider: RootProvider,
-    url: String,
-    retries: u32,
-}
-
-impl Client {
-    async fn new(url: &str, retries: u32) -> Result<Self, FetchError> {
-        // Parsing an http(s) URL opens no connection; ws:// would connect here.
-        let provider = RootProvider::connect(url)
-            .await
-            .map_err(|e| FetchError::BadUrl {
-                url: url.into(),
-                reason: e.to_string(),
-            })?;
-        Ok(Self {
-            provider,
-            url: url.into(),
-            retries,
-        })
-    }
-
-    /// One call, retried with backoff while the transport fails.
-    async fn call(&self, method: &'static str, params: Value) -> Result<Value, CallError> {
-        let mut wait = Duration::from_millis(250);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let result: Result<Value, _> = self
-                .provider
-                .raw_request(method.into(), params.clone())
-                .await;
-            let error = match result {
-                Ok(value) => return Ok(value),
-                Err(RpcError::NullResp) => return Ok(Value::Null),
-                Err(RpcError::ErrorResp(payload)) => {
-                    return Err(CallError::Node(format!(
-                        "{} (code {})",
-                        payload.message, payload.code
-                    )))
-                }
-                Err(RpcError::Transport(kind)) => {
-                    if matches!(kind, TransportErrorKind::NonRetryable(_)) {
-                        kind.to_string()
-                    } else if attempt <= self.retries {
-                        tracing::warn!(method, attempt, error = %kind, "transport error; retrying in {wait:?}");
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(Duration::from_secs(30));
-                        continue;
-                    } else {
-                        kind.to_string()
-                    }
-                }
-                Err(other) => other.to_string(),
-            };
-            return Err(CallError::Fatal(FetchError::Transport {
-                url: self.url.clone(),
-                method: method.into(),
-                attempts: attempt,
-                message: error,
-            }));
-        }
-    }
-
-    /// A call whose node-side error is just reported as such.
-    async fn plain(&self, method: &'static str, params: Value) -> Result<Value, FetchError> {
-        self.call(method, params).await.map_err(|e| match e {
-            CallError::Node(message) => FetchError::Refused {
-                url: self.url.clone(),
-                method: method.into(),
-                message,
-            },
-            CallError::Fatal(e) => e,
-        })
-    }
-
-    async fn number(&self, method: &'static str) -> Result<u64, FetchError> {
-        let value = self.plain(method, json!([])).await?;
-        quantity(Some(&value))
-            .ok()
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| FetchError::Malformed {
-                url: self.url.clone(),
-                method: method.into(),
-                number: 0,
-                reason: format!("{value} is not a number"),
-            })
-    }
-
-    /// `eth_getBlockByNumber`, a missing block being an error that names the node's head.
-    async fn block(&self, number: u64, full: bool) -> Result<Value, FetchError> {
-        let block = self
-            .plain(
-                "eth_getBlockByNumber",
-                json!([format!("{number:#x}"), full]),
-            )
-            .await?;
-        if block.is_null() {
-            return Err(FetchError::NoBlock {
-                url: self.url.clone(),
-                number,
-                head: self.number("eth_blockNumber").await?,
-            });
-        }
-        Ok(block)
-    }
-
-    async fn prestate_trace(&self, number: u64) -> Result<Value, FetchError> {
-        self.call(
-            "debug_traceBlockByNumber",
-            json!([format!("{number:#x}"), {"tracer": "prestateTracer"}]),
-        )
-        .await
-        .map_err(|e| match e {
-            CallError::Node(message) => FetchError::NoPrestateTracer {
-                url: self.url.clone(),
-                number,
-                message,
-            },
-            CallError::Fatal(e) => e,
-        })
-    }
-
-    async fn block_hash(&self, number: u64) -> Result<B256, FetchError> {
-        let header = self.block(number, false).await?;
-        self.hash_of(&header, number, "eth_getBlockByNumber")
-    }
-
-    fn hash_of(&self, block: &Value, number: u64, method: &str) -> Result<B256, FetchError> {
-        field_hash(block, "hash").ok_or_else(|| FetchError::Malformed {
-            url: self.url.clone(),
-            method: method.into(),
-            number,
-            reason: "no 32-byte `hash`".into(),
-        })
-    }
-}
-
 fn field_hash(value: &Value, field: &str) -> Option<B256> {
     value.get(field)?.as_str()?.parse().ok()
 }
@@ -556,63 +315,6 @@ fn write_zstd_json(path: &Path, value: &impl Serialize) -> Result<(), FetchError
     let json = serde_json::to_vec(value).map_err(|e| io(std::io::Error::other(e)))?;
     let compressed = zstd::encode_all(json.as_slice(), 10).map_err(io)?;
     write_atomic(path, &compressed)
-}
-
-/// A database that answers BLOCKHASH from `known` (a placeholder for the rest) and records
-/// every number asked for.
-struct RecordingDb<'a> {
-    inner: CacheDB<EmptyDB>,
-    known: &'a BTreeMap<u64, B256>,
-    asked: BTreeSet<u64>,
-}
-
-impl Database for RecordingDb<'_> {
-    type Error = Infallible;
-
-    fn basic(&mut self, address: Address) -> Result<Option<AccountInfo>, Self::Error> {
-        self.inner.basic(address)
-    }
-
-    fn code_by_hash(&mut self, code_hash: B256) -> Result<Bytecode, Self::Error> {
-        self.inner.code_by_hash(code_hash)
-    }
-
-    fn storage(&mut self, address: Address, index: U256) -> Result<U256, Self::Error> {
-        self.inner.storage(address, index)
-    }
-
-    fn block_hash(&mut self, number: u64) -> Result<B256, Self::Error> {
-        self.asked.insert(number);
-        Ok(self
-            .known
-            .get(&number)
-            .copied()
-            .unwrap_or_else(|| keccak256(number.to_be_bytes())))
-    }
-}
-
-impl DatabaseCommit for RecordingDb<'_> {
-    fn commit(&mut self, changes: AddressMap<Account>) {
-        self.inner.commit(changes)
-    }
-}
-
-/// The BLOCKHASH numbers one replay of `block` asks for, given the hashes in `known`.
-fn blockhash_numbers(
-    block: &PreparedBlock,
-    db: &CacheDB<EmptyDB>,
-    known: &BTreeMap<u64, B256>,
-) -> Result<BTreeSet<u64>, String> {
-    let mut evm = PlainEvm::new(
-        RecordingDb {
-            inner: db.clone(),
-            known,
-            asked: BTreeSet::new(),
-        },
-        block,
-    );
-    execute_block(&mut evm, block).map_err(|e| e.to_string())?;
-    Ok(evm.into_db().asked)
 }
 
 /// Fetches `config.from..=config.to` into `config.out`, calling `progress(done, total)` after
@@ -794,41 +496,6 @@ pub fn fetch_blocking(
     runtime.block_on(fetch(config, progress))
 }
 
-/// The BLOCKHASH numbers of the block, replaying until no new one comes up; `Ok(Err(..))`
-/// when the block cannot be replayed.
-async fn blockhash_set(
-    client: &Client,
-    fixture: &gigas_evm::BlockFixture,
-    spec: &ChainSpec,
-    hashes: &mut BTreeMap<u64, B256>,
-    summary: &mut FetchSummary,
-) -> Result<Result<BTreeSet<u64>, String>, FetchError> {
-    let prepared = match PreparedBlock::from_fixture(fixture, spec) {
-        Ok(prepared) => prepared,
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    let db = fixture.database();
-    loop {
-        let asked = match blockhash_numbers(&prepared, &db, hashes) {
-            Ok(asked) => asked,
-            Err(e) => return Ok(Err(e)),
-        };
-        let missing: Vec<u64> = asked
-            .iter()
-            .copied()
-            .filter(|n| !hashes.contains_key(n))
-            .collect();
-        if missing.is_empty() {
-            return Ok(Ok(asked));
-        }
-        for n in missing {
-            let hash = client.block_hash(n).await?;
-            summary.headers_fetched += 1;
-            hashes.insert(n, hash);
-        }
-    }
-}
-
 fn chain_spec(
     chain_id: u64,
     fork: Option<Hardfork>,
@@ -898,6 +565,9 @@ fn malformed_trace(client: &Client, number: u64, reason: String) -> FetchError {
 
 #[cfg(test)]
 mod tests {
+    use alloy_primitives::Address;
+    use serde_json::json;
+
     use super::*;
 
     fn slot(n: u8) -> String {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use alloy_consensus::transaction::Recovered;
-use alloy_consensus::{ReceiptEnvelope, Transaction as _, TxEnvelope};
+use alloy_consensus::TxEnvelope;
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
 use alloy_rpc_types_eth::{
@@ -17,13 +17,11 @@ use alloy_rpc_types_eth::{
 use alloy_rpc_types_trace::geth::{
     GethDebugTracingCallOptions, GethDebugTracingOptions, GethTrace,
 };
-use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolInspectSummary, TxpoolStatus};
-use gigas_evm::budget::{CallBudget, Deadline};
-use gigas_evm::call::CallError;
+use alloy_rpc_types_txpool::{TxpoolContent, TxpoolInspect, TxpoolStatus};
+use gigas_evm::budget::CallBudget;
 use gigas_evm::revm::database::CacheDB;
 use gigas_evm::revm::database_interface::{DatabaseRef, WrapDatabaseRef};
 use gigas_evm::revm::state::{AccountInfo, Bytecode};
-use gigas_evm::trace::{TraceCaps, Tracer};
 use gigas_history::{LogQuery, SealedHeader};
 use gigas_rpc::{
     Backend, FeeHistoryBlock, PrestateAccount, PrestateTrace, RpcError, SubscriptionHub,
@@ -33,6 +31,14 @@ use tokio::sync::broadcast;
 use crate::node::{CommittedBlock, Node};
 use crate::state::RevmState;
 use gigas_rpc_eth::{block_size, rpc_header, StateCalls};
+
+mod convert;
+mod fees;
+mod trace;
+mod txpool;
+
+use convert::{rpc_receipt, rpc_receipts, rpc_transaction};
+use fees::{lowest_tips, rewards, MIN_SUGGESTED_TIP, TIP_BLOCKS};
 
 /// The sequencer as a [`gigas_rpc::Backend`].
 #[derive(Debug)]
@@ -45,121 +51,12 @@ pub struct SequencerBackend {
     budget: CallBudget,
 }
 
-/// Blocks the tip suggestion looks back over.
-const TIP_BLOCKS: u64 = 20;
-/// Tips sampled per block.
-const TIP_SAMPLES: usize = 3;
-/// The smallest tip suggested, in wei.
-const MIN_SUGGESTED_TIP: u128 = 1_000_000;
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The [`TIP_SAMPLES`] lowest effective tips of a block's transactions.
-fn lowest_tips(txs: &[Recovered<TxEnvelope>], base_fee: u64) -> Vec<u128> {
-    let mut tips: Vec<u128> = txs
-        .iter()
-        .map(|tx| {
-            tx.inner()
-                .effective_tip_per_gas(base_fee)
-                .unwrap_or_default()
-        })
-        .collect();
-    let n = tips.len().min(TIP_SAMPLES);
-    if n > 0 && tips.len() > n {
-        tips.select_nth_unstable(n - 1);
-    }
-    tips.truncate(n);
-    tips
-}
-
 fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::Internal(e.to_string())
-}
-
-fn rpc_transaction(tx: Recovered<TxEnvelope>, header: &SealedHeader, index: usize) -> Transaction {
-    let price = tx
-        .inner()
-        .effective_gas_price(header.header.base_fee_per_gas);
-    Transaction {
-        inner: tx,
-        block_hash: Some(header.hash),
-        block_number: Some(header.header.number),
-        transaction_index: Some(index as u64),
-        effective_gas_price: Some(price),
-        block_timestamp: Some(header.header.timestamp),
-    }
-}
-
-/// The RPC receipt of transaction `index` of a block, given the cumulative gas and the number
-/// of logs of the transactions before it.
-fn rpc_receipt(
-    header: &SealedHeader,
-    tx: &Recovered<TxEnvelope>,
-    receipt: ReceiptEnvelope,
-    index: usize,
-    gas_before: u64,
-    logs_before: u64,
-) -> TransactionReceipt {
-    let gas_used = receipt.cumulative_gas_used() - gas_before;
-    let hash = *tx.inner().tx_hash();
-    let mut log_index = logs_before;
-    let inner = receipt.map_logs(|log| {
-        let rpc = Log {
-            inner: log,
-            block_hash: Some(header.hash),
-            block_number: Some(header.header.number),
-            block_timestamp: Some(header.header.timestamp),
-            transaction_hash: Some(hash),
-            transaction_index: Some(index as u64),
-            log_index: Some(log_index),
-            removed: false,
-        };
-        log_index += 1;
-        rpc
-    });
-    let contract_address = tx
-        .inner()
-        .kind()
-        .is_create()
-        .then(|| tx.signer().create(tx.inner().nonce()));
-    TransactionReceipt {
-        inner,
-        transaction_hash: hash,
-        transaction_index: Some(index as u64),
-        block_hash: Some(header.hash),
-        block_number: Some(header.header.number),
-        gas_used,
-        effective_gas_price: tx
-            .inner()
-            .effective_gas_price(header.header.base_fee_per_gas),
-        blob_gas_used: None,
-        blob_gas_price: None,
-        from: tx.signer(),
-        to: tx.inner().to(),
-        contract_address,
-    }
-}
-
-/// The RPC receipts of a block, with logs numbered within the block.
-fn rpc_receipts(
-    header: &SealedHeader,
-    txs: &[Recovered<TxEnvelope>],
-    receipts: Vec<ReceiptEnvelope>,
-) -> Vec<TransactionReceipt> {
-    let (mut gas, mut logs) = (0u64, 0u64);
-    txs.iter()
-        .zip(receipts)
-        .enumerate()
-        .map(|(index, (tx, receipt))| {
-            let (next_gas, next_logs) = (receipt.cumulative_gas_used(), receipt.logs().len());
-            let rpc = rpc_receipt(header, tx, receipt, index, gas, logs);
-            gas = next_gas;
-            logs += next_logs as u64;
-            rpc
-        })
-        .collect()
 }
 
 impl SequencerBackend {
@@ -321,184 +218,8 @@ impl SequencerBackend {
     }
 }
 
-impl SequencerBackend {
-    /// Block `number` (not the genesis) prepared for [`Replay`], its deadline starting now;
-    /// `what` names the request in a timeout.
-    fn replay(&self, number: u64, what: String) -> Result<Replay, RpcError> {
-        if number == 0 {
-            return Err(RpcError::InvalidParams(
-                "the genesis block has no transactions to trace".into(),
-            ));
-        }
-        let (header, txs) = self
-            .sealed_with_transactions(number)?
-            .ok_or(RpcError::HeaderNotFound)?;
-        let header = header.header;
-        let block_env = gigas_evm::env::block_env_of(&header, self.node.config().chain.fork);
-        Ok(Replay {
-            txs,
-            prepared: gigas_evm::PreparedBlock::synthetic(self.node.spec(), block_env, Vec::new()),
-            // A block of a billion gas would take minutes: the whole trace within one budget.
-            deadline: Deadline::enter(self.budget.deadline_from_now()),
-            timeout: self.budget.timeout,
-            what,
-        })
-    }
-
-    /// `debug_traceTransaction`: the block's transactions before it re-executed over the
-    /// state after its parent, then the transaction traced, all within the budget.
-    pub fn trace_transaction(
-        &self,
-        hash: B256,
-        options: &GethDebugTracingOptions,
-    ) -> Result<GethTrace, RpcError> {
-        let tracer =
-            Tracer::from_options(options).map_err(|e| RpcError::InvalidParams(e.to_string()))?;
-        let history = self.node.history();
-        let Some((location, _)) = history.transaction(hash).map_err(internal)? else {
-            return Err(RpcError::ResourceNotFound(format!(
-                "transaction {hash} not found (a pending transaction cannot be traced)"
-            )));
-        };
-        let number = location.block;
-        let index = location.index as usize;
-        let replay = self.replay(number, format!("debug_traceTransaction of {hash}"))?;
-        if index >= replay.txs.len() {
-            return Err(internal(format!(
-                "block {number} has {} transactions, {hash} is at index {index}",
-                replay.txs.len()
-            )));
-        }
-        self.at(number - 1, |db| {
-            let mut cache = CacheDB::new(WrapDatabaseRef(db));
-            for tx in &replay.txs[..index] {
-                if let Err(e) = replay.check() {
-                    return Ok(Err(e));
-                }
-                let done = replay.run(&mut cache, tx)?;
-                use gigas_evm::revm::database_interface::DatabaseCommit;
-                cache.commit(done.state);
-            }
-            let tx = &replay.txs[index];
-            let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
-            let traced = gigas_evm::trace::trace(
-                &mut cache,
-                &replay.prepared,
-                env,
-                &tracer,
-                TraceCaps::default(),
-            );
-            if let Err(e) = replay.check() {
-                return Ok(Err(e));
-            }
-            Ok(traced.map(|(trace, _)| trace).map_err(|e| match e {
-                gigas_evm::trace::TraceError::TooLarge { .. } => {
-                    RpcError::LimitExceeded(e.to_string())
-                }
-                other => internal(format!("tracing {hash}: {other}")),
-            }))
-        })?
-    }
-
-    /// `txpool_status`.
-    pub fn txpool_status(&self) -> TxpoolStatus {
-        let stats = self.node.pool().stats();
-        TxpoolStatus {
-            pending: stats.pending as u64,
-            queued: stats.queued as u64,
-        }
-    }
-
-    /// `txpool_content`, of every sender or of `from`. The whole pool (up to
-    /// `--txpool.max-txs` transactions) is bounded by the response size.
-    pub fn txpool_content(&self, from: Option<Address>) -> TxpoolContent {
-        let content = self.node.pool().content(from);
-        let group = |list: Vec<(Address, Arc<gigas_txpool::PooledTx>)>| {
-            let mut out: BTreeMap<Address, BTreeMap<String, Transaction>> = BTreeMap::new();
-            for (sender, tx) in list {
-                out.entry(sender).or_default().insert(
-                    tx.nonce.to_string(),
-                    Transaction {
-                        inner: tx.tx.clone(),
-                        block_hash: None,
-                        block_number: None,
-                        transaction_index: None,
-                        effective_gas_price: None,
-                        block_timestamp: None,
-                    },
-                );
-            }
-            out
-        };
-        TxpoolContent {
-            pending: group(content.pending),
-            queued: group(content.queued),
-        }
-    }
-
-    /// `txpool_inspect`.
-    pub fn txpool_inspect(&self) -> TxpoolInspect {
-        let content = self.node.pool().content(None);
-        let group = |list: Vec<(Address, Arc<gigas_txpool::PooledTx>)>| {
-            let mut out: BTreeMap<Address, BTreeMap<String, TxpoolInspectSummary>> =
-                BTreeMap::new();
-            for (sender, tx) in list {
-                out.entry(sender).or_default().insert(
-                    tx.nonce.to_string(),
-                    TxpoolInspectSummary::from_tx(tx.tx.inner().clone()),
-                );
-            }
-            out
-        };
-        TxpoolInspect {
-            pending: group(content.pending),
-            queued: group(content.queued),
-        }
-    }
-}
-
 /// A block's transactions with their senders, as the history returns them.
 type BlockTransactionsOf = Vec<Recovered<TxEnvelope>>;
-
-/// A published block's transactions ready to be re-executed for a client (a trace) over the
-/// state after its parent, within the call budget.
-struct Replay {
-    txs: Vec<Recovered<TxEnvelope>>,
-    prepared: gigas_evm::PreparedBlock,
-    deadline: Deadline,
-    timeout: std::time::Duration,
-    what: String,
-}
-
-impl Replay {
-    /// The deadline's error, once it has passed.
-    fn check(&self) -> Result<(), RpcError> {
-        if self.deadline.expired() {
-            return Err(RpcError::Timeout(format!(
-                "{}: {}",
-                self.what,
-                CallError::Timeout(self.timeout)
-            )));
-        }
-        Ok(())
-    }
-
-    /// Re-executes `tx` over `cache` and returns what it did (not committed).
-    fn run<DB>(
-        &self,
-        cache: &mut CacheDB<DB>,
-        tx: &Recovered<TxEnvelope>,
-    ) -> Result<gigas_evm::revm::context::result::ResultAndState, crate::state::StateError>
-    where
-        DB: DatabaseRef,
-        DB::Error: std::fmt::Display,
-    {
-        let env = gigas_evm::env::tx_env_from(tx.inner(), tx.signer());
-        gigas_evm::call::simulate(&mut *cache, &self.prepared, env).map_err(|e| {
-            crate::state::StateError::History(format!("re-executing {}: {e}", tx.inner().tx_hash()))
-        })
-    }
-}
 
 fn state_error(e: crate::state::StateError) -> RpcError {
     match e {
@@ -507,48 +228,6 @@ fn state_error(e: crate::state::StateError) -> RpcError {
         }
         other => internal(other),
     }
-}
-
-fn rewards(
-    txs: &[Recovered<TxEnvelope>],
-    receipts: &[ReceiptEnvelope],
-    base_fee: u64,
-    gas_used: u64,
-    percentiles: &[f64],
-) -> Vec<u128> {
-    let mut previous = 0u64;
-    let mut by_tip: Vec<(u128, u64)> = txs
-        .iter()
-        .zip(receipts)
-        .map(|(tx, r)| {
-            let gas = r.cumulative_gas_used() - previous;
-            previous = r.cumulative_gas_used();
-            (
-                tx.inner()
-                    .effective_tip_per_gas(base_fee)
-                    .unwrap_or_default(),
-                gas,
-            )
-        })
-        .collect();
-    by_tip.sort_unstable();
-    percentiles
-        .iter()
-        .map(|p| {
-            if by_tip.is_empty() {
-                return 0;
-            }
-            let threshold = (gas_used as f64 * p / 100.0) as u64;
-            let mut sum = 0u64;
-            for (tip, gas) in &by_tip {
-                sum += gas;
-                if sum >= threshold {
-                    return *tip;
-                }
-            }
-            by_tip.last().map_or(0, |(t, _)| *t)
-        })
-        .collect()
 }
 
 impl Backend for SequencerBackend {

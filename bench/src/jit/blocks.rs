@@ -1,0 +1,171 @@
+//! The mainnet blocks are a harness of their own (fixtures, two code caches under one budget,
+//! three ways rotating per block), so they sit apart from the one-frame programs.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use eyre::{eyre, Context, Result};
+use gigas_evm::jit::{CacheConfig, CodeCache, JitMode};
+use gigas_evm::revm::database::{CacheDB, EmptyDB};
+use gigas_evm::{execute_block, load_fixtures_dir, BlockOutcome, PlainEvm, PreparedBlock};
+use gigas_primitives::ChainSpec;
+
+use super::{CacheFigures, MainnetResult};
+use crate::median;
+
+/// How a block runs in the mainnet comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Interpreter,
+    Eager,
+    On,
+}
+
+/// Every mainnet block per round: interpreted, `eager` (unless skipped) and `on`, the order
+/// rotating; both code caches under `budget` bytes of machine code.
+pub(super) fn mainnet(
+    dir: &std::path::Path,
+    rounds: usize,
+    budget: u64,
+    with_eager: bool,
+) -> Result<MainnetResult> {
+    let chain = ChainSpec::mainnet();
+    let items: Vec<(PreparedBlock, CacheDB<EmptyDB>)> = load_fixtures_dir(dir)
+        .wrap_err_with(|| format!("cannot load blocks from {}", dir.display()))?
+        .iter()
+        .map(|f| Ok((PreparedBlock::from_fixture(f, &chain)?, f.database())))
+        .collect::<Result<_>>()?;
+    let cache = |mode| {
+        CodeCache::with_config(CacheConfig {
+            budget_bytes: budget,
+            ..CacheConfig::new(mode)
+        })
+    };
+    let eager = cache(JitMode::Eager);
+    let on = cache(JitMode::On);
+    let ways: Vec<Way> = if with_eager {
+        vec![Way::Interpreter, Way::Eager, Way::On]
+    } else {
+        vec![Way::Interpreter, Way::On]
+    };
+    let run =
+        |way: Way, block: &PreparedBlock, db: &CacheDB<EmptyDB>| -> Result<(f64, BlockOutcome)> {
+            let mut evm = match way {
+                Way::Interpreter => PlainEvm::new(db.clone(), block),
+                Way::Eager => PlainEvm::with_jit(db.clone(), block, Arc::clone(&eager)),
+                Way::On => PlainEvm::with_jit(db.clone(), block, Arc::clone(&on)),
+            };
+            let started = Instant::now();
+            let outcome = execute_block(&mut evm, block)?;
+            Ok((started.elapsed().as_secs_f64(), outcome))
+        };
+    // Warm-up, untimed: the interpreter's receipts are the reference; `eager` compiles every
+    // contract, `on` compiles what two passes make hot.
+    let mut expected = Vec::new();
+    for (block, db) in &items {
+        expected.push(run(Way::Interpreter, block, db)?.1);
+    }
+    let warm_ups: &[Way] = if with_eager {
+        &[Way::Eager, Way::On, Way::On]
+    } else {
+        &[Way::On, Way::On]
+    };
+    for &way in warm_ups {
+        for ((block, db), expected) in items.iter().zip(&expected) {
+            if &run(way, block, db)?.1 != expected {
+                return Err(eyre!(
+                    "block {}: compiled code gives other receipts than the interpreter",
+                    block.number
+                ));
+            }
+        }
+        on.wait_for_compiles();
+    }
+    let (eager_compiles, on_compiles) = (eager.stats().snapshot(), on.stats().snapshot());
+    let n = ways.len();
+    let mut pass = vec![Vec::new(); n];
+    let mut per_block = vec![vec![Vec::new(); n]; items.len()];
+    for round in 0..rounds {
+        let mut totals = vec![0.0; n];
+        for (i, ((block, db), expected)) in items.iter().zip(&expected).enumerate() {
+            for k in 0..n {
+                let w = (round + i + k) % n;
+                let (t, outcome) = run(ways[w], block, db)?;
+                if &outcome != expected {
+                    return Err(eyre!(
+                        "block {}: results differ in round {round}",
+                        block.number
+                    ));
+                }
+                totals[w] += t;
+                per_block[i][w].push(t);
+            }
+        }
+        for (w, total) in totals.into_iter().enumerate() {
+            pass[w].push(total);
+        }
+    }
+    let worst = |w: usize| -> (u64, f64) {
+        items
+            .iter()
+            .zip(&per_block)
+            .filter(|((block, _), _)| !block.txs.is_empty())
+            .map(|((block, _), times)| {
+                let ratios = times[0].iter().zip(&times[w]).map(|(i, j)| i / j).collect();
+                (block.number, median(ratios))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 1.0))
+    };
+    let medians: Vec<f64> = pass.into_iter().map(median).collect();
+    let (interp, on_t) = (medians[0], medians[n - 1]);
+    let eager_t = with_eager.then(|| medians[1]);
+    Ok(MainnetResult {
+        blocks: items.len(),
+        interpreter_ms: interp * 1e3,
+        eager_ms: eager_t.map(|t| t * 1e3),
+        on_ms: on_t * 1e3,
+        eager_speedup: eager_t.map(|t| interp / t),
+        on_speedup: interp / on_t,
+        worst_on_block: worst(n - 1),
+        worst_eager_block: with_eager.then(|| worst(1)),
+        profiler_ceiling: None,
+        budget_bytes: budget,
+        eager_cache: with_eager.then(|| {
+            CacheFigures::of(
+                eager_compiles,
+                eager.stats().snapshot(),
+                eager_compiles,
+                rounds as u64,
+            )
+        }),
+        on_cache: CacheFigures::of(
+            on_compiles,
+            on.stats().snapshot(),
+            on_compiles,
+            rounds as u64,
+        ),
+        on_hot_gas: on.hotness().gas,
+    })
+}
+
+/// The JIT ceiling from a profiler report, if there is one.
+pub(super) fn profiler_ceiling(path: &std::path::Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    find_key(&json, "jit_ceiling_speedup")
+}
+
+fn find_key(value: &serde_json::Value, key: &str) -> Option<f64> {
+    match value {
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k == key {
+                v.as_f64().or_else(|| find_key(v, key))
+            } else {
+                find_key(v, key)
+            }
+        }),
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_key(v, key)),
+        _ => None,
+    }
+}
