@@ -195,6 +195,13 @@ fn sum_serial(
     (sum, next, hits)
 }
 
+/// `f`'s result and the milliseconds it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let t = Instant::now();
+    let out = f();
+    (out, t.elapsed().as_secs_f64() * 1e3)
+}
+
 fn sum_parallel(xof: Xof, changes: &[Change]) -> LatticeHash {
     let per_thread = changes.len().div_ceil(rayon::current_num_threads()).max(1);
     changes
@@ -303,28 +310,21 @@ pub fn run(args: &CommitmentArgs) -> Result<CommitmentReport> {
             let (mut hits, mut olds) = (0usize, 0usize);
             let mut sums = Vec::new();
             for (n, changes) in blocks.iter().enumerate() {
+                let mut timed_parallel = || {
+                    let (p, ms) = timed(|| sum_parallel(xof, changes));
+                    parallel.push(ms);
+                    p
+                };
                 // Alternate which goes first, so that neither always meets a warm cache.
-                let parallel_first = !carry && n % 2 == 1;
-                if parallel_first {
-                    let t = Instant::now();
-                    let p = sum_parallel(xof, changes);
-                    parallel.push(t.elapsed().as_secs_f64() * 1e3);
-                    sums.push(p);
+                let early = (!carry && n % 2 == 1).then(&mut timed_parallel);
+                let ((sum, next, h), ms) =
+                    timed(|| sum_serial(xof, changes, carry.then_some(&carried)));
+                serial.push(ms);
+                let late = (!carry && n % 2 == 0).then(&mut timed_parallel);
+                if let Some(p) = early.or(late) {
+                    sums_agree &= p == sum;
                 }
-                let t = Instant::now();
-                let (sum, next, h) = sum_serial(xof, changes, carry.then_some(&carried));
-                serial.push(t.elapsed().as_secs_f64() * 1e3);
-                if !carry && !parallel_first {
-                    let t = Instant::now();
-                    let p = sum_parallel(xof, changes);
-                    parallel.push(t.elapsed().as_secs_f64() * 1e3);
-                    sums.push(p);
-                }
-                if !carry {
-                    sums_agree &= sums.last() == Some(&sum);
-                } else {
-                    sums.push(sum);
-                }
+                sums.push(sum);
                 hits += h;
                 olds += changes.len();
                 carried = next;
