@@ -17,6 +17,7 @@ use std::time::Instant;
 use alloy_primitives::{Address, U256};
 use eyre::Result;
 use gigas_primitives::changeset::AccountState;
+use gigas_primitives::lattice::Expansion;
 use gigas_primitives::machine::Machine;
 use gigas_primitives::LatticeHash;
 use rayon::prelude::*;
@@ -66,36 +67,29 @@ pub struct CommitmentArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Xof {
-    /// BLAKE3 in extendable-output mode, as SIMD-0215 and `gigas_primitives::LatticeHash`.
+    /// BLAKE3 in extendable-output mode, as SIMD-0215.
     Blake3,
     /// BLAKE3's derived key of the encoding, expanded by ChaCha with 8 rounds.
     Chacha8,
-    /// The same with 12 rounds (rand's standard generator).
+    /// The same with 12 rounds (rand's standard generator; version 1 of the commitment).
     Chacha12,
     /// The same with 20 rounds.
     Chacha20,
 }
 
-const ACCOUNT_CONTEXT: &str = "gigas 2026 lattice v1 account";
+impl Xof {
+    fn expansion(self) -> Expansion {
+        match self {
+            Xof::Blake3 => Expansion::Blake3Xof,
+            Xof::Chacha8 => Expansion::ChaCha8,
+            Xof::Chacha12 => Expansion::ChaCha12,
+            Xof::Chacha20 => Expansion::ChaCha20,
+        }
+    }
+}
 
 fn element(xof: Xof, address: &Address, state: &AccountState) -> LatticeHash {
-    use rand_core::{Rng as _, SeedableRng as _};
-    if xof == Xof::Blake3 {
-        return LatticeHash::account(address, state);
-    }
-    let mut bytes = [0u8; 92];
-    bytes[..20].copy_from_slice(address.as_slice());
-    bytes[20..28].copy_from_slice(&state.nonce.to_be_bytes());
-    bytes[28..60].copy_from_slice(&state.balance.to_be_bytes::<32>());
-    bytes[60..].copy_from_slice(state.code_hash.as_slice());
-    let seed = blake3::derive_key(ACCOUNT_CONTEXT, &bytes);
-    let mut out = [0u8; 2048];
-    match xof {
-        Xof::Chacha8 => chacha20::ChaCha8Rng::from_seed(seed).fill_bytes(&mut out),
-        Xof::Chacha12 => chacha20::ChaCha12Rng::from_seed(seed).fill_bytes(&mut out),
-        _ => chacha20::ChaCha20Rng::from_seed(seed).fill_bytes(&mut out),
-    }
-    LatticeHash::from_bytes(&out).unwrap_or_default()
+    LatticeHash::account_with(xof.expansion(), address, state)
 }
 
 /// One way of keeping the sum, measured.

@@ -123,6 +123,8 @@ pub struct Applier<'db> {
     writer: StateWriter<'db>,
     sequencer: Address,
     timings: ApplyTimings,
+    /// Check the signed state commitment when the database keeps the lattice.
+    commitment: bool,
 }
 
 impl<'db> Applier<'db> {
@@ -136,7 +138,16 @@ impl<'db> Applier<'db> {
             writer: db.writer(options)?,
             sequencer,
             timings: ApplyTimings::default(),
+            commitment: true,
         })
+    }
+
+    /// Whether to keep the state commitment (on by default, where the database keeps its
+    /// lattice): off, diffs are verified without it and the database stops keeping it at the
+    /// next commit.
+    pub fn keep_commitment(mut self, keep: bool) -> Self {
+        self.commitment = keep;
+        self
     }
 
     /// The last applied block, the open group included.
@@ -170,8 +181,14 @@ impl<'db> Applier<'db> {
     pub fn verify(&mut self, bytes: &[u8]) -> Result<VerifiedDiff, ApplyError> {
         let mut t = VerifyTimings::default();
         let tip = self.writer.tip();
+        let lattice = if self.commitment {
+            self.writer.lattice()
+        } else {
+            None
+        };
         let result = verify_and_decode_timed(
             &tip,
+            lattice,
             self.sequencer,
             bytes,
             &self.writer,
@@ -179,7 +196,7 @@ impl<'db> Applier<'db> {
             &mut t,
         );
         self.timings.decode += t.parse;
-        self.timings.verify += t.signature + t.checksum;
+        self.timings.verify += t.signature + t.checksum + t.commitment;
         self.timings.read += t.decode;
         match result {
             Ok(v) => Ok(v),
@@ -198,6 +215,7 @@ impl<'db> Applier<'db> {
             signature: Some(diff.signature),
             changes: &diff.changes,
             new_keys: &diff.new_keys,
+            lattice: diff.lattice.as_ref(),
         })?;
         let elapsed = start.elapsed().as_secs_f64();
         // An overlapped root costs this thread only its start and the wait for it.

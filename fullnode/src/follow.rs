@@ -64,6 +64,8 @@ pub struct FollowConfig {
     /// The applied-block log ([`crate::wal`]): with one, each block is served as soon as it
     /// is applied and logged; without, once its group commits.
     pub applied_log: Option<PathBuf>,
+    /// Keep the state's lattice hash and check each diff's signed commitment.
+    pub state_commitment: bool,
 }
 
 /// Why the apply thread stopped.
@@ -163,7 +165,8 @@ pub fn run(
     metrics: FollowerMetrics,
     on_head: OnHead,
 ) -> Result<(), FollowError> {
-    let applier = Applier::new(&db, config.writer, config.sequencer)?;
+    let applier = Applier::new(&db, config.writer, config.sequencer)?
+        .keep_commitment(config.state_commitment);
     // Recovery replayed and emptied the log before the node started serving; a record still
     // there is at or below the head.
     let ahead = match &config.applied_log {

@@ -41,6 +41,7 @@ pub fn initialize(
     db: &StateDb,
     chain: &ChainConfig,
     diff0: &[u8],
+    commitment: bool,
 ) -> Result<(ChainTip, GenesisOutcome), GenesisError> {
     let sequencer = sequencer_address(chain)?;
     let file = DiffFile::decode(diff0)?;
@@ -72,11 +73,33 @@ pub fn initialize(
             header.state_root
         )));
     }
+    // The genesis state written must be the one the sequencer signed: its lattice is the
+    // base every later commitment is checked from (the database refuses a different sum).
+    let lattice = if commitment {
+        match &file.commitment {
+            None => {
+                return Err(GenesisError::Mismatch(
+                    "diff 0 carries no state commitment (a sequencer run with \
+                     `--state-commitment off`? follow it with `--state-commitment off`)"
+                        .into(),
+                ))
+            }
+            Some(c) if c.signer(&hash) != Some(sequencer) => {
+                return Err(GenesisError::Mismatch(
+                    "its state commitment is not signed by the sequencer".into(),
+                ))
+            }
+            Some(c) => Some(c.lattice),
+        }
+    } else {
+        None
+    };
     let outcome = db.apply_genesis(
         GenesisBlock {
             header,
             hash,
             signature: Some(file.signature),
+            lattice,
         },
         genesis_entries(chain)?,
         1 << 20,
@@ -127,7 +150,11 @@ pub fn genesis_entries(
 
 /// Checks that a database initialised earlier holds this chain: its block 0 is signed by the
 /// chain spec's sequencer.
-pub fn check_existing(db: &StateDb, chain: &ChainConfig) -> Result<ChainTip, GenesisError> {
+pub fn check_existing(
+    db: &StateDb,
+    chain: &ChainConfig,
+    commitment: bool,
+) -> Result<ChainTip, GenesisError> {
     let sequencer = sequencer_address(chain)?;
     let view = db.view()?;
     let tip = view.tip()?.ok_or(StateDbError::NotInitialized)?;
@@ -141,6 +168,14 @@ pub fn check_existing(db: &StateDb, chain: &ChainConfig) -> Result<ChainTip, Gen
         return Err(GenesisError::Mismatch(format!(
             "this data directory follows another chain (its block 0 {} is not signed by {sequencer}); use another --datadir",
             genesis.hash
+        )));
+    }
+    if commitment && view.lattice()?.is_none() {
+        return Err(GenesisError::Mismatch(format!(
+            "this state database (at block {}) keeps no state commitment: it was written by a \
+             Gigas from before state commitments or with `--state-commitment off`. Move its \
+             `state` directory aside to start again, or run with `--state-commitment off`",
+            tip.number
         )));
     }
     Ok(tip)

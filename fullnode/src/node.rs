@@ -48,6 +48,8 @@ pub struct FullNodeConfig {
     /// Write each block's changes into the open write transaction while waiting for the
     /// next block ([`gigas_statedb::StateWriter::flush_idle`]).
     pub flush_idle: bool,
+    /// Keep the state's lattice hash and check every diff's signed state commitment.
+    pub state_commitment: bool,
 }
 
 /// Why the node could not start or stopped.
@@ -138,7 +140,7 @@ impl FullNode {
             dir: dir.clone(),
             source,
         })? {
-            Some(_) => crate::genesis::check_existing(&db, &config.chain)?,
+            Some(_) => crate::genesis::check_existing(&db, &config.chain, config.state_commitment)?,
             None => {
                 let fetcher = Fetcher::new(
                     config.fetch.clone(),
@@ -147,7 +149,12 @@ impl FullNode {
                 )?;
                 let diff0 = runtime.block_on(fetch_genesis(&fetcher, stop_rx.clone()))?;
                 info!("writing the genesis state");
-                let (tip, outcome) = crate::genesis::initialize(&db, &config.chain, &diff0)?;
+                let (tip, outcome) = crate::genesis::initialize(
+                    &db,
+                    &config.chain,
+                    &diff0,
+                    config.state_commitment,
+                )?;
                 info!(accounts = outcome.accounts, slots = outcome.slots, root = %outcome.state_root, "genesis written");
                 tip
             }
@@ -222,6 +229,7 @@ impl FullNode {
             flush_idle: config.flush_idle,
             spec: config.chain.spec(),
             retry_after_rejection: Duration::from_secs(1),
+            state_commitment: config.state_commitment,
         };
         let backend = Arc::new(
             crate::rpc::FullNodeBackend::new(

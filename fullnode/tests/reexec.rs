@@ -180,6 +180,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
             header: &genesis.header,
             hash: genesis.hash,
             signature: Some(genesis.signature),
+            lattice: None,
         },
         gigas_fullnode::genesis::genesis_entries(&chain).unwrap(),
         1000,
@@ -223,6 +224,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
                 signature: Some(block.signature),
                 changes: &block.changes,
                 new_keys: &[],
+                lattice: None,
             })
             .unwrap();
     }
@@ -252,6 +254,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
             header: &genesis.header,
             hash: genesis.hash,
             signature: Some(genesis.signature),
+            lattice: None,
         },
         gigas_fullnode::genesis::genesis_entries(&chain).unwrap(),
         1000,
@@ -269,6 +272,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
                 signature: Some(block.signature),
                 changes: &block.changes,
                 new_keys: &[],
+                lattice: None,
             })
             .unwrap();
         }

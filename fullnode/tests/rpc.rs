@@ -185,6 +185,7 @@ impl Chain {
                     header: &h0,
                     hash: hash0,
                     signature: None,
+                    lattice: None,
                 },
                 entries.into_iter().map(Ok::<_, std::convert::Infallible>),
                 1000,
@@ -212,6 +213,7 @@ impl Chain {
                 signature: None,
                 changes: &changes,
                 new_keys: &[],
+                lattice: None,
             })
             .unwrap()
             .expect("a root every block");
@@ -686,6 +688,7 @@ async fn a_block_is_found_by_hash_at_any_depth() {
                     signature: None,
                     changes: &ChangeSet::default(),
                     new_keys: &[],
+                    lattice: None,
                 })
                 .unwrap();
             hashes.push(parent);

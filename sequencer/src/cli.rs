@@ -197,6 +197,13 @@ struct RunArgs {
     #[arg(long = "diffs.zstd-level", default_value_t = gigas_statediff::Compression::DEFAULT_LEVEL,
           value_parser = clap::value_parser!(i32).range(1..=22))]
     diffs_zstd_level: i32,
+    /// Keep the lattice hash of the state and sign it into every diff (on|off): the state
+    /// commitment that snapshots are checked against (crates/statediff/SNAPSHOT.md). Off only
+    /// to measure its cost; full nodes must then run with `--state-commitment off` too.
+    #[arg(long = "state-commitment", default_value = "on", value_name = "on|off",
+          action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    state_commitment: bool,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
 }
@@ -280,8 +287,16 @@ fn rebuild_key_log(args: RebuildKeyLogArgs) -> eyre::Result<()> {
     let archive = args
         .diffs_dir
         .unwrap_or_else(|| args.datadir.join("archive"));
-    let done = crate::diffs::rebuild_key_log(&archive, &history, tip.number, tip.hash, &view)
-        .wrap_err("rebuilding the key index log")?;
+    let lattice = view.lattice()?;
+    let done = crate::diffs::rebuild_key_log(
+        &archive,
+        &history,
+        tip.number,
+        tip.hash,
+        &view,
+        lattice.as_ref(),
+    )
+    .wrap_err("rebuilding the key index log")?;
     println!(
         "wrote {} with {} keys as of block {}{}; the sequencer encodes blocks {}..={} again \
          at its next start",
@@ -430,6 +445,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
         compression: gigas_statediff::Compression {
             level: Some(args.diffs_zstd_level),
         },
+        commitment: args.state_commitment,
     };
     let (diff_writer, diff_archive) = DiffWriter::open(node.clone(), diff_config.clone())
         .wrap_err_with(|| format!("opening the diff archive in {}", diff_config.dir.display()))?;

@@ -21,9 +21,13 @@ use std::time::Instant;
 
 use alloy_primitives::{Address, Bytes, U256};
 use gigas_primitives::ChangeSet;
-use gigas_statediff::archive::{Archive, ArchiveError, ArchiveHead, FileKind, KeyLog};
+use gigas_primitives::LatticeHash;
+use gigas_statediff::archive::{
+    Archive, ArchiveError, ArchiveHead, FileKind, KeyLog, LatticeMark, LATTICE_REMEDY,
+};
 use gigas_statediff::{
-    encode_diff, BlockFile, Compression, DiffError, KeyIndex, MemoryKeyIndex, PriorValues, StateKey,
+    lattice_delta, pack_diff, BlockFile, Compression, DiffError, KeyIndex, MemoryKeyIndex,
+    PriorValues, StateCommitment, StateKey,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -66,6 +70,92 @@ pub enum DiffWriterError {
     /// The index log does not match the archive.
     #[error("diff archive index log: {0}")]
     KeyLog(String),
+    /// The state commitment could not be moved, resumed or signed.
+    #[error("state commitment: {0}")]
+    Commitment(String),
+}
+
+/// The lattice hash of the state after block `next - 1`, from the archive's mark moved over
+/// the blocks after it (their ChangeSets from the history, the state before each from the
+/// history's old values) and the key-index entries after the mark's.
+fn resume_lattice(
+    node: &Node,
+    archive: &Archive,
+    index: &MemoryKeyIndex,
+    next: u64,
+) -> Result<LatticeHash, DiffWriterError> {
+    let Some(last) = next.checked_sub(1) else {
+        // Nothing written yet: block 0 adds the genesis state.
+        return Ok(LatticeHash::zero());
+    };
+    let mark = archive.read_lattice()?.ok_or_else(|| {
+        DiffWriterError::Commitment(format!(
+            "the archive holds diffs through block {last} and no state-commitment mark (an \
+             archive written without `--state-commitment`); {LATTICE_REMEDY}, or run with \
+             `--state-commitment off`"
+        ))
+    })?;
+    if mark.block > last {
+        return Err(DiffWriterError::Commitment(format!(
+            "the state-commitment mark stands at block {}, after the index log's last record \
+             ({last}); {LATTICE_REMEDY}",
+            mark.block
+        )));
+    }
+    let mut lattice = mark.lattice;
+    let history = |e: gigas_history::HistoryError| DiffWriterError::History(e.to_string());
+    for number in mark.block + 1..=last {
+        let changes = match node.history().changeset(number).map_err(history)? {
+            Some(bytes) if !bytes.is_empty() => ChangeSet::decode(&bytes)
+                .map_err(|e| DiffWriterError::History(format!("block {number}: {e}")))?,
+            _ => ChangeSet::default(),
+        };
+        let prior = node
+            .with_state_at(number - 1, |db| PriorValues::capture(&changes, db))
+            .map_err(|e| {
+                DiffWriterError::History(format!(
+                    "the state before block {number}, to resume the state commitment: {e}"
+                ))
+            })?;
+        let delta = lattice_delta(&changes, &prior, 0, &[], true)
+            .map_err(|e| DiffWriterError::Commitment(format!("block {number}: {e}")))?;
+        lattice.add(&delta);
+    }
+    let len = index.len().unwrap_or(0);
+    if mark.index_len > len {
+        return Err(DiffWriterError::Commitment(format!(
+            "the state-commitment mark counts {} index keys, the log {len}; {LATTICE_REMEDY}",
+            mark.index_len
+        )));
+    }
+    let mut keys = Vec::with_capacity(usize::try_from(len - mark.index_len).unwrap_or(0));
+    for i in mark.index_len..len {
+        match index.key_at(i) {
+            Ok(Some(key)) => keys.push(key),
+            _ => {
+                return Err(DiffWriterError::Commitment(format!(
+                    "the index has no key {i} of {len}"
+                )))
+            }
+        }
+    }
+    let delta = lattice_delta(
+        &ChangeSet::default(),
+        &PriorValues::default(),
+        mark.index_len,
+        &keys,
+        true,
+    )
+    .map_err(|e| DiffWriterError::Commitment(e.to_string()))?;
+    lattice.add(&delta);
+    if mark.block < last {
+        info!(
+            from = mark.block,
+            to = last,
+            "moved the state commitment from its mark to the index log's last record"
+        );
+    }
+    Ok(lattice)
 }
 
 /// Where and how diffs are written.
@@ -77,6 +167,9 @@ pub struct DiffConfig {
     pub retain: Option<u64>,
     /// zstd level of the files.
     pub compression: Compression,
+    /// Keep the state's lattice hash and sign it into every diff (`--state-commitment`):
+    /// what snapshots are checked against. Off only to measure what it costs.
+    pub commitment: bool,
 }
 
 /// One published diff, as the WebSocket stream sends it.
@@ -101,6 +194,8 @@ pub struct DiffMetrics {
     pub block_bytes: Counter,
     /// Seconds to encode one block's diff.
     pub encode_seconds: Histogram,
+    /// Seconds to move the state commitment by one block and sign it.
+    pub commitment_seconds: Histogram,
     /// Seconds to write one block's two files durably.
     pub write_seconds: Histogram,
     /// Blocks rebuilt from the chain history (at start or after falling behind).
@@ -121,6 +216,7 @@ impl Default for DiffMetrics {
             body_bytes: Counter::default(),
             block_bytes: Counter::default(),
             encode_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 30)),
+            commitment_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 30)),
             write_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 30)),
             rebuilt: Counter::default(),
             index_keys: Gauge::default(),
@@ -154,6 +250,11 @@ impl DiffMetrics {
             "encode_seconds",
             "Seconds to encode one block's diff",
             self.encode_seconds.clone(),
+        );
+        r.register(
+            "commitment_seconds",
+            "Seconds to move the state commitment by one block and sign it",
+            self.commitment_seconds.clone(),
         );
         r.register(
             "write_seconds",
@@ -239,6 +340,11 @@ pub struct DiffWriter {
     last_record: u64,
     /// The last block whose index record is known durable.
     last_synced: u64,
+    /// The lattice hash of the state after block `next - 1` (`None`: no state commitment).
+    lattice: Option<LatticeHash>,
+    /// Whether the archive holds a lattice mark: until it does, every record is synced and
+    /// marks it, so that a restart always finds one at or before the log's last record.
+    marked: bool,
 }
 
 fn encode_keys(keys: &[StateKey]) -> Vec<u8> {
@@ -303,13 +409,16 @@ pub struct KeyLogRebuild {
 /// its diff, and that the history still keeps the state after it, from which the writer
 /// re-encodes every later block at its next start. The new log holds one record (block
 /// `block`, every key in index order); it is synced and renamed over the old, which is kept
-/// beside it as `keys.log.old-UNIXTIME`. The sequencer must not be running.
+/// beside it as `keys.log.old-UNIXTIME`. The state-commitment mark is set to the source's
+/// `lattice` at the same block (removed when the source keeps none: the sequencer then runs
+/// only with `--state-commitment off`). The sequencer must not be running.
 pub fn rebuild_key_log<I: KeyIndex + ?Sized>(
     archive_dir: &std::path::Path,
     history: &gigas_history::History,
     block: u64,
     hash: alloy_primitives::B256,
     index: &I,
+    lattice: Option<&LatticeHash>,
 ) -> Result<KeyLogRebuild, DiffWriterError> {
     let hist = |e: gigas_history::HistoryError| DiffWriterError::History(e.to_string());
     let ours = history.sealed_header(block).map_err(hist)?.ok_or_else(|| {
@@ -382,6 +491,21 @@ pub fn rebuild_key_log<I: KeyIndex + ?Sized>(
     std::fs::File::open(archive_dir)
         .and_then(|d| d.sync_all())
         .map_err(io("sync", archive_dir))?;
+    match lattice {
+        Some(lattice) => archive.write_lattice(&LatticeMark {
+            block,
+            index_len: len,
+            lattice: lattice.clone(),
+        })?,
+        None => {
+            let mark = archive_dir.join("lattice");
+            match std::fs::remove_file(&mark) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove", &mark)(e)),
+            }
+        }
+    }
     Ok(KeyLogRebuild {
         block,
         keys: len,
@@ -455,6 +579,12 @@ impl DiffWriter {
                 });
             }
         }
+        let lattice = if config.commitment {
+            Some(resume_lattice(&node, &shared.archive, &index, next)?)
+        } else {
+            None
+        };
+        let marked = shared.archive.read_lattice()?.is_some();
         let handle = shared.clone();
         Ok((
             Self {
@@ -466,6 +596,8 @@ impl DiffWriter {
                 next,
                 last_record: next.saturating_sub(1),
                 last_synced: next.saturating_sub(1),
+                lattice,
+                marked,
             },
             handle,
         ))
@@ -499,7 +631,20 @@ impl DiffWriter {
         let head = self.node.head_number();
         tokio::task::block_in_place(|| {
             self.rebuild_through(head)?;
+            // The last block gets a record, so that the lattice mark stands where the next
+            // start resumes and nothing is summed again.
+            let last = self.next.checked_sub(1);
+            if let (Some(last), Some(_)) = (last, &self.lattice) {
+                if self.log.last_block() != Some(last) {
+                    self.log.append(last, &[])?;
+                    self.last_record = last;
+                }
+            }
             self.log.sync()?;
+            self.last_synced = self.last_record;
+            if let Some(last) = last {
+                self.write_lattice_mark(last)?;
+            }
             Ok::<(), DiffWriterError>(())
         })?;
         info!(head = self.next.saturating_sub(1), "diff writer stopped");
@@ -604,21 +749,59 @@ impl DiffWriter {
     ) -> Result<(), DiffWriterError> {
         let number = header.number;
         debug_assert_eq!(number, self.next);
+        let hash = header.hash_slow();
         let t = Instant::now();
-        let diff = encode_diff(
-            header,
-            signature,
-            changes,
-            &self.index,
-            prior,
-            &self.config.compression,
-        )?;
+        let mut packed = pack_diff(header, signature, changes, &self.index, prior)?;
+        let shared = Arc::clone(&self.shared);
+        let metrics = &shared.metrics;
+        metrics.encode_seconds.observe(t.elapsed().as_secs_f64());
+        // The state commitment moves with the block; it is kept only once the files are
+        // written, so that a failed write leaves it at the block before.
+        let t = Instant::now();
+        let moved = match &self.lattice {
+            Some(before) => {
+                let delta = if number == 0 {
+                    // Block 0 changes nothing: its commitment is the genesis state's.
+                    self.node
+                        .config()
+                        .chain
+                        .genesis_lattice()
+                        .map_err(|e| DiffWriterError::Commitment(e.to_string()))?
+                } else {
+                    lattice_delta(
+                        changes,
+                        prior,
+                        self.index.len().unwrap_or(0),
+                        &packed.new_keys,
+                        false,
+                    )
+                    .map_err(|e| DiffWriterError::Commitment(format!("block {number}: {e}")))?
+                };
+                let mut after = before.clone();
+                after.add(&delta);
+                let checksum = after.checksum();
+                let signature = self
+                    .node
+                    .sign_commitment(number, &hash, &checksum)
+                    .map_err(|e| DiffWriterError::Commitment(e.to_string()))?;
+                packed.file.commitment = Some(StateCommitment {
+                    lattice: checksum,
+                    signature,
+                });
+                Some(after)
+            }
+            None => None,
+        };
+        metrics
+            .commitment_seconds
+            .observe(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let diff = packed.finish(&self.config.compression)?;
         let block_bytes = file.encode(&self.config.compression)?;
-        let metrics = &self.shared.metrics;
         metrics.encode_seconds.observe(t.elapsed().as_secs_f64());
 
         let t = Instant::now();
-        let archive = &self.shared.archive;
+        let archive = &shared.archive;
         archive.write(FileKind::Block, number, &block_bytes)?;
         archive.write(FileKind::Diff, number, &diff.bytes)?;
         // Only now that the diff is durable may its keys enter the log (see the module doc).
@@ -627,14 +810,19 @@ impl DiffWriter {
             self.last_record = number;
             // Off the producer's path: a sync every few hundred blocks bounds what a power
             // loss can take from the log (see MIN_STATE_HISTORY).
-            if number >= self.last_synced + SYNC_EVERY {
-                self.log.sync()?;
-                self.last_synced = number;
-            }
         }
         self.index
             .extend(&diff.new_keys)
             .map_err(|e| DiffWriterError::KeyLog(e.to_string()))?;
+        if moved.is_some() {
+            self.lattice = moved;
+        }
+        let first_mark = self.lattice.is_some() && !self.marked;
+        if self.last_record == number && (first_mark || number >= self.last_synced + SYNC_EVERY) {
+            self.log.sync()?;
+            self.last_synced = number;
+            self.write_lattice_mark(number)?;
+        }
         metrics.write_seconds.observe(t.elapsed().as_secs_f64());
 
         metrics.written.inc();
@@ -650,7 +838,7 @@ impl DiffWriter {
         metrics.head.set(number as i64);
         self.shared.set_head(ArchiveHead {
             number,
-            hash: header.hash_slow(),
+            hash,
             state_checksum: header.state_root,
         });
         if let Some(head) = self.shared.head() {
@@ -662,6 +850,22 @@ impl DiffWriter {
         });
         self.next = number + 1;
         self.apply_retention()?;
+        Ok(())
+    }
+
+    /// Durably records the state commitment at `block`, the log's last record and the last
+    /// block written (the next start resumes there).
+    fn write_lattice_mark(&mut self, block: u64) -> Result<(), DiffWriterError> {
+        let Some(lattice) = &self.lattice else {
+            return Ok(());
+        };
+        debug_assert_eq!(block, self.last_record);
+        self.shared.archive.write_lattice(&LatticeMark {
+            block,
+            index_len: self.index.len().unwrap_or(0),
+            lattice: lattice.clone(),
+        })?;
+        self.marked = true;
         Ok(())
     }
 

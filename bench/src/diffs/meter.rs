@@ -131,6 +131,7 @@ impl Meter {
         let file = DiffFile {
             header,
             signature,
+            commitment: None,
             body: packed.bytes,
         };
         let bytes = file

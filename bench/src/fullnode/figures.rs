@@ -20,6 +20,10 @@ pub struct GenesisInfo {
     /// a cache of another layout is written again, as a node would start from a new database.
     #[serde(default = "layout_v1")]
     pub layout_version: u32,
+    /// Whether the database keeps the state commitment (the recording's diff 0 carries one):
+    /// a cache written without it is written again for a recording with one.
+    #[serde(default)]
+    pub state_commitment: bool,
     /// Seconds `gigas_fullnode::genesis::initialize` took (checking diff 0, writing the
     /// state, computing the root and storing the whole trie).
     pub seconds: f64,

@@ -74,6 +74,12 @@ pub(super) fn ensure_genesis_db(
         page_size.map_or_else(String::new, |p| format!("-page{p}"))
     ));
     let info_path = root.join("genesis.json");
+    let diff0 = std::fs::read(recording.diff_path(0)).wrap_err("reading the recording's diff 0")?;
+    // A recording made with the state commitment is replayed with it, as a node follows.
+    let commitment = gigas_statediff::DiffFile::decode(&diff0)
+        .map_err(|e| eyre!("the recording's diff 0: {e}"))?
+        .commitment
+        .is_some();
     if !fresh && info_path.is_file() {
         let cached = std::fs::read_to_string(&info_path)
             .ok()
@@ -81,7 +87,8 @@ pub(super) fn ensure_genesis_db(
         match cached {
             Some(mut info)
                 if info.chain_fingerprint == recording.chain_fingerprint
-                    && info.layout_version == gigas_statedb::SCHEMA_VERSION =>
+                    && info.layout_version == gigas_statedb::SCHEMA_VERSION
+                    && info.state_commitment == commitment =>
             {
                 info.dir = root.join("db");
                 println!(
@@ -104,7 +111,6 @@ pub(super) fn ensure_genesis_db(
     }
     let db_dir = root.join("db");
     std::fs::create_dir_all(&db_dir).wrap_err_with(|| format!("creating {}", db_dir.display()))?;
-    let diff0 = std::fs::read(recording.diff_path(0)).wrap_err("reading the recording's diff 0")?;
     let bar = spinner(
         quiet,
         format!(
@@ -122,7 +128,7 @@ pub(super) fn ensure_genesis_db(
             ..StateDbOptions::default()
         },
     )?;
-    let (_, outcome) = gigas_fullnode::genesis::initialize(&db, &chain, &diff0)
+    let (_, outcome) = gigas_fullnode::genesis::initialize(&db, &chain, &diff0, commitment)
         .map_err(|e| eyre!("writing the genesis: {e}"))?;
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
@@ -131,6 +137,7 @@ pub(super) fn ensure_genesis_db(
     let info = GenesisInfo {
         chain_fingerprint: recording.chain_fingerprint.clone(),
         layout_version: gigas_statedb::SCHEMA_VERSION,
+        state_commitment: commitment,
         seconds,
         accounts: outcome.accounts,
         slots: outcome.slots,

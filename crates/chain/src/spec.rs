@@ -12,7 +12,7 @@ use alloy_eips::eip1559::BaseFeeParams;
 use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 use alloy_signer_local::{coins_bip39::English, MnemonicBuilder, PrivateKeySigner};
 use gigas_primitives::state_keys::{genesis_writes, Write};
-use gigas_primitives::{AccountState, ChainSpec, Hardfork};
+use gigas_primitives::{AccountState, ChainSpec, Hardfork, LatticeHash};
 use serde::{Deserialize, Serialize};
 
 /// The mnemonic of every Ethereum dev node (anvil, hardhat, reth `--dev`).
@@ -463,6 +463,57 @@ impl ChainConfig {
             }
         }
         Ok(writes)
+    }
+}
+
+impl ChainConfig {
+    /// The lattice hash of the genesis state (`gigas_primitives::lattice`): every account of
+    /// `alloc` with its nonzero slots, and every benchmark account, summed on rayon's pool
+    /// (10M accounts take seconds). The key index is empty at genesis: the first diff to
+    /// write a genesis key names it in full.
+    pub fn genesis_lattice(&self) -> Result<LatticeHash, ChainError> {
+        use rayon::prelude::*;
+        let mut sum = LatticeHash::zero();
+        for (address, account) in &self.alloc {
+            let code_hash = if account.code.is_empty() {
+                alloy_primitives::KECCAK256_EMPTY
+            } else {
+                keccak256(&account.code)
+            };
+            let state = AccountState {
+                nonce: account.nonce,
+                balance: account.balance,
+                code_hash,
+            };
+            sum.add(&LatticeHash::account(address, &state));
+            for (slot, value) in &account.storage {
+                sum.add_slot(address, slot, value);
+            }
+        }
+        if let Some(bench) = &self.bench_accounts {
+            let addresses = crate::bench::read_addresses(bench)
+                .map_err(|e| ChainError::Invalid(e.to_string()))?;
+            let state = AccountState {
+                nonce: 0,
+                balance: bench.balance,
+                code_hash: alloy_primitives::KECCAK256_EMPTY,
+            };
+            let bench_sum = addresses
+                .par_chunks(4096)
+                .map(|chunk| {
+                    let mut part = LatticeHash::zero();
+                    for address in chunk {
+                        part.add(&LatticeHash::account(address, &state));
+                    }
+                    part
+                })
+                .reduce(LatticeHash::zero, |mut a, b| {
+                    a.add(&b);
+                    a
+                });
+            sum.add(&bench_sum);
+        }
+        Ok(sum)
     }
 }
 

@@ -1,9 +1,8 @@
 //! A lattice hash of the whole state: a commitment a sequencer can keep up to date at the cost
 //! of the block's changes alone, and a snapshot can be checked against in any chunk order.
 //!
-//! The construction is LtHash as Solana adopted it (SIMD-0215): each element of the state
-//! (an account, a nonzero storage slot) is hashed with BLAKE3 in extendable-output mode to
-//! 2,048 bytes, read as 1,024 little-endian `u16` lanes, and the state's hash is the
+//! The construction is LtHash as Solana adopted it (SIMD-0215): each element of the state is
+//! hashed to 2,048 bytes, read as 1,024 little-endian `u16` lanes, and the state's hash is the
 //! lane-wise sum of its elements modulo 2^16. A change subtracts the old element and adds the
 //! new one, so the sum after a block needs only the block's prior and new values, never a
 //! walk of the state; and because addition commutes, the sum over a snapshot's chunks does
@@ -13,13 +12,18 @@
 //!
 //! # Elements, version 1
 //!
-//! Each kind of element is hashed with its own BLAKE3 key, derived from a context string, so
-//! an account's bytes can never be read as a slot's:
+//! An element's encoding is hashed with BLAKE3's `derive_key` under a context of its own kind,
+//! so an account's bytes can never be read as a slot's, and the 32-byte key is expanded to
+//! 2,048 bytes by ChaCha12's keystream (nonce zero, block counter from zero). SIMD-0215 takes
+//! the 2,048 bytes from BLAKE3's XOF directly; `blake3` computes XOF blocks in parallel only
+//! with AVX-512, and without it ChaCha12 draws an element 2x faster (`gigas-bench commitment`,
+//! `crates/statediff/SNAPSHOT.md`), which is what the sequencer's budget needs.
 //!
-//! | element | context | hashed bytes |
+//! | element | context | encoding |
 //! |---|---|---|
 //! | account | `gigas 2026 lattice v1 account` | address (20), nonce (8, big-endian), balance (32), code hash (32) |
 //! | slot | `gigas 2026 lattice v1 slot` | address (20), slot (32), value (32) |
+//! | key-index entry | `gigas 2026 lattice v1 key` | index (8, big-endian), address (20) [, slot (32)] |
 //!
 //! An account that does not exist and a slot holding zero are not elements: they add nothing,
 //! so deleting one subtracts its element and leaves the sum as if it had never been written.
@@ -27,18 +31,63 @@
 //! the set of elements that of the accounts stored. Code is not an element: it is stored by
 //! its keccak, which checks itself, and the account's code hash commits to it.
 //!
-//! The 32-byte [`LatticeHash::checksum`] is BLAKE3 of the 2,048 bytes: the form a header or a
-//! manifest carries.
+//! Key-index entries are the state-diff codec's enumeration of every key ever written (a diff
+//! names a known key by its index): a node that starts from a snapshot needs the index as
+//! exactly as it needs the state, so the commitment covers it. Entries are only ever added.
+//!
+//! The 32-byte [`LatticeHash::checksum`] is BLAKE3 of the 2,048 bytes: the form a signature or
+//! a manifest carries.
 
 use alloy_primitives::{Address, B256, U256};
 
 use crate::changeset::AccountState;
+use crate::state_keys::{decode_slot, LayoutError, StoredAccount, ACCOUNT_PREFIX, SLOT_PREFIX};
 
 /// Lanes of a lattice hash: 2,048 bytes of `u16`.
 pub const LANES: usize = 1024;
 
 const ACCOUNT_CONTEXT: &str = "gigas 2026 lattice v1 account";
 const SLOT_CONTEXT: &str = "gigas 2026 lattice v1 slot";
+const KEY_CONTEXT: &str = "gigas 2026 lattice v1 key";
+
+/// How an element's 32-byte key is expanded to its 2,048 bytes. Version 1 of the commitment
+/// is [`Expansion::V1`]; the others exist so that `gigas-bench commitment` can measure the
+/// choice against its alternatives with the same encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expansion {
+    /// BLAKE3's XOF over the encoding, under the kind's derived key (SIMD-0215's choice).
+    Blake3Xof,
+    /// ChaCha with 8 rounds, keyed by the derived key of the encoding.
+    ChaCha8,
+    /// ChaCha with 12 rounds (version 1).
+    ChaCha12,
+    /// ChaCha with 20 rounds.
+    ChaCha20,
+}
+
+impl Expansion {
+    /// The expansion of version 1.
+    pub const V1: Expansion = Expansion::ChaCha12;
+}
+
+/// The bytes of an account element.
+pub fn account_encoding(address: &Address, state: &AccountState) -> [u8; 92] {
+    let mut bytes = [0u8; 92];
+    bytes[..20].copy_from_slice(address.as_slice());
+    bytes[20..28].copy_from_slice(&state.nonce.to_be_bytes());
+    bytes[28..60].copy_from_slice(&state.balance.to_be_bytes::<32>());
+    bytes[60..].copy_from_slice(state.code_hash.as_slice());
+    bytes
+}
+
+/// Reads 2,048 bytes as little-endian lanes.
+fn lanes_of(bytes: &[u8; 2 * LANES]) -> Box<[u16; LANES]> {
+    let mut lanes = Box::new([0u16; LANES]);
+    for (lane, pair) in lanes.iter_mut().zip(bytes.chunks_exact(2)) {
+        *lane = u16::from_le_bytes([pair[0], pair[1]]);
+    }
+    lanes
+}
 
 /// A lattice hash: the lane-wise sum of the state's elements, modulo 2^16 per lane.
 ///
@@ -71,12 +120,16 @@ impl LatticeHash {
 
     /// The element of an account that exists with `state`.
     pub fn account(address: &Address, state: &AccountState) -> Self {
-        let mut bytes = [0u8; 92];
-        bytes[..20].copy_from_slice(address.as_slice());
-        bytes[20..28].copy_from_slice(&state.nonce.to_be_bytes());
-        bytes[28..60].copy_from_slice(&state.balance.to_be_bytes::<32>());
-        bytes[60..].copy_from_slice(state.code_hash.as_slice());
-        Self::element(ACCOUNT_CONTEXT, &bytes)
+        Self::account_with(Expansion::V1, address, state)
+    }
+
+    /// [`LatticeHash::account`] under another expansion (for measuring the choice).
+    pub fn account_with(expansion: Expansion, address: &Address, state: &AccountState) -> Self {
+        Self::element(
+            expansion,
+            ACCOUNT_CONTEXT,
+            &account_encoding(address, state),
+        )
     }
 
     /// The element of a storage slot holding `value` (which should be nonzero: a zero slot
@@ -86,20 +139,71 @@ impl LatticeHash {
         bytes[..20].copy_from_slice(address.as_slice());
         bytes[20..52].copy_from_slice(&slot.to_be_bytes::<32>());
         bytes[52..].copy_from_slice(&value.to_be_bytes::<32>());
-        Self::element(SLOT_CONTEXT, &bytes)
+        Self::element(Expansion::V1, SLOT_CONTEXT, &bytes)
     }
 
-    fn element(context: &str, bytes: &[u8]) -> Self {
+    /// The element of the key-index entry `index`: the account `address`, or its storage
+    /// `slot`.
+    pub fn index_entry(index: u64, address: &Address, slot: Option<&U256>) -> Self {
+        let mut bytes = [0u8; 60];
+        bytes[..8].copy_from_slice(&index.to_be_bytes());
+        bytes[8..28].copy_from_slice(address.as_slice());
+        let len = match slot {
+            Some(slot) => {
+                bytes[28..60].copy_from_slice(&slot.to_be_bytes::<32>());
+                60
+            }
+            None => 28,
+        };
+        Self::element(Expansion::V1, KEY_CONTEXT, &bytes[..len])
+    }
+
+    fn element(expansion: Expansion, context: &str, bytes: &[u8]) -> Self {
+        use rand_core::{Rng as _, SeedableRng as _};
         let mut out = [0u8; 2 * LANES];
-        blake3::Hasher::new_derive_key(context)
-            .update(bytes)
-            .finalize_xof()
-            .fill(&mut out);
-        let mut lanes = Box::new([0u16; LANES]);
-        for (lane, pair) in lanes.iter_mut().zip(out.chunks_exact(2)) {
-            *lane = u16::from_le_bytes([pair[0], pair[1]]);
+        match expansion {
+            Expansion::Blake3Xof => {
+                blake3::Hasher::new_derive_key(context)
+                    .update(bytes)
+                    .finalize_xof()
+                    .fill(&mut out);
+            }
+            Expansion::ChaCha8 => {
+                chacha20::ChaCha8Rng::from_seed(blake3::derive_key(context, bytes))
+                    .fill_bytes(&mut out)
+            }
+            Expansion::ChaCha12 => {
+                chacha20::ChaCha12Rng::from_seed(blake3::derive_key(context, bytes))
+                    .fill_bytes(&mut out)
+            }
+            Expansion::ChaCha20 => {
+                chacha20::ChaCha20Rng::from_seed(blake3::derive_key(context, bytes))
+                    .fill_bytes(&mut out)
+            }
         }
-        Self { lanes }
+        Self {
+            lanes: lanes_of(&out),
+        }
+    }
+
+    /// The element of one stored entry of the state key layout ([`crate::state_keys`]): an
+    /// account or a slot; `None` for a bytecode (not an element) or a key of no known kind.
+    /// Lets a store in that layout (the sequencer's Vilmo) be summed from its entries.
+    pub fn of_entry(key: &[u8], value: &[u8]) -> Result<Option<Self>, LayoutError> {
+        match (key.first(), key.len()) {
+            (Some(&ACCOUNT_PREFIX), 21) => {
+                let address = Address::from_slice(&key[1..]);
+                let stored = StoredAccount::decode(value)?;
+                Ok(Some(Self::account(&address, &stored.state)))
+            }
+            (Some(&SLOT_PREFIX), 53) => {
+                let address = Address::from_slice(&key[1..21]);
+                let slot = U256::from_be_slice(&key[21..]);
+                let value = decode_slot(value)?;
+                Ok((!value.is_zero()).then(|| Self::slot(&address, &slot, &value)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Adds `other` lane by lane.
@@ -159,14 +263,10 @@ impl LatticeHash {
 
     /// Reads what [`LatticeHash::to_bytes`] wrote; `None` unless exactly 2,048 bytes.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() != 2 * LANES {
-            return None;
-        }
-        let mut lanes = Box::new([0u16; LANES]);
-        for (lane, pair) in lanes.iter_mut().zip(bytes.chunks_exact(2)) {
-            *lane = u16::from_le_bytes([pair[0], pair[1]]);
-        }
-        Some(Self { lanes })
+        let bytes: &[u8; 2 * LANES] = bytes.try_into().ok()?;
+        Some(Self {
+            lanes: lanes_of(bytes),
+        })
     }
 
     /// BLAKE3 of the 2,048 bytes: the 32-byte form a header or a manifest carries.
@@ -242,6 +342,48 @@ mod tests {
         assert_eq!(
             LatticeHash::zero().checksum(),
             B256::from(*blake3::hash(&[0u8; 2048]).as_bytes())
+        );
+        assert_eq!(
+            h.checksum(),
+            b256!("31be57e350304b95a51b18d6afd5b3a01988add845bcd71f7ced31d2bb34e8f4"),
+            "version 1's account element"
+        );
+        assert_eq!(
+            LatticeHash::index_entry(5, &a, Some(&U256::from(9))).checksum(),
+            b256!("137c6ac523d9b01cf471393865a32fc94aa0c21ad67ffeb29888b7a2f6b7a79b"),
+            "version 1's key-index element"
+        );
+    }
+
+    #[test]
+    fn version_1_is_chacha12_under_the_derived_key() {
+        use rand_core::{Rng as _, SeedableRng as _};
+        let a = address!("1000000000000000000000000000000000000001");
+        let s = state(3, 4);
+        let key = blake3::derive_key(ACCOUNT_CONTEXT, &account_encoding(&a, &s));
+        let mut out = [0u8; 2048];
+        chacha20::ChaCha12Rng::from_seed(key).fill_bytes(&mut out);
+        assert_eq!(LatticeHash::account(&a, &s).to_bytes(), out.to_vec());
+        // The expansions measured against it are different functions of the same key.
+        let v1 = LatticeHash::account(&a, &s);
+        for other in [
+            Expansion::Blake3Xof,
+            Expansion::ChaCha8,
+            Expansion::ChaCha20,
+        ] {
+            assert_ne!(LatticeHash::account_with(other, &a, &s), v1, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn index_entries_name_their_index_and_their_kind() {
+        let a = address!("1000000000000000000000000000000000000001");
+        let account = LatticeHash::index_entry(7, &a, None);
+        assert_ne!(account, LatticeHash::index_entry(8, &a, None));
+        assert_ne!(account, LatticeHash::index_entry(7, &a, Some(&U256::ZERO)));
+        assert_ne!(
+            LatticeHash::index_entry(7, &a, Some(&U256::from(1))),
+            LatticeHash::index_entry(7, &a, Some(&U256::from(2)))
         );
     }
 }

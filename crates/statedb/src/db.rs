@@ -332,8 +332,9 @@ pub(crate) fn write_meta_tip(
     index_len: u64,
     last_root: Option<(u64, alloy_primitives::B256)>,
     trie_valid: bool,
+    lattice: Option<&gigas_primitives::LatticeHash>,
 ) -> Result<(), StateDbError> {
-    use crate::tables::{META_HEAD, META_INDEX_LEN, META_LAST_ROOT, META_TRIE};
+    use crate::tables::{META_HEAD, META_INDEX_LEN, META_LAST_ROOT, META_LATTICE, META_TRIE};
     let meta = dbs.get(Table::Meta);
     let put = |key: &[u8], value: &[u8]| {
         txn.put(meta, key, value, WriteFlags::empty())
@@ -346,6 +347,14 @@ pub(crate) fn write_meta_tip(
         Some((block, root)) => put(META_LAST_ROOT, &codec::encode_root(block, &root))?,
         None => {
             txn.del(meta, META_LAST_ROOT, None)
+                .map_err(StateDbError::mdbx("write Meta"))?;
+        }
+    }
+    // The head and its lattice are written together, so neither can name another block.
+    match lattice {
+        Some(lattice) => put(META_LATTICE, &lattice.to_bytes())?,
+        None => {
+            txn.del(meta, META_LATTICE, None)
                 .map_err(StateDbError::mdbx("write Meta"))?;
         }
     }
@@ -377,12 +386,116 @@ mod tests {
                 header: &genesis,
                 hash,
                 signature: None,
+                lattice: None,
             },
             std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
             16,
         )
         .unwrap();
         hash
+    }
+
+    /// The state commitment's sum: a genesis whose sum is not the signed one records no head;
+    /// the sum travels with the head through commits, survives a reopen, is not moved by a
+    /// discarded group, and a block without one ends it.
+    #[test]
+    fn the_lattice_is_stored_with_the_head_it_belongs_to() {
+        use gigas_primitives::LatticeHash;
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path(), small_options()).unwrap();
+        let genesis = Header::default();
+        let hash = genesis.hash_slow();
+        let account = || {
+            std::iter::once(Ok::<_, std::io::Error>(GenesisEntry::Account {
+                address: alloy_primitives::Address::repeat_byte(7),
+                nonce: 1,
+                balance: alloy_primitives::U256::from(5),
+                code: None,
+            }))
+        };
+        let element = LatticeHash::account(
+            &alloy_primitives::Address::repeat_byte(7),
+            &gigas_primitives::AccountState {
+                nonce: 1,
+                balance: alloy_primitives::U256::from(5),
+                code_hash: alloy_primitives::KECCAK256_EMPTY,
+            },
+        );
+        let block = |lattice| GenesisBlock {
+            header: &genesis,
+            hash,
+            signature: None,
+            lattice,
+        };
+        let e = db
+            .apply_genesis(block(Some(LatticeHash::zero().checksum())), account(), 16)
+            .unwrap_err();
+        assert!(e.to_string().contains("lattice"), "{e}");
+        assert_eq!(
+            db.head().unwrap(),
+            None,
+            "a refused genesis records no head"
+        );
+        db.apply_genesis(block(Some(element.checksum())), account(), 16)
+            .unwrap();
+        assert_eq!(db.view().unwrap().lattice().unwrap(), Some(element.clone()));
+
+        // Sums given per block (the writer trusts them: verification is the caller's).
+        let sums: Vec<LatticeHash> = (1..=3u64)
+            .map(|i| {
+                let mut l = element.clone();
+                l.add_slot(
+                    &alloy_primitives::Address::repeat_byte(7),
+                    &alloy_primitives::U256::from(i),
+                    &alloy_primitives::U256::from(i),
+                );
+                l
+            })
+            .collect();
+        let mut parent = hash;
+        let mut headers = Vec::new();
+        for number in 1..=3u64 {
+            let header = Header {
+                number,
+                parent_hash: parent,
+                ..Header::default()
+            };
+            parent = header.hash_slow();
+            headers.push(header);
+        }
+        let apply = |writer: &mut crate::StateWriter<'_>, i: usize, lattice| {
+            writer
+                .apply(BlockToApply {
+                    header: &headers[i],
+                    hash: headers[i].hash_slow(),
+                    signature: None,
+                    changes: &gigas_primitives::ChangeSet::default(),
+                    new_keys: &[],
+                    lattice,
+                })
+                .unwrap();
+        };
+        {
+            let mut writer = db.writer(WriterOptions::default()).unwrap();
+            assert_eq!(writer.lattice(), Some(&element));
+            apply(&mut writer, 0, Some(&sums[0]));
+            apply(&mut writer, 1, Some(&sums[1]));
+            assert_eq!(writer.lattice(), Some(&sums[1]));
+            writer.commit().unwrap();
+            // A group that is never committed moves nothing.
+            apply(&mut writer, 2, Some(&sums[2]));
+        }
+        drop(db);
+        let db = StateDb::open(dir.path(), small_options()).unwrap();
+        let view = db.view().unwrap();
+        assert_eq!(view.tip().unwrap().unwrap().number, 2);
+        assert_eq!(view.lattice().unwrap(), Some(sums[1].clone()));
+        drop(view);
+        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        apply(&mut writer, 2, None);
+        writer.commit().unwrap();
+        drop(writer);
+        assert_eq!(db.view().unwrap().lattice().unwrap(), None);
     }
 
     /// A database written before `HeaderNumbers` existed holds headers and no hash rows:
@@ -411,6 +524,7 @@ mod tests {
                         signature: None,
                         changes: &gigas_primitives::ChangeSet::default(),
                         new_keys: &[],
+                        lattice: None,
                     })
                     .unwrap();
                 hashes.push(parent);
@@ -472,6 +586,7 @@ mod tests {
                     signature: None,
                     changes: &changes.build(),
                     new_keys: &new_keys,
+                    lattice: None,
                 })
                 .unwrap();
             keys.extend(new_keys);
@@ -525,6 +640,7 @@ mod tests {
                     signature: None,
                     changes: &gigas_primitives::ChangeSet::default(),
                     new_keys: &[again],
+                    lattice: None,
                 })
                 .unwrap_err();
             assert!(
@@ -549,6 +665,7 @@ mod tests {
                         signature: None,
                         changes: &changes.build(),
                         new_keys: &keys[2 * i..2 * i + 2],
+                        lattice: None,
                     })
                     .unwrap();
                 replay_parent = *hash;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::time::Instant;
 
 use alloy_primitives::{keccak256, Address, Bytes, B256, KECCAK256_EMPTY, U256};
-use gigas_primitives::AccountState;
+use gigas_primitives::{AccountState, LatticeHash};
 use gigas_statediff::ChainTip;
 use signet_libmdbx::tx::aliases::RwTxUnsync;
 use signet_libmdbx::WriteFlags;
@@ -20,6 +20,30 @@ use crate::trie::root;
 use crate::types::{GenesisBlock, GenesisEntry, GenesisOutcome, StoredHeader};
 
 type GenesisAccount = (Address, AccountState, Option<Bytes>);
+
+/// The lattice elements of a chunk of the genesis, summed on rayon's pool.
+fn chunk_lattice(accounts: &[GenesisAccount], slots: &[(Address, U256, U256)]) -> LatticeHash {
+    use rayon::prelude::*;
+    let sum = |mut a: LatticeHash, b: LatticeHash| {
+        a.add(&b);
+        a
+    };
+    let accounts = accounts
+        .par_iter()
+        .fold(LatticeHash::zero, |mut s, (address, state, _)| {
+            s.add(&LatticeHash::account(address, state));
+            s
+        })
+        .reduce(LatticeHash::zero, sum);
+    let slots = slots
+        .par_iter()
+        .fold(LatticeHash::zero, |mut s, (address, slot, value)| {
+            s.add_slot(address, slot, value);
+            s
+        })
+        .reduce(LatticeHash::zero, sum);
+    sum(accounts, slots)
+}
 
 impl StateDb {
     /// Writes a genesis state from a stream of entries, `chunk_entries` per write
@@ -59,6 +83,7 @@ impl StateDb {
         };
         let chunk_entries = chunk_entries.max(1);
         let mut entries = entries.into_iter();
+        let mut lattice = genesis.lattice.map(|_| LatticeHash::zero());
         loop {
             let mut accounts = Vec::new();
             let mut slots = Vec::new();
@@ -95,11 +120,26 @@ impl StateDb {
             }
             outcome.accounts += accounts.len() as u64;
             outcome.slots += slots.len() as u64;
+            if let Some(sum) = lattice.as_mut() {
+                sum.add(&chunk_lattice(&accounts, &slots));
+            }
             write_chunk(&dbs, &txn, accounts, slots)?;
             txn.commit()
                 .map_err(StateDbError::mdbx("commit a genesis chunk"))?;
             outcome.transactions += 1;
             txn = begin()?;
+        }
+        if let (Some(signed), Some(sum)) = (genesis.lattice, &lattice) {
+            // Before the head: a refused genesis leaves a database the next attempt clears.
+            if sum.checksum() != signed {
+                return Err(StateDbError::Genesis(
+                    format!(
+                        "the genesis state's lattice hash is {}, the sequencer signed {signed}",
+                        sum.checksum()
+                    )
+                    .into(),
+                ));
+            }
         }
         let root = root::rebuild_root(&dbs, &txn)?;
         outcome.state_root = root.root;
@@ -133,7 +173,15 @@ impl StateDb {
             WriteFlags::empty(),
         )
         .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
-        write_meta_tip(&dbs, &txn, &tip, 0, Some((header.number, root.root)), true)?;
+        write_meta_tip(
+            &dbs,
+            &txn,
+            &tip,
+            0,
+            Some((header.number, root.root)),
+            true,
+            lattice.as_ref(),
+        )?;
         txn.commit()
             .map_err(StateDbError::mdbx("commit the genesis"))?;
         outcome.transactions += 1;

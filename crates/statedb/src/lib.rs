@@ -4,7 +4,7 @@
 //!
 //! **Owns:** the current state (accounts and storage by hash, code), the state
 //! trie's branch nodes, the state-diff enumeration index ([`gigas_statediff::KeyIndex`]), the
-//! applied head (number, hash, chained state checksum) and the headers of applied blocks with
+//! applied head (number, hash, chained state checksum, the lattice hash of the state commitment) and the headers of applied blocks with
 //! the MPT root computed for them. Reads: [`StateView`] (a snapshot of the last commit) and
 //! [`StateWriter`] (the open group), both implementing the diff decoder's
 //! [`gigas_statediff::PriorState`] and [`gigas_statediff::KeyIndex`] and revm's
@@ -35,7 +35,7 @@
 //! | `KeyIndices` | address (20) or address ‖ slot (52) | index: u64 | |
 //! | `Headers` | block: u64 | hash ‖ flags ‖ [signature (65)] ‖ [MPT root (32)] ‖ header RLP | |
 //! | `HeaderNumbers` | hash (32) | block: u64 | |
-//! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len` | |
+//! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len`, `lattice` (the state commitment's sum at the head, when kept) | |
 //!
 //! - **Compact account:** nonce length (1) ‖ nonce ‖ balance length (1) ‖ balance ‖ code
 //!   hash (32, only for an account with code), integers without leading zeros: 14 bytes for

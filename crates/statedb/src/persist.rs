@@ -38,7 +38,7 @@ use gigas_statediff::ChainTip;
 
 /// What the database says at a commit (`Meta`): the last commit's, or what the next one
 /// will say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Snapshot {
     pub(crate) tip: ChainTip,
     pub(crate) index_len: u64,
@@ -46,6 +46,8 @@ pub(crate) struct Snapshot {
     /// The trie tables (with the changed-key tables and the writer's own changed keys)
     /// describe the hashed tables.
     pub(crate) trie_valid: bool,
+    /// The lattice hash of the state at `tip`, when the node keeps the state commitment.
+    pub(crate) lattice: Option<std::sync::Arc<gigas_primitives::LatticeHash>>,
 }
 
 impl Snapshot {
@@ -58,6 +60,7 @@ impl Snapshot {
             self.index_len,
             self.last_root,
             self.trie_valid,
+            self.lattice.as_deref(),
         )
     }
 }

@@ -165,12 +165,13 @@ pub(crate) fn key_at<K: TransactionKind>(
 
 /// What `Meta` says about the committed state (or the writer's open group, through its
 /// transaction).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MetaState {
     pub(crate) head: Option<ChainTip>,
     pub(crate) last_root: Option<(u64, B256)>,
     pub(crate) trie_valid: bool,
     pub(crate) index_len: u64,
+    pub(crate) lattice: Option<gigas_primitives::LatticeHash>,
 }
 
 pub(crate) fn meta<K: TransactionKind>(dbs: &Dbs, txn: &Tx<K>) -> Result<MetaState, StateDbError> {
@@ -185,10 +186,22 @@ pub(crate) fn meta<K: TransactionKind>(dbs: &Dbs, txn: &Tx<K>) -> Result<MetaSta
         .map(|v| codec::decode_u64(Table::Meta, META_INDEX_LEN, &v))
         .transpose()?
         .unwrap_or(0);
+    let lattice = get(dbs, txn, Table::Meta, crate::tables::META_LATTICE)?
+        .map(|v| {
+            gigas_primitives::LatticeHash::from_bytes(&v).ok_or_else(|| {
+                StateDbError::corrupt(
+                    Table::Meta.name(),
+                    crate::tables::META_LATTICE,
+                    format!("{} bytes, not 2048", v.len()),
+                )
+            })
+        })
+        .transpose()?;
     Ok(MetaState {
         head,
         last_root,
         trie_valid,
         index_len,
+        lattice,
     })
 }

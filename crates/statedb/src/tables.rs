@@ -108,6 +108,9 @@ pub(crate) const META_LAST_ROOT: &[u8] = b"last_root";
 pub(crate) const META_TRIE: &[u8] = b"trie";
 /// `Meta` key of the enumeration index's length (u64).
 pub(crate) const META_INDEX_LEN: &[u8] = b"index_len";
+/// `Meta` key of the lattice hash of the state at the head (2,048 bytes; absent when the
+/// node does not keep the state commitment).
+pub(crate) const META_LATTICE: &[u8] = b"lattice";
 /// The layout this build writes and reads (`Meta`'s `schema_version`).
 pub const SCHEMA_VERSION: u32 = 2;
 /// Tables of layout version 1 that version 2 no longer has (name, and their flags for opening

@@ -310,6 +310,9 @@ pub struct BlockToApply<'a> {
     pub changes: &'a ChangeSet,
     /// The keys the block's diff names for the first time, in index order.
     pub new_keys: &'a [StateKey],
+    /// The lattice hash of the state after the block (`None`: the database stops keeping
+    /// the state commitment).
+    pub lattice: Option<&'a gigas_primitives::LatticeHash>,
 }
 
 impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
@@ -320,6 +323,7 @@ impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
             signature: Some(diff.signature),
             changes: &diff.changes,
             new_keys: &diff.new_keys,
+            lattice: diff.lattice.as_ref(),
         }
     }
 }
@@ -333,6 +337,10 @@ pub struct GenesisBlock<'a> {
     pub hash: B256,
     /// The sequencer's signature over it, if the chain file has one.
     pub signature: Option<Signature>,
+    /// Keep the state commitment, whose checksum at genesis the sequencer signed as this:
+    /// the genesis state's lattice hash is summed while it is written (seconds for millions
+    /// of accounts) and must give it, or no head is recorded. `None`: not kept.
+    pub lattice: Option<B256>,
 }
 
 /// One item of a genesis stream. Each address has at most one `Account` entry, and a slot

@@ -46,6 +46,11 @@ impl<'db> StateView<'db> {
         Ok(read::meta(self.db.dbs(), &self.txn)?.head)
     }
 
+    /// The lattice hash of the state at the tip (`None`: not kept).
+    pub fn lattice(&self) -> Result<Option<gigas_primitives::LatticeHash>, StateDbError> {
+        Ok(read::meta(self.db.dbs(), &self.txn)?.lattice)
+    }
+
     /// The block and root of the last computed state root.
     pub fn last_root(&self) -> Result<Option<(u64, B256)>, StateDbError> {
         Ok(read::meta(self.db.dbs(), &self.txn)?.last_root)

@@ -110,6 +110,7 @@ fn run(
                 signature: None,
                 changes: &changes,
                 new_keys: &keys,
+                lattice: None,
             })
             .expect("applies");
         let elapsed = start.elapsed().as_secs_f64();

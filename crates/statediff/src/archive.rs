@@ -6,6 +6,7 @@
 //! DIR/blocks/N    block N's transactions and receipts (a [`crate::BlockFile`])
 //! DIR/diffs/head  JSON {number, hash, stateChecksum} of the newest diff (rewritten each block)
 //! DIR/keys.log    the writer's enumeration-index log (not published)
+//! DIR/lattice     the writer's state-commitment mark (not published; [`LatticeMark`])
 //! ```
 //!
 //! The URL of a file is its path under `DIR`, so `GET /diffs/17` is the file `diffs/17` on a
@@ -23,10 +24,13 @@
 //! The index log ([`KeyLog`]) records the keys each diff added to the enumeration index. A
 //! record is appended only after its diff file is durable, so the log never runs ahead of the
 //! files; at start the writer reads the log, drops a torn tail, and re-encodes every block
-//! after the last record.
+//! after the last record. The lattice mark is rewritten, durably, each time the log is
+//! synced, at the log's last record: the writer moves it forward over the blocks it
+//! re-encodes.
 //!
 //! This module must not interpret diffs: it moves bytes between memory and files.
 
+use gigas_primitives::LatticeHash;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -53,7 +57,20 @@ pub enum ArchiveError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The lattice mark is damaged.
+    #[error("{path}: the state commitment's mark is damaged ({reason}); {remedy}", remedy = LATTICE_REMEDY)]
+    Lattice {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
+
+/// What to do about a lost or damaged lattice mark.
+pub const LATTICE_REMEDY: &str = "rebuild it with the key log from a full node that follows \
+    this sequencer: stop both, then `gigas-sequencer rebuild-key-log --datadir DATADIR \
+    --from-state FULLNODE_DATADIR/state`";
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
     move |source| ArchiveError::Io {
@@ -202,6 +219,56 @@ impl Archive {
         write_atomic(&path, head.to_json().as_bytes(), false)
     }
 
+    /// Durably replaces the writer's lattice mark (`ROOT/lattice`): the lattice hash of the
+    /// state after `mark.block`, with the key index at `mark.index_len` entries. The writer
+    /// restarts its state commitment from it.
+    pub fn write_lattice(&self, mark: &LatticeMark) -> Result<(), ArchiveError> {
+        let mut bytes = Vec::with_capacity(LATTICE_FILE_LEN);
+        bytes.extend_from_slice(&LATTICE_MAGIC);
+        bytes.extend_from_slice(&mark.block.to_le_bytes());
+        bytes.extend_from_slice(&mark.index_len.to_le_bytes());
+        bytes.extend_from_slice(&mark.lattice.to_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        write_atomic(&self.root.join("lattice"), &bytes, true)
+    }
+
+    /// Reads the lattice mark; `Ok(None)` when there is none.
+    pub fn read_lattice(&self) -> Result<Option<LatticeMark>, ArchiveError> {
+        let path = self.root.join("lattice");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let damaged = |reason| ArchiveError::Lattice {
+            path: path.clone(),
+            reason,
+        };
+        if bytes.len() != LATTICE_FILE_LEN {
+            return Err(damaged("wrong length"));
+        }
+        let (body, crc) = bytes.split_at(LATTICE_FILE_LEN - 4);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err(damaged("CRC mismatch"));
+        }
+        if body[..4] != LATTICE_MAGIC {
+            return Err(damaged("bad magic or version"));
+        }
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&body[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let lattice =
+            LatticeHash::from_bytes(&body[20..]).ok_or_else(|| damaged("wrong length"))?;
+        Ok(Some(LatticeMark {
+            block: word(4),
+            index_len: word(12),
+            lattice,
+        }))
+    }
+
     /// Deletes both kinds of files of blocks `from..to` (retention). Missing files are fine.
     /// Returns how many files were removed.
     pub fn remove_range(&self, from: u64, to: u64) -> Result<u64, ArchiveError> {
@@ -218,6 +285,22 @@ impl Archive {
         }
         Ok(removed)
     }
+}
+
+/// The lattice mark's magic and version.
+const LATTICE_MAGIC: [u8; 4] = *b"GSL\x01";
+/// Magic, block, index length, the 2,048 bytes, CRC.
+const LATTICE_FILE_LEN: usize = 4 + 8 + 8 + 2048 + 4;
+
+/// Where the sequencer's state commitment stood at a block ([`Archive::write_lattice`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatticeMark {
+    /// The block.
+    pub block: u64,
+    /// Entries of the key index after it.
+    pub index_len: u64,
+    /// The lattice hash of the state after it.
+    pub lattice: LatticeHash,
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename; with `durable`, syncs the

@@ -11,7 +11,7 @@ use gigas_primitives::{AccountChange, AccountState, ChangeSet, CHANGESET_MAGIC};
 
 use crate::error::{BodyError, BodyErrorKind, Section};
 use crate::key::{KeyIndex, StateKey};
-use crate::prior::{wiped_addresses, PriorState, EMPTY_ACCOUNT};
+use crate::prior::{wiped_addresses, PriorState, PriorValues, EMPTY_ACCOUNT};
 
 /// Account flags: a balance value record follows.
 const BALANCE: u8 = 1;
@@ -62,6 +62,9 @@ pub struct DecodedBody {
     pub canonical: Vec<u8>,
     /// The keys it writes for the first time, in index order.
     pub new_keys: Vec<StateKey>,
+    /// The values the block replaced, as the decoder read them (the slots of wiped accounts
+    /// left out: they count as zero): what the state commitment's delta subtracts.
+    pub prior: PriorValues,
 }
 
 /// Bytes a value needs (0 for zero).
@@ -767,7 +770,10 @@ where
         );
     }
     let mut wiped: Vec<Address> = Vec::new();
+    let mut prior_accounts: Vec<(Address, Option<AccountState>)> =
+        Vec::with_capacity(account_keys.len());
     for (&(address, n), before) in account_keys.iter().zip(befores) {
+        prior_accounts.push((address, before));
         let raw = raw_account(n);
         let change = resolve_account(bytes, raw, before)?;
         if change.storage_wiped {
@@ -794,7 +800,11 @@ where
                 .map_err(|e| prior_error(value_at(n), e))?
         });
     }
+    let mut prior_slots: Vec<(Address, U256, U256)> = Vec::with_capacity(slot_keys.len());
     for (&(address, slot, n), before) in slot_keys.iter().zip(&slot_befores) {
+        if wiped.binary_search(&address).is_err() {
+            prior_slots.push((address, slot, *before));
+        }
         let value = resolve_value(bytes, value_at(n), before)?;
         canonical.extend_from_slice(address.as_slice());
         canonical.extend_from_slice(&slot.to_be_bytes::<32>());
@@ -821,6 +831,9 @@ where
         changes,
         new_keys,
         canonical,
+        // Both lists are in key order (the loops above ran in it) and unique (the ChangeSet
+        // just decoded from the same keys would have refused a repeat).
+        prior: PriorValues::sorted(prior_accounts, prior_slots),
     })
 }
 

@@ -304,6 +304,31 @@ pub enum DiffErrorKind {
     /// Compression failed on the writer's side (zstd's words).
     #[error("compression: {0}")]
     Compress(String),
+    /// The follower keeps the state commitment and the diff carries none.
+    #[error(
+        "the diff carries no state commitment (a sequencer run with `--state-commitment off`? \
+         follow it with `--state-commitment off` too)"
+    )]
+    NoCommitment,
+    /// The state commitment's signature does not recover to the sequencer.
+    #[error("state commitment {}, not by the sequencer {expected}", signer_words(.recovered))]
+    CommitmentSigner {
+        /// The sequencer.
+        expected: Address,
+        /// Who signed (`None` when the signature recovers to no key).
+        recovered: Option<Address>,
+    },
+    /// The lattice hash after the decoded changes is not the one the sequencer signed.
+    #[error("state commitment: the block's changes give lattice {computed}, the sequencer signed {signed}")]
+    Commitment {
+        /// The signed lattice checksum.
+        signed: B256,
+        /// What the follower's lattice moved by the block gives.
+        computed: B256,
+    },
+    /// Reading the key index or the prior values for the state commitment failed.
+    #[error("state commitment: {0}")]
+    CommitmentStore(StoreError),
 }
 
 fn signer_words(recovered: &Option<Address>) -> String {

@@ -11,6 +11,7 @@ use alloy_eips::eip2718::{Decodable2718, Encodable2718};
 use alloy_primitives::{Signature, B256, U256};
 
 use crate::body::write_varint;
+use crate::commitment::StateCommitment;
 use crate::error::{DiffError, DiffErrorKind};
 
 /// The diff file's magic.
@@ -31,6 +32,9 @@ const WINDOW_LOG_MAX: u32 = 23;
 
 /// Flags: the payload is one zstd frame.
 const FLAG_ZSTD: u8 = 1;
+/// Flags (diff files): a state commitment follows the header's signature (bit 2; bit 1 is
+/// reserved for an embedded dictionary, FORMAT.md).
+const FLAG_COMMITMENT: u8 = 4;
 
 /// How a file's payload is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,8 +262,36 @@ pub struct DiffFile {
     pub header: Header,
     /// The sequencer's signature over the header's hash.
     pub signature: Signature,
+    /// The signed lattice hash of the state after the block ([`crate::commitment`]); `None`
+    /// from a sequencer that does not keep one.
+    pub commitment: Option<StateCommitment>,
     /// The packed body ([`crate::encode_body`]), uncompressed.
     pub body: Vec<u8>,
+}
+
+fn put_signature(out: &mut Vec<u8>, signature: &Signature) {
+    out.extend_from_slice(&signature.r().to_be_bytes::<32>());
+    out.extend_from_slice(&signature.s().to_be_bytes::<32>());
+    out.push(u8::from(signature.v()));
+}
+
+/// A signature's 65 bytes, read at `at` (parity checked here, after the file's CRC).
+fn signature_from(f: &Fields<'_>, at: usize, bytes: &[u8; 65]) -> Result<Signature, DiffError> {
+    let parity = match bytes[64] {
+        0 => false,
+        1 => true,
+        v => {
+            return Err(f.error(DiffErrorKind::Signature {
+                at: at + 64,
+                reason: format!("parity byte {v} (0 or 1 expected)"),
+            }))
+        }
+    };
+    Ok(Signature::new(
+        U256::from_be_slice(&bytes[..32]),
+        U256::from_be_slice(&bytes[32..64]),
+        parity,
+    ))
 }
 
 impl DiffFile {
@@ -272,8 +304,11 @@ impl DiffFile {
     pub fn encode(&self, compression: &Compression) -> Result<Vec<u8>, DiffError> {
         let number = self.header.number;
         let body_len = payload_len(number, "body", self.body.len())?;
-        let (flags, payload) =
+        let (mut flags, payload) =
             compress(&self.body, compression).map_err(|e| DiffError::new(Some(number), e.kind))?;
+        if self.commitment.is_some() {
+            flags |= FLAG_COMMITMENT;
+        }
         let header = alloy_rlp::encode(&self.header);
         let mut out = Vec::with_capacity(payload.len() + header.len() + 100);
         out.extend_from_slice(&DIFF_MAGIC);
@@ -282,9 +317,11 @@ impl DiffFile {
         out.extend_from_slice(&number.to_le_bytes());
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
         out.extend_from_slice(&header);
-        out.extend_from_slice(&self.signature.r().to_be_bytes::<32>());
-        out.extend_from_slice(&self.signature.s().to_be_bytes::<32>());
-        out.push(u8::from(self.signature.v()));
+        put_signature(&mut out, &self.signature);
+        if let Some(commitment) = &self.commitment {
+            out.extend_from_slice(commitment.lattice.as_slice());
+            put_signature(&mut out, &commitment.signature);
+        }
         out.extend_from_slice(&body_len.to_le_bytes());
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         out.extend_from_slice(&payload);
@@ -308,6 +345,8 @@ pub struct FramedDiff<'a> {
     pub header: Header,
     /// The sequencer's signature over the header's hash.
     pub signature: Signature,
+    /// The signed state commitment, if the file carries one.
+    pub commitment: Option<StateCommitment>,
     flags: u8,
     payload_at: usize,
     payload: &'a [u8],
@@ -328,8 +367,16 @@ impl<'a> FramedDiff<'a> {
         let mut header_bytes = f.take(header_len)?;
         let signature_at = f.at;
         let signature: [u8; 65] = f.array()?;
+        // The commitment's fields are read now and checked after the CRC, as the header's.
+        let commitment = if flags & FLAG_COMMITMENT != 0 {
+            let lattice = B256::from(f.array::<32>()?);
+            let at = f.at;
+            Some((lattice, at, f.array::<65>()?))
+        } else {
+            None
+        };
         let (payload_at, declared, payload) = f.payload_and_crc("body")?;
-        if flags & !FLAG_ZSTD != 0 {
+        if flags & !(FLAG_ZSTD | FLAG_COMMITMENT) != 0 {
             return Err(f.error(DiffErrorKind::Flags {
                 at: flags_at,
                 flags,
@@ -354,24 +401,18 @@ impl<'a> FramedDiff<'a> {
                 header: header.number,
             }));
         }
-        let parity = match signature[64] {
-            0 => false,
-            1 => true,
-            v => {
-                return Err(f.error(DiffErrorKind::Signature {
-                    at: signature_at + 64,
-                    reason: format!("parity byte {v} (0 or 1 expected)"),
-                }))
-            }
+        let signature = signature_from(&f, signature_at, &signature)?;
+        let commitment = match commitment {
+            Some((lattice, at, bytes)) => Some(StateCommitment {
+                lattice,
+                signature: signature_from(&f, at, &bytes)?,
+            }),
+            None => None,
         };
-        let signature = Signature::new(
-            U256::from_be_slice(&signature[..32]),
-            U256::from_be_slice(&signature[32..64]),
-            parity,
-        );
         Ok(Self {
             header,
             signature,
+            commitment,
             flags,
             payload_at,
             payload,
@@ -396,6 +437,7 @@ impl<'a> FramedDiff<'a> {
         Ok(DiffFile {
             header: self.header,
             signature: self.signature,
+            commitment: self.commitment,
             body,
         })
     }

@@ -3,7 +3,7 @@
 //!
 //! Owns: state keys and their enumeration indices ([`KeyIndex`], [`MemoryKeyIndex`]), prior
 //! values ([`PriorState`], [`PriorValues`], [`MemoryState`]), the packed body
-//! ([`encode_body`], [`decode_body`]), the two files published per block ([`DiffFile`],
+//! ([`encode_body`], [`decode_body`]), the signed state commitment ([`commitment`]), the two files published per block ([`DiffFile`],
 //! [`BlockFile`]), verification against the chain tip ([`verify_and_decode`]), and the
 //! archive's file layout ([`archive`]). The byte layout is specified in `FORMAT.md` beside
 //! this crate, with the measurements behind its choices.
@@ -17,6 +17,7 @@
 
 pub mod archive;
 mod body;
+pub mod commitment;
 mod error;
 mod file;
 mod key;
@@ -25,6 +26,7 @@ mod verify;
 
 pub use alloy_consensus::Header;
 pub use body::{body_keys, decode_body, encode_body, DecodedBody, PackedBody};
+pub use commitment::{commitment_digest, index_lattice, lattice_delta, StateCommitment};
 pub use error::{BodyError, BodyErrorKind, DiffError, DiffErrorKind, Section, StoreError};
 pub use file::{
     BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC, FORMAT_VERSION,
@@ -33,8 +35,8 @@ pub use file::{
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};
 pub use verify::{
-    encode_diff, open_signed, verify_and_decode, verify_and_decode_timed, ChainTip, EncodedDiff,
-    VerifiedDiff, VerifyTimings,
+    encode_diff, open_signed, pack_diff, verify_and_decode, verify_and_decode_timed, ChainTip,
+    EncodedDiff, PackedDiff, VerifiedDiff, VerifyTimings,
 };
 /// The zstd crate the files are compressed with, re-exported so that benchmarks compare
 /// levels and dictionaries with the same build.

@@ -85,7 +85,7 @@ impl PriorValues {
         Self::sorted(accounts, slots)
     }
 
-    fn sorted(
+    pub(crate) fn sorted(
         accounts: Vec<(Address, Option<AccountState>)>,
         slots: Vec<(Address, U256, U256)>,
     ) -> Self {
@@ -245,6 +245,21 @@ impl MemoryState {
     /// A bytecode by its hash.
     pub fn code(&self, hash: &B256) -> Option<&Bytes> {
         self.codes.get(hash)
+    }
+
+    /// The lattice hash of the state (accounts and slots; the key index is not state:
+    /// [`crate::commitment`]), from scratch.
+    pub fn lattice(&self) -> gigas_primitives::LatticeHash {
+        let mut sum = gigas_primitives::LatticeHash::zero();
+        for (address, account) in &self.accounts {
+            sum.add(&gigas_primitives::LatticeHash::account(address, account));
+        }
+        for (address, slots) in &self.storage {
+            for (slot, value) in slots {
+                sum.add_slot(address, slot, value);
+            }
+        }
+        sum
     }
 
     /// Number of accounts.

@@ -5,9 +5,10 @@
 
 use alloy_consensus::Header;
 use alloy_primitives::{Address, Signature, B256};
-use gigas_primitives::{state_checksum, ChangeSet};
+use gigas_primitives::{state_checksum, ChangeSet, LatticeHash};
 
 use crate::body::{decode_body, encode_body};
+use crate::commitment::{lattice_delta, StateCommitment};
 use crate::error::{DiffError, DiffErrorKind};
 use crate::file::{Compression, DiffFile, FramedDiff};
 use crate::key::{KeyIndex, StateKey};
@@ -49,6 +50,11 @@ pub struct VerifiedDiff {
     /// Keys written for the first time: extend the key index with them, in this order, in
     /// the same commit that applies `changes`.
     pub new_keys: Vec<StateKey>,
+    /// The signed state commitment the diff carried, if any.
+    pub commitment: Option<StateCommitment>,
+    /// The lattice hash of the state after the block, when the caller kept the one before
+    /// it (and the diff's signed commitment matched it).
+    pub lattice: Option<LatticeHash>,
 }
 
 impl VerifiedDiff {
@@ -79,6 +85,7 @@ where
 {
     verify_and_decode_timed(
         tip,
+        None,
         sequencer,
         bytes,
         index,
@@ -99,12 +106,19 @@ pub struct VerifyTimings {
     pub decode: f64,
     /// Recomputing the chained checksum.
     pub checksum: f64,
+    /// Moving the lattice hash to the block's state and checking its signed commitment.
+    pub commitment: f64,
 }
 
 /// [`verify_and_decode`], adding the time of each step to `timings`: a follower's metrics
 /// and the full-node benchmark split verification from the state reads it does.
+///
+/// With `lattice` (the lattice hash of the state at `tip`), the diff must also carry a state
+/// commitment signed by `sequencer` whose lattice checksum is that of `lattice` moved by the
+/// block's changes and new keys; the moved hash is returned in [`VerifiedDiff::lattice`].
 pub fn verify_and_decode_timed<I, P>(
     tip: &ChainTip,
+    lattice: Option<&LatticeHash>,
     sequencer: Address,
     bytes: &[u8],
     index: &I,
@@ -140,6 +154,28 @@ where
     }
     let hash = check_signer(&framed, sequencer)?;
     lap(&mut timings.signature);
+    if lattice.is_some() {
+        match &framed.commitment {
+            None => return fail(DiffErrorKind::NoCommitment),
+            Some(c) => {
+                let recovered = c.signer(&hash);
+                if recovered != Some(sequencer) {
+                    return fail(DiffErrorKind::CommitmentSigner {
+                        expected: sequencer,
+                        recovered,
+                    });
+                }
+            }
+        }
+    }
+    lap(&mut timings.signature);
+    let first_index = if lattice.is_some() {
+        index
+            .len()
+            .map_err(|e| DiffError::new(Some(number), DiffErrorKind::CommitmentStore(e)))?
+    } else {
+        0
+    };
     let file = framed.decompress()?;
     lap(&mut timings.parse);
     let decoded = decode_body(&file.body, index, prior)
@@ -153,12 +189,38 @@ where
             computed,
         });
     }
+    let lattice = match (lattice, &file.commitment) {
+        (Some(before), Some(commitment)) => {
+            let delta = lattice_delta(
+                &decoded.changes,
+                &decoded.prior,
+                first_index,
+                &decoded.new_keys,
+                true,
+            )
+            .map_err(|e| DiffError::new(Some(number), DiffErrorKind::CommitmentStore(e)))?;
+            let mut after = before.clone();
+            after.add(&delta);
+            let computed = after.checksum();
+            if computed != commitment.lattice {
+                return fail(DiffErrorKind::Commitment {
+                    signed: commitment.lattice,
+                    computed,
+                });
+            }
+            Some(after)
+        }
+        _ => None,
+    };
+    lap(&mut timings.commitment);
     Ok(VerifiedDiff {
         header: file.header,
         hash,
         signature: file.signature,
         changes: decoded.changes,
         new_keys: decoded.new_keys,
+        commitment: file.commitment,
+        lattice,
     })
 }
 
@@ -202,7 +264,7 @@ pub struct EncodedDiff {
 }
 
 /// The writer's side: packs `changes` against the index and prior values and frames it with
-/// the sealed header and the sequencer's signature.
+/// the sealed header and the sequencer's signature (no state commitment: see [`pack_diff`]).
 pub fn encode_diff<I, P>(
     header: &Header,
     signature: &Signature,
@@ -215,17 +277,54 @@ where
     I: KeyIndex + ?Sized,
     P: PriorState + ?Sized,
 {
+    pack_diff(header, signature, changes, index, prior)?.finish(compression)
+}
+
+/// A packed diff not yet framed: the writer learns the block's new keys from it, which the
+/// state commitment covers, and sets [`PackedDiff::file`]'s `commitment` before
+/// [`PackedDiff::finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedDiff {
+    /// The file, without a commitment.
+    pub file: DiffFile,
+    /// Keys written for the first time, in index order.
+    pub new_keys: Vec<StateKey>,
+}
+
+impl PackedDiff {
+    /// Compresses and frames the file.
+    pub fn finish(self, compression: &Compression) -> Result<EncodedDiff, DiffError> {
+        let body_len = self.file.body.len();
+        Ok(EncodedDiff {
+            bytes: self.file.encode(compression)?,
+            new_keys: self.new_keys,
+            body_len,
+        })
+    }
+}
+
+/// Packs `changes` against the index and prior values under the sealed header and its
+/// signature.
+pub fn pack_diff<I, P>(
+    header: &Header,
+    signature: &Signature,
+    changes: &ChangeSet,
+    index: &I,
+    prior: &P,
+) -> Result<PackedDiff, DiffError>
+where
+    I: KeyIndex + ?Sized,
+    P: PriorState + ?Sized,
+{
     let packed = encode_body(changes, index, prior)
         .map_err(|e| DiffError::new(Some(header.number), DiffErrorKind::Body(e)))?;
-    let body_len = packed.bytes.len();
-    let file = DiffFile {
-        header: header.clone(),
-        signature: *signature,
-        body: packed.bytes,
-    };
-    Ok(EncodedDiff {
-        bytes: file.encode(compression)?,
+    Ok(PackedDiff {
+        file: DiffFile {
+            header: header.clone(),
+            signature: *signature,
+            commitment: None,
+            body: packed.bytes,
+        },
         new_keys: packed.new_keys,
-        body_len,
     })
 }

@@ -57,6 +57,7 @@ fn the_fifty_mainnet_blocks_round_trip_as_one_stream() {
         let bytes = DiffFile {
             header: header.clone(),
             signature,
+            commitment: None,
             body: body.bytes.clone(),
         }
         .encode(&Compression::default())

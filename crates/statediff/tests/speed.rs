@@ -91,6 +91,7 @@ fn where_the_time_goes() {
         let file = DiffFile {
             header,
             signature,
+            commitment: None,
             body: packed.bytes,
         };
         let t = Instant::now();

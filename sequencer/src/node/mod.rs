@@ -383,6 +383,19 @@ impl Node {
         &self.history
     }
 
+    /// Signs block `block_hash`'s state commitment (the lattice checksum `lattice`) with the
+    /// key that signs its header.
+    pub fn sign_commitment(
+        &self,
+        number: u64,
+        block_hash: &B256,
+        lattice: &B256,
+    ) -> Result<alloy_primitives::Signature, NodeError> {
+        self.signer
+            .sign_hash_sync(&gigas_statediff::commitment_digest(block_hash, lattice))
+            .map_err(|e| NodeError::Sign(number, format!("state commitment: {e}")))
+    }
+
     /// The transaction pool.
     pub fn pool(&self) -> &TxPool {
         &self.pool

@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use gigas_chain::ChainConfig;
-use gigas_primitives::{genesis_checksum, AccountState};
-use gigas_statediff::{verify_and_decode, ChainTip, DiffFile, MemoryKeyIndex, MemoryState};
+use gigas_primitives::{genesis_checksum, AccountState, LatticeHash};
+use gigas_statediff::{
+    index_lattice, verify_and_decode_timed, ChainTip, DiffFile, KeyIndex as _, MemoryKeyIndex,
+    MemoryState, VerifyTimings,
+};
 
 /// A running node process; killed when dropped.
 pub struct NodeProcess {
@@ -104,6 +107,8 @@ pub struct Follower {
     pub state: MemoryState,
     pub index: MemoryKeyIndex,
     pub tip: ChainTip,
+    /// The state commitment kept block by block from the signed ones.
+    pub lattice: LatticeHash,
 }
 
 impl Follower {
@@ -135,22 +140,42 @@ impl Follower {
             alloy_consensus::crypto::secp256k1::recover_signer(&genesis.signature, hash).unwrap(),
             sequencer
         );
+        // Diff 0 carries the genesis state's commitment, signed.
+        let commitment = genesis
+            .commitment
+            .expect("diff 0 carries a state commitment");
+        let lattice = state.lattice();
+        assert_eq!(commitment.lattice, lattice.checksum());
+        assert_eq!(commitment.signer(&hash), Some(sequencer));
         Self {
             sequencer,
             state,
             index: MemoryKeyIndex::new(),
             tip: ChainTip::of(&genesis.header),
+            lattice,
         }
     }
 
     /// Verifies and applies the next diff; returns its block hash.
     pub fn apply(&mut self, bytes: &[u8]) -> B256 {
-        let verified =
-            verify_and_decode(&self.tip, self.sequencer, bytes, &self.index, &self.state)
-                .unwrap_or_else(|e| panic!("diff after block {} rejected: {e}", self.tip.number));
+        let verified = verify_and_decode_timed(
+            &self.tip,
+            Some(&self.lattice),
+            self.sequencer,
+            bytes,
+            &self.index,
+            &self.state,
+            &mut VerifyTimings::default(),
+        )
+        .unwrap_or_else(|e| panic!("diff after block {} rejected: {e}", self.tip.number));
         self.index.extend(&verified.new_keys).unwrap();
         self.state.apply(&verified.changes);
         self.tip = verified.tip();
+        self.lattice = verified.lattice.expect("the kept commitment moved");
+        // The kept sum is the sum from scratch of the state and the index it describes.
+        let mut scratch = self.state.lattice();
+        scratch.add(&index_lattice(&self.index, 0, self.index.len().unwrap()).unwrap());
+        assert_eq!(self.lattice, scratch, "block {}", self.tip.number);
         verified.hash
     }
 }

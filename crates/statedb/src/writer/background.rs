@@ -91,7 +91,7 @@ impl StateWriter<'_> {
                 return Err(e);
             }
         };
-        self.note_landed(handoff.meta);
+        self.note_landed(handoff.meta.clone());
         // Reads of the last commit now see the group; what the layer holds of it with the
         // same value is there, and goes.
         self.reader = None;
@@ -155,7 +155,7 @@ impl StateWriter<'_> {
         let handoff = Arc::new(Handoff {
             layer,
             rows: std::mem::take(&mut self.rows),
-            meta: self.current,
+            meta: self.current.clone(),
             changed: self.changed.clone(),
             clear_changed: self.changed_stored,
         });

@@ -227,6 +227,7 @@ impl<'db> StateWriter<'db> {
             index_len: meta.index_len,
             last_root: meta.last_root,
             trie_valid: meta.trie_valid,
+            lattice: meta.lattice.map(Arc::new),
         };
         Ok(Self {
             db,
@@ -237,7 +238,7 @@ impl<'db> StateWriter<'db> {
             committing: None,
             changed_stored: !changed.is_empty(),
             carried: 0,
-            committed: snapshot,
+            committed: snapshot.clone(),
             current: snapshot,
             dirty: false,
             group: Group::default(),
@@ -271,6 +272,12 @@ impl<'db> StateWriter<'db> {
     /// The last applied block, the open group included: what the next block must follow.
     pub fn tip(&self) -> ChainTip {
         self.current.tip
+    }
+
+    /// The lattice hash of the state at [`StateWriter::tip`] (`None`: the database does not
+    /// keep the state commitment).
+    pub fn lattice(&self) -> Option<&gigas_primitives::LatticeHash> {
+        self.current.lattice.as_deref()
     }
 
     /// The last committed block: the database's durable head.
@@ -478,7 +485,7 @@ impl<'db> StateWriter<'db> {
         // database then holds.
         if let Some(committing) = self.committing.take() {
             match persist::join(committing.handle) {
-                Ok(_) => self.note_landed(committing.handoff.meta),
+                Ok(_) => self.note_landed(committing.handoff.meta.clone()),
                 Err(e) => {
                     self.db.metrics().groups_discarded.inc();
                     warn!(error = %e, "the group committing on the commit thread failed");
@@ -496,7 +503,7 @@ impl<'db> StateWriter<'db> {
         }
         // Dropping the transaction aborts it.
         self.txn = None;
-        self.current = self.committed;
+        self.current = self.committed.clone();
         self.dirty = false;
         self.group = Group::default();
         self.hashed = TrieLayer::default();
@@ -592,6 +599,9 @@ impl<'db> StateWriter<'db> {
             hash: block.hash,
             state_checksum: block.header.state_root,
         };
+        // A block without a lattice ends the commitment here: a stale one must never be
+        // stored beside a newer head.
+        self.current.lattice = block.lattice.map(|l| Arc::new(l.clone()));
         let change_count = (changes.accounts().len() + changes.storage().len()) as u64;
         self.group.blocks += 1;
         self.group.changes += change_count;
@@ -684,7 +694,7 @@ impl<'db> StateWriter<'db> {
             sync_seconds: 0.0,
             root,
         };
-        self.committed = self.current;
+        self.committed = self.current.clone();
         self.dirty = false;
         self.layer_exact = true;
         self.group = Group::default();

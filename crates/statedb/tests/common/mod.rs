@@ -376,6 +376,7 @@ impl Chain {
             header: &self.parent,
             hash: self.hash,
             signature: None,
+            lattice: None,
         }
     }
 
@@ -442,5 +443,6 @@ pub fn block<'a>(
         signature: None,
         changes,
         new_keys: keys,
+        lattice: None,
     }
 }

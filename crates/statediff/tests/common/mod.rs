@@ -6,9 +6,10 @@
 use alloy_primitives::{keccak256, Address, Bytes, Signature, B256, KECCAK256_EMPTY, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use gigas_primitives::{state_checksum, AccountState, ChangeSet, ChangeSetBuilder};
+use gigas_primitives::{state_checksum, AccountState, ChangeSet, ChangeSetBuilder, LatticeHash};
 use gigas_statediff::{
-    encode_diff, ChainTip, Compression, Header, MemoryKeyIndex, MemoryState, PriorValues,
+    commitment_digest, lattice_delta, pack_diff, ChainTip, Compression, Header, KeyIndex as _,
+    MemoryKeyIndex, MemoryState, PriorValues, StateCommitment,
 };
 
 /// SplitMix64: reproducible randomness without a dependency.
@@ -154,6 +155,8 @@ pub struct Writer {
     pub parent: Header,
     pub state: MemoryState,
     pub index: MemoryKeyIndex,
+    /// The state commitment kept, when the writer signs one into each diff.
+    pub lattice: Option<LatticeHash>,
 }
 
 /// One published block, with the follower-side inputs it needs.
@@ -167,6 +170,8 @@ pub struct Published {
     /// The state and index before the block.
     pub state: MemoryState,
     pub index: MemoryKeyIndex,
+    /// The lattice hash before the block (a committing writer's).
+    pub lattice: Option<LatticeHash>,
 }
 
 impl Writer {
@@ -176,6 +181,15 @@ impl Writer {
             parent: genesis_header(),
             state: MemoryState::new(),
             index: MemoryKeyIndex::new(),
+            lattice: None,
+        }
+    }
+
+    /// A writer that signs a state commitment into each diff, as the sequencer does.
+    pub fn committing() -> Self {
+        Self {
+            lattice: Some(LatticeHash::zero()),
+            ..Self::new()
         }
     }
 
@@ -184,15 +198,30 @@ impl Writer {
     pub fn publish(&mut self, changes: ChangeSet) -> Published {
         let (header, signature) = seal(&self.signer, &self.parent, &changes);
         let prior = PriorValues::capture(&changes, &self.state).expect("the memory state reads");
-        let encoded = encode_diff(
-            &header,
-            &signature,
-            &changes,
-            &self.index,
-            &prior,
-            &Compression::default(),
-        )
-        .expect("encodes");
+        let mut packed =
+            pack_diff(&header, &signature, &changes, &self.index, &prior).expect("encodes");
+        let before = self.lattice.clone();
+        if let Some(lattice) = &mut self.lattice {
+            let delta = lattice_delta(
+                &changes,
+                &prior,
+                self.index.len().expect("reads"),
+                &packed.new_keys,
+                false,
+            )
+            .expect("every prior value captured");
+            lattice.add(&delta);
+            let checksum = lattice.checksum();
+            let signature = self
+                .signer
+                .sign_hash_sync(&commitment_digest(&header.hash_slow(), &checksum))
+                .expect("a local key signs");
+            packed.file.commitment = Some(StateCommitment {
+                lattice: checksum,
+                signature,
+            });
+        }
+        let encoded = packed.finish(&Compression::default()).expect("frames");
         let body = gigas_statediff::encode_body(&changes, &self.index, &prior)
             .expect("encodes")
             .bytes;
@@ -204,6 +233,7 @@ impl Writer {
             body,
             state: self.state.clone(),
             index: self.index.clone(),
+            lattice: before,
         };
         self.state.apply(&changes);
         self.index
