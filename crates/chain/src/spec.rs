@@ -170,6 +170,33 @@ pub struct ChainConfig {
     pub bench_accounts: Option<BenchAccounts>,
 }
 
+impl GenesisAccount {
+    /// Its nonce, balance and code hash.
+    pub fn state(&self) -> AccountState {
+        AccountState {
+            nonce: self.nonce,
+            balance: self.balance,
+            code_hash: if self.code.is_empty() {
+                alloy_primitives::KECCAK256_EMPTY
+            } else {
+                keccak256(&self.code)
+            },
+        }
+    }
+}
+
+/// The benchmark accounts' addresses, from their file, and the state each starts with.
+fn bench_accounts(bench: &BenchAccounts) -> Result<(Vec<Address>, AccountState), ChainError> {
+    let addresses =
+        crate::bench::read_addresses(bench).map_err(|e| ChainError::Invalid(e.to_string()))?;
+    let state = AccountState {
+        nonce: 0,
+        balance: bench.balance,
+        code_hash: alloy_primitives::KECCAK256_EMPTY,
+    };
+    Ok((addresses, state))
+}
+
 fn no_code(code: &Bytes) -> bool {
     code.is_empty()
 }
@@ -422,18 +449,9 @@ impl ChainConfig {
     /// benchmark accounts included.
     pub fn genesis_writes(&self) -> Result<Vec<Write>, ChainError> {
         let accounts = self.alloc.iter().map(|(address, account)| {
-            let code_hash = if account.code.is_empty() {
-                alloy_primitives::KECCAK256_EMPTY
-            } else {
-                keccak256(&account.code)
-            };
             (
                 *address,
-                AccountState {
-                    nonce: account.nonce,
-                    balance: account.balance,
-                    code_hash,
-                },
+                account.state(),
                 account.storage.iter().map(|(k, v)| (*k, *v)).collect(),
             )
         });
@@ -445,13 +463,7 @@ impl ChainConfig {
             .collect();
         let mut writes = genesis_writes(accounts, codes);
         if let Some(bench) = &self.bench_accounts {
-            let addresses = crate::bench::read_addresses(bench)
-                .map_err(|e| ChainError::Invalid(e.to_string()))?;
-            let state = AccountState {
-                nonce: 0,
-                balance: bench.balance,
-                code_hash: alloy_primitives::KECCAK256_EMPTY,
-            };
+            let (addresses, state) = bench_accounts(bench)?;
             writes.reserve(addresses.len());
             for address in addresses {
                 if self.alloc.contains_key(&address) {
@@ -475,29 +487,13 @@ impl ChainConfig {
         use rayon::prelude::*;
         let mut sum = LatticeHash::zero();
         for (address, account) in &self.alloc {
-            let code_hash = if account.code.is_empty() {
-                alloy_primitives::KECCAK256_EMPTY
-            } else {
-                keccak256(&account.code)
-            };
-            let state = AccountState {
-                nonce: account.nonce,
-                balance: account.balance,
-                code_hash,
-            };
-            sum.add(&LatticeHash::account(address, &state));
+            sum.add(&LatticeHash::account(address, &account.state()));
             for (slot, value) in &account.storage {
                 sum.add_slot(address, slot, value);
             }
         }
         if let Some(bench) = &self.bench_accounts {
-            let addresses = crate::bench::read_addresses(bench)
-                .map_err(|e| ChainError::Invalid(e.to_string()))?;
-            let state = AccountState {
-                nonce: 0,
-                balance: bench.balance,
-                code_hash: alloy_primitives::KECCAK256_EMPTY,
-            };
+            let (addresses, state) = bench_accounts(bench)?;
             let bench_sum = addresses
                 .par_chunks(4096)
                 .map(|chunk| {
