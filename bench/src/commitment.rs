@@ -88,8 +88,14 @@ impl Xof {
     }
 }
 
+/// An account's element as the sequencer draws it: the keccak of its address, then the
+/// element of the hashed key.
 fn element(xof: Xof, address: &Address, state: &AccountState) -> LatticeHash {
-    LatticeHash::account_with(xof.expansion(), address, state)
+    LatticeHash::account_with(
+        xof.expansion(),
+        &alloy_primitives::keccak256(address),
+        state,
+    )
 }
 
 /// One way of keeping the sum, measured.

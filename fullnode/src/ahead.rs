@@ -54,6 +54,7 @@ impl AheadServing {
                 hash: verified.hash,
                 signature: Some(verified.signature),
                 state_root: own.map(|r| r.root),
+                commitment: verified.commitment,
             },
         );
         if let Some(earlier) = applied.root.filter(|r| r.block != applied.number) {

@@ -216,6 +216,7 @@ impl<'db> Applier<'db> {
             changes: &diff.changes,
             new_keys: &diff.new_keys,
             lattice: diff.lattice.as_ref(),
+            commitment: diff.commitment,
         })?;
         let elapsed = start.elapsed().as_secs_f64();
         // An overlapped root costs this thread only its start and the wait for it.

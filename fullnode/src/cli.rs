@@ -251,10 +251,53 @@ struct Cli {
     /// to spare for it may differ: measure before turning it on.
     #[arg(long = "db.commit-thread", value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
     db_commit_thread: bool,
+    /// How an empty data directory starts: `genesis` writes the chain spec's genesis and
+    /// replays every diff since; `snapshot` downloads the newest snapshot from
+    /// `--snapshot-source`, checks it against the sequencer's signed state commitment, and
+    /// follows from the block after it (a bootstrap stopped part-way resumes). Ignored when
+    /// the data directory already holds a chain.
+    #[arg(long, value_enum, default_value_t = BootstrapMode::Genesis)]
+    bootstrap: BootstrapMode,
+    /// Where snapshots are fetched from (a sequencer, a full node with `--snapshot-every`,
+    /// any static server over a `snapshots/` directory); repeat it to give several: a chunk
+    /// that fails from one is fetched from the next. Default: `--sequencer`.
+    #[arg(long = "snapshot-source", value_name = "URL")]
+    snapshot_sources: Vec<String>,
+    /// Snapshot chunks fetched at once during a bootstrap.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    snapshot_concurrency: usize,
+    /// Rounds over every source for one chunk before a bootstrap gives up (with a second's
+    /// backoff, growing, between rounds).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    snapshot_attempts: u32,
+    /// Write a snapshot of this node's committed state every K blocks (0: never), on a
+    /// thread of its own from one read view, and serve the snapshots directory at
+    /// `/snapshots/` on the JSON-RPC port. Over 10M accounts a snapshot is about 0.5 GB.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    snapshot_every: u64,
+    /// The snapshots directory (default DATADIR/snapshots). Give a sequencer's
+    /// `ARCHIVE/snapshots` to have the sequencer, or nginx over its archive, serve them.
+    #[arg(long, value_name = "DIR")]
+    snapshot_dir: Option<PathBuf>,
+    /// Snapshots kept; older ones are removed after each new one.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    snapshot_keep: usize,
+    /// A chunk is cut at this much state, uncompressed (at most 16 MiB).
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = gigas_cgroup::parse_size)]
+    snapshot_chunk_size: u64,
     #[command(flatten)]
     rpc: gigas_rpc_eth::RpcArgs,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
+}
+
+/// `--bootstrap`'s modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BootstrapMode {
+    /// From the genesis, replaying every diff.
+    Genesis,
+    /// From the newest snapshot.
+    Snapshot,
 }
 
 /// `--db.sync`'s modes (described on the flag).
@@ -399,6 +442,36 @@ where
         prefetch: cli.prefetch,
         flush_idle: cli.db_flush_idle,
         state_commitment: cli.state_commitment,
+        bootstrap: (cli.bootstrap == BootstrapMode::Snapshot).then(|| {
+            let sources = if cli.snapshot_sources.is_empty() {
+                vec![cli.sequencer.clone()]
+            } else {
+                cli.snapshot_sources.clone()
+            };
+            let mut b = crate::bootstrap::BootstrapConfig::new(sources);
+            b.concurrency = cli.snapshot_concurrency.max(1);
+            b.attempts = cli.snapshot_attempts.max(1);
+            b.progress_bar = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            b
+        }),
+        snapshots: (cli.snapshot_every > 0 || cli.snapshot_dir.is_some()).then(|| {
+            crate::snapshots::SnapshotConfig {
+                dir: cli
+                    .snapshot_dir
+                    .clone()
+                    .unwrap_or_else(|| datadir.join("snapshots")),
+                every: cli.snapshot_every,
+                keep: cli.snapshot_keep.max(1),
+                produce: gigas_snapshot::ProduceOptions {
+                    chunk_bytes: usize::try_from(
+                        cli.snapshot_chunk_size
+                            .clamp(1 << 10, u64::from(gigas_snapshot::MAX_CHUNK_RAW) / 2),
+                    )
+                    .unwrap_or(4 << 20),
+                    ..gigas_snapshot::ProduceOptions::default()
+                },
+            }
+        }),
     };
     let runtime =
         gigas_rpc_eth::runtime("gigas-fullnode", Some(2)).wrap_err("starting the async runtime")?;

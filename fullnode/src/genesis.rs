@@ -89,7 +89,7 @@ pub fn initialize(
                     "its state commitment is not signed by the sequencer".into(),
                 ))
             }
-            Some(c) => Some(c.lattice),
+            Some(c) => Some(*c),
         }
     } else {
         None
@@ -99,7 +99,7 @@ pub fn initialize(
             header,
             hash,
             signature: Some(file.signature),
-            lattice,
+            commitment: lattice,
         },
         genesis_entries(chain)?,
         1 << 20,
@@ -158,15 +158,24 @@ pub fn check_existing(
     let sequencer = sequencer_address(chain)?;
     let view = db.view()?;
     let tip = view.tip()?.ok_or(StateDbError::NotInitialized)?;
-    let genesis = view
-        .header(0)?
-        .ok_or_else(|| GenesisError::Mismatch("the database holds no block 0".into()))?;
+    // A node bootstrapped from a snapshot holds no block 0: the first block it holds is
+    // signed by the sequencer all the same.
+    let genesis = match view.header(0)? {
+        Some(header) => header,
+        None => view.header(tip.number)?.ok_or_else(|| {
+            GenesisError::Mismatch(format!(
+                "the database holds neither block 0 nor its head {}",
+                tip.number
+            ))
+        })?,
+    };
     let signer = genesis
         .signature
         .and_then(|s| alloy_consensus::crypto::secp256k1::recover_signer(&s, genesis.hash).ok());
     if signer != Some(sequencer) {
         return Err(GenesisError::Mismatch(format!(
-            "this data directory follows another chain (its block 0 {} is not signed by {sequencer}); use another --datadir",
+            "this data directory follows another chain (its block {} {} is not signed by {sequencer}); use another --datadir",
+            genesis.header.number,
             genesis.hash
         )));
     }

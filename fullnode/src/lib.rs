@@ -6,7 +6,8 @@
 //! transactions, keeping the MPT root every K blocks, optional re-execution of each block to
 //! check the diff, serving each block as soon as it is applied (from memory until its group
 //! commits, [`window`], logged so that a kill loses none, [`wal`]), the read-only JSON-RPC
-//! over its state, and its metrics.
+//! over its state, and its metrics; starting from a verified snapshot instead of the genesis
+//! ([`bootstrap`]), and writing and serving snapshots of its own state ([`snapshots`]).
 //!
 //! **Must not:** accept transactions (writes are refused with the sequencer's URL), apply a
 //! diff that failed verification or part of one, report a block as applied before it is
@@ -16,6 +17,7 @@
 pub mod ahead;
 pub mod alloc;
 pub mod apply;
+pub mod bootstrap;
 pub mod cli;
 pub mod fetch;
 pub mod follow;
@@ -26,6 +28,7 @@ pub mod node;
 pub mod prefetch;
 pub mod reexec;
 pub mod rpc;
+pub mod snapshots;
 pub mod status;
 pub mod wal;
 pub mod window;

@@ -50,6 +50,10 @@ pub struct FullNodeConfig {
     pub flush_idle: bool,
     /// Keep the state's lattice hash and check every diff's signed state commitment.
     pub state_commitment: bool,
+    /// Start an empty database from a snapshot instead of the genesis (`None`: genesis).
+    pub bootstrap: Option<crate::bootstrap::BootstrapConfig>,
+    /// Write (every K blocks) and serve snapshots of this node's state (`None`: neither).
+    pub snapshots: Option<crate::snapshots::SnapshotConfig>,
 }
 
 /// Why the node could not start or stopped.
@@ -74,6 +78,9 @@ pub enum NodeError {
     /// The genesis could not be set up.
     #[error(transparent)]
     Genesis(#[from] GenesisError),
+    /// The bootstrap from a snapshot failed.
+    #[error(transparent)]
+    Bootstrap(#[from] crate::bootstrap::BootstrapError),
     /// The fetcher could not be built.
     #[error(transparent)]
     Fetch(#[from] FetchError),
@@ -129,19 +136,62 @@ impl FullNode {
             }
         })?);
         let metrics = FollowerMetrics::default();
+        let bootstrap_metrics = crate::bootstrap::BootstrapMetrics::default();
+        let snapshot_metrics = crate::snapshots::SnapshotMetrics::default();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
+        bootstrap_metrics.register(&mut registry);
+        snapshot_metrics.register(&mut registry);
         db.metrics().register(&mut registry);
         let registry = Arc::new(Mutex::new(registry));
         let (stop, stop_rx) = watch::channel(false);
         let stop = Arc::new(stop);
+        // Before the genesis or a bootstrap, which can take minutes: their progress is
+        // watched there.
+        let metrics_addr = match config.metrics {
+            Some(addr) => Some(serve_metrics(
+                runtime,
+                addr,
+                registry.clone(),
+                stop_rx.clone(),
+            )?),
+            None => None,
+        };
 
         let tip = match db.head().map_err(|source| NodeError::Store {
             dir: dir.clone(),
             source,
         })? {
             Some(_) => crate::genesis::check_existing(&db, &config.chain, config.state_commitment)?,
+            None if config.bootstrap.is_some() => {
+                let bootstrap = config.bootstrap.clone().unwrap_or_else(|| {
+                    crate::bootstrap::BootstrapConfig::new(vec![config.fetch.base.clone()])
+                });
+                if !config.state_commitment {
+                    return Err(NodeError::Bootstrap(crate::bootstrap::BootstrapError::NoSnapshot(
+                        "a snapshot is checked against the state commitment:                          --bootstrap snapshot needs --state-commitment on"
+                            .into(),
+                    )));
+                }
+                let sequencer = crate::genesis::sequencer_address(&config.chain)?;
+                info!(sources = ?bootstrap.sources, "bootstrapping from a snapshot");
+                let (tip, _report) = runtime.block_on(crate::bootstrap::bootstrap(
+                    db.clone(),
+                    sequencer,
+                    bootstrap,
+                    bootstrap_metrics.clone(),
+                    stop_rx.clone(),
+                ))?;
+                tip
+            }
             None => {
+                if let Ok(Some(progress)) = db.bootstrap_progress() {
+                    warn!(
+                        block = progress.block,
+                        chunks_done = progress.chunks_done,
+                        "a bootstrap from a snapshot was under way in this database;                          writing the genesis instead (give --bootstrap snapshot to resume it)"
+                    );
+                }
                 let fetcher = Fetcher::new(
                     config.fetch.clone(),
                     metrics.clone(),
@@ -242,11 +292,42 @@ impl FullNode {
             .with_call_budget(config.call_budget)
             .with_state_window(window),
         );
+        if let Some(snapshots) = &config.snapshots {
+            let stop_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            {
+                let stop_flag = stop_flag.clone();
+                let mut stop = stop_rx.clone();
+                runtime.spawn(async move {
+                    while stop.changed().await.is_ok() {
+                        if *stop.borrow() {
+                            break;
+                        }
+                    }
+                    stop_flag.store(true, std::sync::atomic::Ordering::Release);
+                });
+            }
+            crate::snapshots::spawn(db.clone(), snapshots.clone(), snapshot_metrics, stop_flag)
+                .map_err(|e| NodeError::Serve {
+                    what: "the snapshot thread",
+                    detail: format!("{}: {e}", snapshots.dir.display()),
+                })?;
+        }
         let rpc = runtime
-            .block_on(gigas_rpc::RpcServer::start(
-                config.rpc.clone(),
-                backend.clone(),
-            ))
+            .block_on(async {
+                match &config.snapshots {
+                    Some(snapshots) => {
+                        gigas_rpc::RpcServer::start_with_routes(
+                            config.rpc.clone(),
+                            backend.clone(),
+                            gigas_rpc::HttpRoutes::new(gigas_snapshot::http::router(
+                                snapshots.dir.clone(),
+                            )),
+                        )
+                        .await
+                    }
+                    None => gigas_rpc::RpcServer::start(config.rpc.clone(), backend.clone()).await,
+                }
+            })
             .map_err(|e| NodeError::Serve {
                 what: "JSON-RPC",
                 detail: format!(
@@ -303,15 +384,6 @@ impl FullNode {
                 })?
         };
 
-        let metrics_addr = match config.metrics {
-            Some(addr) => Some(serve_metrics(
-                runtime,
-                addr,
-                registry.clone(),
-                stop_rx.clone(),
-            )?),
-            None => None,
-        };
         Ok(Self {
             db,
             sync,

@@ -716,6 +716,7 @@ mod tests {
                 hash,
                 signature: None,
                 state_root: None,
+                commitment: None,
             };
             window.push_ahead(BlockUndo::after(number, hash, &changes), header);
             state.apply(&changes);

@@ -8,48 +8,17 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{head, Load, Process};
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts nginx in the foreground with everything under `dir`, proxying to `upstream`
-/// (`127.0.0.1:PORT`); returns it and its URL.
-fn start_nginx(dir: &Path, upstream: &str) -> (Nginx, String) {
-    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).is_file())
-        .expect("nginx is not installed: scripts/prerequisites.sh tests installs it (Debian's nginx-light)");
-    let port = gigas_launch::free_port().unwrap();
-    for sub in ["cache", "tmp"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
+/// Starts nginx in front of `upstream` (`127.0.0.1:PORT`), caching by the answers' own
+/// headers and passing the WebSocket push through; returns it and its URL.
+fn start_nginx(dir: &Path, upstream: &str) -> (common::Nginx, String) {
     let d = dir.display();
-    let conf = format!(
-        r#"daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    log_format cache '$request $status $upstream_cache_status';
-    access_log {d}/access.log cache;
-    client_body_temp_path {d}/tmp/body;
-    proxy_temp_path {d}/tmp/proxy;
-    fastcgi_temp_path {d}/tmp/fastcgi;
-    uwsgi_temp_path {d}/tmp/uwsgi;
-    scgi_temp_path {d}/tmp/scgi;
-    proxy_cache_path {d}/cache levels=1:2 keys_zone=diffs:10m max_size=256m inactive=60m use_temp_path=off;
+    common::nginx(dir, &format!("proxy_cache_path {d}/cache levels=1:2 keys_zone=diffs:10m max_size=256m inactive=60m use_temp_path=off;"), |port| {
+        format!(
+            r#"
     map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}
     server {{
         listen 127.0.0.1:{port};
@@ -67,28 +36,9 @@ http {{
             proxy_cache_revalidate on;
             add_header X-Cache-Status $upstream_cache_status always;
         }}
-    }}
-}}
-"#
-    );
-    let conf_path = dir.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let child = Command::new(nginx)
-        .arg("-p")
-        .arg(dir)
-        .arg("-e")
-        .arg(dir.join("error.log"))
-        .arg("-c")
-        .arg(&conf_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    let url = format!("http://127.0.0.1:{port}");
-    common::wait_until(Duration::from_secs(10), "nginx to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    (Nginx(child), url)
+    }}"#
+        )
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,7 +180,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
             header: &genesis.header,
             hash: genesis.hash,
             signature: Some(genesis.signature),
-            lattice: None,
+            commitment: None,
         },
         gigas_fullnode::genesis::genesis_entries(&chain).unwrap(),
         1000,
@@ -225,6 +225,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
                 changes: &block.changes,
                 new_keys: &[],
                 lattice: None,
+                commitment: None,
             })
             .unwrap();
     }
@@ -254,7 +255,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
             header: &genesis.header,
             hash: genesis.hash,
             signature: Some(genesis.signature),
-            lattice: None,
+            commitment: None,
         },
         gigas_fullnode::genesis::genesis_entries(&chain).unwrap(),
         1000,
@@ -273,6 +274,7 @@ fn reexecuting_a_sequencer_block_gives_its_changeset_and_tampering_is_named() {
                 changes: &block.changes,
                 new_keys: &[],
                 lattice: None,
+                commitment: None,
             })
             .unwrap();
         }

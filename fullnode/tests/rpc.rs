@@ -185,7 +185,7 @@ impl Chain {
                     header: &h0,
                     hash: hash0,
                     signature: None,
-                    lattice: None,
+                    commitment: None,
                 },
                 entries.into_iter().map(Ok::<_, std::convert::Infallible>),
                 1000,
@@ -214,6 +214,7 @@ impl Chain {
                 changes: &changes,
                 new_keys: &[],
                 lattice: None,
+                commitment: None,
             })
             .unwrap()
             .expect("a root every block");
@@ -689,6 +690,7 @@ async fn a_block_is_found_by_hash_at_any_depth() {
                     changes: &ChangeSet::default(),
                     new_keys: &[],
                     lattice: None,
+                    commitment: None,
                 })
                 .unwrap();
             hashes.push(parent);

@@ -452,10 +452,18 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     diff_archive.metrics().register(&mut node.registry());
     let memory = crate::memory::MemoryMetrics::default();
     memory.register(&mut node.registry());
-    let routes = gigas_rpc::HttpRoutes::new(crate::diffs_http::router(
-        diff_archive.clone(),
-        rpc_config.limit_loopback,
-    ))
+    // Snapshots are written into the archive's `snapshots/` by a full node beside the
+    // sequencer (`gigas-fullnode --snapshot-dir ARCHIVE/snapshots`); served from there like
+    // the diffs, and by any static server over the archive.
+    let routes = gigas_rpc::HttpRoutes::new(
+        crate::diffs_http::router(diff_archive.clone(), rpc_config.limit_loopback).merge(
+            gigas_snapshot::http::router(
+                diff_config
+                    .dir
+                    .join(gigas_statediff::archive::SNAPSHOTS_DIR),
+            ),
+        ),
+    )
     .with_websocket_paths(["/diffs/stream"]);
     let backend = Arc::new(SequencerBackend::new(node.clone()).with_call_budget(args.rpc.budget()));
     let rpc = runtime

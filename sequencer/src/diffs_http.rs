@@ -7,6 +7,7 @@
 //! | `GET /diffs?from=A&to=B` | diffs `A..=B` in one body, each as its length (u32 LE) then its bytes; immutable when `B` is produced, else clipped to the head and not cached |
 //! | `GET /diffs/head` | JSON `{number, hash, stateChecksum}`; never cached |
 //! | `GET /diffs/stream?from=N` (WebSocket) | one binary message per diff, from `N` (default: the next one) on, in order |
+//! | `GET /snapshots/head`, `/snapshots/{n}/manifest`, `/snapshots/{n}/{k}` | state snapshots from the archive's `snapshots/` ([`gigas_snapshot::http`]) |
 //!
 //! Immutable answers carry `Cache-Control: public, max-age=31536000, immutable` and a strong
 //! `ETag` (a hash of the bytes), and answer `If-None-Match` with 304. A block not produced yet

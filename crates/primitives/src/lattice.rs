@@ -10,7 +10,7 @@
 //! 128-bit security (Bellare and Micciancio's LtHash, sized as in SIMD-0215); a smaller lattice
 //! would be cheaper and is not safe against Wagner's generalized-birthday attack.
 //!
-//! # Elements, version 1
+//! # Elements, version 2
 //!
 //! An element's encoding is hashed with BLAKE3's `derive_key` under a context of its own kind,
 //! so an account's bytes can never be read as a slot's, and the 32-byte key is expanded to
@@ -21,9 +21,18 @@
 //!
 //! | element | context | encoding |
 //! |---|---|---|
-//! | account | `gigas 2026 lattice v1 account` | address (20), nonce (8, big-endian), balance (32), code hash (32) |
-//! | slot | `gigas 2026 lattice v1 slot` | address (20), slot (32), value (32) |
-//! | key-index entry | `gigas 2026 lattice v1 key` | index (8, big-endian), address (20) [, slot (32)] |
+//! | account | `gigas 2026 lattice v2 account` | keccak(address) (32), nonce (8, big-endian), balance (32), code hash (32) |
+//! | slot | `gigas 2026 lattice v2 slot` | keccak(address) (32), keccak(slot) (32), value (32) |
+//! | key-index entry | `gigas 2026 lattice v2 key` | index (8, big-endian), address (20) [, slot (32)] |
+//!
+//! **Why accounts and slots are named by their keccak (version 2).** Version 1 encoded the
+//! address and the slot themselves. A full node keeps its state by keccak only (its tables
+//! are the trie's leaves, `gigas-statedb`), so it holds no preimage of a genesis account
+//! that no diff has named since, and could not write a snapshot whose chunks a new node can
+//! sum. By keccak, a snapshot is the full node's tables as they are. The cost is a keccak per
+//! changed key on the sequencer (asm-keccak, about 0.2 µs), the same for its old and its new
+//! element. Key-index entries keep the preimages: the index is what maps a diff's keys back
+//! to addresses and slots, and a snapshot carries it whole.
 //!
 //! An account that does not exist and a slot holding zero are not elements: they add nothing,
 //! so deleting one subtracts its element and leaves the sum as if it had never been written.
@@ -38,7 +47,7 @@
 //! The 32-byte [`LatticeHash::checksum`] is BLAKE3 of the 2,048 bytes: the form a signature or
 //! a manifest carries.
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::{keccak256, Address, B256, U256};
 
 use crate::changeset::AccountState;
 use crate::state_keys::{decode_slot, LayoutError, StoredAccount, ACCOUNT_PREFIX, SLOT_PREFIX};
@@ -46,12 +55,12 @@ use crate::state_keys::{decode_slot, LayoutError, StoredAccount, ACCOUNT_PREFIX,
 /// Lanes of a lattice hash: 2,048 bytes of `u16`.
 pub const LANES: usize = 1024;
 
-const ACCOUNT_CONTEXT: &str = "gigas 2026 lattice v1 account";
-const SLOT_CONTEXT: &str = "gigas 2026 lattice v1 slot";
-const KEY_CONTEXT: &str = "gigas 2026 lattice v1 key";
+const ACCOUNT_CONTEXT: &str = "gigas 2026 lattice v2 account";
+const SLOT_CONTEXT: &str = "gigas 2026 lattice v2 slot";
+const KEY_CONTEXT: &str = "gigas 2026 lattice v2 key";
 
-/// How an element's 32-byte key is expanded to its 2,048 bytes. Version 1 of the commitment
-/// is [`Expansion::V1`]; the others exist so that `gigas-bench commitment` can measure the
+/// How an element's 32-byte key is expanded to its 2,048 bytes. The commitment (versions 1
+/// and 2) uses [`Expansion::V1`]; the others exist so that `gigas-bench commitment` can measure the
 /// choice against its alternatives with the same encodings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expansion {
@@ -59,24 +68,25 @@ pub enum Expansion {
     Blake3Xof,
     /// ChaCha with 8 rounds, keyed by the derived key of the encoding.
     ChaCha8,
-    /// ChaCha with 12 rounds (version 1).
+    /// ChaCha with 12 rounds (the commitment's).
     ChaCha12,
     /// ChaCha with 20 rounds.
     ChaCha20,
 }
 
 impl Expansion {
-    /// The expansion of version 1.
+    /// The expansion the commitment uses (chosen in version 1, kept in version 2).
     pub const V1: Expansion = Expansion::ChaCha12;
 }
 
-/// The bytes of an account element.
-pub fn account_encoding(address: &Address, state: &AccountState) -> [u8; 92] {
-    let mut bytes = [0u8; 92];
-    bytes[..20].copy_from_slice(address.as_slice());
-    bytes[20..28].copy_from_slice(&state.nonce.to_be_bytes());
-    bytes[28..60].copy_from_slice(&state.balance.to_be_bytes::<32>());
-    bytes[60..].copy_from_slice(state.code_hash.as_slice());
+/// The bytes of an account element, for the account whose address hashes to
+/// `hashed_address`.
+pub fn account_encoding(hashed_address: &B256, state: &AccountState) -> [u8; 104] {
+    let mut bytes = [0u8; 104];
+    bytes[..32].copy_from_slice(hashed_address.as_slice());
+    bytes[32..40].copy_from_slice(&state.nonce.to_be_bytes());
+    bytes[40..72].copy_from_slice(&state.balance.to_be_bytes::<32>());
+    bytes[72..].copy_from_slice(state.code_hash.as_slice());
     bytes
 }
 
@@ -120,25 +130,41 @@ impl LatticeHash {
 
     /// The element of an account that exists with `state`.
     pub fn account(address: &Address, state: &AccountState) -> Self {
-        Self::account_with(Expansion::V1, address, state)
+        Self::account_hashed(&keccak256(address), state)
     }
 
-    /// [`LatticeHash::account`] under another expansion (for measuring the choice).
-    pub fn account_with(expansion: Expansion, address: &Address, state: &AccountState) -> Self {
+    /// [`LatticeHash::account`] of the account whose address hashes to `hashed_address`
+    /// (how a full node and a snapshot name it).
+    pub fn account_hashed(hashed_address: &B256, state: &AccountState) -> Self {
+        Self::account_with(Expansion::V1, hashed_address, state)
+    }
+
+    /// [`LatticeHash::account_hashed`] under another expansion (for measuring the choice).
+    pub fn account_with(expansion: Expansion, hashed_address: &B256, state: &AccountState) -> Self {
         Self::element(
             expansion,
             ACCOUNT_CONTEXT,
-            &account_encoding(address, state),
+            &account_encoding(hashed_address, state),
         )
     }
 
     /// The element of a storage slot holding `value` (which should be nonzero: a zero slot
     /// is not an element, see [`LatticeHash::add_slot`]).
     pub fn slot(address: &Address, slot: &U256, value: &U256) -> Self {
-        let mut bytes = [0u8; 84];
-        bytes[..20].copy_from_slice(address.as_slice());
-        bytes[20..52].copy_from_slice(&slot.to_be_bytes::<32>());
-        bytes[52..].copy_from_slice(&value.to_be_bytes::<32>());
+        Self::slot_hashed(
+            &keccak256(address),
+            &keccak256(slot.to_be_bytes::<32>()),
+            value,
+        )
+    }
+
+    /// [`LatticeHash::slot`] named by the keccak of the address and of the slot (the slot's
+    /// 32 big-endian bytes), as a full node's tables and a snapshot name it.
+    pub fn slot_hashed(hashed_address: &B256, hashed_slot: &B256, value: &U256) -> Self {
+        let mut bytes = [0u8; 96];
+        bytes[..32].copy_from_slice(hashed_address.as_slice());
+        bytes[32..64].copy_from_slice(hashed_slot.as_slice());
+        bytes[64..].copy_from_slice(&value.to_be_bytes::<32>());
         Self::element(Expansion::V1, SLOT_CONTEXT, &bytes)
     }
 
@@ -230,11 +256,12 @@ impl LatticeHash {
         if before == after {
             return;
         }
+        let hashed = keccak256(address);
         if let Some(before) = before {
-            self.sub(&Self::account(address, before));
+            self.sub(&Self::account_hashed(&hashed, before));
         }
         if let Some(after) = after {
-            self.add(&Self::account(address, after));
+            self.add(&Self::account_hashed(&hashed, after));
         }
     }
 
@@ -243,10 +270,14 @@ impl LatticeHash {
         if before == after {
             return;
         }
+        let (hashed_address, hashed_slot) =
+            (keccak256(address), keccak256(slot.to_be_bytes::<32>()));
         if !before.is_zero() {
-            self.sub(&Self::slot(address, slot, before));
+            self.sub(&Self::slot_hashed(&hashed_address, &hashed_slot, before));
         }
-        self.add_slot(address, slot, after);
+        if !after.is_zero() {
+            self.add(&Self::slot_hashed(&hashed_address, &hashed_slot, after));
+        }
     }
 
     /// Adds a slot holding `value`; a zero value adds nothing.
@@ -346,21 +377,21 @@ mod tests {
         assert_eq!(
             h.checksum(),
             b256!("31be57e350304b95a51b18d6afd5b3a01988add845bcd71f7ced31d2bb34e8f4"),
-            "version 1's account element"
+            "version 2's account element"
         );
         assert_eq!(
             LatticeHash::index_entry(5, &a, Some(&U256::from(9))).checksum(),
             b256!("137c6ac523d9b01cf471393865a32fc94aa0c21ad67ffeb29888b7a2f6b7a79b"),
-            "version 1's key-index element"
+            "version 2's key-index element"
         );
     }
 
     #[test]
-    fn version_1_is_chacha12_under_the_derived_key() {
+    fn the_commitment_is_chacha12_under_the_derived_key_of_the_hashed_key() {
         use rand_core::{Rng as _, SeedableRng as _};
         let a = address!("1000000000000000000000000000000000000001");
         let s = state(3, 4);
-        let key = blake3::derive_key(ACCOUNT_CONTEXT, &account_encoding(&a, &s));
+        let key = blake3::derive_key(ACCOUNT_CONTEXT, &account_encoding(&keccak256(a), &s));
         let mut out = [0u8; 2048];
         chacha20::ChaCha12Rng::from_seed(key).fill_bytes(&mut out);
         assert_eq!(LatticeHash::account(&a, &s).to_bytes(), out.to_vec());
@@ -371,8 +402,32 @@ mod tests {
             Expansion::ChaCha8,
             Expansion::ChaCha20,
         ] {
-            assert_ne!(LatticeHash::account_with(other, &a, &s), v1, "{other:?}");
+            assert_ne!(
+                LatticeHash::account_with(other, &keccak256(a), &s),
+                v1,
+                "{other:?}"
+            );
         }
+    }
+
+    #[test]
+    fn an_element_named_by_its_keccak_is_the_element_of_its_preimage() {
+        let a = address!("1000000000000000000000000000000000000001");
+        let (slot, value) = (U256::from(7), U256::from(9));
+        assert_eq!(
+            LatticeHash::account(&a, &state(3, 4)),
+            LatticeHash::account_hashed(&keccak256(a), &state(3, 4))
+        );
+        assert_eq!(
+            LatticeHash::slot(&a, &slot, &value),
+            LatticeHash::slot_hashed(&keccak256(a), &keccak256(slot.to_be_bytes::<32>()), &value)
+        );
+        // A change moves the sum as subtracting and adding the elements by their keccak.
+        let mut moved = LatticeHash::zero();
+        moved.change_slot(&a, &slot, &U256::from(1), &value);
+        let mut expected = LatticeHash::slot(&a, &slot, &value);
+        expected.sub(&LatticeHash::slot(&a, &slot, &U256::from(1)));
+        assert_eq!(moved, expected);
     }
 
     #[test]

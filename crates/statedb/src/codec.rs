@@ -21,6 +21,7 @@ pub(crate) const PATH_LEN: usize = 33;
 const SIGNATURE_LEN: usize = 65;
 const HAS_SIGNATURE: u8 = 1;
 const HAS_ROOT: u8 = 2;
+const HAS_COMMITMENT: u8 = 4;
 
 pub(crate) const fn block_key(block: u64) -> [u8; 8] {
     block.to_be_bytes()
@@ -284,12 +285,19 @@ pub(crate) fn encode_header_row(header: &StoredHeader, out: &mut Vec<u8>) {
     if header.state_root.is_some() {
         flags |= HAS_ROOT;
     }
+    if header.commitment.is_some() {
+        flags |= HAS_COMMITMENT;
+    }
     out.push(flags);
     if let Some(signature) = &header.signature {
         out.extend_from_slice(&signature.as_bytes());
     }
     if let Some(root) = &header.state_root {
         out.extend_from_slice(root.as_slice());
+    }
+    if let Some(commitment) = &header.commitment {
+        out.extend_from_slice(commitment.lattice.as_slice());
+        out.extend_from_slice(&commitment.signature.as_bytes());
     }
     header.header.encode(out);
 }
@@ -301,7 +309,7 @@ pub(crate) fn decode_header_row(key: &[u8], bytes: &[u8]) -> Result<StoredHeader
     }
     let hash = B256::from_slice(&bytes[..32]);
     let flags = bytes[32];
-    if flags & !(HAS_SIGNATURE | HAS_ROOT) != 0 {
+    if flags & !(HAS_SIGNATURE | HAS_ROOT | HAS_COMMITMENT) != 0 {
         return Err(corrupt(format!("unknown flags {flags:#x}")));
     }
     let mut rest = &bytes[33..];
@@ -326,6 +334,18 @@ pub(crate) fn decode_header_row(key: &[u8], bytes: &[u8]) -> Result<StoredHeader
     } else {
         None
     };
+    let commitment = if flags & HAS_COMMITMENT != 0 {
+        if rest.len() < 32 + SIGNATURE_LEN {
+            return Err(corrupt("truncated state commitment".into()));
+        }
+        let lattice = B256::from_slice(&rest[..32]);
+        let signature = Signature::from_raw(&rest[32..32 + SIGNATURE_LEN])
+            .map_err(|e| corrupt(format!("commitment signature: {e}")))?;
+        rest = &rest[32 + SIGNATURE_LEN..];
+        Some(gigas_statediff::StateCommitment { lattice, signature })
+    } else {
+        None
+    };
     let header = Header::decode(&mut rest).map_err(|e| corrupt(format!("header RLP: {e}")))?;
     if !rest.is_empty() {
         return Err(corrupt(format!("{} bytes after the header", rest.len())));
@@ -335,6 +355,7 @@ pub(crate) fn decode_header_row(key: &[u8], bytes: &[u8]) -> Result<StoredHeader
         hash,
         signature,
         state_root,
+        commitment,
     })
 }
 
@@ -392,6 +413,34 @@ mod tests {
         assert_eq!(buf.len(), 1 + 1 + 1 + 8);
         assert!(decode_account(Table::HashedAccounts, &[], &[9]).is_err());
         assert!(decode_account(Table::HashedAccounts, &[], &[0, 0, 1]).is_err());
+    }
+
+    #[test]
+    fn header_rows_round_trip_with_every_optional_part() {
+        let signature = Signature::new(U256::from(3), U256::from(4), true);
+        let commitment = gigas_statediff::StateCommitment {
+            lattice: B256::repeat_byte(5),
+            signature: Signature::new(U256::from(6), U256::from(7), false),
+        };
+        let mut buf = Vec::new();
+        for bits in 0..8u8 {
+            let row = StoredHeader {
+                header: Header {
+                    number: 9,
+                    ..Header::default()
+                },
+                hash: B256::repeat_byte(1),
+                signature: (bits & 1 != 0).then_some(signature),
+                state_root: (bits & 2 != 0).then(|| B256::repeat_byte(2)),
+                commitment: (bits & 4 != 0).then_some(commitment),
+            };
+            encode_header_row(&row, &mut buf);
+            assert_eq!(decode_header_row(&[], &buf).unwrap(), row, "flags {bits}");
+            // Cut anywhere, the row is an error, not a shorter header.
+            for cut in [33, buf.len() - 1] {
+                assert!(decode_header_row(&[], &buf[..cut]).is_err(), "cut at {cut}");
+            }
+        }
     }
 
     #[test]

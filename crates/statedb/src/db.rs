@@ -386,7 +386,7 @@ mod tests {
                 header: &genesis,
                 hash,
                 signature: None,
-                lattice: None,
+                commitment: None,
             },
             std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
             16,
@@ -421,11 +421,18 @@ mod tests {
                 code_hash: alloy_primitives::KECCAK256_EMPTY,
             },
         );
-        let block = |lattice| GenesisBlock {
+        let block = |lattice: Option<alloy_primitives::B256>| GenesisBlock {
             header: &genesis,
             hash,
             signature: None,
-            lattice,
+            commitment: lattice.map(|lattice| gigas_statediff::StateCommitment {
+                lattice,
+                signature: alloy_primitives::Signature::new(
+                    alloy_primitives::U256::from(1),
+                    alloy_primitives::U256::from(1),
+                    false,
+                ),
+            }),
         };
         let e = db
             .apply_genesis(block(Some(LatticeHash::zero().checksum())), account(), 16)
@@ -472,6 +479,7 @@ mod tests {
                     changes: &gigas_primitives::ChangeSet::default(),
                     new_keys: &[],
                     lattice,
+                    commitment: None,
                 })
                 .unwrap();
         };
@@ -525,6 +533,7 @@ mod tests {
                         changes: &gigas_primitives::ChangeSet::default(),
                         new_keys: &[],
                         lattice: None,
+                        commitment: None,
                     })
                     .unwrap();
                 hashes.push(parent);
@@ -587,6 +596,7 @@ mod tests {
                     changes: &changes.build(),
                     new_keys: &new_keys,
                     lattice: None,
+                    commitment: None,
                 })
                 .unwrap();
             keys.extend(new_keys);
@@ -641,6 +651,7 @@ mod tests {
                     changes: &gigas_primitives::ChangeSet::default(),
                     new_keys: &[again],
                     lattice: None,
+                    commitment: None,
                 })
                 .unwrap_err();
             assert!(
@@ -666,6 +677,7 @@ mod tests {
                         changes: &changes.build(),
                         new_keys: &keys[2 * i..2 * i + 2],
                         lattice: None,
+                        commitment: None,
                     })
                     .unwrap();
                 replay_parent = *hash;

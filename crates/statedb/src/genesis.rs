@@ -83,7 +83,7 @@ impl StateDb {
         };
         let chunk_entries = chunk_entries.max(1);
         let mut entries = entries.into_iter();
-        let mut lattice = genesis.lattice.map(|_| LatticeHash::zero());
+        let mut lattice = genesis.commitment.map(|_| LatticeHash::zero());
         loop {
             let mut accounts = Vec::new();
             let mut slots = Vec::new();
@@ -129,7 +129,7 @@ impl StateDb {
             outcome.transactions += 1;
             txn = begin()?;
         }
-        if let (Some(signed), Some(sum)) = (genesis.lattice, &lattice) {
+        if let (Some(signed), Some(sum)) = (genesis.commitment.map(|c| c.lattice), &lattice) {
             // Before the head: a refused genesis leaves a database the next attempt clears.
             if sum.checksum() != signed {
                 return Err(StateDbError::Genesis(
@@ -156,6 +156,7 @@ impl StateDb {
                 hash: genesis.hash,
                 signature: genesis.signature,
                 state_root: Some(root.root),
+                commitment: genesis.commitment,
             },
             &mut buf,
         );
@@ -201,7 +202,7 @@ impl StateDb {
 }
 
 /// Empties every table but the layout version: what an interrupted genesis left.
-fn clear_all(dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
+pub(crate) fn clear_all(dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
     for &table in Table::ALL {
         if table != Table::Meta {
             txn.clear_db(dbs.get(table))

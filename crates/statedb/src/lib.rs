@@ -33,9 +33,9 @@
 //! | `TrieChangedStorages` | keccak(address) (32) | keccak(slot) (32) | DUPSORT, DUPFIXED |
 //! | `IndexedKeys` | index: u64 | address (20) or address ‖ slot (52) | |
 //! | `KeyIndices` | address (20) or address ‖ slot (52) | index: u64 | |
-//! | `Headers` | block: u64 | hash ‖ flags ‖ [signature (65)] ‖ [MPT root (32)] ‖ header RLP | |
+//! | `Headers` | block: u64 | hash ‖ flags ‖ [signature (65)] ‖ [MPT root (32)] ‖ [state commitment (32 ‖ 65)] ‖ header RLP | |
 //! | `HeaderNumbers` | hash (32) | block: u64 | |
-//! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len`, `lattice` (the state commitment's sum at the head, when kept) | |
+//! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len`, `lattice` (the state commitment's sum at the head, when kept), `bootstrap` (a snapshot being written: its block, manifest hash and chunks done) | |
 //!
 //! - **Compact account:** nonce length (1) ‖ nonce ‖ balance length (1) ‖ balance ‖ code
 //!   hash (32, only for an account with code), integers without leading zeros: 14 bytes for
@@ -193,6 +193,7 @@ mod metrics;
 mod persist;
 mod read;
 mod rows;
+mod snapshot;
 pub mod tables;
 mod trie;
 mod types;
@@ -204,6 +205,7 @@ mod writer;
 pub use db::StateDb;
 pub use error::StateDbError;
 pub use metrics::StateDbMetrics;
+pub use snapshot::{Bootstrap, BootstrapOutcome, BootstrapProgress, SnapshotEntries};
 pub use tables::{Dup, Table, SCHEMA_VERSION};
 pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;

@@ -77,7 +77,7 @@ gigas_mdbx::tables! {
         /// Headers of applied blocks, for `eth_getBlockByNumber`.
         Headers {
             key: "block: u64",
-            value: "hash (32) ‖ flags (1) ‖ [signature (65)] ‖ [MPT root (32)] ‖ header (RLP)",
+            value: "hash (32) ‖ flags (1) ‖ [signature (65)] ‖ [MPT root (32)] ‖ [commitment: lattice checksum (32) ‖ signature (65)] ‖ header (RLP)",
             dup: No
         },
         /// Block numbers by block hash (the sequencer's signed header hash), for
@@ -111,6 +111,9 @@ pub(crate) const META_INDEX_LEN: &[u8] = b"index_len";
 /// `Meta` key of the lattice hash of the state at the head (2,048 bytes; absent when the
 /// node does not keep the state commitment).
 pub(crate) const META_LATTICE: &[u8] = b"lattice";
+/// `Meta` key of a bootstrap from a snapshot under way: block (u64) ‖ manifest hash (32) ‖
+/// chunks written (u32). Present only while the database has no head.
+pub(crate) const META_BOOTSTRAP: &[u8] = b"bootstrap";
 /// The layout this build writes and reads (`Meta`'s `schema_version`).
 pub const SCHEMA_VERSION: u32 = 2;
 /// Tables of layout version 1 that version 2 no longer has (name, and their flags for opening

@@ -5,7 +5,7 @@ use std::time::Duration;
 use alloy_consensus::Header;
 use alloy_primitives::{Address, Bytes, Signature, B256, U256};
 use gigas_primitives::ChangeSet;
-use gigas_statediff::{StateKey, VerifiedDiff};
+use gigas_statediff::{StateCommitment, StateKey, VerifiedDiff};
 
 /// How often MDBX syncs a commit to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -295,6 +295,9 @@ pub struct StoredHeader {
     /// The Ethereum state root (MPT) this database computed after the block, when it computed
     /// one at that block.
     pub state_root: Option<B256>,
+    /// The sequencer's signed state commitment after the block, when the node keeps it: what
+    /// a snapshot of this block's state is checked against (`gigas-snapshot`).
+    pub commitment: Option<StateCommitment>,
 }
 
 /// One verified block, as [`crate::StateWriter::apply`] takes it.
@@ -313,6 +316,8 @@ pub struct BlockToApply<'a> {
     /// The lattice hash of the state after the block (`None`: the database stops keeping
     /// the state commitment).
     pub lattice: Option<&'a gigas_primitives::LatticeHash>,
+    /// The sequencer's signed commitment to `lattice`, stored with the header.
+    pub commitment: Option<StateCommitment>,
 }
 
 impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
@@ -324,6 +329,7 @@ impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
             changes: &diff.changes,
             new_keys: &diff.new_keys,
             lattice: diff.lattice.as_ref(),
+            commitment: diff.commitment,
         }
     }
 }
@@ -337,10 +343,10 @@ pub struct GenesisBlock<'a> {
     pub hash: B256,
     /// The sequencer's signature over it, if the chain file has one.
     pub signature: Option<Signature>,
-    /// Keep the state commitment, whose checksum at genesis the sequencer signed as this:
-    /// the genesis state's lattice hash is summed while it is written (seconds for millions
-    /// of accounts) and must give it, or no head is recorded. `None`: not kept.
-    pub lattice: Option<B256>,
+    /// Keep the state commitment, which the sequencer signed at genesis as this: the genesis
+    /// state's lattice hash is summed while it is written (seconds for millions of accounts)
+    /// and must give its checksum, or no head is recorded. `None`: not kept.
+    pub commitment: Option<StateCommitment>,
 }
 
 /// One item of a genesis stream. Each address has at most one `Account` entry, and a slot

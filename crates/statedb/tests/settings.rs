@@ -111,6 +111,7 @@ fn run(
                 changes: &changes,
                 new_keys: &keys,
                 lattice: None,
+                commitment: None,
             })
             .expect("applies");
         let elapsed = start.elapsed().as_secs_f64();

@@ -5,6 +5,7 @@
 //! DIR/diffs/N     the state diff of block N (a [`crate::DiffFile`]), never rewritten
 //! DIR/blocks/N    block N's transactions and receipts (a [`crate::BlockFile`])
 //! DIR/diffs/head  JSON {number, hash, stateChecksum} of the newest diff (rewritten each block)
+//! DIR/snapshots/  state snapshots, written by a full node (`gigas-snapshot`)
 //! DIR/keys.log    the writer's enumeration-index log (not published)
 //! DIR/lattice     the writer's state-commitment mark (not published; [`LatticeMark`])
 //! ```
@@ -66,6 +67,10 @@ pub enum ArchiveError {
         reason: &'static str,
     },
 }
+
+/// The archive's directory of state snapshots (`DIR/snapshots/`), which a full node writes
+/// (`gigas-fullnode --snapshot-dir DIR/snapshots`) and the archive's server serves.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
 
 /// What to do about a lost or damaged lattice mark.
 pub const LATTICE_REMEDY: &str = "rebuild it with the key log from a full node that follows \

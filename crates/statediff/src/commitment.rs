@@ -7,7 +7,7 @@
 //! against. The lattice hash commits to the state itself, and is kept from block to block at
 //! the cost of the block's changes: subtract each changed key's old element, add its new one,
 //! add an element per new key-index entry. The sequencer signs
-//! `keccak256("gigas/state-commitment/v1" ‖ block hash ‖ checksum of the lattice)` with the
+//! `keccak256("gigas/state-commitment/v2" ‖ block hash ‖ checksum of the lattice)` with the
 //! key that signs its headers, so a snapshot's manifest is checked with the block's header
 //! and this one signature.
 //!
@@ -27,7 +27,7 @@ use crate::key::{KeyIndex, StateKey};
 use crate::prior::PriorState;
 
 /// Domain of the signed message.
-pub const COMMITMENT_DOMAIN: &[u8] = b"gigas/state-commitment/v1";
+pub const COMMITMENT_DOMAIN: &[u8] = b"gigas/state-commitment/v2";
 
 /// A block's state commitment as its diff carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -609,3 +609,67 @@ pub async fn wait_for_block(url: &str, target: u64, limit: Duration) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A running nginx (Debian's `nginx-light`), stopped when dropped.
+pub struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts nginx in the foreground with everything under `dir`: `http` is added to its
+/// `http` block, and `servers(port)` gives the server blocks, the first listening on `port`
+/// (more may listen on ports of their own). Returns it and `http://127.0.0.1:port`.
+pub fn nginx(dir: &Path, http: &str, servers: impl FnOnce(u16) -> String) -> (Nginx, String) {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .expect("nginx is not installed: scripts/prerequisites.sh tests installs it (Debian's nginx-light)");
+    let port = gigas_launch::free_port().unwrap();
+    for sub in ["cache", "tmp"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let d = dir.display();
+    let servers = servers(port);
+    let conf = format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    log_format cache '$request $status $upstream_cache_status';
+    access_log {d}/access.log cache;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    uwsgi_temp_path {d}/tmp/uwsgi;
+    scgi_temp_path {d}/tmp/scgi;
+    {http}
+    {servers}
+}}
+"#
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = Command::new(nginx)
+        .arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-c")
+        .arg(&conf_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    let url = format!("http://127.0.0.1:{port}");
+    wait_until(Duration::from_secs(10), "nginx to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    (Nginx(child), url)
+}

@@ -615,6 +615,7 @@ impl<'db> StateWriter<'db> {
             hash: block.hash,
             signature: block.signature,
             state_root: None,
+            commitment: block.commitment,
         };
         let due = self.options.root_every > 0 && number.is_multiple_of(self.options.root_every);
         if !due {

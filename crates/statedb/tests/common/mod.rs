@@ -376,7 +376,7 @@ impl Chain {
             header: &self.parent,
             hash: self.hash,
             signature: None,
-            lattice: None,
+            commitment: None,
         }
     }
 
@@ -444,5 +444,6 @@ pub fn block<'a>(
         changes,
         new_keys: keys,
         lattice: None,
+        commitment: None,
     }
 }

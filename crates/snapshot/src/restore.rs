@@ -1,0 +1,144 @@
+//! Writing a checked snapshot into an empty state database: chunks in manifest order through
+//! [`gigas_statedb::Bootstrap`] (resumable), then the checks only the whole state allows and
+//! the head.
+//!
+//! Where the chunks come from is the caller's (the full node fetches them over HTTP; tests and
+//! `restore_dir` read a directory): every chunk given to [`Restore::write`] must have passed
+//! [`crate::verify_chunk`] against the manifest passed to [`Restore::start`].
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use alloy_primitives::{Address, B256, KECCAK256_EMPTY};
+use gigas_statedb::{Bootstrap, BootstrapOutcome, SnapshotEntries, StateDb, StoredHeader};
+
+use crate::error::SnapshotError;
+use crate::format::{manifest_id, verify_chunk, Manifest, MAX_MANIFEST_BYTES};
+
+/// A snapshot being written into a database.
+#[derive(Debug)]
+pub struct Restore<'db> {
+    db: &'db StateDb,
+    manifest: Manifest,
+    bootstrap: Bootstrap<'db>,
+}
+
+impl<'db> Restore<'db> {
+    /// Starts writing `manifest` (already verified) into `db`, or resumes where an earlier
+    /// start with the same manifest stopped. `id` is [`manifest_id`] of its bytes.
+    pub fn start(db: &'db StateDb, manifest: Manifest, id: B256) -> Result<Self, SnapshotError> {
+        let bootstrap = db.bootstrap(manifest.block(), id)?;
+        Ok(Self {
+            db,
+            manifest,
+            bootstrap,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The next chunk to write (chunks before it are in the database).
+    pub fn next_chunk(&self) -> u32 {
+        self.bootstrap.progress().chunks_done
+    }
+
+    /// Whether every chunk is written.
+    pub fn complete(&self) -> bool {
+        self.next_chunk() as usize >= self.manifest.chunks.len()
+    }
+
+    /// Writes the next chunk's entries (checked by [`crate::verify_chunk`]).
+    pub fn write(&mut self, chunk: u32, entries: &SnapshotEntries) -> Result<(), SnapshotError> {
+        self.bootstrap.write_chunk(chunk, entries)?;
+        Ok(())
+    }
+
+    /// Checks what no single chunk shows, then computes the state root (storing the trie)
+    /// and records block N as the head. Until this returns, the database has no head: no
+    /// part of the snapshot is ever served as state.
+    pub fn finish(self) -> Result<BootstrapOutcome, SnapshotError> {
+        if !self.complete() {
+            return Err(SnapshotError::Incomplete(format!(
+                "{} of {} chunks written",
+                self.next_chunk(),
+                self.manifest.chunks.len()
+            )));
+        }
+        // A code chunk adds nothing to the lattice hash, so a manifest could leave one out
+        // and still add up: every code an account names must have arrived.
+        let view = self.db.view()?;
+        let mut named = HashSet::new();
+        view.scan_accounts(|_, state| {
+            if state.code_hash != KECCAK256_EMPTY {
+                named.insert(state.code_hash);
+            }
+            ControlFlow::Continue(())
+        })?;
+        for hash in &named {
+            if view.code(hash)?.is_none() {
+                return Err(SnapshotError::Incomplete(format!(
+                    "an account's code {hash} is in no chunk of the snapshot"
+                )));
+            }
+        }
+        drop(view);
+        let m = &self.manifest;
+        let header = StoredHeader {
+            header: m.header.clone(),
+            hash: m.hash,
+            signature: Some(m.signature),
+            state_root: None,
+            commitment: Some(m.commitment),
+        };
+        Ok(self
+            .bootstrap
+            .finish(&header, m.index_len, Some(&m.lattice))?)
+    }
+}
+
+/// Reads and verifies the manifest of the snapshot at `block` under the snapshots directory
+/// `dir`, returning it with its identity.
+pub fn read_manifest(
+    dir: &Path,
+    block: u64,
+    sequencer: Address,
+) -> Result<(Manifest, B256), SnapshotError> {
+    let path = dir.join(block.to_string()).join("manifest");
+    let len = std::fs::metadata(&path)
+        .map_err(SnapshotError::io(&path))?
+        .len();
+    if len > MAX_MANIFEST_BYTES {
+        return Err(SnapshotError::Manifest(format!(
+            "{len} bytes, over the limit"
+        )));
+    }
+    let bytes = std::fs::read(&path).map_err(SnapshotError::io(&path))?;
+    let manifest = Manifest::decode(&bytes)?;
+    manifest.verify(sequencer)?;
+    Ok((manifest, manifest_id(&bytes)))
+}
+
+/// Bootstraps `db` from the snapshot at `block` in the local snapshots directory `dir`
+/// (a copy of a server's `snapshots/`), resuming an earlier start: every check the network
+/// path makes, without the network.
+pub fn restore_dir(
+    db: &StateDb,
+    dir: &Path,
+    block: u64,
+    sequencer: Address,
+) -> Result<BootstrapOutcome, SnapshotError> {
+    let (manifest, id) = read_manifest(dir, block, sequencer)?;
+    let mut restore = Restore::start(db, manifest, id)?;
+    while !restore.complete() {
+        let chunk = restore.next_chunk();
+        let path = dir.join(block.to_string()).join(chunk.to_string());
+        let bytes = std::fs::read(&path).map_err(SnapshotError::io(&path))?;
+        let entries = verify_chunk(restore.manifest(), chunk, &bytes)?;
+        restore.write(chunk, &entries)?;
+    }
+    restore.finish()
+}

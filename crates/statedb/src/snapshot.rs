@@ -1,0 +1,431 @@
+//! What a state snapshot needs of the database: reading the state in key order from one
+//! consistent view ([`StateView::scan_accounts`] and its siblings), and writing a snapshot's
+//! state into an empty database in bulk ([`Bootstrap`]).
+//!
+//! The file formats, and every check of what a snapshot holds, are `gigas-snapshot`'s: this
+//! module trusts what it is given, as the writer does, and only refuses what would break the
+//! tables (entries out of key order, which MDBX's append refuses too).
+
+use std::borrow::Cow;
+use std::ops::ControlFlow;
+use std::time::Instant;
+
+use alloy_primitives::{B256, U256};
+use gigas_mdbx::StoreError as _;
+use gigas_primitives::{AccountState, LatticeHash};
+use gigas_statediff::{ChainTip, StateKey};
+use signet_libmdbx::tx::aliases::RwTxUnsync;
+use signet_libmdbx::WriteFlags;
+use tracing::info;
+
+use crate::codec;
+use crate::db::{write_meta_tip, StateDb, WriteLock};
+use crate::error::StateDbError;
+use crate::read::Dbs;
+use crate::tables::{Table, META_BOOTSTRAP};
+use crate::trie::root;
+use crate::types::StoredHeader;
+use crate::view::StateView;
+
+type Row<'a> = Option<(Cow<'a, [u8]>, Cow<'a, [u8]>)>;
+
+fn hashed_key(table: Table, bytes: &[u8]) -> Result<B256, StateDbError> {
+    <[u8; 32]>::try_from(bytes)
+        .map(B256::from)
+        .map_err(|_| StateDbError::corrupt(table.name(), bytes, "key is not 32 bytes"))
+}
+
+impl StateView<'_> {
+    /// Every account, in keccak(address) order, until `f` breaks.
+    pub fn scan_accounts(
+        &self,
+        mut f: impl FnMut(&B256, &AccountState) -> ControlFlow<()>,
+    ) -> Result<(), StateDbError> {
+        let table = Table::HashedAccounts;
+        self.scan(table, |k, v| {
+            let key = hashed_key(table, k)?;
+            Ok(f(&key, &codec::decode_account(table, k, v)?))
+        })
+    }
+
+    /// Every nonzero slot, by keccak(address) then keccak(slot), until `f` breaks.
+    pub fn scan_slots(
+        &self,
+        mut f: impl FnMut(&B256, &B256, &U256) -> ControlFlow<()>,
+    ) -> Result<(), StateDbError> {
+        let table = Table::HashedStorages;
+        self.scan(table, |k, v| {
+            let address = hashed_key(table, k)?;
+            let (slot, value) = codec::decode_slot(table, k, v)?;
+            Ok(f(&address, &slot, &value))
+        })
+    }
+
+    /// Every contract code by its hash, in hash order, until `f` breaks.
+    pub fn scan_codes(
+        &self,
+        mut f: impl FnMut(&B256, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StateDbError> {
+        let table = Table::Bytecodes;
+        self.scan(table, |k, v| Ok(f(&hashed_key(table, k)?, v)))
+    }
+
+    /// Every entry of the key index, in index order, until `f` breaks.
+    pub fn scan_index(
+        &self,
+        mut f: impl FnMut(u64, &StateKey) -> ControlFlow<()>,
+    ) -> Result<(), StateDbError> {
+        let table = Table::IndexedKeys;
+        self.scan(table, |k, v| {
+            let index = codec::decode_u64(table, k, k)?;
+            Ok(f(index, &codec::decode_state_key(k, v)?))
+        })
+    }
+
+    fn scan(
+        &self,
+        table: Table,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<ControlFlow<()>, StateDbError>,
+    ) -> Result<(), StateDbError> {
+        let mut c = self
+            .txn()
+            .cursor(self.dbs().get(table))
+            .map_err(StateDbError::mdbx("open a scan cursor"))?;
+        let mut row: Row<'_> = c.first().map_err(StateDbError::read(table.name()))?;
+        while let Some((k, v)) = row {
+            if f(&k, &v)?.is_break() {
+                return Ok(());
+            }
+            // MDBX_NEXT steps through a DUPSORT key's duplicates before the next key.
+            row = c.next().map_err(StateDbError::read(table.name()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The entries of one chunk of a snapshot, in the order they are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotEntries {
+    /// Accounts by keccak(address), ascending.
+    Accounts(Vec<(B256, AccountState)>),
+    /// Nonzero slots by keccak(address) then keccak(slot), ascending.
+    Slots(Vec<(B256, B256, U256)>),
+    /// Contract code by hash, ascending.
+    Codes(Vec<(B256, Vec<u8>)>),
+    /// Key-index entries from `first` on, consecutive.
+    Index {
+        /// The index of the first key.
+        first: u64,
+        /// The keys.
+        keys: Vec<StateKey>,
+    },
+}
+
+/// Which snapshot a bootstrap is writing, and how far it got: kept in `Meta` so that a
+/// bootstrap stopped at any point resumes at its first unwritten chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BootstrapProgress {
+    /// The snapshot's block.
+    pub block: u64,
+    /// The snapshot's identity (the hash of its manifest).
+    pub manifest: B256,
+    /// Chunks written, in manifest order.
+    pub chunks_done: u32,
+}
+
+impl BootstrapProgress {
+    fn encode(&self) -> [u8; 44] {
+        let mut out = [0u8; 44];
+        out[..8].copy_from_slice(&self.block.to_be_bytes());
+        out[8..40].copy_from_slice(self.manifest.as_slice());
+        out[40..].copy_from_slice(&self.chunks_done.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, StateDbError> {
+        let bytes: &[u8; 44] = bytes.try_into().map_err(|_| {
+            StateDbError::corrupt(
+                Table::Meta.name(),
+                META_BOOTSTRAP,
+                format!("{} bytes, not 44", bytes.len()),
+            )
+        })?;
+        let mut block = [0u8; 8];
+        block.copy_from_slice(&bytes[..8]);
+        let mut done = [0u8; 4];
+        done.copy_from_slice(&bytes[40..]);
+        Ok(Self {
+            block: u64::from_be_bytes(block),
+            manifest: B256::from_slice(&bytes[8..40]),
+            chunks_done: u32::from_be_bytes(done),
+        })
+    }
+}
+
+/// What a finished bootstrap wrote.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BootstrapOutcome {
+    /// The head it recorded.
+    pub tip: ChainTip,
+    /// The MPT state root computed from the written state.
+    pub state_root: B256,
+    /// Seconds the root (and the trie's nodes) took.
+    pub root_seconds: f64,
+}
+
+/// Writes a snapshot's state into a database that has no head, chunk by chunk, each chunk in
+/// one MDBX transaction with the progress record, so a crash loses at most the chunk being
+/// written. Holds the database's write side ([`StateDbError::WriterBusy`] for anyone else).
+pub struct Bootstrap<'db> {
+    db: &'db StateDb,
+    _lock: WriteLock<'db>,
+    progress: BootstrapProgress,
+    /// The last slot written, which decides between appending a key and appending a
+    /// duplicate (from the table itself after a resume).
+    last_slot: Option<(B256, B256)>,
+}
+
+impl std::fmt::Debug for Bootstrap<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateDb {
+    /// The bootstrap under way in this database, if one was started and not finished.
+    pub fn bootstrap_progress(&self) -> Result<Option<BootstrapProgress>, StateDbError> {
+        let view = self.view()?;
+        crate::read::get(self.dbs(), view.txn(), Table::Meta, META_BOOTSTRAP)?
+            .map(|v| BootstrapProgress::decode(&v))
+            .transpose()
+    }
+
+    /// Starts writing the snapshot of `block` whose manifest hashes to `manifest`, or resumes
+    /// it where it stopped. A database with a head is refused
+    /// ([`StateDbError::AlreadyInitialized`]); one holding the start of another snapshot, or
+    /// of an interrupted genesis, is emptied first.
+    pub fn bootstrap(&self, block: u64, manifest: B256) -> Result<Bootstrap<'_>, StateDbError> {
+        let lock = self.lock_writer()?;
+        if let Some(tip) = self.head()? {
+            return Err(StateDbError::AlreadyInitialized { head: tip.number });
+        }
+        let progress = match self.bootstrap_progress()? {
+            Some(p) if p.block == block && p.manifest == manifest => p,
+            _ => {
+                let txn = self.begin_rw("begin a bootstrap transaction")?;
+                crate::genesis::clear_all(self.dbs(), &txn)?;
+                let fresh = BootstrapProgress {
+                    block,
+                    manifest,
+                    chunks_done: 0,
+                };
+                put_progress(self.dbs(), &txn, &fresh)?;
+                txn.commit()
+                    .map_err(StateDbError::mdbx("commit a bootstrap's start"))?;
+                fresh
+            }
+        };
+        let last_slot = {
+            let view = self.view()?;
+            let mut c = view
+                .txn()
+                .cursor(self.dbs().get(Table::HashedStorages))
+                .map_err(StateDbError::mdbx("open a HashedStorages cursor"))?;
+            let row: Row<'_> = c.last().map_err(StateDbError::read("HashedStorages"))?;
+            match row {
+                Some((k, v)) => {
+                    let (slot, _) = codec::decode_slot(Table::HashedStorages, &k, &v)?;
+                    Some((hashed_key(Table::HashedStorages, &k)?, slot))
+                }
+                None => None,
+            }
+        };
+        Ok(Bootstrap {
+            db: self,
+            _lock: lock,
+            progress,
+            last_slot,
+        })
+    }
+
+    fn begin_rw(&self, op: &'static str) -> Result<RwTxUnsync, StateDbError> {
+        self.env().begin_rw_unsync().map_err(StateDbError::mdbx(op))
+    }
+}
+
+fn put_progress(
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    progress: &BootstrapProgress,
+) -> Result<(), StateDbError> {
+    txn.put(
+        dbs.get(Table::Meta),
+        META_BOOTSTRAP,
+        progress.encode(),
+        WriteFlags::empty(),
+    )
+    .map_err(StateDbError::mdbx("write the bootstrap's progress"))
+}
+
+impl Bootstrap<'_> {
+    /// How far it got.
+    pub fn progress(&self) -> BootstrapProgress {
+        self.progress
+    }
+
+    /// Writes chunk number `chunk`, which must be the next one, and records it as done in the
+    /// same transaction.
+    pub fn write_chunk(
+        &mut self,
+        chunk: u32,
+        entries: &SnapshotEntries,
+    ) -> Result<(), StateDbError> {
+        if chunk != self.progress.chunks_done {
+            return Err(StateDbError::Invariant {
+                what: format!(
+                    "bootstrap chunk {chunk} written after {} chunks",
+                    self.progress.chunks_done
+                ),
+            });
+        }
+        let dbs = *self.db.dbs();
+        let txn = self.db.begin_rw("begin a bootstrap chunk")?;
+        let mut buf = Vec::with_capacity(128);
+        let append = StateDbError::mdbx;
+        let mut last_slot = self.last_slot;
+        match entries {
+            SnapshotEntries::Accounts(accounts) => {
+                let mut c = txn
+                    .cursor(dbs.get(Table::HashedAccounts))
+                    .map_err(append("open a HashedAccounts cursor"))?;
+                for (key, state) in accounts {
+                    codec::encode_account(state, &mut buf);
+                    c.append(key.as_slice(), &buf)
+                        .map_err(append("append to HashedAccounts (keys out of order?)"))?;
+                }
+            }
+            SnapshotEntries::Slots(slots) => {
+                let mut c = txn
+                    .cursor(dbs.get(Table::HashedStorages))
+                    .map_err(append("open a HashedStorages cursor"))?;
+                for (address, slot, value) in slots {
+                    codec::encode_slot(slot, value, &mut buf);
+                    let same = last_slot.is_some_and(|(a, _)| a == *address);
+                    if same {
+                        c.append_dup(address.as_slice(), &buf)
+                            .map_err(append("append to HashedStorages (slots out of order?)"))?;
+                    } else {
+                        c.append(address.as_slice(), &buf)
+                            .map_err(append("append to HashedStorages (keys out of order?)"))?;
+                    }
+                    last_slot = Some((*address, *slot));
+                }
+            }
+            SnapshotEntries::Codes(codes) => {
+                let mut c = txn
+                    .cursor(dbs.get(Table::Bytecodes))
+                    .map_err(append("open a Bytecodes cursor"))?;
+                for (hash, code) in codes {
+                    c.append(hash.as_slice(), code)
+                        .map_err(append("append to Bytecodes (hashes out of order?)"))?;
+                }
+            }
+            SnapshotEntries::Index { first, keys } => {
+                let indexed = dbs.get(Table::IndexedKeys);
+                let indices = dbs.get(Table::KeyIndices);
+                for (i, key) in keys.iter().enumerate() {
+                    let index = first + i as u64;
+                    let bytes = codec::encode_state_key(key);
+                    txn.append(indexed, index.to_be_bytes(), &bytes)
+                        .map_err(append("append to IndexedKeys (indices out of order?)"))?;
+                    // By key the index is in no useful order: an ordinary put.
+                    txn.put(
+                        indices,
+                        &bytes,
+                        index.to_be_bytes(),
+                        WriteFlags::NO_OVERWRITE,
+                    )
+                    .map_err(append("write KeyIndices (a key indexed twice?)"))?;
+                }
+            }
+        }
+        let next = BootstrapProgress {
+            chunks_done: chunk + 1,
+            ..self.progress
+        };
+        put_progress(&dbs, &txn, &next)?;
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit a bootstrap chunk"))?;
+        self.progress = next;
+        self.last_slot = last_slot;
+        Ok(())
+    }
+
+    /// Computes the state root of everything written (storing the whole trie), then records
+    /// `header` as the head with the key index's length and the state's lattice hash, and
+    /// forgets the progress, in one last transaction: until it commits, the database has no
+    /// head and nothing of the snapshot is served. The caller has checked the state against
+    /// the commitment in `header`.
+    pub fn finish(
+        self,
+        header: &StoredHeader,
+        index_len: u64,
+        lattice: Option<&LatticeHash>,
+    ) -> Result<BootstrapOutcome, StateDbError> {
+        let dbs = *self.db.dbs();
+        let txn = self.db.begin_rw("begin the bootstrap's last transaction")?;
+        let start = Instant::now();
+        let root = root::rebuild_root(&dbs, &txn)?;
+        let root_seconds = start.elapsed().as_secs_f64();
+        let number = header.header.number;
+        let tip = ChainTip {
+            number,
+            hash: header.hash,
+            state_checksum: header.header.state_root,
+        };
+        let mut row = header.clone();
+        row.state_root = Some(root.root);
+        let mut buf = Vec::new();
+        codec::encode_header_row(&row, &mut buf);
+        txn.put(
+            dbs.get(Table::Headers),
+            codec::block_key(number),
+            &buf,
+            WriteFlags::empty(),
+        )
+        .map_err(StateDbError::mdbx("write Headers"))?;
+        txn.put(
+            dbs.get(Table::HeaderNumbers),
+            header.hash,
+            codec::block_key(number),
+            WriteFlags::empty(),
+        )
+        .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
+        write_meta_tip(
+            &dbs,
+            &txn,
+            &tip,
+            index_len,
+            Some((number, root.root)),
+            true,
+            lattice,
+        )?;
+        txn.del(dbs.get(Table::Meta), META_BOOTSTRAP, None)
+            .map_err(StateDbError::mdbx("clear the bootstrap's progress"))?;
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit the bootstrap's head"))?;
+        self.db
+            .metrics()
+            .last_root_block
+            .set(i64::try_from(number).unwrap_or(i64::MAX));
+        self.db.refresh_size_metrics();
+        info!(block = number, root = %root.root, root_seconds, "snapshot state recorded as the head");
+        Ok(BootstrapOutcome {
+            tip,
+            state_root: root.root,
+            root_seconds,
+        })
+    }
+}

@@ -1,0 +1,392 @@
+//! Snapshot sync end to end, with real processes on loopback: a sequencer under load, a
+//! full node beside it that replays every diff and writes snapshots into the sequencer's
+//! archive (`--snapshot-every`), and new nodes that start from those snapshots
+//! (`--bootstrap snapshot`) through the sequencer, through nginx serving the archive
+//! directory as plain files, and through a source that serves a forged manifest and
+//! damaged, truncated and missing chunks.
+
+mod common;
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use alloy_primitives::{B256, U256};
+use alloy_signer::SignerSync;
+use common::{head, Load, Process, Touched};
+use gigas_primitives::AccountState;
+use gigas_statedb::{StateDb, StateDbOptions};
+use gigas_statediff::StateKey;
+
+const CHUNK: &str = "2KiB";
+
+/// A sequencer, a load, and a replaying full node that writes a snapshot every 8 blocks
+/// into the sequencer's archive; returns once a snapshot holds the load's state.
+struct Setup {
+    dir: tempfile::TempDir,
+    seq: Process,
+    replay: Process,
+    touched: Touched,
+    snapshot: u64,
+}
+
+fn archive(dir: &Path) -> PathBuf {
+    dir.join("seq").join("archive")
+}
+
+async fn setup(seed: u64) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let seq = Process::sequencer(&dir.path().join("seq"));
+    let snapshots = archive(dir.path()).join("snapshots");
+    let groups = ["--commit-blocks", "4", "--commit-interval", "200ms"];
+    let snapshot_dir = snapshots.display().to_string();
+    let mut args = vec!["--snapshot-every", "8", "--snapshot-dir", &snapshot_dir];
+    args.extend(["--snapshot-chunk-size", CHUNK]);
+    args.extend(groups);
+    let mut replay = Process::fullnode(&dir.path().join("fn-replay"), &seq.url, &args);
+    let load = Load::start(&seq.url, 4, seed).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let touched = load.stop(&seq.url).await;
+    let target = head(&seq.url).await;
+    // A snapshot of a block after the load: the snapshot holds what it wrote.
+    let mut snapshot = 0;
+    common::wait_until(Duration::from_secs(60), "a snapshot past the load", || {
+        snapshot = gigas_snapshot::read_head(&snapshots)
+            .ok()
+            .flatten()
+            .map_or(0, |h| h.number);
+        snapshot >= target
+    });
+    // The same node follows on without writing more: the snapshot stays the newest, so
+    // that each test knows which one a new node takes.
+    replay.interrupt();
+    let replay = Process::fullnode(&dir.path().join("fn-replay"), &seq.url, &groups);
+    Setup {
+        dir,
+        seq,
+        replay,
+        touched,
+        snapshot,
+    }
+}
+
+/// Everything a state database holds, in key order (headers apart: a bootstrapped node
+/// holds none before its snapshot).
+type Contents = (
+    Vec<(B256, AccountState)>,
+    Vec<(B256, B256, U256)>,
+    Vec<(B256, Vec<u8>)>,
+    Vec<(u64, StateKey)>,
+);
+
+fn contents(db: &StateDb) -> Contents {
+    let view = db.view().unwrap();
+    let mut out: Contents = Default::default();
+    view.scan_accounts(|k, s| {
+        out.0.push((*k, *s));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    view.scan_slots(|a, s, v| {
+        out.1.push((*a, *s, *v));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    view.scan_codes(|h, c| {
+        out.2.push((*h, c.to_vec()));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    view.scan_index(|i, k| {
+        out.3.push((i, *k));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    out
+}
+
+/// Stops the sequencer, lets both nodes reach its last block, stops them, and compares
+/// their databases key for key and root for root.
+async fn assert_same_databases(setup: &mut Setup, other: &mut Process, other_dir: &Path) {
+    setup.seq.interrupt();
+    let mut last = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = (head(&setup.replay.url).await, head(&other.url).await);
+        if now.0 == now.1 && now == last {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the nodes never met: {now:?}"
+        );
+        last = now;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    setup.replay.interrupt();
+    other.interrupt();
+    let a = StateDb::open(
+        &setup.dir.path().join("fn-replay/state"),
+        StateDbOptions::default(),
+    )
+    .unwrap();
+    let b = StateDb::open(&other_dir.join("state"), StateDbOptions::default()).unwrap();
+    assert_eq!(a.head().unwrap(), b.head().unwrap(), "one head");
+    let (ca, cb) = (contents(&a), contents(&b));
+    assert!(
+        ca.0.len() > 20 && !ca.1.is_empty() && !ca.3.is_empty(),
+        "a state to compare"
+    );
+    assert_eq!(ca, cb, "key for key");
+    let (va, vb) = (a.view().unwrap(), b.view().unwrap());
+    assert_eq!(
+        va.lattice().unwrap(),
+        vb.lattice().unwrap(),
+        "the same commitment"
+    );
+    let root = va.state_root_from_scratch().unwrap();
+    assert_eq!(root, vb.state_root_from_scratch().unwrap(), "root for root");
+    assert_eq!(
+        vb.last_root().unwrap().map(|r| r.1),
+        Some(root),
+        "the kept root"
+    );
+}
+
+/// nginx serving the archive directory as plain files (`good`), and the same files with a
+/// forged manifest and damaged chunks (`bad`), on two ports.
+fn serve_statically(
+    dir: &Path,
+    good_root: &Path,
+    bad_root: &Path,
+) -> (common::Nginx, String, String) {
+    let bad_port = gigas_launch::free_port().unwrap();
+    let (nginx, good) = common::nginx(dir, "default_type application/octet-stream;", |port| {
+        format!(
+            r#"
+    server {{ listen 127.0.0.1:{port}; root {}; etag on; }}
+    server {{ listen 127.0.0.1:{bad_port}; root {}; }}"#,
+            good_root.display(),
+            bad_root.display()
+        )
+    });
+    common::wait_until(Duration::from_secs(10), "nginx's second port", || {
+        std::net::TcpStream::connect(("127.0.0.1", bad_port)).is_ok()
+    });
+    (nginx, good, format!("http://127.0.0.1:{bad_port}"))
+}
+
+/// A copy of snapshot `block` under `to/snapshots/` whose manifest's header is signed by
+/// another key, and whose chunks 0, 2 and 4 are flipped, cut short and missing (chunk `k`
+/// is asked of source `k mod 2` first: these come from the bad source first).
+fn damaged_copy(from: &Path, to: &Path, block: u64) {
+    let src = from.join(block.to_string());
+    let dst = to.join("snapshots").join(block.to_string());
+    std::fs::create_dir_all(&dst).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    std::fs::copy(from.join("head"), to.join("snapshots").join("head")).unwrap();
+    let mut manifest =
+        gigas_snapshot::Manifest::decode(&std::fs::read(dst.join("manifest")).unwrap()).unwrap();
+    assert!(
+        manifest.chunks.len() >= 5,
+        "{} chunks: too few to damage",
+        manifest.chunks.len()
+    );
+    let other = alloy_signer_local::PrivateKeySigner::random();
+    manifest.signature = other.sign_hash_sync(&manifest.hash).unwrap();
+    std::fs::write(dst.join("manifest"), manifest.encode()).unwrap();
+    let mut flipped = std::fs::read(dst.join("0")).unwrap();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0x40;
+    std::fs::write(dst.join("0"), flipped).unwrap();
+    let cut = std::fs::read(dst.join("2")).unwrap();
+    std::fs::write(dst.join("2"), &cut[..cut.len() - 7]).unwrap();
+    std::fs::remove_file(dst.join("4")).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_bootstrapped_from_a_snapshot_equals_one_that_replayed_every_diff() {
+    let mut setup = setup(31).await;
+    let block = setup.snapshot;
+    let snapshots = archive(setup.dir.path()).join("snapshots");
+
+    // The sequencer serves the files its archive holds, immutable, with ETags.
+    let client = reqwest::Client::new();
+    let url = format!("{}/snapshots/{block}/manifest", setup.seq.url);
+    let answer = client.get(&url).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
+    let etag = answer.headers()["etag"].to_str().unwrap().to_string();
+    assert_eq!(
+        answer.bytes().await.unwrap().to_vec(),
+        std::fs::read(snapshots.join(block.to_string()).join("manifest")).unwrap()
+    );
+    let again = client
+        .get(&url)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    for bad in [
+        "/snapshots/../keys.log",
+        "/snapshots/01/manifest",
+        "/snapshots/1/x",
+    ] {
+        let answer = client
+            .get(format!("{}{bad}", setup.seq.url))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            answer.status().is_client_error(),
+            "{bad}: {}",
+            answer.status()
+        );
+    }
+
+    // Through the bad source first, then nginx over the archive directory.
+    let bad_root = setup.dir.path().join("bad");
+    damaged_copy(&snapshots, &bad_root, block);
+    let (_nginx, good, bad) = serve_statically(
+        &setup.dir.path().join("nginx"),
+        &archive(setup.dir.path()),
+        &bad_root,
+    );
+    let boot_dir = setup.dir.path().join("fn-boot");
+    let mut boot = Process::fullnode(
+        &boot_dir,
+        &setup.seq.url,
+        &[
+            "--bootstrap",
+            "snapshot",
+            "--snapshot-source",
+            &bad,
+            "--snapshot-source",
+            &good,
+        ],
+    );
+    let log = boot.log_text();
+    assert!(
+        log.contains("snapshot manifest refused"),
+        "the forged manifest:\n{log}"
+    );
+    assert!(
+        log.contains("snapshot chunk refused"),
+        "the damaged chunks:\n{log}"
+    );
+    assert!(log.contains("bootstrapped from a snapshot"), "{log}");
+    assert_eq!(boot.metric("gigas_fullnode_bootstrap_phase"), Some(4.0));
+    assert_eq!(
+        boot.metric("gigas_fullnode_bootstrap_block"),
+        Some(block as f64)
+    );
+    boot.assert_metric_at_least(
+        "gigas_fullnode_bootstrap_refused_total",
+        2.0,
+        "chunks 0 and 2",
+    );
+    assert!(head(&boot.url).await >= block);
+
+    // It follows on, and serves the sequencer's state.
+    let target = head(&setup.seq.url).await;
+    common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
+    common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
+    assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_killed_part_way_serves_nothing_and_resumes_where_it_stopped() {
+    let mut setup = setup(37).await;
+    let root = archive(setup.dir.path());
+    // nginx over the archive, with chunk 3 of every snapshot served at a byte a second:
+    // the bootstrap writes chunks 0 to 2 and waits there.
+    let (_nginx, slow) = common::nginx(
+        &setup.dir.path().join("nginx"),
+        "default_type application/octet-stream;",
+        |port| {
+            format!(
+                r#"
+    server {{
+        listen 127.0.0.1:{port};
+        root {};
+        location ~ ^/snapshots/[0-9]+/3$ {{ limit_rate 1; }}
+    }}"#,
+                root.display()
+            )
+        },
+    );
+    let boot_dir = setup.dir.path().join("fn-boot");
+    let (rpc_port, metrics_port) = (
+        gigas_launch::free_port().unwrap(),
+        gigas_launch::free_port().unwrap(),
+    );
+    let log = boot_dir.with_extension("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gigas-fullnode"))
+        .args([
+            "--dev",
+            "--sequencer",
+            &setup.seq.url,
+            "--bootstrap",
+            "snapshot",
+        ])
+        .args([
+            "--snapshot-source",
+            &slow,
+            "--datadir",
+            &boot_dir.display().to_string(),
+        ])
+        .args(["--http.port", &rpc_port.to_string()])
+        .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let metrics = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let written = |text: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with("gigas_fullnode_bootstrap_chunks_written "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    common::wait_until(Duration::from_secs(60), "chunks 0 to 2 written", || {
+        common::reqwest::blocking_get(&metrics).is_some_and(|t| written(&t) >= 3.0)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let text = common::reqwest::blocking_get(&metrics).unwrap_or_default();
+    assert_eq!(written(&text), 3.0, "chunk 3 holds the rest back:\n{text}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", rpc_port)).is_err(),
+        "nothing is served as state during a bootstrap"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    {
+        let db = StateDb::open(&boot_dir.join("state"), StateDbOptions::default()).unwrap();
+        assert_eq!(db.head().unwrap(), None, "no head after a kill part-way");
+        let progress = db
+            .bootstrap_progress()
+            .unwrap()
+            .expect("the bootstrap's progress");
+        assert_eq!((progress.block, progress.chunks_done), (setup.snapshot, 3));
+    }
+
+    // Started again from the sequencer: it resumes at chunk 3 of the same snapshot.
+    let mut boot = Process::fullnode(&boot_dir, &setup.seq.url, &["--bootstrap", "snapshot"]);
+    let text = boot.log_text();
+    assert!(text.contains("resuming the bootstrap"), "{text}");
+    assert_eq!(boot.metric("gigas_fullnode_bootstrap_phase"), Some(4.0));
+    let target = head(&setup.seq.url).await;
+    common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
+    common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
+    assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
+}
