@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod blockstm;
+pub mod bootstrap;
 pub mod commitment;
 pub mod diffs;
 pub mod experiments;

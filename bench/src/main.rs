@@ -11,7 +11,9 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use eyre::Result;
-use gigas_bench::{blockstm, commitment, diffs, experiments, fullnode, fuzz, jit, load, storage};
+use gigas_bench::{
+    blockstm, bootstrap, commitment, diffs, experiments, fullnode, fuzz, jit, load, storage,
+};
 
 /// Gigas macro-benchmarks.
 #[derive(Debug, Parser)]
@@ -62,6 +64,11 @@ enum Command {
     /// per element, per change and per transfer of Zipf blocks, on one core and on all,
     /// against 3 % of the sequencer's CPU at the ramp's maximum rate.
     Commitment(commitment::CommitmentArgs),
+    /// A new full node from a snapshot: the snapshot written from a state of 10M accounts
+    /// (`--slots 10000000` for the mix state), served by nginx on loopback, and bootstrapped
+    /// under an 8 GiB cgroup: production time and CPU, bytes per account and slot, and the
+    /// bootstrap split into manifest, fetch/verify/write and merkleize.
+    Bootstrap(bootstrap::BootstrapArgs),
 }
 
 fn main() -> Result<()> {
@@ -96,6 +103,9 @@ fn main() -> Result<()> {
         }
         Command::Commitment(args) => {
             commitment::run(&args)?;
+        }
+        Command::Bootstrap(args) => {
+            bootstrap::run(&args)?;
         }
     }
     Ok(())

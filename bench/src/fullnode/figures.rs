@@ -24,6 +24,9 @@ pub struct GenesisInfo {
     /// a cache written without it is written again for a recording with one.
     #[serde(default)]
     pub state_commitment: bool,
+    /// The state commitment's version the database's sum is of (0 before the field).
+    #[serde(default)]
+    pub commitment_version: u32,
     /// Seconds `gigas_fullnode::genesis::initialize` took (checking diff 0, writing the
     /// state, computing the root and storing the whole trie).
     pub seconds: f64,

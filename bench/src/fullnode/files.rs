@@ -88,7 +88,10 @@ pub(super) fn ensure_genesis_db(
             Some(mut info)
                 if info.chain_fingerprint == recording.chain_fingerprint
                     && info.layout_version == gigas_statedb::SCHEMA_VERSION
-                    && info.state_commitment == commitment =>
+                    && info.state_commitment == commitment
+                    && (!commitment
+                        || info.commitment_version
+                            == gigas_statediff::commitment::COMMITMENT_VERSION) =>
             {
                 info.dir = root.join("db");
                 println!(
@@ -138,6 +141,7 @@ pub(super) fn ensure_genesis_db(
         chain_fingerprint: recording.chain_fingerprint.clone(),
         layout_version: gigas_statedb::SCHEMA_VERSION,
         state_commitment: commitment,
+        commitment_version: gigas_statediff::commitment::COMMITMENT_VERSION,
         seconds,
         accounts: outcome.accounts,
         slots: outcome.slots,

@@ -12,14 +12,14 @@ use super::figures::CgroupFigures;
 /// This process inside a limited cgroup; dropping it moves the process back and removes the
 /// cgroup.
 #[derive(Debug)]
-pub(super) struct Limited {
+pub(crate) struct Limited {
     cgroup: Option<MemoryCgroup>,
 }
 
 impl Limited {
     /// Creates a cgroup named after `name` with `limit` bytes and moves this process (every
     /// thread) into it.
-    pub(super) fn enter(name: &str, limit: u64) -> Result<Self> {
+    pub(crate) fn enter(name: &str, limit: u64) -> Result<Self> {
         let mut cgroup = MemoryCgroup::create(name, limit)
             .map_err(|e| eyre!("a memory limit of {limit} bytes for the run: {e}"))?;
         cgroup
@@ -37,7 +37,7 @@ impl Limited {
     }
 
     /// Major faults charged to the cgroup so far.
-    pub(super) fn major_faults(&self) -> Result<u64> {
+    pub(crate) fn major_faults(&self) -> Result<u64> {
         let cgroup = self.cgroup()?;
         Ok(cgroup
             .stat()
@@ -46,7 +46,7 @@ impl Limited {
     }
 
     /// The accounting now, with the major faults since `faults_before`.
-    pub(super) fn figures(&self, faults_before: u64) -> Result<CgroupFigures> {
+    pub(crate) fn figures(&self, faults_before: u64) -> Result<CgroupFigures> {
         let cgroup = self.cgroup()?;
         let stat = cgroup
             .stat()

@@ -54,6 +54,7 @@ use crate::load::{
 
 pub use execute::{ExecutionFigures, RequestKind};
 pub use figures::{CgroupFigures, GenesisInfo, RunResult};
+pub(crate) use limit::Limited;
 pub use mode::{Mode, RootArg};
 pub use record::Manifest;
 pub use report::markdown;

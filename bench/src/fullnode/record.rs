@@ -78,6 +78,10 @@ pub struct Manifest {
     pub load_included_tps: f64,
     /// What recorded it: the checkout's git revision.
     pub source: String,
+    /// The state commitment's version its diffs carry (0: recorded before the field; such
+    /// a recording is made again, since its commitments are no longer this build's).
+    #[serde(default)]
+    pub commitment_version: u32,
     /// Seconds since the Unix epoch when it was recorded.
     pub recorded_at: u64,
     /// The recording's directory (not stored: filled in on load).
@@ -109,6 +113,7 @@ impl Manifest {
             && self.blocks_requested == args.blocks
             && u128::from(self.block_time_ms) == args.block_time.as_millis()
             && self.gas_limit == args.gas_limit
+            && self.commitment_version == gigas_statediff::commitment::COMMITMENT_VERSION
     }
 
     fn load(dir: &Path) -> Result<Self> {
@@ -426,6 +431,7 @@ fn record(
         load_passed: step.passed,
         load_included_tps: step.included_tps,
         source: gigas_primitives::machine::source_revision(),
+        commitment_version: gigas_statediff::commitment::COMMITMENT_VERSION,
         recorded_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),

@@ -26,6 +26,11 @@ use crate::error::StoreError;
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::PriorState;
 
+/// The commitment's version: 2 names accounts and slots by their keccak
+/// ([`gigas_primitives::lattice`]). Caches of diffs or states keyed by it are written again
+/// when it moves.
+pub const COMMITMENT_VERSION: u32 = 2;
+
 /// Domain of the signed message.
 pub const COMMITMENT_DOMAIN: &[u8] = b"gigas/state-commitment/v2";
 
