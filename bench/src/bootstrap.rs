@@ -383,7 +383,7 @@ fn source(args: &BootstrapArgs, dir: &Path) -> Result<SourceFigures> {
         );
     }
     let figures = SourceFigures {
-        accounts: args.accounts + contracts.min(args.slots.max(1)) * u64::from(args.slots > 0),
+        accounts: args.accounts + contracts.min(args.slots.max(1)),
         slots: args.slots,
         index_len,
         genesis_seconds,
@@ -423,6 +423,9 @@ fn serve(dir: &Path, root: &Path) -> Result<(Nginx, String)> {
         })?;
     let port = gigas_launch::free_port()?;
     std::fs::create_dir_all(dir.join("tmp"))?;
+    // nginx reads paths in its configuration against its prefix: give it absolute ones.
+    let dir = &std::fs::canonicalize(dir)?;
+    let root = &std::fs::canonicalize(root)?;
     let d = dir.display();
     let conf = format!(
         r#"daemon off;
@@ -548,7 +551,18 @@ pub fn run(args: &BootstrapArgs) -> Result<()> {
     let limited = crate::fullnode::Limited::enter("bench-bootstrap", args.memory_limit)?;
     let faults = limited.major_faults()?;
     let started = Instant::now();
-    let db = Arc::new(StateDb::open(&target, StateDbOptions::default())?);
+    // As the node opens it by default (`--db.sync periodic`).
+    let db = Arc::new(StateDb::open(
+        &target,
+        StateDbOptions {
+            durability: gigas_statedb::Durability::Periodic(gigas_statedb::SyncSchedule {
+                period: Duration::from_secs(1),
+                bytes: 256 << 20,
+                background: false,
+            }),
+            ..StateDbOptions::default()
+        },
+    )?);
     let mut config = gigas_fullnode::bootstrap::BootstrapConfig::new(vec![url]);
     config.concurrency = args.concurrency.max(1);
     config.progress_bar = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -579,11 +593,14 @@ pub fn run(args: &BootstrapArgs) -> Result<()> {
         accounts += 1;
         ControlFlow::Continue(())
     })?;
-    if accounts != source.accounts || tip.number != produced.block {
+    let expected_accounts = args.accounts + args.contracts.max(1).min(args.slots.max(1));
+    let mut source = source;
+    source.accounts = expected_accounts;
+    if accounts != expected_accounts || tip.number != produced.block {
         bail!(
             "the bootstrapped state holds {accounts} accounts at block {}, the source {} at {}",
             tip.number,
-            source.accounts,
+            expected_accounts,
             produced.block
         );
     }

@@ -22,6 +22,9 @@ pub struct Restore<'db> {
     db: &'db StateDb,
     manifest: Manifest,
     bootstrap: Bootstrap<'db>,
+    /// The codes the account chunks written by this run name; `None` once a run resumed
+    /// after account chunks were written (then they are read back from the database).
+    named_codes: Option<HashSet<B256>>,
 }
 
 impl<'db> Restore<'db> {
@@ -29,10 +32,17 @@ impl<'db> Restore<'db> {
     /// start with the same manifest stopped. `id` is [`manifest_id`] of its bytes.
     pub fn start(db: &'db StateDb, manifest: Manifest, id: B256) -> Result<Self, SnapshotError> {
         let bootstrap = db.bootstrap(manifest.block(), id)?;
+        let done = bootstrap.progress().chunks_done as usize;
+        let resumed_past_accounts = manifest
+            .chunks
+            .iter()
+            .take(done)
+            .any(|c| c.kind == crate::format::ChunkKind::Accounts);
         Ok(Self {
             db,
             manifest,
             bootstrap,
+            named_codes: (!resumed_past_accounts).then(HashSet::new),
         })
     }
 
@@ -54,13 +64,22 @@ impl<'db> Restore<'db> {
     /// Writes the next chunk's entries (checked by [`crate::verify_chunk`]).
     pub fn write(&mut self, chunk: u32, entries: &SnapshotEntries) -> Result<(), SnapshotError> {
         self.bootstrap.write_chunk(chunk, entries)?;
+        if let (Some(named), SnapshotEntries::Accounts(accounts)) = (&mut self.named_codes, entries)
+        {
+            named.extend(
+                accounts
+                    .iter()
+                    .map(|(_, state)| state.code_hash)
+                    .filter(|h| *h != KECCAK256_EMPTY),
+            );
+        }
         Ok(())
     }
 
     /// Checks what no single chunk shows, then computes the state root (storing the trie)
     /// and records block N as the head. Until this returns, the database has no head: no
     /// part of the snapshot is ever served as state.
-    pub fn finish(self) -> Result<BootstrapOutcome, SnapshotError> {
+    pub fn finish(mut self) -> Result<BootstrapOutcome, SnapshotError> {
         if !self.complete() {
             return Err(SnapshotError::Incomplete(format!(
                 "{} of {} chunks written",
@@ -71,13 +90,19 @@ impl<'db> Restore<'db> {
         // A code chunk adds nothing to the lattice hash, so a manifest could leave one out
         // and still add up: every code an account names must have arrived.
         let view = self.db.view()?;
-        let mut named = HashSet::new();
-        view.scan_accounts(|_, state| {
-            if state.code_hash != KECCAK256_EMPTY {
-                named.insert(state.code_hash);
+        let named = match self.named_codes.take() {
+            Some(named) => named,
+            None => {
+                let mut named = HashSet::new();
+                view.scan_accounts(|_, state| {
+                    if state.code_hash != KECCAK256_EMPTY {
+                        named.insert(state.code_hash);
+                    }
+                    ControlFlow::Continue(())
+                })?;
+                named
             }
-            ControlFlow::Continue(())
-        })?;
+        };
         for hash in &named {
             if view.code(hash)?.is_none() {
                 return Err(SnapshotError::Incomplete(format!(

@@ -162,6 +162,10 @@ impl BootstrapProgress {
     }
 }
 
+/// Key-index entries sorted in memory at once while `KeyIndices` is filled (64 bytes each:
+/// 256 MiB a pass).
+pub(crate) const KEY_PASS_ENTRIES: u64 = 4 << 20;
+
 /// What a finished bootstrap wrote.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BootstrapOutcome {
@@ -183,6 +187,10 @@ pub struct Bootstrap<'db> {
     /// The last slot written, which decides between appending a key and appending a
     /// duplicate (from the table itself after a resume).
     last_slot: Option<(B256, B256)>,
+    /// When the last durable point was made, and the pages written since (for a database
+    /// whose commits are not synced, [`crate::Durability::Periodic`]).
+    synced_at: Instant,
+    bytes_at_sync: u64,
 }
 
 impl std::fmt::Debug for Bootstrap<'_> {
@@ -247,6 +255,8 @@ impl StateDb {
             _lock: lock,
             progress,
             last_slot,
+            synced_at: Instant::now(),
+            bytes_at_sync: self.page_bytes_written(),
         })
     }
 
@@ -333,21 +343,15 @@ impl Bootstrap<'_> {
                 }
             }
             SnapshotEntries::Index { first, keys } => {
+                // Index to key only: key to index is filled once every index chunk is in
+                // (`fill_key_indices`). By key the index is in no order, and its puts, a
+                // chunk at a time, dirtied a page of the whole B-tree per key: over 10M keys
+                // the writer spent most of two minutes copying pages.
                 let indexed = dbs.get(Table::IndexedKeys);
-                let indices = dbs.get(Table::KeyIndices);
                 for (i, key) in keys.iter().enumerate() {
                     let index = first + i as u64;
-                    let bytes = codec::encode_state_key(key);
-                    txn.append(indexed, index.to_be_bytes(), &bytes)
+                    txn.append(indexed, index.to_be_bytes(), codec::encode_state_key(key))
                         .map_err(append("append to IndexedKeys (indices out of order?)"))?;
-                    // By key the index is in no useful order: an ordinary put.
-                    txn.put(
-                        indices,
-                        &bytes,
-                        index.to_be_bytes(),
-                        WriteFlags::NO_OVERWRITE,
-                    )
-                    .map_err(append("write KeyIndices (a key indexed twice?)"))?;
                 }
             }
         }
@@ -360,6 +364,75 @@ impl Bootstrap<'_> {
             .map_err(StateDbError::mdbx("commit a bootstrap chunk"))?;
         self.progress = next;
         self.last_slot = last_slot;
+        // Unsynced commits are made durable on the node's schedule: a power loss then takes
+        // back at most a period of chunks, consistently with their progress record, and the
+        // bootstrap fetches them again.
+        if let crate::Durability::Periodic(schedule) = self.db.options().durability {
+            let written = self
+                .db
+                .page_bytes_written()
+                .saturating_sub(self.bytes_at_sync);
+            if self.synced_at.elapsed() >= schedule.period || written >= schedule.bytes {
+                self.db.sync()?;
+                self.synced_at = Instant::now();
+                self.bytes_at_sync = self.db.page_bytes_written();
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `KeyIndices` (key to index) from `IndexedKeys`, in key order with MDBX append:
+    /// in passes over ranges of the key's first byte, each sorted in memory (at most
+    /// `KEY_PASS_ENTRIES` entries) and written in one transaction. Emptied first, so that a
+    /// finish interrupted here starts it again.
+    fn fill_key_indices(&mut self, index_len: u64) -> Result<(), StateDbError> {
+        let dbs = *self.db.dbs();
+        let txn = self.db.begin_rw("begin filling KeyIndices")?;
+        txn.clear_db(dbs.get(Table::KeyIndices))
+            .map_err(StateDbError::mdbx("clear KeyIndices"))?;
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit clearing KeyIndices"))?;
+        let passes = index_len.div_ceil(KEY_PASS_ENTRIES).clamp(1, 256) as usize;
+        for pass in 0..passes {
+            let (lo, hi) = (256 * pass / passes, 256 * (pass + 1) / passes);
+            let mut entries: Vec<([u8; 52], u8, u64)> = Vec::new();
+            {
+                let view = self.db.view()?;
+                view.scan(Table::IndexedKeys, |k, v| {
+                    if v.first()
+                        .is_some_and(|b| (lo..hi).contains(&usize::from(*b)))
+                    {
+                        let index = codec::decode_u64(Table::IndexedKeys, k, k)?;
+                        if v.len() > 52 {
+                            return Err(StateDbError::corrupt(
+                                Table::IndexedKeys.name(),
+                                k,
+                                "a key longer than 52 bytes",
+                            ));
+                        }
+                        let mut key = [0u8; 52];
+                        key[..v.len()].copy_from_slice(v);
+                        entries.push((key, v.len() as u8, index));
+                    }
+                    Ok(ControlFlow::Continue(()))
+                })?;
+            }
+            entries.sort_unstable_by(|a, b| a.0[..a.1 as usize].cmp(&b.0[..b.1 as usize]));
+            let txn = self.db.begin_rw("begin filling KeyIndices")?;
+            {
+                let mut c = txn
+                    .cursor(dbs.get(Table::KeyIndices))
+                    .map_err(StateDbError::mdbx("open a KeyIndices cursor"))?;
+                for (key, len, index) in &entries {
+                    c.append(&key[..*len as usize], &index.to_be_bytes())
+                        .map_err(StateDbError::mdbx(
+                            "append to KeyIndices (a key indexed twice?)",
+                        ))?;
+                }
+            }
+            txn.commit()
+                .map_err(StateDbError::mdbx("commit a pass of KeyIndices"))?;
+        }
         Ok(())
     }
 
@@ -369,11 +442,12 @@ impl Bootstrap<'_> {
     /// head and nothing of the snapshot is served. The caller has checked the state against
     /// the commitment in `header`.
     pub fn finish(
-        self,
+        mut self,
         header: &StoredHeader,
         index_len: u64,
         lattice: Option<&LatticeHash>,
     ) -> Result<BootstrapOutcome, StateDbError> {
+        self.fill_key_indices(index_len)?;
         let dbs = *self.db.dbs();
         let txn = self.db.begin_rw("begin the bootstrap's last transaction")?;
         let start = Instant::now();
@@ -416,6 +490,8 @@ impl Bootstrap<'_> {
             .map_err(StateDbError::mdbx("clear the bootstrap's progress"))?;
         txn.commit()
             .map_err(StateDbError::mdbx("commit the bootstrap's head"))?;
+        // Durable before anything is served, whatever the commit mode.
+        self.db.sync()?;
         self.db
             .metrics()
             .last_root_block
