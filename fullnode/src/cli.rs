@@ -272,7 +272,8 @@ struct Cli {
     snapshot_attempts: u32,
     /// Write a snapshot of this node's committed state every K blocks (0: never), on a
     /// thread of its own from one read view, and serve the snapshots directory at
-    /// `/snapshots/` on the JSON-RPC port. Over 10M accounts a snapshot is about 0.5 GB.
+    /// `/snapshots/` on the JSON-RPC port. Over 10M accounts with every key indexed a
+    /// snapshot is 627 MiB (45 bytes an account, 21 an index entry) and took 31 to 45 s.
     #[arg(long, value_name = "K", default_value_t = 0)]
     snapshot_every: u64,
     /// The snapshots directory (default DATADIR/snapshots). Give a sequencer's
