@@ -183,7 +183,11 @@ fn account_of(i: u64) -> AccountState {
 fn slot_of(n: u64, contracts: u64) -> (Address, U256, U256) {
     let c = n % contracts;
     let slot = U256::from_be_bytes(keccak256([b"slot".as_slice(), &n.to_be_bytes()].concat()).0);
-    (contract(c), slot, U256::from(n + 1) * U256::from(1_000_000_000_000_000u64))
+    (
+        contract(c),
+        slot,
+        U256::from(n + 1) * U256::from(1_000_000_000_000_000u64),
+    )
 }
 
 fn sum_state(args: &BootstrapArgs) -> LatticeHash {
