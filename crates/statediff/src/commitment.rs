@@ -66,18 +66,19 @@ impl StateCommitment {
     }
 }
 
-/// One element of a block's delta: subtracted (`false`) or added.
+/// One element of a block's delta: subtracted (`false`) or added. Accounts and slots carry
+/// their keys' keccak, computed once per changed key for both its old and new element.
 enum Element {
-    Account(Address, AccountState),
-    Slot(Address, U256, U256),
+    Account(B256, AccountState),
+    Slot(B256, B256, U256),
     Key(u64, StateKey),
 }
 
 impl Element {
     fn hash(&self) -> LatticeHash {
         match self {
-            Element::Account(address, state) => LatticeHash::account(address, state),
-            Element::Slot(address, slot, value) => LatticeHash::slot(address, slot, value),
+            Element::Account(address, state) => LatticeHash::account_hashed(address, state),
+            Element::Slot(address, slot, value) => LatticeHash::slot_hashed(address, slot, value),
             Element::Key(index, StateKey::Account(address)) => {
                 LatticeHash::index_entry(*index, address, None)
             }
@@ -117,11 +118,12 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
         if before == change.state {
             continue;
         }
+        let hashed = keccak256(address);
         if let Some(before) = before {
-            elements.push((false, Element::Account(*address, before)));
+            elements.push((false, Element::Account(hashed, before)));
         }
         if let Some(after) = change.state {
-            elements.push((true, Element::Account(*address, after)));
+            elements.push((true, Element::Account(hashed, after)));
         }
     }
     for (address, slot, value) in changes.storage() {
@@ -134,11 +136,13 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
         if before == *value {
             continue;
         }
+        let (hashed_address, hashed_slot) =
+            (keccak256(address), keccak256(slot.to_be_bytes::<32>()));
         if !before.is_zero() {
-            elements.push((false, Element::Slot(*address, *slot, before)));
+            elements.push((false, Element::Slot(hashed_address, hashed_slot, before)));
         }
         if !value.is_zero() {
-            elements.push((true, Element::Slot(*address, *slot, *value)));
+            elements.push((true, Element::Slot(hashed_address, hashed_slot, *value)));
         }
     }
     for (i, key) in new_keys.iter().enumerate() {
