@@ -79,6 +79,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 sync,
                 write_map: false,
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
+                snapshot: false,
             },
             Mode::Live {
                 sync,
@@ -93,6 +94,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 commit_thread: false,
                 write_map: false,
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
+                snapshot: false,
             }
         ]
     );
@@ -207,6 +209,26 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
         assert_eq!(r.final_root, live.final_root, "{}", r.label);
         assert!(r.head_matches, "{}: head", r.label);
     }
+
+    // Snapshots written beside the run: the same state, and at least one snapshot (the one
+    // under way when the clock stops is finished), of a block the run applied.
+    let snap = run(&args(
+        dir.path(),
+        &bin,
+        &["--modes", "live", "--snapshot-while", "true"],
+    ))
+    .expect("a replay beside snapshots")
+    .expect("a report");
+    let r = &snap.runs[0];
+    assert!(r.mode.snapshot() && r.label.contains("while writing snapshots"));
+    assert_eq!(r.final_root, live.final_root);
+    let s = r.snapshots.as_ref().expect("snapshot figures");
+    assert!(s.written >= 1 && s.failed == 0, "{s:?}");
+    assert_eq!(s.seconds.len() as u64, s.written);
+    assert!(
+        s.blocks.iter().all(|b| *b <= m.last) && s.last_bytes > 0,
+        "{s:?}"
+    );
 
     // With --verify-execution: every timed block re-executed over the state (the recording
     // holds the block files), and the figures account for every transaction.

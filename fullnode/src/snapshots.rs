@@ -2,7 +2,8 @@
 //! its own from one MDBX read view, so that following never waits for it; and serving them
 //! (`/snapshots/...` on the JSON-RPC port, [`gigas_snapshot::http`]).
 //!
-//! The thread looks at the committed head once a second. Once it is `every` blocks past the
+//! The thread runs at a lower CPU priority ([`PRODUCER_NICE`]) and looks at the committed
+//! head once a second. Once it is `every` blocks past the
 //! newest snapshot, it writes one of the committed state (whose header carries the signed
 //! commitment), then prunes to `keep`. A snapshot is of a committed block: the blocks served
 //! from memory above it are not in the view.
@@ -89,7 +90,34 @@ pub fn spawn(
     Ok(())
 }
 
+/// The nice value the producer thread runs at: it yields the cores to following whenever
+/// both want them (a node catching up loses little; one that keeps up has cores to spare
+/// between blocks, and the snapshot takes them).
+pub const PRODUCER_NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority to [`PRODUCER_NICE`]. On Linux a nice value
+/// belongs to the thread, not the process. Failing to lower it is logged and ignored: the
+/// snapshot is the same, only following may slow more while it is written.
+pub fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes no arguments and cannot fail; setpriority reads only its
+        // integer arguments.
+        let result = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid);
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, PRODUCER_NICE)
+        };
+        if result != 0 {
+            warn!(
+                error = %std::io::Error::last_os_error(),
+                "could not lower the snapshot thread's priority"
+            );
+        }
+    }
+}
+
 fn run(db: &StateDb, config: &SnapshotConfig, metrics: &SnapshotMetrics, stop: &AtomicBool) {
+    lower_thread_priority();
     let mut last = match gigas_snapshot::list(&config.dir) {
         Ok(blocks) => blocks.last().copied(),
         Err(e) => {

@@ -68,6 +68,27 @@ pub struct Phase {
     pub us_per_change: f64,
 }
 
+/// Snapshots written beside a run (a mode with `--snapshot-while true`): one after
+/// another from the clock's start until it stops; the one under way then is finished
+/// outside the clock.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SnapshotFigures {
+    /// Snapshots finished (the last one possibly after the clock stopped).
+    pub written: u64,
+    /// Seconds each took.
+    pub seconds: Vec<f64>,
+    /// Blocks they were of.
+    pub blocks: Vec<u64>,
+    /// Bytes of the last one.
+    pub last_bytes: u64,
+    /// CPU seconds of the producer thread over the run (its share of the run's CPU).
+    pub cpu_seconds: f64,
+    /// Attempts that failed, with the last error.
+    pub failed: u64,
+    /// The last failure.
+    pub last_error: Option<String>,
+}
+
 /// One run of one mode.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
@@ -155,6 +176,8 @@ pub struct RunResult {
     pub cgroup: Option<CgroupFigures>,
     /// The run applied every block of the recording (false: `--max-run-time` stopped it).
     pub complete: bool,
+    /// With a mode that writes snapshots: what its producer did during the run.
+    pub snapshots: Option<SnapshotFigures>,
     /// Loaded blocks applied before the clock started (to bring the hot set into memory).
     pub warmup_blocks: u64,
     /// With `--verify-execution`: the re-execution's split and its cache misses.

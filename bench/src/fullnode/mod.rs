@@ -299,6 +299,12 @@ pub struct FullnodeArgs {
         allow_negative_numbers = true
     )]
     pub purge_delay_ms: Vec<i64>,
+    /// Write snapshots of the state throughout each timed run, one after another, on a
+    /// thread of their own at the node's snapshot priority (`gigas-fullnode
+    /// --snapshot-every`); `false,true` measures what writing snapshots costs a node that
+    /// follows at full speed, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
+    pub snapshot_while: Vec<bool>,
     /// What the page cache holds of each run's database when its clock starts.
     #[arg(long, value_enum, default_value = "warm")]
     pub page_cache: PageCache,
@@ -381,8 +387,9 @@ impl FullnodeArgs {
             .write_map
             .iter()
             .flat_map(|w| self.purge_delay_ms.iter().map(move |p| (*w, *p)))
+            .flat_map(|(w, p)| self.snapshot_while.iter().map(move |s| (w, p, *s)))
             .collect::<Vec<_>>();
-        for (&sync, (write_map, purge_delay_ms)) in self
+        for (&sync, (write_map, purge_delay_ms, snapshot)) in self
             .durability
             .iter()
             .flat_map(|s| memory.iter().map(move |m| (s, *m)))
@@ -394,6 +401,7 @@ impl FullnodeArgs {
                         sync,
                         write_map,
                         purge_delay_ms,
+                        snapshot,
                     });
                 }
             }
@@ -422,6 +430,7 @@ impl FullnodeArgs {
                                         commit_thread,
                                         write_map,
                                         purge_delay_ms,
+                                        snapshot,
                                     };
                                     // Overlap (or a commit thread) asked where the writer
                                     // does not use it is the mode without it: named so,

@@ -74,6 +74,8 @@ pub enum Mode {
         /// How long freed memory stays with the process, in ms
         /// ([`gigas_fullnode::alloc::set_purge_delay`]).
         purge_delay_ms: i64,
+        /// Snapshots are written throughout the timed blocks.
+        snapshot: bool,
     },
     /// Root every block, a commit every `group` blocks (1: every block, the "live").
     Live {
@@ -100,6 +102,8 @@ pub enum Mode {
         /// How long freed memory stays with the process, in ms
         /// ([`gigas_fullnode::alloc::set_purge_delay`]).
         purge_delay_ms: i64,
+        /// Snapshots are written throughout the timed blocks.
+        snapshot: bool,
     },
 }
 
@@ -132,6 +136,13 @@ impl Mode {
             Self::Batched { purge_delay_ms, .. } | Self::Live { purge_delay_ms, .. } => {
                 purge_delay_ms
             }
+        }
+    }
+
+    /// Whether snapshots are written throughout the timed blocks.
+    pub fn snapshot(&self) -> bool {
+        match *self {
+            Self::Batched { snapshot, .. } | Self::Live { snapshot, .. } => snapshot,
         }
     }
 
@@ -182,6 +193,9 @@ impl Mode {
         if self.purge_delay_ms() != gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS {
             parts.push(format!("freed memory kept {} ms", self.purge_delay_ms()));
         }
+        if self.snapshot() {
+            parts.push("while writing snapshots".into());
+        }
         format!("{kind} ({})", parts.join(", "))
     }
 
@@ -224,6 +238,9 @@ impl Mode {
         }
         if self.purge_delay_ms() != gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS {
             short.push_str(&format!("-pd{}", self.purge_delay_ms()));
+        }
+        if self.snapshot() {
+            short.push_str("-snap");
         }
         short
     }

@@ -2,8 +2,9 @@
 //! genesis database (`files`), and the report of the runs.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use eyre::{bail, eyre, Result, WrapErr};
 use gigas_fullnode::ahead::AheadServing;
@@ -342,56 +343,82 @@ impl Replay<'_> {
             Vec::new()
         };
         let (db_ref, sequencer) = (&db, self.sequencer);
-        let started = Instant::now();
+        let stop_snapshots = AtomicBool::new(false);
+        let snapshot_dir = dir.join("snapshots");
         let mut complete = true;
-        std::thread::scope(|scope| -> Result<()> {
-            let ready = prefetch.then(|| {
-                let (tx, rx) =
-                    std::sync::mpsc::sync_channel::<()>(gigas_fullnode::prefetch::AHEAD_BLOCKS);
-                scope.spawn(move || {
-                    for bytes in ahead {
-                        // A diff it cannot read is the writer's to report.
-                        let _ = gigas_fullnode::prefetch::warm_diff(db_ref, sequencer, bytes);
-                        if tx.send(()).is_err() {
-                            return;
-                        }
-                    }
-                });
-                rx
+        let (seconds, snapshots, last_sync) = std::thread::scope(|outer| -> Result<_> {
+            // Set on every way out of this scope (an error too), so that the producer ends and
+            // the scope's join does not wait for it forever.
+            let _stop = StopOnDrop(&stop_snapshots);
+            let producer = mode.snapshot().then(|| {
+                let (stop, dir) = (&stop_snapshots, &snapshot_dir);
+                outer.spawn(move || produce_snapshots(db_ref, dir, stop))
             });
-            for n in first_timed..=m.last {
-                if self
-                    .args
-                    .max_run_time
-                    .is_some_and(|max| started.elapsed() >= max)
-                {
-                    complete = false;
-                    break;
+            let started = Instant::now();
+            std::thread::scope(|scope| -> Result<()> {
+                let ready = prefetch.then(|| {
+                    let (tx, rx) =
+                        std::sync::mpsc::sync_channel::<()>(gigas_fullnode::prefetch::AHEAD_BLOCKS);
+                    scope.spawn(move || {
+                        for bytes in ahead {
+                            // A diff it cannot read is the writer's to report.
+                            let _ = gigas_fullnode::prefetch::warm_diff(db_ref, sequencer, bytes);
+                            if tx.send(()).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    rx
+                });
+                for n in first_timed..=m.last {
+                    if self
+                        .args
+                        .max_run_time
+                        .is_some_and(|max| started.elapsed() >= max)
+                    {
+                        complete = false;
+                        break;
+                    }
+                    if let Some(ready) = &ready {
+                        // Ends early only if the thread is gone, which the writer then runs without.
+                        let _ = ready.recv();
+                    }
+                    let applied =
+                        self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
+                    tally.add(applied.root);
+                    landed(&mut applier, &mut serving)?;
+                    if applier.should_commit() {
+                        tally.add(count_commit(start_commit(&mut applier, &mut serving)?));
+                    }
+                    bar.inc(1);
                 }
-                if let Some(ready) = &ready {
-                    // Ends early only if the thread is gone, which the writer then runs without.
-                    let _ = ready.recv();
-                }
-                let applied = self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
-                tally.add(applied.root);
-                landed(&mut applier, &mut serving)?;
-                if applier.should_commit() {
-                    tally.add(count_commit(start_commit(&mut applier, &mut serving)?));
-                }
-                bar.inc(1);
-            }
-            // The prefetch thread, if still sending, stops at its next send.
-            drop(ready);
-            Ok(())
+                // The prefetch thread, if still sending, stops at its next send.
+                drop(ready);
+                Ok(())
+            })?;
+            tally.add(count_commit(commit(&mut applier, &mut serving)?));
+            // Every mode ends durable, in its clock: a periodic run pays for its last durable
+            // point as the durable run paid for each commit's.
+            let last_sync = applier.sync()?;
+            let seconds = started.elapsed().as_secs_f64();
+            stop_snapshots.store(true, Ordering::Release);
+            // The snapshot under way is finished outside the clock.
+            let snapshots = producer
+                .map(|p| p.join().map_err(|_| eyre!("the snapshot thread panicked")))
+                .transpose()?;
+            Ok((seconds, snapshots, last_sync))
         })?;
-        tally.add(count_commit(commit(&mut applier, &mut serving)?));
-        // Every mode ends durable, in its clock: a periodic run pays for its last durable
-        // point as the durable run paid for each commit's.
-        if let Some(took) = applier.sync()? {
+        if let Some(took) = last_sync {
             syncs += 1;
             sync_seconds += took.as_secs_f64();
         }
-        let seconds = started.elapsed().as_secs_f64();
+        if let Some(s) = snapshots.as_ref().filter(|s| s.written == 0) {
+            bail!(
+                "no snapshot was written beside the run ({} failed; last: {})",
+                s.failed,
+                s.last_error.as_deref().unwrap_or("none")
+            );
+        }
         let after = Resources::sample();
         let cgroup = match (&limited, faults_before) {
             (Some(l), Some(before)) => Some(l.figures(before)?),
@@ -518,8 +545,73 @@ impl Replay<'_> {
             memory_limit_bytes: limit,
             cgroup,
             complete,
+            snapshots,
             warmup_blocks: warmup,
         })
+    }
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Writes snapshots of `db`'s committed state into `dir` one after another until `stop`,
+/// as the node's producer does (`gigas_fullnode::snapshots`: its thread priority, its
+/// chunking, two kept), but without waiting K blocks between them: the run measures
+/// following while a snapshot is always being written.
+fn produce_snapshots(db: &StateDb, dir: &Path, stop: &AtomicBool) -> SnapshotFigures {
+    gigas_fullnode::snapshots::lower_thread_priority();
+    let cpu_start = thread_cpu_seconds();
+    let mut figures = SnapshotFigures::default();
+    while !stop.load(Ordering::Acquire) {
+        let produced = db
+            .view()
+            .map_err(gigas_snapshot::SnapshotError::from)
+            .and_then(|view| {
+                gigas_snapshot::write_snapshot(
+                    &view,
+                    dir,
+                    gigas_snapshot::ProduceOptions::default(),
+                )
+            })
+            .and_then(|p| gigas_snapshot::prune(dir, 2).map(|_| p));
+        match produced {
+            Ok(p) if p.written => {
+                figures.written += 1;
+                figures.seconds.push(p.seconds);
+                figures.blocks.push(p.block);
+                figures.last_bytes = p.bytes;
+            }
+            // This block's snapshot exists: wait for the next commit.
+            Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => {
+                figures.failed += 1;
+                figures.last_error = Some(e.to_string());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    figures.cpu_seconds = thread_cpu_seconds() - cpu_start;
+    figures
+}
+
+/// CPU seconds of the calling thread.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+    if ok {
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    } else {
+        0.0
     }
 }
 

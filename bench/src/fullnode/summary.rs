@@ -134,6 +134,30 @@ pub(super) fn print_run(r: &RunResult) {
             (None, true) => String::new(),
         }
     );
+    if let Some(s) = &r.snapshots {
+        println!(
+            "  snapshots beside it: {} written (blocks {:?}) in {} s each, the last {:.1} MiB; producer CPU {:.1} s of the run's {:.1} s{}",
+            s.written,
+            s.blocks,
+            s.seconds
+                .iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            s.last_bytes as f64 / 1048576.0,
+            s.cpu_seconds,
+            r.cpu_seconds,
+            if s.failed > 0 {
+                format!(
+                    "; {} failed, the last: {}",
+                    s.failed,
+                    s.last_error.as_deref().unwrap_or("?")
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(e) = &r.execution {
         println!(
             "  re-execution: {} blocks, {} transactions, {:.0} Mgas/s; EVM {:.2} s, state loading {:.2} s ({:.0}%), prepare {:.2} s, compare {:.2} s; misses: level 1 {:.1}% ({} reads of {} accesses), level 2 {:.1}% ({} reads with a major fault), {:.2}% to the disk; read {:.1} µs clean{}",

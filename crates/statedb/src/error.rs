@@ -84,6 +84,10 @@ pub enum StateDbError {
         /// What was found.
         what: String,
     },
+    /// The thread writing a parallel rebuild's nodes stopped before the parts ended (its
+    /// own error is the one reported; this one reaches no caller).
+    #[error("the thread writing the rebuilt trie stopped")]
+    RebuildWriterStopped,
     /// A thread computing part of a root panicked (a bug: its message is in the log).
     #[error("a state root thread panicked")]
     RootThreadPanicked,

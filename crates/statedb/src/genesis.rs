@@ -16,7 +16,7 @@ use crate::db::{write_meta_tip, StateDb};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::{Table, META_SCHEMA_VERSION};
-use crate::trie::root;
+use crate::trie::rebuild;
 use crate::types::{GenesisBlock, GenesisEntry, GenesisOutcome, StoredHeader};
 
 type GenesisAccount = (Address, AccountState, Option<Bytes>);
@@ -141,7 +141,12 @@ impl StateDb {
                 ));
             }
         }
-        let root = root::rebuild_root(&dbs, &txn)?;
+        // The parts of the rebuild read the last commit: this transaction's clearing of an
+        // interrupted genesis (when no entry came) must be in it.
+        txn.commit()
+            .map_err(StateDbError::mdbx("commit the genesis state"))?;
+        let txn = begin()?;
+        let root = rebuild::rebuild_root(self.env(), &dbs, &txn, rebuild::SPLIT_SLOTS)?;
         outcome.state_root = root.root;
         let header = genesis.header;
         let tip = ChainTip {

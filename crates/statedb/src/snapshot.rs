@@ -23,7 +23,7 @@ use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::{Table, META_BOOTSTRAP};
-use crate::trie::root;
+use crate::trie::rebuild;
 use crate::types::StoredHeader;
 use crate::view::StateView;
 
@@ -451,7 +451,7 @@ impl Bootstrap<'_> {
         let dbs = *self.db.dbs();
         let txn = self.db.begin_rw("begin the bootstrap's last transaction")?;
         let start = Instant::now();
-        let root = root::rebuild_root(&dbs, &txn)?;
+        let root = rebuild::rebuild_root(self.db.env(), &dbs, &txn, rebuild::SPLIT_SLOTS)?;
         let root_seconds = start.elapsed().as_secs_f64();
         let number = header.header.number;
         let tip = ChainTip {

@@ -5,6 +5,7 @@ pub(crate) mod cache;
 pub(crate) mod layer;
 pub(crate) mod overlay;
 pub(crate) mod prefix;
+pub(crate) mod rebuild;
 pub(crate) mod root;
 pub(crate) mod sparse;
 pub(crate) mod store;

@@ -27,7 +27,7 @@ use crate::writer::put_or_delete;
 
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 
-fn cursor<'tx, K: TransactionKind>(
+pub(crate) fn cursor<'tx, K: TransactionKind>(
     dbs: &Dbs,
     txn: &'tx Tx<K>,
     table: Table,
@@ -36,7 +36,7 @@ fn cursor<'tx, K: TransactionKind>(
         .map_err(StateDbError::mdbx("open a cursor"))
 }
 
-fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError> {
+pub(crate) fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError> {
     if key.len() != 32 {
         return Err(StateDbError::corrupt(
             table.name(),
@@ -484,7 +484,7 @@ fn delete_storage_node(
 }
 
 /// Stores storage trie nodes of `address`, replacing any at the same paths.
-fn put_storage_nodes(
+pub(crate) fn put_storage_nodes(
     dbs: &Dbs,
     txn: &RwTxUnsync,
     address: &B256,

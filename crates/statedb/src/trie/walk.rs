@@ -254,9 +254,9 @@ fn unfeed(updates: &mut [(Nibbles, BranchNodeCompact)], fed: &[Nibbles]) -> bool
 
 /// Branch nodes a rebuild holds before handing them to its spill (about 200 bytes each).
 #[cfg(not(test))]
-const SPILL_NODES: usize = 1 << 16;
+pub(crate) const SPILL_NODES: usize = 1 << 16;
 #[cfg(test)]
-const SPILL_NODES: usize = 16;
+pub(crate) const SPILL_NODES: usize = 16;
 
 /// Where a rebuild writes finished branch nodes as it goes, so that a trie of any size
 /// holds at most [`SPILL_NODES`] of them in memory. Only for walks over a trie with nothing

@@ -1,0 +1,656 @@
+//! The rebuild of both tries on several threads, for a state written whole (a genesis, a
+//! snapshot's bootstrap): every leaf is read and hashed, so the serial rebuild is bound by
+//! one core while the others wait.
+//!
+//! A trie is computed as the sixteen subtries under its root's children, each by its own
+//! hash builder over the keys after their first nibble, from its own read transaction: the
+//! subtrie's top is then that builder's root, and its nodes are the builder's with the nibble
+//! put back in front. The root node is built from the sixteen hashes the way the incremental
+//! walk feeds a stored child it skips, so the stored trie is the one the serial rebuild
+//! writes, node for node. That holds only where each non-empty part's top is a stored branch
+//! node (the hash builder keeps a hash and a tree bit only for those): a part that is one
+//! leaf, an extension or a branch of leaves (a small or contrived trie) makes its trie be
+//! rebuilt serially instead, its parts' nodes cleared first.
+//!
+//! The account trie is always split; each account part computes the storage roots of its
+//! leaves as it meets them, inline for a storage trie under the split size and split the same
+//! way (nested, on rayon's pool) above it. Finished nodes go over a bounded channel to the
+//! thread holding the write transaction, which MDBX allows on one thread only.
+//!
+//! Must not be used inside a write transaction that wrote hashed state: the parts read the
+//! last commit, not the transaction's own writes.
+
+use gigas_mdbx::StoreError as _;
+use std::borrow::Cow;
+use std::sync::mpsc::{sync_channel, SyncSender};
+
+use alloy_primitives::map::{B256Map, HashMap};
+use alloy_primitives::B256;
+use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles, EMPTY_ROOT_HASH};
+use rayon::prelude::*;
+use signet_libmdbx::tx::aliases::{RoTxUnsync, RwTxUnsync};
+use signet_libmdbx::{Cursor, Environment, Ro};
+
+use crate::error::StateDbError;
+use crate::read::Dbs;
+use crate::tables::Table;
+use crate::trie::prefix::PrefixSet;
+use crate::trie::root::RootOutcome;
+use crate::trie::store::{
+    clear, cursor, hashed_key, put_account_nodes, put_storage_nodes, write_account_trie,
+    AccountSource, Discard, StorageRoots, StorageSource, StoredRoots,
+};
+use crate::trie::walk::{self, TrieSource, SPILL_NODES};
+
+/// Storage tries with at least this many slots are split into parts; smaller ones are
+/// computed whole by the account part that reaches them (a part per 4,096 slots: below that
+/// the threads' start costs more than it saves).
+pub(crate) const SPLIT_SLOTS: u64 = 1 << 16;
+
+/// Messages the writer may hold unwritten: each is at most [`SPILL_NODES`] nodes (about
+/// 13 MB), so this bounds the rebuild's memory beside the parts' own.
+const QUEUED_WRITES: usize = 8;
+
+type Nodes = Vec<(Nibbles, BranchNodeCompact)>;
+
+/// What the parts hand to the writer.
+enum Write {
+    Accounts(Nodes),
+    Storage(B256, Nodes),
+    /// A storage trie's parts are void: it is being rebuilt whole.
+    ClearStorage(B256),
+}
+
+/// A part's outcome.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    /// No key starts with its nibble.
+    Empty,
+    /// Its top is a stored branch node with this hash.
+    Stored(B256),
+    /// Its top is anything else: the trie is rebuilt serially.
+    Other,
+}
+
+/// Leaves and storage tries the parts computed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    accounts: u64,
+    storage_tries: u64,
+    slots: u64,
+    /// Storage tries computed in parts.
+    split_tries: u64,
+    /// Storage tries computed in parts that did not split them (computed again whole).
+    unsplit_tries: u64,
+}
+
+impl Counts {
+    fn add(self, other: Self) -> Self {
+        Self {
+            accounts: self.accounts + other.accounts,
+            storage_tries: self.storage_tries + other.storage_tries,
+            slots: self.slots + other.slots,
+            split_tries: self.split_tries + other.split_tries,
+            unsplit_tries: self.unsplit_tries + other.unsplit_tries,
+        }
+    }
+}
+
+/// What the parts share.
+struct Ctx<'e> {
+    env: &'e Environment,
+    dbs: Dbs,
+    split: u64,
+    out: SyncSender<Write>,
+}
+
+impl Ctx<'_> {
+    fn begin(&self) -> Result<RoTxUnsync, StateDbError> {
+        self.env.begin_ro_unsync().map_err(StateDbError::mdbx(
+            "begin a read transaction for a trie part",
+        ))
+    }
+
+    fn send(&self, write: Write) -> Result<(), StateDbError> {
+        // The writer stops early only on an error of its own, which the caller reports.
+        self.out
+            .send(write)
+            .map_err(|_| StateDbError::RebuildWriterStopped)
+    }
+}
+
+/// Rebuilds both tries from the hashed tables of the last commit, on rayon's pool, storing
+/// every node through `txn` (which must hold no hashed-state writes of its own). Storage
+/// tries of at least `split` slots are split too.
+pub(crate) fn rebuild_root(
+    env: &Environment,
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    split: u64,
+) -> Result<RootOutcome, StateDbError> {
+    rebuild(env, dbs, txn, split).map(|(outcome, _, _)| outcome)
+}
+
+/// [`rebuild_root`], also saying whether the account trie was split, and the parts' counts.
+fn rebuild(
+    env: &Environment,
+    dbs: &Dbs,
+    txn: &RwTxUnsync,
+    split: u64,
+) -> Result<(RootOutcome, bool, Counts), StateDbError> {
+    clear(
+        dbs,
+        txn,
+        &[
+            Table::AccountsTrie,
+            Table::StoragesTrie,
+            Table::TrieChangedAccounts,
+            Table::TrieChangedStorages,
+        ],
+    )?;
+    let (out, queue) = sync_channel(QUEUED_WRITES);
+    let ctx = Ctx {
+        env,
+        dbs: *dbs,
+        split: split.max(1),
+        out,
+    };
+    let (computed, written) = std::thread::scope(|s| {
+        let parts = s.spawn(move || compute(&ctx));
+        let mut written = Ok(());
+        for write in queue.iter() {
+            written = match write {
+                Write::Accounts(nodes) => put_account_nodes(dbs, txn, &nodes),
+                Write::Storage(address, nodes) => put_storage_nodes(dbs, txn, &address, &nodes),
+                Write::ClearStorage(address) => txn
+                    .del(dbs.get(Table::StoragesTrie), address, None)
+                    .map(|_| ())
+                    .map_err(StateDbError::mdbx("clear a storage trie's parts")),
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+        // Unblocks the parts still sending, so that they end.
+        drop(queue);
+        (parts.join(), written)
+    });
+    let computed = computed.map_err(|_| StateDbError::RootThreadPanicked);
+    written?;
+    let (root, counts) = computed??;
+    let split_accounts = root.is_some();
+    let root = match root {
+        Some(root) => root,
+        None => {
+            tracing::debug!("the account trie's parts do not split it; rebuilt serially");
+            clear(dbs, txn, &[Table::AccountsTrie])?;
+            serial_account_trie(dbs, txn)?
+        }
+    };
+    let outcome = RootOutcome {
+        root,
+        changed_accounts: counts.accounts,
+        storage_tries: counts.storage_tries,
+        leaves: counts.accounts + counts.slots,
+        ..RootOutcome::default()
+    };
+    Ok((outcome, split_accounts, counts))
+}
+
+/// The account trie's parts and, where they split it, its root (its nodes sent).
+fn compute(ctx: &Ctx<'_>) -> Result<(Option<B256>, Counts), StateDbError> {
+    let parts = (0..16u8)
+        .into_par_iter()
+        .map(|nibble| account_part(ctx, nibble))
+        .collect::<Result<Vec<_>, StateDbError>>()?;
+    let counts = parts
+        .iter()
+        .fold(Counts::default(), |sum, (_, counts)| sum.add(*counts));
+    let tops: Vec<Part> = parts.iter().map(|(part, _)| *part).collect();
+    let Some((root, nodes)) = combine(&tops) else {
+        return Ok((None, counts));
+    };
+    if !nodes.is_empty() {
+        ctx.send(Write::Accounts(nodes))?;
+    }
+    Ok((Some(root), counts))
+}
+
+fn account_part(ctx: &Ctx<'_>, nibble: u8) -> Result<(Part, Counts), StateDbError> {
+    let txn = ctx.begin()?;
+    let roots = PartRoots {
+        ctx,
+        txn: &txn,
+        probe: cursor(&ctx.dbs, &txn, Table::HashedStorages)?,
+        probe_at: None,
+        counts: Counts::default(),
+    };
+    let mut source = AccountSource::new(&ctx.dbs, &txn, false, roots)?;
+    let mut accounts = 0;
+    let part = part(&mut source, nibble, &mut accounts, |nodes| {
+        ctx.send(Write::Accounts(nodes))
+    })?;
+    let mut counts = source.roots.counts;
+    counts.accounts = accounts;
+    Ok((part, counts))
+}
+
+/// The storage roots of an account part's leaves, computed as the part meets them.
+struct PartRoots<'c, 'e, 'tx> {
+    ctx: &'c Ctx<'e>,
+    txn: &'tx RoTxUnsync,
+    /// `HashedStorages`, to find whether an account has slots, and how many.
+    probe: Cursor<'tx, Ro>,
+    /// `(low, next)`: `next` is the first account with slots at or after `low`, with its
+    /// slot count.
+    probe_at: Option<(B256, Option<(B256, u64)>)>,
+    counts: Counts,
+}
+
+impl PartRoots<'_, '_, '_> {
+    fn slots(&mut self, address: &B256) -> Result<u64, StateDbError> {
+        // Leaves come in key order: the last probe answers for every account up to the next
+        // one with slots, without a seek.
+        if let Some((low, next)) = self.probe_at {
+            if low <= *address && next.is_none_or(|(n, _)| n >= *address) {
+                return Ok(next.filter(|(n, _)| n == address).map_or(0, |(_, c)| c));
+            }
+        }
+        let row: Option<(Cow<'_, [u8]>, ())> = self
+            .probe
+            .set_range(address.as_slice())
+            .map_err(StateDbError::read("HashedStorages"))?;
+        let next = match row {
+            Some((key, ())) => {
+                let owner = hashed_key(Table::HashedStorages, &key)?;
+                let count = self
+                    .probe
+                    .dup_count()
+                    .map_err(StateDbError::mdbx("count an account's slots"))?;
+                Some((owner, count as u64))
+            }
+            None => None,
+        };
+        self.probe_at = Some((*address, next));
+        Ok(next.filter(|(n, _)| n == address).map_or(0, |(_, c)| c))
+    }
+}
+
+impl StorageRoots for PartRoots<'_, '_, '_> {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
+        let slots = self.slots(address)?;
+        if slots == 0 {
+            return Ok(EMPTY_ROOT_HASH);
+        }
+        let (root, leaves) = if slots >= self.ctx.split {
+            let (root, leaves, split) = split_storage_root(self.ctx, address)?;
+            self.counts.split_tries += 1;
+            self.counts.unsplit_tries += u64::from(!split);
+            (root, leaves)
+        } else {
+            whole_storage_root(self.ctx, self.txn, address)?
+        };
+        self.counts.storage_tries += 1;
+        self.counts.slots += leaves;
+        Ok(root)
+    }
+}
+
+/// One storage trie computed whole, its nodes sent: its root and leaves.
+fn whole_storage_root(
+    ctx: &Ctx<'_>,
+    txn: &RoTxUnsync,
+    address: &B256,
+) -> Result<(B256, u64), StateDbError> {
+    let mut source = StorageSource::new(&ctx.dbs, txn, *address, false)?;
+    let mut spill =
+        |nodes: &[(Nibbles, BranchNodeCompact)]| ctx.send(Write::Storage(*address, nodes.to_vec()));
+    let run = walk::run_spilling(
+        &mut source,
+        &PrefixSet::default(),
+        Vec::new(),
+        true,
+        Some(&mut spill),
+    )?;
+    if !run.updates.is_empty() {
+        ctx.send(Write::Storage(*address, run.updates))?;
+    }
+    Ok((run.root, run.leaves))
+}
+
+/// One storage trie computed in parts, its nodes sent: its root, leaves, and whether the
+/// parts split it (else it was computed again whole).
+fn split_storage_root(ctx: &Ctx<'_>, address: &B256) -> Result<(B256, u64, bool), StateDbError> {
+    let parts = (0..16u8)
+        .into_par_iter()
+        .map(|nibble| {
+            let txn = ctx.begin()?;
+            let mut source = StorageSource::new(&ctx.dbs, &txn, *address, false)?;
+            let mut leaves = 0;
+            let part = part(&mut source, nibble, &mut leaves, |nodes| {
+                ctx.send(Write::Storage(*address, nodes))
+            })?;
+            Ok((part, leaves))
+        })
+        .collect::<Result<Vec<_>, StateDbError>>()?;
+    let tops: Vec<Part> = parts.iter().map(|(part, _)| *part).collect();
+    match combine(&tops) {
+        Some((root, nodes)) => {
+            if !nodes.is_empty() {
+                ctx.send(Write::Storage(*address, nodes))?;
+            }
+            Ok((root, parts.iter().map(|(_, leaves)| leaves).sum(), true))
+        }
+        None => {
+            tracing::debug!(%address, "a storage trie's parts do not split it; rebuilt whole");
+            ctx.send(Write::ClearStorage(*address))?;
+            let (root, leaves) = whole_storage_root(ctx, &ctx.begin()?, address)?;
+            Ok((root, leaves, false))
+        }
+    }
+}
+
+/// The subtrie under the root's child `nibble`: its leaves hashed by a builder over the keys
+/// after their first nibble, its nodes handed to `send` under their full paths as they
+/// finish (at most [`SPILL_NODES`] held).
+fn part<S: TrieSource>(
+    source: &mut S,
+    nibble: u8,
+    leaves: &mut u64,
+    mut send: impl FnMut(Nodes) -> Result<(), StateDbError>,
+) -> Result<Part, StateDbError> {
+    let prefix = Nibbles::from_nibbles_unchecked([nibble]);
+    let mut from = B256::ZERO;
+    from.0[0] = nibble << 4;
+    let mut hb = HashBuilder::default().with_updates(true);
+    let mut buf = Vec::with_capacity(128);
+    // Whether the builder stored its top node: the subtrie's top is a stored branch.
+    let mut stored_top = false;
+    let mut count = 0u64;
+    let mut next = source.seek_leaf(&from)?;
+    while let Some((key, leaf)) = next.take() {
+        if key[0] >> 4 != nibble {
+            break;
+        }
+        buf.clear();
+        source.leaf_value(&key, &leaf, &mut buf)?;
+        hb.add_leaf(Nibbles::unpack(key).slice(1..), &buf);
+        count += 1;
+        if hb.updates_len() >= SPILL_NODES {
+            let nodes = hb.updated_branch_nodes.replace(HashMap::default());
+            send(under(&prefix, nodes.unwrap_or_default(), &mut stored_top))?;
+        }
+        next = source.next_leaf()?;
+    }
+    *leaves += count;
+    if count == 0 {
+        return Ok(Part::Empty);
+    }
+    let hash = hb.root();
+    let (_, nodes) = hb.split();
+    let nodes = under(&prefix, nodes, &mut stored_top);
+    if !nodes.is_empty() {
+        send(nodes)?;
+    }
+    Ok(if stored_top {
+        Part::Stored(hash)
+    } else {
+        Part::Other
+    })
+}
+
+/// A part's nodes under their full paths, sorted; notes whether the part's top is among them
+/// (the builder stored it as its root: it must not keep a root hash below the real root).
+fn under(prefix: &Nibbles, nodes: HashMap<Nibbles, BranchNodeCompact>, top: &mut bool) -> Nodes {
+    let mut out: Nodes = nodes
+        .into_iter()
+        .map(|(path, mut node)| {
+            if path.is_empty() {
+                *top = true;
+                node.root_hash = None;
+            }
+            (prefix.join(&path), node)
+        })
+        .collect();
+    out.sort_unstable_by_key(|(path, _)| *path);
+    out
+}
+
+/// The root over the parts' tops and the root node (if stored), or `None` when some part's
+/// top is not a stored branch.
+fn combine(parts: &[Part]) -> Option<(B256, Nodes)> {
+    let mut hb = HashBuilder::default().with_updates(true);
+    for (nibble, part) in (0u8..).zip(parts) {
+        match part {
+            Part::Empty => {}
+            Part::Stored(hash) => {
+                hb.add_branch(Nibbles::from_nibbles_unchecked([nibble]), *hash, true)
+            }
+            Part::Other => return None,
+        }
+    }
+    let root = hb.root();
+    let (_, nodes) = hb.split();
+    Some((root, nodes.into_iter().collect()))
+}
+
+/// The account trie rebuilt on this thread over the storage tries already stored (their
+/// root nodes give the roots; a trie too small to store one is read again).
+fn serial_account_trie(dbs: &Dbs, txn: &RwTxUnsync) -> Result<B256, StateDbError> {
+    let known = B256Map::default();
+    let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
+    let mut source = AccountSource::new(dbs, txn, false, roots)?;
+    let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| put_account_nodes(dbs, txn, nodes);
+    let run = walk::run_spilling(
+        &mut source,
+        &PrefixSet::all(),
+        Vec::new(),
+        true,
+        Some(&mut spill),
+    )?;
+    write_account_trie(dbs, txn, &run)?;
+    Ok(run.root)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The parallel rebuild against the serial one over the same committed state: the same
+    //! root and the same stored nodes, row for row, where the parts split the tries and where
+    //! they do not (tiny tries, keys that share their first nibbles).
+
+    use alloy_consensus::Header;
+    use alloy_primitives::{keccak256, Address, U256};
+
+    use super::*;
+    use crate::db::StateDb;
+    use crate::trie::root;
+    use crate::types::{GenesisBlock, GenesisEntry};
+    use crate::StateDbOptions;
+
+    fn open(dir: &std::path::Path) -> StateDb {
+        let options = StateDbOptions {
+            max_size_bytes: 1 << 30,
+            growth_step_bytes: 16 << 20,
+            ..StateDbOptions::default()
+        };
+        StateDb::open(dir, options).unwrap()
+    }
+
+    fn account(address: Address, nonce: u64) -> GenesisEntry {
+        GenesisEntry::Account {
+            address,
+            nonce,
+            balance: U256::from(nonce * 7 + 1),
+            code: None,
+        }
+    }
+
+    fn slot(address: Address, slot: U256, value: u64) -> GenesisEntry {
+        GenesisEntry::Slot {
+            address,
+            slot,
+            value: U256::from(value),
+        }
+    }
+
+    /// Addresses from `start` on whose hashed key begins with `prefix`'s nibbles.
+    fn addresses_under(prefix: &[u8], start: u64, count: usize) -> Vec<Address> {
+        (start..)
+            .map(|n| Address::left_padding_from(&n.to_be_bytes()))
+            .filter(|a| Nibbles::unpack(keccak256(a)).starts_with(&Nibbles::from_nibbles(prefix)))
+            .take(count)
+            .collect()
+    }
+
+    /// Slots whose hashed key begins with `prefix`'s nibbles.
+    fn slots_under(prefix: &[u8], count: usize) -> Vec<U256> {
+        (1u64..)
+            .map(U256::from)
+            .filter(|s| {
+                Nibbles::unpack(keccak256(s.to_be_bytes::<32>()))
+                    .starts_with(&Nibbles::from_nibbles(prefix))
+            })
+            .take(count)
+            .collect()
+    }
+
+    type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+    fn rows(db: &StateDb, txn: &RwTxUnsync, table: Table) -> Rows {
+        let mut c = cursor(db.dbs(), txn, table).unwrap();
+        let mut out = Vec::new();
+        let mut row: Option<(Vec<u8>, Vec<u8>)> = c.first().unwrap();
+        while let Some(r) = row {
+            out.push(r);
+            row = c.next().unwrap();
+        }
+        out
+    }
+
+    /// Writes `entries` as a genesis, rebuilds both ways (each in a transaction then
+    /// dropped), asserts they agree, and returns whether the parallel one split the account
+    /// trie, and its counts.
+    fn compare(entries: Vec<GenesisEntry>, split: u64) -> (bool, Counts) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        let genesis = Header::default();
+        let outcome = db
+            .apply_genesis(
+                GenesisBlock {
+                    header: &genesis,
+                    hash: genesis.hash_slow(),
+                    signature: None,
+                    commitment: None,
+                },
+                entries.into_iter().map(Ok::<_, std::io::Error>),
+                500,
+            )
+            .unwrap();
+        let dump = |txn: &RwTxUnsync| {
+            (
+                rows(&db, txn, Table::AccountsTrie),
+                rows(&db, txn, Table::StoragesTrie),
+            )
+        };
+        let txn = db.env().begin_rw_unsync().unwrap();
+        let serial = root::rebuild_root(db.dbs(), &txn).unwrap();
+        let serial_rows = dump(&txn);
+        drop(txn);
+        let txn = db.env().begin_rw_unsync().unwrap();
+        let (parallel, split_accounts, counts) = rebuild(db.env(), db.dbs(), &txn, split).unwrap();
+        let parallel_rows = dump(&txn);
+        drop(txn);
+        assert_eq!(parallel.root, serial.root);
+        assert_eq!(outcome.state_root, serial.root);
+        assert_eq!(parallel.leaves, serial.leaves);
+        assert_eq!(parallel.storage_tries, serial.storage_tries);
+        assert_eq!(parallel_rows.0.len(), serial_rows.0.len());
+        assert_eq!(parallel_rows.0, serial_rows.0, "account trie nodes");
+        assert_eq!(parallel_rows.1.len(), serial_rows.1.len());
+        assert_eq!(parallel_rows.1, serial_rows.1, "storage trie nodes");
+        assert_eq!(
+            db.view().unwrap().state_root_from_scratch().unwrap(),
+            serial.root
+        );
+        (split_accounts, counts)
+    }
+
+    #[test]
+    fn many_accounts_and_storage_tries_split_and_match_the_serial_rebuild() {
+        let mut entries: Vec<GenesisEntry> = (0..3000u64)
+            .map(|n| account(Address::left_padding_from(&n.to_be_bytes()), n))
+            .collect();
+        // Storage tries of every size: the large ones are split (split = 400), the small ones
+        // are computed whole inside the account parts.
+        for (i, size) in [1u64, 2, 3, 17, 100, 399, 400, 2500, 6000]
+            .iter()
+            .enumerate()
+        {
+            let owner = Address::repeat_byte(0xa0 + i as u8);
+            entries.push(account(owner, 1));
+            entries.extend((0..*size).map(|s| slot(owner, U256::from(s * 31 + 5), s + 1)));
+        }
+        let (split_accounts, counts) = compare(entries, 400);
+        assert!(split_accounts);
+        assert_eq!(counts.storage_tries, 9);
+        assert_eq!(counts.split_tries, 3);
+        assert_eq!(counts.unsplit_tries, 0);
+        assert_eq!(counts.accounts, 3009);
+    }
+
+    #[test]
+    fn tries_the_parts_do_not_split_are_rebuilt_serially_to_the_same_nodes() {
+        // Nothing at all; one account; a handful.
+        assert!(compare(Vec::new(), 1).0);
+        let one = Address::repeat_byte(1);
+        assert!(!compare(vec![account(one, 1)], 1).0);
+        let few: Vec<_> = (0..5u64)
+            .map(|n| account(Address::left_padding_from(&n.to_be_bytes()), n))
+            .collect();
+        assert!(!compare(few, 1).0);
+
+        // Every account under one first nibble: one part, whose top is a stored branch; the
+        // root is an extension over it.
+        let one_nibble: Vec<_> = addresses_under(&[5], 0, 300)
+            .into_iter()
+            .map(|a| account(a, 3))
+            .collect();
+        assert!(compare(one_nibble, 1).0);
+
+        // Every account under two shared nibbles: the part's top is an extension.
+        let two_nibbles: Vec<_> = addresses_under(&[5, 3], 0, 300)
+            .into_iter()
+            .map(|a| account(a, 3))
+            .collect();
+        assert!(!compare(two_nibbles, 1).0);
+
+        // Storage tries split where their parts allow it, and computed again whole where
+        // they do not: slots sharing two nibbles, a few slots, slots under one nibble.
+        let mut entries: Vec<GenesisEntry> = (0..2000u64)
+            .map(|n| account(Address::left_padding_from(&n.to_be_bytes()), n))
+            .collect();
+        let owners = [
+            Address::repeat_byte(0xb1),
+            Address::repeat_byte(0xb2),
+            Address::repeat_byte(0xb3),
+        ];
+        for owner in owners {
+            entries.push(account(owner, 1));
+        }
+        entries.extend(
+            slots_under(&[0xe, 0x2], 200)
+                .into_iter()
+                .map(|s| slot(owners[0], s, 9)),
+        );
+        entries.extend((1..4u64).map(|s| slot(owners[1], U256::from(s), s)));
+        entries.extend(
+            slots_under(&[0x7], 300)
+                .into_iter()
+                .map(|s| slot(owners[2], s, 4)),
+        );
+        let (split_accounts, counts) = compare(entries, 1);
+        assert!(split_accounts);
+        assert_eq!(counts.split_tries, 3);
+        assert_eq!(counts.unsplit_tries, 2);
+    }
+}
