@@ -12,7 +12,8 @@
 //!    on a thread of their own, each in one MDBX transaction with the progress, so a kill
 //!    resumes at the first chunk not written.
 //! 3. **Merkleize and record.** [`Restore::finish`]: the codes are complete, the MPT root and
-//!    trie are built from the written state, and block N becomes the head. Until then the
+//!    trie are built from the written state on every core (`gigas-statedb`'s parallel
+//!    rebuild), and block N becomes the head. Until then the
 //!    node serves nothing: the RPC server starts after the bootstrap.
 //!
 //! Memory is bounded: at most `concurrency` chunks (at most [`gigas_snapshot::MAX_CHUNK_RAW`]

@@ -239,6 +239,7 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             "recovery µs/tx (bound tx/s)",
             "unindexed blocks",
             "diff B/tx",
+            "commitment µs/tx (share of node CPU)",
             "refused",
             "result",
         ],
@@ -269,6 +270,11 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             },
             fmt_opt(s.unindexed_blocks, 0),
             fmt_opt(s.diff_bytes_per_tx, 1),
+            match (s.commitment_us_per_tx, s.commitment_cpu_share) {
+                (Some(us), Some(share)) => format!("{us:.2} ({:.2} %)", share * 100.0),
+                (Some(us), None) => format!("{us:.2}"),
+                _ => "-".to_string(),
+            },
             refused.to_string(),
             if s.passed {
                 "passed".to_string()

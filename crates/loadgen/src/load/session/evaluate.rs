@@ -144,6 +144,17 @@ impl Session {
         let recovery_bound_tps = recovery_us_per_tx.map(|us| cores * 1e6 / us);
         let unindexed_blocks =
             metrics_after.and_then(|m| m.value("gigas_history_unindexed_blocks"));
+        let commitment_seconds = delta
+            .map(|d| d.histogram("gigas_diffs_commitment_seconds", ""))
+            .filter(|h| h.count > 0.0)
+            .map(|h| h.sum);
+        let commitment_us_per_tx = commitment_seconds
+            .filter(|_| included > 0)
+            .map(|s| s / included as f64 * 1e6);
+        let commitment_cpu_share = commitment_seconds
+            .zip(node_cpu)
+            .filter(|(_, cpu)| *cpu > 0.0)
+            .map(|(s, cpu)| s / cpu);
         let (stages, block_ms, diff_bytes_per_tx) = match delta {
             Some(d) if !d.is_empty() => {
                 let block = d.histogram("gigas_sequencer_block_seconds", "");
@@ -202,6 +213,8 @@ impl Session {
             library_recovery_us: self.library_recovery_us,
             unindexed_blocks,
             diff_bytes_per_tx,
+            commitment_us_per_tx,
+            commitment_cpu_share,
             passed: failures.is_empty(),
             failures,
         }
