@@ -124,6 +124,16 @@ fn a_small_load_and_ramp_are_included_and_counted() {
         step.stages
     );
     assert!(step.diff_bytes_per_tx.is_some_and(|b| b > 0.0));
+    // The state commitment is on by default: its time per transaction, and its share of
+    // the node's CPU (a share: below one).
+    assert!(step.commitment_us_per_tx.is_some_and(|us| us > 0.0));
+    assert!(step
+        .commitment_cpu_us_per_tx
+        .zip(step.commitment_us_per_tx)
+        .is_some_and(|(cpu, wall)| cpu > 0.0 && cpu <= wall * 1.01));
+    assert!(step
+        .commitment_cpu_share
+        .is_some_and(|s| s > 0.0 && s < 1.0));
     assert!(
         step.history_phases.iter().any(|p| p.stage == "sync"),
         "the history commit's phases: {:?}",

@@ -90,6 +90,79 @@ pub fn account_encoding(hashed_address: &B256, state: &AccountState) -> [u8; 104
     bytes
 }
 
+/// The bytes of a slot element.
+fn slot_encoding(hashed_address: &B256, hashed_slot: &B256, value: &U256) -> [u8; 96] {
+    let mut bytes = [0u8; 96];
+    bytes[..32].copy_from_slice(hashed_address.as_slice());
+    bytes[32..64].copy_from_slice(hashed_slot.as_slice());
+    bytes[64..].copy_from_slice(&value.to_be_bytes::<32>());
+    bytes
+}
+
+/// The bytes of a key-index entry's element, and how many of them are used.
+fn index_encoding(index: u64, address: &Address, slot: Option<&U256>) -> ([u8; 60], usize) {
+    let mut bytes = [0u8; 60];
+    bytes[..8].copy_from_slice(&index.to_be_bytes());
+    bytes[8..28].copy_from_slice(address.as_slice());
+    let len = match slot {
+        Some(slot) => {
+            bytes[28..60].copy_from_slice(&slot.to_be_bytes::<32>());
+            60
+        }
+        None => 28,
+    };
+    (bytes, len)
+}
+
+/// The kind of an element, which names its BLAKE3 context.
+#[derive(Debug, Clone, Copy)]
+enum Context {
+    Account,
+    Slot,
+    Key,
+}
+
+impl Context {
+    /// The context's key, hashed once per process: `derive_key` would hash the context
+    /// string again for every element.
+    fn key(self) -> &'static blake3::hazmat::ContextKey {
+        use std::sync::OnceLock;
+        static KEYS: [OnceLock<blake3::hazmat::ContextKey>; 3] =
+            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        let (slot, context) = match self {
+            Context::Account => (&KEYS[0], ACCOUNT_CONTEXT),
+            Context::Slot => (&KEYS[1], SLOT_CONTEXT),
+            Context::Key => (&KEYS[2], KEY_CONTEXT),
+        };
+        slot.get_or_init(|| blake3::hazmat::hash_derive_key_context(context))
+    }
+
+    /// A hasher for `blake3::derive_key(context, ..)`.
+    fn hasher(self) -> blake3::Hasher {
+        use blake3::hazmat::HasherExt as _;
+        blake3::Hasher::new_from_context_key(self.key())
+    }
+}
+
+/// Draws the element of `bytes` (an encoding of kind `context`) into `out`.
+fn draw(expansion: Expansion, context: Context, bytes: &[u8], out: &mut [u8; 2 * LANES]) {
+    use rand_core::{Rng as _, SeedableRng as _};
+    let mut hasher = context.hasher();
+    hasher.update(bytes);
+    match expansion {
+        Expansion::Blake3Xof => hasher.finalize_xof().fill(out),
+        Expansion::ChaCha8 => {
+            chacha20::ChaCha8Rng::from_seed(*hasher.finalize().as_bytes()).fill_bytes(out)
+        }
+        Expansion::ChaCha12 => {
+            chacha20::ChaCha12Rng::from_seed(*hasher.finalize().as_bytes()).fill_bytes(out)
+        }
+        Expansion::ChaCha20 => {
+            chacha20::ChaCha20Rng::from_seed(*hasher.finalize().as_bytes()).fill_bytes(out)
+        }
+    }
+}
+
 /// Reads 2,048 bytes as little-endian lanes.
 fn lanes_of(bytes: &[u8; 2 * LANES]) -> Box<[u16; LANES]> {
     let mut lanes = Box::new([0u16; LANES]);
@@ -143,7 +216,7 @@ impl LatticeHash {
     pub fn account_with(expansion: Expansion, hashed_address: &B256, state: &AccountState) -> Self {
         Self::element(
             expansion,
-            ACCOUNT_CONTEXT,
+            Context::Account,
             &account_encoding(hashed_address, state),
         )
     }
@@ -161,55 +234,86 @@ impl LatticeHash {
     /// [`LatticeHash::slot`] named by the keccak of the address and of the slot (the slot's
     /// 32 big-endian bytes), as a full node's tables and a snapshot name it.
     pub fn slot_hashed(hashed_address: &B256, hashed_slot: &B256, value: &U256) -> Self {
-        let mut bytes = [0u8; 96];
-        bytes[..32].copy_from_slice(hashed_address.as_slice());
-        bytes[32..64].copy_from_slice(hashed_slot.as_slice());
-        bytes[64..].copy_from_slice(&value.to_be_bytes::<32>());
-        Self::element(Expansion::V1, SLOT_CONTEXT, &bytes)
+        Self::element(
+            Expansion::V1,
+            Context::Slot,
+            &slot_encoding(hashed_address, hashed_slot, value),
+        )
     }
 
     /// The element of the key-index entry `index`: the account `address`, or its storage
     /// `slot`.
     pub fn index_entry(index: u64, address: &Address, slot: Option<&U256>) -> Self {
-        let mut bytes = [0u8; 60];
-        bytes[..8].copy_from_slice(&index.to_be_bytes());
-        bytes[8..28].copy_from_slice(address.as_slice());
-        let len = match slot {
-            Some(slot) => {
-                bytes[28..60].copy_from_slice(&slot.to_be_bytes::<32>());
-                60
-            }
-            None => 28,
-        };
-        Self::element(Expansion::V1, KEY_CONTEXT, &bytes[..len])
+        let (bytes, len) = index_encoding(index, address, slot);
+        Self::element(Expansion::V1, Context::Key, &bytes[..len])
     }
 
-    fn element(expansion: Expansion, context: &str, bytes: &[u8]) -> Self {
-        use rand_core::{Rng as _, SeedableRng as _};
+    fn element(expansion: Expansion, context: Context, bytes: &[u8]) -> Self {
         let mut out = [0u8; 2 * LANES];
-        match expansion {
-            Expansion::Blake3Xof => {
-                blake3::Hasher::new_derive_key(context)
-                    .update(bytes)
-                    .finalize_xof()
-                    .fill(&mut out);
-            }
-            Expansion::ChaCha8 => {
-                chacha20::ChaCha8Rng::from_seed(blake3::derive_key(context, bytes))
-                    .fill_bytes(&mut out)
-            }
-            Expansion::ChaCha12 => {
-                chacha20::ChaCha12Rng::from_seed(blake3::derive_key(context, bytes))
-                    .fill_bytes(&mut out)
-            }
-            Expansion::ChaCha20 => {
-                chacha20::ChaCha20Rng::from_seed(blake3::derive_key(context, bytes))
-                    .fill_bytes(&mut out)
-            }
-        }
+        draw(expansion, context, bytes, &mut out);
         Self {
             lanes: lanes_of(&out),
         }
+    }
+
+    /// Adds (`add`) or subtracts an element drawn into `bytes`, lane by lane, in place.
+    fn fold(&mut self, bytes: &[u8; 2 * LANES], add: bool) {
+        let pairs = self.lanes.iter_mut().zip(bytes.chunks_exact(2));
+        if add {
+            for (a, pair) in pairs {
+                *a = a.wrapping_add(u16::from_le_bytes([pair[0], pair[1]]));
+            }
+        } else {
+            for (a, pair) in pairs {
+                *a = a.wrapping_sub(u16::from_le_bytes([pair[0], pair[1]]));
+            }
+        }
+    }
+
+    /// Adds (`add`) or subtracts the element of the account whose address hashes to
+    /// `hashed_address`: [`LatticeHash::account_hashed`] without building it (the hot path
+    /// of a block's delta draws four elements per transfer).
+    pub fn apply_account(&mut self, add: bool, hashed_address: &B256, state: &AccountState) {
+        let mut out = [0u8; 2 * LANES];
+        draw(
+            Expansion::V1,
+            Context::Account,
+            &account_encoding(hashed_address, state),
+            &mut out,
+        );
+        self.fold(&out, add);
+    }
+
+    /// Adds (`add`) or subtracts [`LatticeHash::slot_hashed`] without building it.
+    pub fn apply_slot(
+        &mut self,
+        add: bool,
+        hashed_address: &B256,
+        hashed_slot: &B256,
+        value: &U256,
+    ) {
+        let mut out = [0u8; 2 * LANES];
+        draw(
+            Expansion::V1,
+            Context::Slot,
+            &slot_encoding(hashed_address, hashed_slot, value),
+            &mut out,
+        );
+        self.fold(&out, add);
+    }
+
+    /// Adds (`add`) or subtracts [`LatticeHash::index_entry`] without building it.
+    pub fn apply_index_entry(
+        &mut self,
+        add: bool,
+        index: u64,
+        address: &Address,
+        slot: Option<&U256>,
+    ) {
+        let (bytes, len) = index_encoding(index, address, slot);
+        let mut out = [0u8; 2 * LANES];
+        draw(Expansion::V1, Context::Key, &bytes[..len], &mut out);
+        self.fold(&out, add);
     }
 
     /// The element of one stored entry of the state key layout ([`crate::state_keys`]): an
@@ -258,10 +362,10 @@ impl LatticeHash {
         }
         let hashed = keccak256(address);
         if let Some(before) = before {
-            self.sub(&Self::account_hashed(&hashed, before));
+            self.apply_account(false, &hashed, before);
         }
         if let Some(after) = after {
-            self.add(&Self::account_hashed(&hashed, after));
+            self.apply_account(true, &hashed, after);
         }
     }
 
@@ -273,17 +377,22 @@ impl LatticeHash {
         let (hashed_address, hashed_slot) =
             (keccak256(address), keccak256(slot.to_be_bytes::<32>()));
         if !before.is_zero() {
-            self.sub(&Self::slot_hashed(&hashed_address, &hashed_slot, before));
+            self.apply_slot(false, &hashed_address, &hashed_slot, before);
         }
         if !after.is_zero() {
-            self.add(&Self::slot_hashed(&hashed_address, &hashed_slot, after));
+            self.apply_slot(true, &hashed_address, &hashed_slot, after);
         }
     }
 
     /// Adds a slot holding `value`; a zero value adds nothing.
     pub fn add_slot(&mut self, address: &Address, slot: &U256, value: &U256) {
         if !value.is_zero() {
-            self.add(&Self::slot(address, slot, value));
+            self.apply_slot(
+                true,
+                &keccak256(address),
+                &keccak256(slot.to_be_bytes::<32>()),
+                value,
+            );
         }
     }
 
@@ -317,6 +426,38 @@ mod tests {
             balance: U256::from(balance),
             code_hash: b256!("c5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470"),
         }
+    }
+
+    #[test]
+    fn elements_applied_in_place_are_the_elements_built() {
+        let a = address!("0x00000000000000000000000000000000000000aa");
+        let hashed = keccak256(a);
+        let slot = U256::from(7);
+        let hashed_slot = keccak256(slot.to_be_bytes::<32>());
+        let mut built = LatticeHash::zero();
+        let mut applied = LatticeHash::zero();
+        built.add(&LatticeHash::account(&a, &state(1, 10)));
+        applied.apply_account(true, &hashed, &state(1, 10));
+        built.sub(&LatticeHash::account(&a, &state(0, 3)));
+        applied.apply_account(false, &hashed, &state(0, 3));
+        built.add(&LatticeHash::slot(&a, &slot, &U256::from(9)));
+        applied.apply_slot(true, &hashed, &hashed_slot, &U256::from(9));
+        built.sub(&LatticeHash::slot(&a, &slot, &U256::from(2)));
+        applied.apply_slot(false, &hashed, &hashed_slot, &U256::from(2));
+        built.add(&LatticeHash::index_entry(5, &a, None));
+        applied.apply_index_entry(true, 5, &a, None);
+        built.sub(&LatticeHash::index_entry(6, &a, Some(&slot)));
+        applied.apply_index_entry(false, 6, &a, Some(&slot));
+        assert_eq!(applied, built);
+        assert_ne!(built, LatticeHash::zero());
+        // The context keys hashed once give `derive_key`'s keys.
+        let encoding = account_encoding(&hashed, &state(1, 10));
+        let mut hasher = Context::Account.hasher();
+        hasher.update(&encoding);
+        assert_eq!(
+            *hasher.finalize().as_bytes(),
+            blake3::derive_key(ACCOUNT_CONTEXT, &encoding)
+        );
     }
 
     #[test]

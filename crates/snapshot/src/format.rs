@@ -524,7 +524,7 @@ pub fn share_of(entries: &SnapshotEntries) -> LatticeHash {
         SnapshotEntries::Accounts(accounts) => accounts
             .par_iter()
             .fold(LatticeHash::zero, |mut s, (key, state)| {
-                s.add(&LatticeHash::account_hashed(key, state));
+                s.apply_account(true, key, state);
                 s
             })
             .reduce(LatticeHash::zero, sum),
@@ -532,7 +532,7 @@ pub fn share_of(entries: &SnapshotEntries) -> LatticeHash {
             .par_iter()
             .fold(LatticeHash::zero, |mut s, (address, slot, value)| {
                 if !value.is_zero() {
-                    s.add(&LatticeHash::slot_hashed(address, slot, value));
+                    s.apply_slot(true, address, slot, value);
                 }
                 s
             })
@@ -543,12 +543,12 @@ pub fn share_of(entries: &SnapshotEntries) -> LatticeHash {
             .enumerate()
             .fold(LatticeHash::zero, |mut s, (i, key)| {
                 let index = first + i as u64;
-                s.add(&match key {
-                    StateKey::Account(address) => LatticeHash::index_entry(index, address, None),
+                match key {
+                    StateKey::Account(address) => s.apply_index_entry(true, index, address, None),
                     StateKey::Slot(address, slot) => {
-                        LatticeHash::index_entry(index, address, Some(slot))
+                        s.apply_index_entry(true, index, address, Some(slot))
                     }
-                });
+                }
                 s
             })
             .reduce(LatticeHash::zero, sum),

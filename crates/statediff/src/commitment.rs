@@ -75,15 +75,17 @@ enum Element {
 }
 
 impl Element {
-    fn hash(&self) -> LatticeHash {
+    /// Adds (`add`) or subtracts the element in place (no element is built: four per
+    /// transfer on the sequencer's diff writer).
+    fn apply(&self, sum: &mut LatticeHash, add: bool) {
         match self {
-            Element::Account(address, state) => LatticeHash::account_hashed(address, state),
-            Element::Slot(address, slot, value) => LatticeHash::slot_hashed(address, slot, value),
+            Element::Account(address, state) => sum.apply_account(add, address, state),
+            Element::Slot(address, slot, value) => sum.apply_slot(add, address, slot, value),
             Element::Key(index, StateKey::Account(address)) => {
-                LatticeHash::index_entry(*index, address, None)
+                sum.apply_index_entry(add, *index, address, None)
             }
             Element::Key(index, StateKey::Slot(address, slot)) => {
-                LatticeHash::index_entry(*index, address, Some(slot))
+                sum.apply_index_entry(add, *index, address, Some(slot))
             }
         }
     }
@@ -149,11 +151,7 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
         elements.push((true, Element::Key(first_index + i as u64, *key)));
     }
     let fold = |mut sum: LatticeHash, (add, element): &(bool, Element)| {
-        if *add {
-            sum.add(&element.hash());
-        } else {
-            sum.sub(&element.hash());
-        }
+        element.apply(&mut sum, *add);
         sum
     };
     if parallel && elements.len() >= PARALLEL_FROM {
@@ -213,7 +211,11 @@ mod tests {
     fn full(state: &MemoryState, keys: &[StateKey]) -> LatticeHash {
         let mut sum = state.lattice();
         for (i, key) in keys.iter().enumerate() {
-            sum.add(&Element::Key(i as u64, *key).hash());
+            // Built whole, apart from the in-place path the delta takes.
+            sum.add(&match key {
+                StateKey::Account(a) => LatticeHash::index_entry(i as u64, a, None),
+                StateKey::Slot(a, s) => LatticeHash::index_entry(i as u64, a, Some(s)),
+            });
         }
         sum
     }

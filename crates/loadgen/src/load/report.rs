@@ -220,7 +220,7 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
         r.receipts.succeeded, r.receipts.checked, r.receipts.missing
     );
     let mut steps = Table::new(
-        "rrrrlllrlrrrrrlrrrl",
+        "rrrrlllrlrrrrrlrrrrl",
         [
             "step",
             "target/s",
@@ -239,7 +239,7 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             "recovery µs/tx (bound tx/s)",
             "unindexed blocks",
             "diff B/tx",
-            "commitment µs/tx (share of node CPU)",
+            "commitment µs/tx wall / CPU (CPU share of node)",
             "refused",
             "result",
         ],
@@ -270,9 +270,16 @@ pub fn markdown(r: &LoadReport, charts: &[String]) -> String {
             },
             fmt_opt(s.unindexed_blocks, 0),
             fmt_opt(s.diff_bytes_per_tx, 1),
-            match (s.commitment_us_per_tx, s.commitment_cpu_share) {
-                (Some(us), Some(share)) => format!("{us:.2} ({:.2} %)", share * 100.0),
-                (Some(us), None) => format!("{us:.2}"),
+            match (
+                s.commitment_us_per_tx,
+                s.commitment_cpu_us_per_tx,
+                s.commitment_cpu_share,
+            ) {
+                (Some(wall), Some(cpu), Some(share)) => {
+                    format!("{wall:.2} / {cpu:.2} ({:.2} %)", share * 100.0)
+                }
+                (Some(wall), Some(cpu), None) => format!("{wall:.2} / {cpu:.2}"),
+                (Some(wall), None, _) => format!("{wall:.2} / -"),
                 _ => "-".to_string(),
             },
             refused.to_string(),

@@ -158,9 +158,11 @@ pub struct StepResult {
     pub diff_bytes_per_tx: Option<f64>,
     /// The state commitment's time per included transaction, µs: the diff writer's
     /// `gigas_diffs_commitment_seconds` (moving the lattice hash and signing it, on that one
-    /// thread; wall time, so an upper bound of its CPU).
+    /// thread; wall time, which also counts waiting for a core).
     pub commitment_us_per_tx: Option<f64>,
-    /// That time as a share of the node's CPU over the step.
+    /// Its CPU per included transaction, µs (`gigas_diffs_commitment_cpu_seconds`).
+    pub commitment_cpu_us_per_tx: Option<f64>,
+    /// That CPU as a share of the node's CPU over the step.
     pub commitment_cpu_share: Option<f64>,
     /// Whether the step met every criterion.
     pub passed: bool,

@@ -151,7 +151,13 @@ impl Session {
         let commitment_us_per_tx = commitment_seconds
             .filter(|_| included > 0)
             .map(|s| s / included as f64 * 1e6);
-        let commitment_cpu_share = commitment_seconds
+        let commitment_cpu = delta
+            .and_then(|d| d.value("gigas_diffs_commitment_cpu_seconds"))
+            .filter(|_| commitment_seconds.is_some());
+        let commitment_cpu_us_per_tx = commitment_cpu
+            .filter(|_| included > 0)
+            .map(|s| s / included as f64 * 1e6);
+        let commitment_cpu_share = commitment_cpu
             .zip(node_cpu)
             .filter(|(_, cpu)| *cpu > 0.0)
             .map(|(s, cpu)| s / cpu);
@@ -214,6 +220,7 @@ impl Session {
             unindexed_blocks,
             diff_bytes_per_tx,
             commitment_us_per_tx,
+            commitment_cpu_us_per_tx,
             commitment_cpu_share,
             passed: failures.is_empty(),
             failures,
