@@ -25,6 +25,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// each block runs once plain and once probed back to back in this process (the order
 /// alternating), and the probe's own cost is calibrated on a compute-bound program.
 /// Writes profile.json, opcodes.csv, report.md, top30.svg and categories.svg to --out.
+///
+/// With call stacks on (the default), every sample also names its call path (block,
+/// transaction, contract:function, …), and calls.md, calls.json, stacks.folded, flame.svg and
+/// profile.pb.gz (pprof) report time by contract, function and transaction.
 #[derive(Debug, Parser)]
 #[command(
     name = "gigas-profiler",
@@ -78,6 +82,41 @@ struct Args {
     /// Only check every block against its header, then exit.
     #[arg(long)]
     check_only: bool,
+
+    /// Attribute every sample to its call stack (block, transaction, contract:function, …):
+    /// `on` writes the call-stack report (calls.md, stacks.folded, flame.svg, profile.pb.gz)
+    /// for a hash lookup per call; `off` profiles opcodes alone.
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    call_stacks: bool,
+
+    /// A label file naming contracts and functions (`0xADDRESS name`, `name(types)` or
+    /// `0xSELECTOR name` per line; see profiler/labels.txt, which is always loaded first).
+    #[arg(long, value_name = "FILE")]
+    labels: Option<PathBuf>,
+
+    /// Call-stack report of the frames of this contract (code address) and below only.
+    #[arg(long, value_name = "ADDRESS")]
+    contract: Option<alloy_primitives::Address>,
+
+    /// Call-stack report of this transaction only.
+    #[arg(long, value_name = "HASH")]
+    tx: Option<alloy_primitives::B256>,
+
+    /// What folded stacks, the flame graph and the pprof profile weigh, and what the
+    /// contract tables are ordered by: sampled `time`, or exact `gas` (by frame).
+    #[arg(long, value_name = "time|gas", default_value = "time")]
+    by: crate::stacks::Weight,
+
+    /// Instead of profiling: measure what call stacks cost. Every block runs plain, probed
+    /// and probed with call stacks, back to back in a rotating order, for ROUNDS rounds; prints
+    /// the medians of the per-round ratios and writes overhead.json to --out.
+    #[arg(long)]
+    compare_call_stacks: bool,
+
+    /// Rows of the contract and function tables in calls.md.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    top_contracts: usize,
 
     /// Run every Ethereum state test (GeneralStateTests JSON) under DIR instead of profiling:
     /// each vector runs interpreted and with the JIT, from the same pre-state. Exits non-zero
@@ -320,6 +359,60 @@ fn state_tests(dir: &Path, args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// `--compare-call-stacks`: the overhead of plain probing and of probing with call stacks,
+/// alternated in one run.
+fn compare_call_stacks(workload: &Workload, args: &Args) -> Result<()> {
+    let measuring = bar(args.rounds as usize, "rounds");
+    let rounds = workload
+        .measure_overhead(
+            args.rounds as usize,
+            Duration::from_nanos(args.sample_interval_ns),
+            |done, _| measuring.set_position(done as u64),
+        )
+        .wrap_err("measurement failed")?;
+    measuring.finish_and_clear();
+    let ratio = |f: &dyn Fn(&replay::OverheadRound) -> f64| {
+        crate::report::Stat::of(rounds.iter().map(f).collect())
+    };
+    let probed = ratio(&|r| r.probed.as_secs_f64() / r.plain.as_secs_f64());
+    let stacked = ratio(&|r| r.stacked.as_secs_f64() / r.plain.as_secs_f64());
+    let added = ratio(&|r| r.stacked.as_secs_f64() / r.probed.as_secs_f64());
+    let plain_ms = ratio(&|r| r.plain.as_secs_f64() * 1e3);
+    println!(
+        "plain        : {:.1} ms per pass (median of {} rounds; min {:.1}, max {:.1})",
+        plain_ms.median,
+        rounds.len(),
+        plain_ms.min,
+        plain_ms.max
+    );
+    for (name, s) in [
+        ("probed       ", &probed),
+        ("call stacks  ", &stacked),
+        ("stacks/probed", &added),
+    ] {
+        println!(
+            "{name}: {:.3}x (median of per-round ratios; min {:.3}, max {:.3})",
+            s.median, s.min, s.max
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
+    let json = serde_json::json!({
+        "rounds": rounds.len(),
+        "blocks": workload.blocks.len(),
+        "plain_ms_per_pass": plain_ms,
+        "probed_over_plain": probed,
+        "call_stacks_over_plain": stacked,
+        "call_stacks_over_probed": added,
+    });
+    write(
+        &args.out.join("overhead.json"),
+        serde_json::to_string_pretty(&json).wrap_err("cannot serialise")?,
+    )?;
+    println!("written to {}/overhead.json", args.out.display());
+    Ok(())
+}
+
 /// Runs `gigas-profiler` with these arguments (the first is the program name, as in
 /// `std::env::args`), exactly as the binary does: the report goes to `--out`.
 pub fn main_with_args<I, T>(args: I) -> Result<()>
@@ -361,6 +454,10 @@ where
         None => ChainSpec::mainnet(),
     };
 
+    let mut labels = crate::labels::Labels::shipped();
+    if let Some(file) = &args.labels {
+        labels.add_file(file).map_err(|e| eyre!(e))?;
+    }
     let loading = bar(0, "loading");
     let workload = Workload::load(&blocks_dir, &chain, |done, total| {
         loading.set_length(total as u64);
@@ -435,11 +532,15 @@ where
             "only one CPU available: the sampler shares it with the replay, which inflates the overhead"
         ),
     }
+    if args.compare_call_stacks {
+        return compare_call_stacks(&workload, &args);
+    }
     let measuring = bar(args.rounds as usize, "rounds");
     let rounds = workload
-        .measure(
+        .measure_with(
             args.rounds as usize,
             Duration::from_nanos(args.sample_interval_ns),
+            args.call_stacks,
             |done, _| measuring.set_position(done as u64),
         )
         .wrap_err("measurement failed")?;
@@ -489,5 +590,43 @@ where
         "report written to {}/ (report.md, profile.json, opcodes.csv, top30.svg, categories.svg)",
         args.out.display()
     );
+    if let Some(profile) =
+        crate::stacks::StackProfile::merged(rounds.iter().filter_map(|r| r.probed.stacks.as_ref()))
+    {
+        let options = crate::calls::CallOptions {
+            weight: args.by,
+            filter: crate::stacks::Filter {
+                contract: args.contract,
+                tx: args.tx,
+            },
+            labels,
+            top: args.top_contracts,
+            top_txs: 5,
+        };
+        let calls = crate::calls::write(&profile, &report, &options, &args.out)?;
+        println!(
+            "call stacks  : {} samples; {:.1}% of the time in contract frames, {:.1}% outside them; {} contracts",
+            calls.samples,
+            if calls.kept_s > 0.0 { calls.in_frames_s / calls.kept_s * 100.0 } else { 0.0 },
+            if calls.kept_s > 0.0 { calls.outside_frames_s / calls.kept_s * 100.0 } else { 0.0 },
+            calls.contracts.len()
+        );
+        for (i, c) in calls.contracts.iter().take(5).enumerate() {
+            println!(
+                "  {}. {:<44} time {:>5.1}% ±{:.1}% (self {:>4.1}%)  gas {:>5.1}%",
+                i + 1,
+                c.name,
+                c.total_share * 100.0,
+                c.total_share_ci95 * 100.0,
+                c.self_share * 100.0,
+                c.gas_share * 100.0
+            );
+        }
+        println!(
+            "call report written to {}/ ({})",
+            args.out.display(),
+            crate::calls::FILES
+        );
+    }
     Ok(())
 }

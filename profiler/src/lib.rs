@@ -5,7 +5,11 @@
 //! call, category), time outside opcodes, the JIT ceiling, CSV, JSON, Markdown and SVG charts.
 //! It reports its own overhead against a plain run in the same process.
 //!
-//! Owns: the sampler, categories, the measurement protocol, the report, and `fetch`, which
+//! With call stacks on (the default), every sample also names the call path it was taken in,
+//! and [`calls`] reports time by contract, function and transaction, with folded stacks, a
+//! flame graph and a pprof profile.
+//!
+//! Owns: the sampler, categories, the measurement protocol, the reports, and `fetch`, which
 //! writes block fixtures from a node's RPC. Must not configure
 //! revm itself: every EVM it runs comes from `gigas-evm`.
 
@@ -13,10 +17,15 @@
 
 pub mod affinity;
 pub mod calibrate;
+pub mod calls;
 pub mod category;
 pub mod chart;
 pub mod cli;
 pub mod fetch;
+pub mod flame;
+pub mod labels;
+pub mod pprof;
 pub mod replay;
 pub mod report;
 pub mod sampler;
+pub mod stacks;

@@ -13,6 +13,7 @@ use gigas_evm::{
 use gigas_primitives::ChainSpec;
 
 use crate::sampler::{Histogram, Sampler};
+use crate::stacks::StackProfile;
 
 /// A block loaded for replay: its environments and its pre-state database.
 #[derive(Debug)]
@@ -168,18 +169,21 @@ impl Workload {
         Ok((elapsed, outcome.gas_used()))
     }
 
-    /// Executes one block on the probed EVM with a sampler reading it every `interval`.
+    /// Executes one block on the probed EVM with a sampler reading it every `interval`,
+    /// keeping its call tree when `stacks`.
     pub fn probed_block(
         &self,
         loaded: &LoadedBlock,
         interval: Duration,
+        stacks: bool,
     ) -> Result<ProbedBlock, ReplayError> {
         let cell = Arc::new(ActivityCell::default());
-        let mut evm = ProbedEvm::new(
-            loaded.db.clone(),
-            &loaded.block,
-            Probe::new(Arc::clone(&cell)),
-        );
+        let probe = if stacks {
+            Probe::with_call_stacks(Arc::clone(&cell), gigas_evm::callstack::DEFAULT_MAX_NODES)
+        } else {
+            Probe::new(Arc::clone(&cell))
+        };
+        let mut evm = ProbedEvm::new(loaded.db.clone(), &loaded.block, probe);
         let sampler = Sampler::start(Arc::clone(&cell), interval).map_err(ReplayError::Sampler)?;
         let start = Instant::now();
         cell.set_phase(Phase::BlockLoop);
@@ -188,23 +192,37 @@ impl Workload {
         let elapsed = start.elapsed();
         let histogram = sampler.stop();
         let outcome = outcome?;
-        let probe = evm.into_probe();
+        let mut probe = evm.into_probe();
         Ok(ProbedBlock {
             elapsed,
             gas: outcome.gas_used(),
             histogram,
             counts: probe.counts,
             precompile_calls: probe.precompile_calls,
+            tree: probe.take_call_tree(),
         })
     }
 
-    /// Runs `rounds` rounds over every block. Each block runs once plain and once probed,
-    /// back to back, the order alternating from block to block and round to round, so that
-    /// drift in the machine's speed hits both alike. Calls `progress` after each round.
+    /// Runs `rounds` rounds over every block with call stacks on ([`Workload::measure_with`]).
     pub fn measure(
         &self,
         rounds: usize,
         interval: Duration,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Vec<Round>, ReplayError> {
+        self.measure_with(rounds, interval, true, progress)
+    }
+
+    /// Runs `rounds` rounds over every block. Each block runs once plain and once probed,
+    /// back to back, the order alternating from block to block and round to round, so that
+    /// drift in the machine's speed hits both alike. With `stacks`, the probed runs keep
+    /// their call trees and each round's samples are credited to call paths
+    /// ([`ProbedPass::stacks`]). Calls `progress` after each round.
+    pub fn measure_with(
+        &self,
+        rounds: usize,
+        interval: Duration,
+        stacks: bool,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Vec<Round>, ReplayError> {
         let mut out = Vec::with_capacity(rounds);
@@ -213,9 +231,9 @@ impl Workload {
             for (i, loaded) in self.blocks.iter().enumerate() {
                 let (plain, probed) = if (r + i) % 2 == 0 {
                     let plain = self.plain_block(loaded)?;
-                    (plain, self.probed_block(loaded, interval)?)
+                    (plain, self.probed_block(loaded, interval, stacks)?)
                 } else {
-                    let probed = self.probed_block(loaded, interval)?;
+                    let probed = self.probed_block(loaded, interval, stacks)?;
                     (self.plain_block(loaded)?, probed)
                 };
                 if plain.1 != probed.gas {
@@ -227,7 +245,48 @@ impl Workload {
                 }
                 round.plain.per_block.push(plain.0);
                 round.plain.gas.push(plain.1);
-                round.probed.add(probed);
+                let hashes: Vec<_> = loaded.block.txs.iter().map(|tx| tx.hash).collect();
+                round.probed.add(probed, loaded.block.number, &hashes);
+            }
+            out.push(round);
+            progress(r + 1, rounds);
+        }
+        Ok(out)
+    }
+}
+
+/// One round of [`Workload::measure_overhead`]: the pass times of each way of running.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OverheadRound {
+    /// Plain revm.
+    pub plain: Duration,
+    /// Probed, opcodes only.
+    pub probed: Duration,
+    /// Probed with call stacks.
+    pub stacked: Duration,
+}
+
+impl Workload {
+    /// The cost of call-stack attribution: each block runs plain, probed without call
+    /// stacks and probed with them, back to back in an order rotating from block to block
+    /// and round to round, sampled every `interval`. Calls `progress` after each round.
+    pub fn measure_overhead(
+        &self,
+        rounds: usize,
+        interval: Duration,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Vec<OverheadRound>, ReplayError> {
+        let mut out = Vec::with_capacity(rounds);
+        for r in 0..rounds {
+            let mut round = OverheadRound::default();
+            for (i, loaded) in self.blocks.iter().enumerate() {
+                for way in 0..3 {
+                    match (way + r + i) % 3 {
+                        0 => round.plain += self.plain_block(loaded)?.0,
+                        1 => round.probed += self.probed_block(loaded, interval, false)?.elapsed,
+                        _ => round.stacked += self.probed_block(loaded, interval, true)?.elapsed,
+                    }
+                }
             }
             out.push(round);
             progress(r + 1, rounds);
@@ -249,6 +308,8 @@ pub struct ProbedBlock {
     pub counts: [u64; 256],
     /// Precompile calls.
     pub precompile_calls: u64,
+    /// The block's call tree, when call stacks were on.
+    pub tree: Option<gigas_evm::callstack::CallTree>,
 }
 
 /// Timings of one pass.
@@ -278,6 +339,8 @@ pub struct ProbedPass {
     pub counts: [u64; 256],
     /// Precompile calls.
     pub precompile_calls: u64,
+    /// The pass's samples by call path, when call stacks were on.
+    pub stacks: Option<StackProfile>,
 }
 
 impl Default for ProbedPass {
@@ -287,12 +350,18 @@ impl Default for ProbedPass {
             histogram: Histogram::default(),
             counts: [0; 256],
             precompile_calls: 0,
+            stacks: None,
         }
     }
 }
 
 impl ProbedPass {
-    fn add(&mut self, block: ProbedBlock) {
+    fn add(&mut self, block: ProbedBlock, number: u64, tx_hashes: &[alloy_primitives::B256]) {
+        if let Some(tree) = &block.tree {
+            self.stacks
+                .get_or_insert_with(StackProfile::default)
+                .add_block(number, tx_hashes, tree, &block.histogram.by_word, true);
+        }
         self.timing.per_block.push(block.elapsed);
         self.timing.gas.push(block.gas);
         self.histogram.merge(&block.histogram);

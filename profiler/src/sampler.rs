@@ -6,11 +6,13 @@
 //! sample; the sampler spins on the clock on the other core. The sampling instant is jittered
 //! so that it cannot lock onto a periodic loop in the EVM code.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use gigas_evm::callstack::unpack;
 use gigas_evm::probe::{ActivityCell, ACTIVITY_COUNT};
 
 /// Sampled time per activity.
@@ -23,6 +25,20 @@ pub struct Histogram {
     /// Samples whose gap since the previous sample exceeded 50 intervals (the sampler was
     /// descheduled): their time is still credited, but to a single activity.
     pub long_gaps: u64,
+    /// Nanoseconds and samples per published word (call-tree node and activity,
+    /// [`gigas_evm::callstack::pack`]): what a call-stack profile is built from. With call
+    /// stacks off every word is in the block's node. Empty after [`Histogram::merge`], since
+    /// node ids mean nothing outside their block's tree.
+    pub by_word: HashMap<u64, WordTime>,
+}
+
+/// Sampled time of one published word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WordTime {
+    /// Nanoseconds credited.
+    pub nanos: u64,
+    /// Samples taken.
+    pub samples: u64,
 }
 
 impl Default for Histogram {
@@ -31,6 +47,7 @@ impl Default for Histogram {
             nanos: vec![0; ACTIVITY_COUNT],
             samples: vec![0; ACTIVITY_COUNT],
             long_gaps: 0,
+            by_word: HashMap::new(),
         }
     }
 }
@@ -110,7 +127,8 @@ fn sample_until(cell: &ActivityCell, interval: Duration, stop: &AtomicBool) -> H
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let activity = cell.get() as usize;
+        let word = cell.get();
+        let activity = unpack(word).1 as usize;
         let weight = now_ns - last_ns;
         last_ns = now_ns;
         if let (Some(n), Some(s)) = (
@@ -119,6 +137,9 @@ fn sample_until(cell: &ActivityCell, interval: Duration, stop: &AtomicBool) -> H
         ) {
             *n += weight;
             *s += 1;
+            let at = histogram.by_word.entry(word).or_default();
+            at.nanos += weight;
+            at.samples += 1;
         }
         if weight > long_gap {
             histogram.long_gaps += 1;

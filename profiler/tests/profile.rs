@@ -157,6 +157,7 @@ fn report_arithmetic_is_exact() {
             histogram,
             counts,
             precompile_calls: 0,
+            stacks: None,
         },
     };
     let report = Report::build(
@@ -213,6 +214,11 @@ fn command_writes_every_report_file() {
         "report.md",
         "top30.svg",
         "categories.svg",
+        "calls.md",
+        "calls.json",
+        "stacks.folded",
+        "flame.svg",
+        "profile.pb.gz",
     ] {
         let path = out.join(file);
         assert!(path.is_file(), "{} missing", path.display());

@@ -4,7 +4,7 @@
 //! and transaction environments from alloy types ([`env`]), loading the mainnet fixtures in
 //! `shared/data/mainnet` ([`fixture`]), executing a block sequentially and checking it against
 //! its header ([`executor`], [`receipts`]), and the low-cost instrumentation hooks the profiler
-//! uses ([`probe`]), compiled code ([`jit`]) and the state-test runner that checks it
+//! uses ([`probe`], with the calling-context tree of [`callstack`]), compiled code ([`jit`]) and the state-test runner that checks it
 //! ([`statetest`]), and executions for RPC clients ([`call`]) under the bounds of
 //! [`budget`].
 //!
@@ -15,6 +15,7 @@
 
 pub mod budget;
 pub mod call;
+pub mod callstack;
 pub mod changeset;
 pub mod env;
 pub mod executor;

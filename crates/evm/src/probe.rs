@@ -14,24 +14,35 @@
 //! The current activity is one relaxed atomic store per instruction into a cache line of its
 //! own ([`ActivityCell`]). A sampler on another thread reads it on a timer; this file does not
 //! time anything itself, which is what keeps the probe's overhead small and measurable.
+//!
+//! With call stacks on ([`Probe::with_call_stacks`]), the EVM also keeps the block's
+//! calling-context tree ([`crate::callstack`]): a wrapper around revm's frame hooks opens a node
+//! when a frame starts and closes it when the frame returns, and the word each instruction
+//! publishes carries the node with the opcode. That costs a hash lookup per call, nothing more
+//! per instruction.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use revm::context::result::{EVMError, HaltReason, InvalidTransaction, ResultAndState};
 use revm::context::{Evm, TxEnv};
 use revm::context_interface::{ContextSetters, ContextTr, JournalTr};
 use revm::database_interface::{Database, DatabaseCommit};
-use revm::handler::{EthPrecompiles, FrameResult, Handler, MainnetHandler, PrecompileProvider};
+use revm::handler::{
+    EthPrecompiles, EvmTr, FrameInitOrResult, FrameResult, FrameTr, Handler, ItemOrResult,
+    MainnetHandler, PrecompileProvider,
+};
 use revm::interpreter::instructions::{gas_table_spec, instruction_table, InstructionTable};
 use revm::interpreter::interpreter::EthInterpreter;
 use revm::interpreter::{
-    CallInputs, Instruction, InstructionContext, InstructionExecResult, InterpreterResult,
+    CallInputs, CallScheme, FrameInput, Instruction, InstructionContext, InstructionExecResult,
+    InterpreterResult,
 };
 use revm::primitives::{Address, AddressSet};
 use revm::state::EvmState;
 
+use crate::callstack::{self, CallKind, CallTree, NodeId, ROOT};
 use crate::executor::{block_context, BlockContext, BlockEvm, Frame, Instructions, PreparedBlock};
 
 /// Work outside the interpreter's instructions, published as activities `256 + phase`.
@@ -96,41 +107,49 @@ impl Phase {
 /// Number of distinct activity values: 256 opcodes and the phases.
 pub const ACTIVITY_COUNT: usize = 256 + Phase::ALL.len();
 
-/// The activity the probed thread is executing now: an opcode (`0..256`) or a [`Phase`].
+/// What the probed thread is executing now: an activity (an opcode `0..256` or a [`Phase`])
+/// and the call-tree node it runs in, packed into one word ([`callstack::pack`]) so that a
+/// reader never pairs one frame's node with another's opcode.
 ///
 /// Padded to its own pair of cache lines so that the sampler's reads do not slow down writes
 /// to anything else the interpreter touches.
 #[repr(align(128))]
 #[derive(Debug)]
 pub struct ActivityCell {
-    current: AtomicU16,
+    current: AtomicU64,
 }
 
 impl Default for ActivityCell {
     fn default() -> Self {
         Self {
-            current: AtomicU16::new(Phase::Idle as u16),
+            current: AtomicU64::new(callstack::pack(ROOT, Phase::Idle as u16)),
         }
     }
 }
 
 impl ActivityCell {
-    /// Publishes the current activity.
+    /// Publishes a packed word ([`callstack::pack`]).
     #[inline(always)]
-    pub fn set(&self, activity: u16) {
-        self.current.store(activity, Ordering::Relaxed);
+    pub fn set(&self, word: u64) {
+        self.current.store(word, Ordering::Relaxed);
     }
 
-    /// Publishes a phase.
+    /// Publishes a phase outside any transaction (the block's node).
     #[inline(always)]
     pub fn set_phase(&self, phase: Phase) {
-        self.set(phase as u16);
+        self.set(callstack::pack(ROOT, phase as u16));
     }
 
-    /// Reads the current activity.
+    /// Reads the packed word.
     #[inline(always)]
-    pub fn get(&self) -> u16 {
+    pub fn get(&self) -> u64 {
         self.current.load(Ordering::Relaxed)
+    }
+
+    /// Reads the current activity alone.
+    #[inline(always)]
+    pub fn activity(&self) -> u16 {
+        callstack::unpack(self.get()).1
     }
 }
 
@@ -143,6 +162,14 @@ pub struct Probe {
     pub precompile_calls: u64,
     /// Where the current activity is published.
     pub cell: Arc<ActivityCell>,
+    /// The current node, shifted into place ([`callstack::pack`]): ORed into every word.
+    tag: u64,
+    /// The block's calling-context tree, when call stacks are on.
+    tree: Option<CallTree>,
+    /// Transactions begun in this block.
+    txs: u32,
+    /// The receipt gas of the transaction between its execution and its commit.
+    tx_gas: u64,
 }
 
 impl Default for Probe {
@@ -152,12 +179,76 @@ impl Default for Probe {
 }
 
 impl Probe {
-    /// A probe with zeroed counters publishing into `cell`.
+    /// A probe with zeroed counters publishing into `cell`, without call stacks.
     pub fn new(cell: Arc<ActivityCell>) -> Self {
         Self {
             counts: [0; 256],
             precompile_calls: 0,
             cell,
+            tag: 0,
+            tree: None,
+            txs: 0,
+            tx_gas: 0,
+        }
+    }
+
+    /// A probe that also keeps the block's calling-context tree, of at most `max_nodes`
+    /// nodes, and publishes each activity with its node.
+    pub fn with_call_stacks(cell: Arc<ActivityCell>, max_nodes: usize) -> Self {
+        Self {
+            tree: Some(CallTree::with_capacity(max_nodes)),
+            ..Self::new(cell)
+        }
+    }
+
+    /// The block's calling-context tree, when call stacks are on.
+    pub fn call_tree(&self) -> Option<&CallTree> {
+        self.tree.as_ref()
+    }
+
+    /// Takes the calling-context tree out.
+    pub fn take_call_tree(&mut self) -> Option<CallTree> {
+        self.tree.take()
+    }
+
+    /// Publishes `activity` in the current node.
+    #[inline(always)]
+    fn publish(&self, activity: u16) {
+        self.cell.set(self.tag | activity as u64);
+    }
+
+    #[inline(always)]
+    fn move_to(&mut self, node: NodeId) {
+        self.tag = callstack::pack(node, 0);
+    }
+
+    fn begin_tx(&mut self) {
+        if let Some(tree) = &mut self.tree {
+            let node = tree.begin_tx(self.txs);
+            self.move_to(node);
+        }
+        self.txs = self.txs.saturating_add(1);
+        self.tx_gas = 0;
+    }
+
+    fn end_tx(&mut self) {
+        if let Some(tree) = &mut self.tree {
+            tree.end_tx(self.tx_gas);
+        }
+        self.move_to(ROOT);
+    }
+
+    fn enter(&mut self, frame: callstack::Frame) {
+        if let Some(tree) = &mut self.tree {
+            let node = tree.enter(frame);
+            self.move_to(node);
+        }
+    }
+
+    fn exit(&mut self, gas: u64) {
+        if let Some(tree) = &mut self.tree {
+            let node = tree.exit(gas);
+            self.move_to(node);
         }
     }
 }
@@ -165,7 +256,7 @@ impl Probe {
 /// The context of a probed EVM.
 pub type ProbedContext<DB> = BlockContext<DB, Probe>;
 
-type ProbedRevm<DB> =
+type InnerRevm<DB> =
     Evm<ProbedContext<DB>, (), Instructions<ProbedContext<DB>>, ProbedPrecompiles, Frame>;
 
 /// Counts the opcode, publishes it, then runs revm's own instruction for it.
@@ -177,7 +268,7 @@ fn probed<const OP: u8, DB: Database>(
 ) -> InstructionExecResult {
     let probe = &mut ctx.host.chain;
     probe.counts[OP as usize] += 1;
-    probe.cell.set(OP as u16);
+    probe.publish(OP as u16);
     let inner: Instruction<EthInterpreter, ProbedContext<DB>> =
         const { instruction_table::<EthInterpreter, ProbedContext<DB>>()[OP as usize] };
     inner.execute(ctx)
@@ -225,11 +316,13 @@ impl<DB: Database> PrecompileProvider<ProbedContext<DB>> for ProbedPrecompiles {
         if !self.inner.contains(&inputs.bytecode_address) {
             return Ok(None);
         }
-        let caller_activity = context.chain.cell.get();
-        context.chain.cell.set_phase(Phase::Precompile);
+        // The precompile's own node is open (see `ProbedRevm::frame_init`); the caller's
+        // word comes back once it returns.
+        let caller_word = context.chain.cell.get();
+        context.chain.publish(Phase::Precompile as u16);
         context.chain.precompile_calls += 1;
         let out = self.inner.run(context, inputs);
-        context.chain.cell.set(caller_activity);
+        context.chain.cell.set(caller_word);
         out
     }
 
@@ -242,13 +335,184 @@ impl<DB: Database> PrecompileProvider<ProbedContext<DB>> for ProbedPrecompiles {
     }
 }
 
+/// revm's EVM with the frame hooks that keep the call tree: a node opens when a frame starts
+/// (around a precompile, which runs inside the call) and closes when it returns.
+struct ProbedRevm<DB: Database> {
+    inner: InnerRevm<DB>,
+}
+
+/// The frame a call tree records for a frame that has just started.
+fn started_frame<DB: Database>(ctx: &ProbedContext<DB>, frame: &Frame) -> callstack::Frame {
+    match &frame.input {
+        FrameInput::Call(call) => callstack::Frame {
+            code: delegate_of(ctx, call.bytecode_address),
+            selector: selector(ctx, call),
+            kind: call_kind(call.scheme),
+            precompile: false,
+        },
+        FrameInput::Create(create) => callstack::Frame {
+            code: match &frame.data {
+                revm::handler::FrameData::Create(created) => created.created_address,
+                revm::handler::FrameData::Call(_) => Address::ZERO,
+            },
+            selector: None,
+            kind: match create.scheme() {
+                revm::context_interface::cfg::CreateScheme::Create2 { .. } => CallKind::Create2,
+                _ => CallKind::Create,
+            },
+            precompile: false,
+        },
+        FrameInput::Empty => callstack::Frame {
+            code: Address::ZERO,
+            selector: None,
+            kind: CallKind::Call,
+            precompile: false,
+        },
+    }
+}
+
+/// The account whose code runs for `address`: its EIP-7702 delegate, if it has one (from
+/// Prague; before, no account has one and the lookup is skipped).
+fn delegate_of<DB: Database>(ctx: &ProbedContext<DB>, address: Address) -> Address {
+    if !ctx
+        .cfg
+        .spec
+        .is_enabled_in(revm::primitives::hardfork::SpecId::PRAGUE)
+    {
+        return address;
+    }
+    ctx.journaled_state
+        .state
+        .get(&address)
+        .and_then(|account| account.info.code.as_ref())
+        .and_then(|code| code.eip7702_address())
+        .unwrap_or(address)
+}
+
+fn selector<DB: Database>(ctx: &ProbedContext<DB>, call: &CallInputs) -> Option<[u8; 4]> {
+    let input = call.input.as_bytes(ctx);
+    input.get(..4).and_then(|s| s.try_into().ok())
+}
+
+fn call_kind(scheme: CallScheme) -> CallKind {
+    match scheme {
+        CallScheme::Call => CallKind::Call,
+        CallScheme::CallCode => CallKind::CallCode,
+        CallScheme::DelegateCall => CallKind::DelegateCall,
+        CallScheme::StaticCall => CallKind::StaticCall,
+    }
+}
+
+impl<DB: Database> EvmTr for ProbedRevm<DB> {
+    type Context = ProbedContext<DB>;
+    type Instructions = Instructions<ProbedContext<DB>>;
+    type Precompiles = ProbedPrecompiles;
+    type Frame = Frame;
+
+    fn all(
+        &self,
+    ) -> (
+        &Self::Context,
+        &Self::Instructions,
+        &Self::Precompiles,
+        &revm::context_interface::local::FrameStack<Self::Frame>,
+    ) {
+        self.inner.all()
+    }
+
+    fn all_mut(
+        &mut self,
+    ) -> (
+        &mut Self::Context,
+        &mut Self::Instructions,
+        &mut Self::Precompiles,
+        &mut revm::context_interface::local::FrameStack<Self::Frame>,
+    ) {
+        self.inner.all_mut()
+    }
+
+    fn frame_init(
+        &mut self,
+        frame_input: <Self::Frame as FrameTr>::FrameInit,
+    ) -> Result<
+        revm::handler::evm::FrameInitResult<'_, Self::Frame>,
+        revm::context_interface::ContextError<DB::Error>,
+    > {
+        if self.inner.ctx.chain.tree.is_none() {
+            return self.inner.frame_init(frame_input);
+        }
+        // A precompile runs inside `frame_init` and never becomes a frame: its node is
+        // open around the call, so that its time lands in it.
+        let precompile = match &frame_input.frame_input {
+            FrameInput::Call(call)
+                if self
+                    .inner
+                    .precompiles
+                    .inner
+                    .contains(&call.bytecode_address) =>
+            {
+                Some(callstack::Frame {
+                    code: call.bytecode_address,
+                    selector: None,
+                    kind: call_kind(call.scheme),
+                    precompile: true,
+                })
+            }
+            _ => None,
+        };
+        if let Some(frame) = precompile {
+            self.inner.ctx.chain.enter(frame);
+        }
+        let result = match self.inner.frame_init(frame_input)? {
+            ItemOrResult::Item(_) => None,
+            ItemOrResult::Result(result) => Some(result),
+        };
+        match result {
+            // A precompile, or a call that ended before it started (no code, depth, balance).
+            Some(result) => {
+                if precompile.is_some() {
+                    self.inner.ctx.chain.exit(result.gas().total_gas_spent());
+                }
+                Ok(ItemOrResult::Result(result))
+            }
+            None => {
+                let frame = started_frame(&self.inner.ctx, self.inner.frame_stack.get());
+                self.inner.ctx.chain.enter(frame);
+                Ok(ItemOrResult::Item(self.inner.frame_stack.get()))
+            }
+        }
+    }
+
+    fn frame_run(
+        &mut self,
+    ) -> Result<FrameInitOrResult<Self::Frame>, revm::context_interface::ContextError<DB::Error>>
+    {
+        self.inner.frame_run()
+    }
+
+    fn frame_return_result(
+        &mut self,
+        result: <Self::Frame as FrameTr>::FrameResult,
+    ) -> Result<
+        Option<<Self::Frame as FrameTr>::FrameResult>,
+        revm::context_interface::ContextError<DB::Error>,
+    > {
+        // The top frame is finished when the result is its own; a result that `frame_init`
+        // returned without a frame belongs to no open node.
+        if self.inner.ctx.chain.tree.is_some() && self.inner.frame_stack.get().is_finished() {
+            self.inner.ctx.chain.exit(result.gas().total_gas_spent());
+        }
+        self.inner.frame_return_result(result)
+    }
+}
+
 /// revm's mainnet handler, publishing the transaction phases.
 struct PhaseHandler<DB: Database> {
     inner: MainnetHandler<ProbedRevm<DB>, EVMError<DB::Error, InvalidTransaction>, Frame>,
 }
 
 fn publish<DB: Database>(evm: &mut ProbedRevm<DB>, phase: Phase) {
-    evm.ctx.chain.cell.set_phase(phase);
+    evm.inner.ctx.chain.publish(phase as u16);
 }
 
 impl<DB: Database> Handler for PhaseHandler<DB> {
@@ -304,8 +568,8 @@ pub struct ProbedEvm<DB: Database> {
 impl<DB: Database> fmt::Debug for ProbedEvm<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProbedEvm")
-            .field("spec", &self.evm.ctx.cfg.spec)
-            .field("block", &self.evm.ctx.block.number)
+            .field("spec", &self.evm.inner.ctx.cfg.spec)
+            .field("block", &self.evm.inner.ctx.block.number)
             .finish_non_exhaustive()
     }
 }
@@ -320,18 +584,20 @@ impl<DB: Database + DatabaseCommit> ProbedEvm<DB> {
             inner: EthPrecompiles::new(spec),
         };
         Self {
-            evm: Evm::new(block_context(db, block, probe), instructions, precompiles),
+            evm: ProbedRevm {
+                inner: Evm::new(block_context(db, block, probe), instructions, precompiles),
+            },
         }
     }
 
     /// The probe, with the counts of everything executed so far.
     pub fn probe(&self) -> &Probe {
-        &self.evm.ctx.chain
+        &self.evm.inner.ctx.chain
     }
 
     /// Gives the probe back.
     pub fn into_probe(self) -> Probe {
-        self.evm.ctx.chain
+        self.evm.inner.ctx.chain
     }
 }
 
@@ -345,19 +611,24 @@ where
         &mut self,
         tx: TxEnv,
     ) -> Result<ResultAndState, EVMError<DB::Error, InvalidTransaction>> {
+        self.evm.inner.ctx.chain.begin_tx();
         publish(&mut self.evm, Phase::Validation);
-        self.evm.ctx.set_tx(tx);
+        self.evm.inner.ctx.set_tx(tx);
         let mut handler = PhaseHandler {
             inner: MainnetHandler::default(),
         };
         let result = handler.run(&mut self.evm);
         // Finalising the journal, folding the changes and committing them are the commit
-        // phase, up to `commit` below.
+        // phase, up to `commit` below; they belong to the transaction.
         publish(&mut self.evm, Phase::Commit);
-        let state = self.evm.ctx.journal_mut().finalize();
+        let state = self.evm.inner.ctx.journal_mut().finalize();
         match result {
-            Ok(result) => Ok(ResultAndState::new(result, state)),
+            Ok(result) => {
+                self.evm.inner.ctx.chain.tx_gas = result.tx_gas_used();
+                Ok(ResultAndState::new(result, state))
+            }
             Err(e) => {
+                self.evm.inner.ctx.chain.end_tx();
                 publish(&mut self.evm, Phase::BlockLoop);
                 Err(e)
             }
@@ -365,7 +636,8 @@ where
     }
 
     fn commit(&mut self, state: EvmState) {
-        self.evm.ctx.db_mut().commit(state);
+        self.evm.inner.ctx.db_mut().commit(state);
+        self.evm.inner.ctx.chain.end_tx();
         publish(&mut self.evm, Phase::BlockLoop);
     }
 }

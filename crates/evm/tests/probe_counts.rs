@@ -90,11 +90,11 @@ fn phases_are_published_around_transactions() {
     use std::sync::Arc;
     let (block, db) = block_calling(loop_program(3));
     let cell = Arc::new(ActivityCell::default());
-    assert_eq!(cell.get(), Phase::Idle as u16);
+    assert_eq!(cell.activity(), Phase::Idle as u16);
     let mut probed = ProbedEvm::new(db, &block, Probe::new(Arc::clone(&cell)));
     execute_block(&mut probed, &block).expect("executes");
     // After a transaction is committed the probe marks the block loop, not the last opcode.
-    assert_eq!(cell.get(), Phase::BlockLoop as u16);
+    assert_eq!(cell.activity(), Phase::BlockLoop as u16);
     assert_eq!(
         Phase::from_activity(Phase::Commit as u16),
         Some(Phase::Commit)

@@ -1,0 +1,337 @@
+//! The calling-context tree of a probed block: which frames ran inside which, so that a
+//! sample of the current activity can name the call stack it was taken in.
+//!
+//! The probe keeps one [`CallTree`] per block. Its root is the block; below it come the
+//! transactions, below them the frames each transaction opened (a call, a create, a
+//! precompile), each identified by the code that ran, the 4-byte selector of its input and
+//! how it was called. A frame reached twice by the same path is one node with two calls, so
+//! the tree grows with the distinct call paths of the block, not with its calls, and it is
+//! bounded ([`CallTree::with_capacity`]): past the bound, new frames are charged to their
+//! caller and counted in [`CallTree::dropped`].
+//!
+//! The probed thread publishes a word that packs the node it is in with the activity it is
+//! executing ([`pack`]); the sampler reads that word, so a sample never pairs an opcode with
+//! another frame's node.
+//!
+//! Owns: the nodes, the stack of open frames, the word layout. Must not: time anything (the
+//! sampler does) or know about reports.
+
+use std::collections::HashMap;
+
+use alloy_primitives::Address;
+
+/// Index of a node in its [`CallTree`].
+pub type NodeId = u32;
+
+/// The block's node: samples outside any transaction land here.
+pub const ROOT: NodeId = 0;
+
+/// Default bound on the nodes of one block's tree: 1M distinct call paths (about 64 MiB),
+/// far above the few thousand a mainnet block makes.
+pub const DEFAULT_MAX_NODES: usize = 1 << 20;
+
+/// Packs a node and an activity (an opcode or a [`crate::probe::Phase`]) into the word the
+/// probe publishes.
+#[inline(always)]
+pub const fn pack(node: NodeId, activity: u16) -> u64 {
+    ((node as u64) << 16) | activity as u64
+}
+
+/// The node and the activity of a published word.
+#[inline(always)]
+pub const fn unpack(word: u64) -> (NodeId, u16) {
+    ((word >> 16) as NodeId, word as u16)
+}
+
+/// How a frame was entered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKind {
+    /// CALL, or a transaction's call.
+    Call,
+    /// CALLCODE.
+    CallCode,
+    /// DELEGATECALL: the code of another account on the caller's storage.
+    DelegateCall,
+    /// STATICCALL.
+    StaticCall,
+    /// CREATE, or a contract-creating transaction.
+    Create,
+    /// CREATE2.
+    Create2,
+}
+
+impl CallKind {
+    /// The opcode's name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallKind::Call => "CALL",
+            CallKind::CallCode => "CALLCODE",
+            CallKind::DelegateCall => "DELEGATECALL",
+            CallKind::StaticCall => "STATICCALL",
+            CallKind::Create => "CREATE",
+            CallKind::Create2 => "CREATE2",
+        }
+    }
+}
+
+/// What a node stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKey {
+    /// The block ([`ROOT`]).
+    Block,
+    /// A transaction, by its index in the block.
+    Tx(u32),
+    /// A frame.
+    Frame(Frame),
+}
+
+/// A frame: the code that ran and how it was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// The account whose code ran: the callee, the library of a DELEGATECALL or CALLCODE, the
+    /// delegate of an EIP-7702 account, the created contract of a create, the precompile.
+    pub code: Address,
+    /// The first four bytes of the input (none for a create or a shorter input).
+    pub selector: Option<[u8; 4]>,
+    /// How the frame was entered.
+    pub kind: CallKind,
+    /// The code is a precompile (it ran inside the call, with no interpreter frame).
+    pub precompile: bool,
+}
+
+/// One node of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallNode {
+    /// The caller's node ([`ROOT`] for the root itself).
+    pub parent: NodeId,
+    /// What the node stands for.
+    pub key: FrameKey,
+    /// Times it was entered.
+    pub calls: u64,
+    /// Gas it spent, its callees' included: for a frame, what it took of the gas it was given;
+    /// for a transaction, its receipt's gas.
+    pub gas: u64,
+}
+
+/// A lookup per call on the probed thread: foldhash rather than SipHash, seeded per map
+/// since the keys come from the block.
+type Children = HashMap<(NodeId, FrameKey), NodeId, foldhash::fast::RandomState>;
+
+/// The calling-context tree of one block, and the frames open now.
+#[derive(Debug, Clone)]
+pub struct CallTree {
+    nodes: Vec<CallNode>,
+    children: Children,
+    /// The last child found or made: a contract calling the same callee in a loop (a
+    /// router's token calls, a pool's callbacks) finds it without hashing.
+    last: Option<((NodeId, FrameKey), NodeId)>,
+    /// Open frames, innermost last; `false` marks a frame charged to its caller because the
+    /// tree was full.
+    stack: Vec<(NodeId, bool)>,
+    max_nodes: usize,
+    dropped: u64,
+}
+
+impl Default for CallTree {
+    fn default() -> Self {
+        Self::with_capacity(DEFAULT_MAX_NODES)
+    }
+}
+
+impl CallTree {
+    /// An empty tree (the block's node alone) that holds at most `max_nodes` nodes.
+    pub fn with_capacity(max_nodes: usize) -> Self {
+        Self {
+            nodes: vec![CallNode {
+                parent: ROOT,
+                key: FrameKey::Block,
+                calls: 1,
+                gas: 0,
+            }],
+            children: Children::default(),
+            last: None,
+            stack: Vec::new(),
+            // A node id must fit the published word's 48 bits, and the root is always there.
+            max_nodes: max_nodes.clamp(1, 1 << 32),
+            dropped: 0,
+        }
+    }
+
+    /// The node executing now: the innermost open frame, else [`ROOT`].
+    #[inline]
+    pub fn current(&self) -> NodeId {
+        self.stack.last().map_or(ROOT, |&(node, _)| node)
+    }
+
+    /// Every node, by id; the root first.
+    pub fn nodes(&self) -> &[CallNode] {
+        &self.nodes
+    }
+
+    /// Frames charged to their caller because the tree was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Frames open now.
+    pub fn depth(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// Opens transaction `index` below the root (closing whatever a failed transaction left
+    /// open) and returns its node.
+    pub fn begin_tx(&mut self, index: u32) -> NodeId {
+        self.stack.clear();
+        self.enter_below(ROOT, FrameKey::Tx(index))
+    }
+
+    /// Closes the transaction with its receipt's `gas` and returns [`ROOT`].
+    pub fn end_tx(&mut self, gas: u64) -> NodeId {
+        if let Some(&(node, counted)) = self.stack.first() {
+            if counted {
+                self.nodes[node as usize].gas += gas;
+            }
+        }
+        self.stack.clear();
+        ROOT
+    }
+
+    /// Opens a frame below the current node and returns the node it runs in.
+    pub fn enter(&mut self, frame: Frame) -> NodeId {
+        self.enter_below(self.current(), FrameKey::Frame(frame))
+    }
+
+    /// Closes the innermost frame, which spent `gas`, and returns its caller's node.
+    pub fn exit(&mut self, gas: u64) -> NodeId {
+        if let Some((node, counted)) = self.stack.pop() {
+            if counted {
+                self.nodes[node as usize].gas += gas;
+            }
+        }
+        self.current()
+    }
+
+    fn enter_below(&mut self, parent: NodeId, key: FrameKey) -> NodeId {
+        let next = self.nodes.len();
+        let cached = match self.last {
+            Some((last, node)) if last == (parent, key) => Some(node),
+            _ => self.children.get(&(parent, key)).copied(),
+        };
+        let node = match cached {
+            Some(node) => {
+                self.last = Some(((parent, key), node));
+                Some(node)
+            }
+            None if next < self.max_nodes => {
+                self.nodes.push(CallNode {
+                    parent,
+                    key,
+                    calls: 0,
+                    gas: 0,
+                });
+                let node = next as NodeId;
+                self.children.insert((parent, key), node);
+                self.last = Some(((parent, key), node));
+                Some(node)
+            }
+            None => None,
+        };
+        match node {
+            Some(node) => {
+                self.nodes[node as usize].calls += 1;
+                self.stack.push((node, true));
+                node
+            }
+            None => {
+                self.dropped += 1;
+                self.stack.push((parent, false));
+                parent
+            }
+        }
+    }
+
+    /// The nodes from the root down to `node`.
+    pub fn path(&self, node: NodeId) -> Vec<NodeId> {
+        let mut path = Vec::new();
+        let mut at = node;
+        // Parents have smaller ids than their children, so this ends at the root.
+        while at != ROOT && (at as usize) < self.nodes.len() {
+            path.push(at);
+            at = self.nodes[at as usize].parent;
+        }
+        path.push(ROOT);
+        path.reverse();
+        path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(byte: u8, selector: u8) -> Frame {
+        Frame {
+            code: Address::with_last_byte(byte),
+            selector: Some([selector; 4]),
+            kind: CallKind::Call,
+            precompile: false,
+        }
+    }
+
+    #[test]
+    fn words_pack_and_unpack() {
+        for (node, activity) in [(0, 0), (1, 0x54), (u32::MAX, u16::MAX), (77, 263)] {
+            assert_eq!(unpack(pack(node, activity)), (node, activity));
+        }
+    }
+
+    /// Two calls by the same path are one node; the same code below another caller is
+    /// another node; gas and calls add up per node.
+    #[test]
+    fn repeated_paths_share_a_node() {
+        let mut tree = CallTree::default();
+        let tx = tree.begin_tx(0);
+        let a = tree.enter(frame(0xa, 1));
+        let b1 = tree.enter(frame(0xb, 2));
+        let c = tree.enter(frame(0xc, 3));
+        assert_eq!(tree.exit(100), b1);
+        assert_eq!(tree.exit(300), a);
+        let b2 = tree.enter(frame(0xb, 2));
+        assert_eq!(b1, b2);
+        assert_eq!(tree.exit(50), a);
+        let c_under_a = tree.enter(frame(0xc, 3));
+        assert_ne!(c_under_a, c);
+        assert_eq!(tree.exit(7), a);
+        assert_eq!(tree.exit(1000), tx);
+        assert_eq!(tree.end_tx(21_000 + 1000), ROOT);
+
+        let nodes = tree.nodes();
+        assert_eq!(nodes.len(), 6);
+        assert_eq!(nodes[b1 as usize].calls, 2);
+        assert_eq!(nodes[b1 as usize].gas, 350);
+        assert_eq!(nodes[c as usize].parent, b1);
+        assert_eq!(nodes[c_under_a as usize].parent, a);
+        assert_eq!(nodes[tx as usize].gas, 22_000);
+        assert_eq!(tree.path(c), vec![ROOT, tx, a, b1, c]);
+        assert_eq!(tree.dropped(), 0);
+    }
+
+    /// A full tree charges new frames to their callers and keeps the stack balanced.
+    #[test]
+    fn a_full_tree_charges_new_frames_to_their_caller() {
+        let mut tree = CallTree::with_capacity(3);
+        let tx = tree.begin_tx(0);
+        let a = tree.enter(frame(0xa, 1));
+        assert_eq!(tree.enter(frame(0xb, 2)), a);
+        assert_eq!(tree.enter(frame(0xc, 3)), a);
+        assert_eq!(tree.exit(5), a);
+        assert_eq!(tree.exit(5), a);
+        assert_eq!(tree.exit(40), tx);
+        assert_eq!(tree.dropped(), 2);
+        assert_eq!(tree.nodes().len(), 3);
+        // The dropped frames' gas is inside their caller's already.
+        assert_eq!(tree.nodes()[a as usize].gas, 40);
+        // A transaction is a node too: past the bound it runs in the root.
+        assert_eq!(tree.begin_tx(1), ROOT);
+    }
+}
