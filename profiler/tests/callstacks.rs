@@ -16,8 +16,11 @@ use gigas_primitives::ChainSpec;
 use gigas_profiler::calls::{CallOptions, CallReport};
 use gigas_profiler::labels::Labels;
 use gigas_profiler::replay::{LoadedBlock, Round, Workload};
-use gigas_profiler::report::{Configuration, Report};
+use gigas_profiler::report::Report;
 use gigas_profiler::stacks::{Filter, Label, StackProfile, Weight};
+
+mod common;
+use common::{configuration, copy_blocks};
 
 const A: Address = gigas_evm::program::PROGRAM_ADDRESS;
 const B: Address = Address::new([0xbb; 20]);
@@ -99,22 +102,6 @@ fn frame_of(label: &Label) -> Option<CodeAndSelector> {
     match label {
         Label::Frame(f) => Some((f.code, f.selector)),
         _ => None,
-    }
-}
-
-fn configuration(workload: &Workload, rounds: usize) -> Configuration {
-    Configuration {
-        blocks_dir: "test".into(),
-        blocks: workload.blocks.len(),
-        transactions: workload.tx_count(),
-        gas: workload.gas(),
-        rounds,
-        sample_interval_ns: 2000,
-        build_profile: "test".into(),
-        cpus: 1,
-        cpu_model: "test".into(),
-        memory_bytes: 0,
-        revm_version: gigas_evm::REVM_VERSION.into(),
     }
 }
 
@@ -349,15 +336,7 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
 fn mainnet_samples_land_in_one_path_each_and_add_up_to_the_opcode_table() {
     let _one_at_a_time = exclusive();
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mainnet = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet");
-    for number in ["4370000", "19426587"] {
-        let dest = tmp.path().join(number);
-        fs::create_dir_all(&dest).expect("mkdir");
-        for entry in fs::read_dir(mainnet.join(number)).expect("a shipped block") {
-            let entry = entry.expect("entry");
-            fs::copy(entry.path(), dest.join(entry.file_name())).expect("copy");
-        }
-    }
+    copy_blocks(tmp.path(), &["4370000", "19426587"]);
     let workload = Workload::load(tmp.path(), &ChainSpec::mainnet(), |_, _| {}).expect("loads");
     let checks = workload.check(|_, _| {}).expect("match their headers");
     let rounds = workload

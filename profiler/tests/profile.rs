@@ -2,52 +2,21 @@
 //! match its header.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use gigas_primitives::ChainSpec;
 use gigas_profiler::replay::Workload;
-use gigas_profiler::report::{Configuration, Report};
+use gigas_profiler::report::Report;
 
-fn mainnet_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mainnet");
-    assert!(
-        dir.is_dir(),
-        "shared data missing: expected the mainnet fixtures at {}",
-        dir.display()
-    );
-    dir
-}
+mod common;
+use common::{configuration, copy_blocks};
 
 /// Copies a few shipped blocks into a temporary directory: one pre-Byzantium transfer, one
 /// Byzantium block, one busy Cancun block.
 fn small_set(to: &Path) {
-    for number in ["46147", "4370000", "19426587"] {
-        let from = mainnet_dir().join(number);
-        let dest = to.join(number);
-        fs::create_dir_all(&dest).expect("mkdir");
-        for entry in fs::read_dir(&from).expect("read fixture") {
-            let entry = entry.expect("entry");
-            fs::copy(entry.path(), dest.join(entry.file_name())).expect("copy");
-        }
-    }
-}
-
-fn configuration(workload: &Workload, rounds: usize) -> Configuration {
-    Configuration {
-        blocks_dir: "test".into(),
-        blocks: workload.blocks.len(),
-        transactions: workload.tx_count(),
-        gas: workload.gas(),
-        rounds,
-        sample_interval_ns: 2000,
-        build_profile: "test".into(),
-        cpus: 1,
-        cpu_model: "test".into(),
-        memory_bytes: 0,
-        revm_version: gigas_evm::REVM_VERSION.into(),
-    }
+    copy_blocks(to, &["46147", "4370000", "19426587"]);
 }
 
 #[test]
