@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use eyre::{eyre, Context, Result};
-use gigas_evm::jit::{CacheConfig, CodeCache, JitMode};
+use gigas_evm::jit::{CacheConfig, CodeCache, HotList, JitMode};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::{execute_block, load_fixtures_dir, BlockOutcome, PlainEvm, PreparedBlock};
 use gigas_primitives::ChainSpec;
@@ -19,15 +19,19 @@ enum Way {
     Interpreter,
     Eager,
     On,
+    /// `on` compiling the contracts of a hot list at their first call, and no others.
+    Hot,
 }
 
-/// Every mainnet block per round: interpreted, `eager` (unless skipped) and `on`, the order
-/// rotating; both code caches under `budget` bytes of machine code.
+/// Every mainnet block per round: interpreted, `eager` (unless skipped), `on` and `on` by a
+/// hot list (when given), the order rotating; every code cache under `budget` bytes of
+/// machine code.
 pub(super) fn mainnet(
     dir: &std::path::Path,
     rounds: usize,
     budget: u64,
     with_eager: bool,
+    hot_list: Option<HotList>,
 ) -> Result<MainnetResult> {
     let chain = ChainSpec::mainnet();
     let items: Vec<(PreparedBlock, CacheDB<EmptyDB>)> = load_fixtures_dir(dir)
@@ -43,17 +47,35 @@ pub(super) fn mainnet(
     };
     let eager = cache(JitMode::Eager);
     let on = cache(JitMode::On);
-    let ways: Vec<Way> = if with_eager {
-        vec![Way::Interpreter, Way::Eager, Way::On]
-    } else {
-        vec![Way::Interpreter, Way::On]
-    };
+    let listed = hot_list.as_ref().map(HotList::len);
+    let hot = hot_list.map(|list| {
+        CodeCache::with_hot_list(
+            CacheConfig {
+                budget_bytes: budget,
+                ..CacheConfig::new(JitMode::On)
+            },
+            list,
+        )
+    });
+    let mut ways: Vec<Way> = vec![Way::Interpreter];
+    if with_eager {
+        ways.push(Way::Eager);
+    }
+    ways.push(Way::On);
+    if hot.is_some() {
+        ways.push(Way::Hot);
+    }
+    let index = |way: Way| ways.iter().position(|w| *w == way);
     let run =
         |way: Way, block: &PreparedBlock, db: &CacheDB<EmptyDB>| -> Result<(f64, BlockOutcome)> {
             let mut evm = match way {
                 Way::Interpreter => PlainEvm::new(db.clone(), block),
                 Way::Eager => PlainEvm::with_jit(db.clone(), block, Arc::clone(&eager)),
                 Way::On => PlainEvm::with_jit(db.clone(), block, Arc::clone(&on)),
+                Way::Hot => match &hot {
+                    Some(hot) => PlainEvm::with_jit(db.clone(), block, Arc::clone(hot)),
+                    None => PlainEvm::new(db.clone(), block),
+                },
             };
             let started = Instant::now();
             let outcome = execute_block(&mut evm, block)?;
@@ -65,12 +87,15 @@ pub(super) fn mainnet(
     for (block, db) in &items {
         expected.push(run(Way::Interpreter, block, db)?.1);
     }
-    let warm_ups: &[Way] = if with_eager {
-        &[Way::Eager, Way::On, Way::On]
-    } else {
-        &[Way::On, Way::On]
-    };
-    for &way in warm_ups {
+    let mut warm_ups = Vec::new();
+    if with_eager {
+        warm_ups.push(Way::Eager);
+    }
+    warm_ups.extend([Way::On, Way::On]);
+    if hot.is_some() {
+        warm_ups.extend([Way::Hot, Way::Hot]);
+    }
+    for &way in &warm_ups {
         for ((block, db), expected) in items.iter().zip(&expected) {
             if &run(way, block, db)?.1 != expected {
                 return Err(eyre!(
@@ -80,8 +105,12 @@ pub(super) fn mainnet(
             }
         }
         on.wait_for_compiles();
+        if let Some(hot) = &hot {
+            hot.wait_for_compiles();
+        }
     }
     let (eager_compiles, on_compiles) = (eager.stats().snapshot(), on.stats().snapshot());
+    let hot_compiles = hot.as_ref().map(|h| h.stats().snapshot());
     let n = ways.len();
     let mut pass = vec![Vec::new(); n];
     let mut per_block = vec![vec![Vec::new(); n]; items.len()];
@@ -118,8 +147,10 @@ pub(super) fn mainnet(
             .unwrap_or((0, 1.0))
     };
     let medians: Vec<f64> = pass.into_iter().map(median).collect();
-    let (interp, on_t) = (medians[0], medians[n - 1]);
+    let on_index = index(Way::On).unwrap_or(n - 1);
+    let (interp, on_t) = (medians[0], medians[on_index]);
     let eager_t = with_eager.then(|| medians[1]);
+    let hot_t = index(Way::Hot).map(|i| medians[i]);
     Ok(MainnetResult {
         blocks: items.len(),
         interpreter_ms: interp * 1e3,
@@ -127,7 +158,7 @@ pub(super) fn mainnet(
         on_ms: on_t * 1e3,
         eager_speedup: eager_t.map(|t| interp / t),
         on_speedup: interp / on_t,
-        worst_on_block: worst(n - 1),
+        worst_on_block: worst(on_index),
         worst_eager_block: with_eager.then(|| worst(1)),
         profiler_ceiling: None,
         budget_bytes: budget,
@@ -146,6 +177,18 @@ pub(super) fn mainnet(
             rounds as u64,
         ),
         on_hot_gas: on.hotness().gas,
+        hot_listed: listed,
+        hot_ms: hot_t.map(|t| t * 1e3),
+        hot_speedup: hot_t.map(|t| interp / t),
+        hot_cache: match (&hot, hot_compiles) {
+            (Some(hot), Some(compiles)) => Some(CacheFigures::of(
+                compiles,
+                hot.stats().snapshot(),
+                compiles,
+                rounds as u64,
+            )),
+            _ => None,
+        },
     })
 }
 

@@ -132,6 +132,18 @@ pub fn markdown(r: &JitReport) -> String {
         format!("{:.2}", m.on_ms),
         format!("{:.2}x", m.on_speedup),
     ]);
+    if let (Some(ms), Some(speedup), Some(listed)) = (m.hot_ms, m.hot_speedup, m.hot_listed) {
+        whole.row([
+            format!(
+                "{} mainnet blocks, `--jit on` by the profiler's hot list ({listed} contracts at their first call)",
+                m.blocks
+            ),
+            String::new(),
+            format!("{:.2}", m.interpreter_ms),
+            format!("{ms:.2}"),
+            format!("{speedup:.2}x"),
+        ]);
+    }
     let _ = write!(
         md,
         "\n## Whole transactions through revm's frame loop\n\n{whole}"
@@ -178,6 +190,9 @@ pub fn markdown(r: &JitReport) -> String {
         cache_row(&mut cache, "mainnet, eager", eager);
     }
     cache_row(&mut cache, "mainnet, on", &m.on_cache);
+    if let Some(hot) = &m.hot_cache {
+        cache_row(&mut cache, "mainnet, on by the hot list", hot);
+    }
     let _ = write!(md, "\n## Code cache\n\n{cache}");
     md
 }

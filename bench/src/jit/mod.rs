@@ -67,6 +67,10 @@ pub struct JitArgs {
     /// code, every pass compiles evicted contracts again, in the foreground).
     #[arg(long)]
     pub skip_eager: bool,
+    /// A hot list (`gigas-profiler` writes `jit-hotlist.txt`): adds `on` compiling its
+    /// contracts at their first call, and no others, to the mainnet blocks' rotation.
+    #[arg(long, value_name = "FILE")]
+    pub hotlist: Option<std::path::PathBuf>,
 }
 
 /// A budget in MiB (fractions allowed) or `unlimited`, in bytes (`u64::MAX`: unlimited).
@@ -242,6 +246,14 @@ pub struct MainnetResult {
     pub on_cache: CacheFigures,
     /// Gas a contract's interpreted frames spend before `on` compiles it.
     pub on_hot_gas: u64,
+    /// Contracts of the hot list (`--hotlist`), if one was given.
+    pub hot_listed: Option<usize>,
+    /// Median milliseconds per pass with `on` compiling the hot list's contracts.
+    pub hot_ms: Option<f64>,
+    /// Interpreter over `on` by the hot list.
+    pub hot_speedup: Option<f64>,
+    /// The hot list's cache.
+    pub hot_cache: Option<CacheFigures>,
 }
 
 /// Runs the benchmark and writes the report.
@@ -268,14 +280,30 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
     let mainnet = if args.skip_blocks {
         None
     } else {
-        let mut mainnet = mainnet(&blocks_dir, args.block_rounds, budget, !args.skip_eager)?;
+        let hot_list = match &args.hotlist {
+            Some(file) => Some(gigas_evm::jit::HotList::read(file)?),
+            None => None,
+        };
+        let mut mainnet = mainnet(
+            &blocks_dir,
+            args.block_rounds,
+            budget,
+            !args.skip_eager,
+            hot_list,
+        )?;
         mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
         let eager = match (mainnet.eager_ms, mainnet.eager_speedup) {
             (Some(ms), Some(speedup)) => format!("eager {ms:>8.2} ms ({speedup:.2}x)  "),
             _ => String::new(),
         };
+        let hot = match (mainnet.hot_ms, mainnet.hot_speedup, mainnet.hot_listed) {
+            (Some(ms), Some(speedup), Some(listed)) => {
+                format!("  hot list ({listed}) {ms:>8.2} ms ({speedup:.2}x)")
+            }
+            _ => String::new(),
+        };
         println!(
-            "  {:<30} interpreter {:>8.2} ms  {eager}on {:>8.2} ms ({:.2}x)",
+            "  {:<30} interpreter {:>8.2} ms  {eager}on {:>8.2} ms ({:.2}x){hot}",
             format!("{} mainnet blocks", mainnet.blocks),
             mainnet.interpreter_ms,
             mainnet.on_ms,

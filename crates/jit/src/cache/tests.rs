@@ -387,3 +387,42 @@ fn budget_and_evictions_are_in_metrics() {
         assert!(text.contains(&line), "{line} missing from\n{text}");
     }
 }
+
+/// With a hot list, `On` compiles a listed contract at its first call, whatever the gas
+/// threshold, and never an unlisted one, however much gas it spends.
+#[test]
+fn a_hot_list_replaces_the_threshold() {
+    let listed = program(1, 0);
+    let unlisted = program(2, 0);
+    let cache = CodeCache::with_hot_list(
+        CacheConfig {
+            hotness: Hotness {
+                calls: 1_000,
+                gas: u64::MAX,
+            },
+            ..CacheConfig::new(JitMode::On)
+        },
+        HotList::of([keccak256(&listed)]),
+    );
+    assert_eq!(cache.hot_list().map(HotList::len), Some(1));
+    assert!(cache
+        .lookup(keccak256(&listed), &listed, SpecId::CANCUN)
+        .is_none());
+    for _ in 0..5 {
+        assert!(cache
+            .lookup(keccak256(&unlisted), &unlisted, SpecId::CANCUN)
+            .is_none());
+        cache.spent(keccak256(&unlisted), &unlisted, SpecId::CANCUN, 10_000_000);
+    }
+    cache.wait_for_compiles();
+    assert_eq!(cache.stats().compiled.get(), 1);
+    let code = cache
+        .lookup(keccak256(&listed), &listed, SpecId::CANCUN)
+        .expect("the listed contract is compiled after its first call");
+    assert_eq!(run(&listed, &code), vec![1]);
+    assert!(cache
+        .lookup(keccak256(&unlisted), &unlisted, SpecId::CANCUN)
+        .is_none());
+    assert_eq!(cache.stats().compiled.get(), 1);
+    cache.residency().expect("invariants hold");
+}
