@@ -18,7 +18,7 @@ use gigas_evm::probe::{Phase, ACTIVITY_COUNT};
 use gigas_report::Table;
 use serde::Serialize;
 
-use crate::category::opcode_name;
+use crate::category::{opcode_category, opcode_name};
 use crate::labels::Labels;
 use crate::report::Report;
 use crate::stacks::{CodeCost, Filter, StackProfile, TxCost, Weight};
@@ -36,6 +36,8 @@ pub struct CallOptions {
     pub top: usize,
     /// Transactions listed per block (by time, and by time per gas).
     pub top_txs: usize,
+    /// Code hashes of the contracts, for the JIT's hot list.
+    pub code_hashes: std::collections::HashMap<alloy_primitives::Address, B256>,
 }
 
 /// A row of the contract or function table.
@@ -98,6 +100,25 @@ pub struct TxRow {
     pub rank_by_time_per_gas: Option<usize>,
 }
 
+/// A contract's share of what the JIT compiles: a row of `jit-hotlist.txt`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JitRow {
+    /// Its code hash (what the JIT's cache is keyed by), when the pre-state holds its code.
+    pub code_hash: Option<String>,
+    /// The contract, named where a label is known.
+    pub name: String,
+    /// Its address.
+    pub address: String,
+    /// Time in its own instructions that compiled code runs (not host calls, not the
+    /// system's work, not precompiles), seconds per pass.
+    pub compilable_s: f64,
+    /// Time in its own code, seconds per pass.
+    pub self_s: f64,
+    /// The contract's own JIT ceiling: its own time over its own time less what compiled
+    /// code could make free.
+    pub ceiling: f64,
+}
+
 /// The call-stack report.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallReport {
@@ -127,6 +148,8 @@ pub struct CallReport {
     pub functions: Vec<CodeRow>,
     /// The costliest transactions of each block.
     pub transactions: Vec<TxRow>,
+    /// Every contract by the time compiled code could save in it, most first.
+    pub jit: Vec<JitRow>,
 }
 
 /// The correction of each activity's sampled time: its opcode-table row's corrected time
@@ -235,6 +258,7 @@ impl CallReport {
         let mut functions = profile.code_costs(true, &options.filter, &time);
         order(&mut functions);
         let transactions = top_transactions(&tx_costs, options, labels);
+        let jit = jit_rows(&contracts, options);
         Self {
             weight: options.weight,
             filter_contract: options.filter.contract.map(|a| format!("{a:#x}")),
@@ -257,6 +281,7 @@ impl CallReport {
                 .map(|c| row(c, true))
                 .collect(),
             transactions,
+            jit,
         }
     }
 
@@ -347,6 +372,29 @@ impl CallReport {
             ]);
         }
         let _ = writeln!(md, "{t}");
+        let _ = writeln!(md, "## What the JIT could save, by contract\n");
+        let _ = writeln!(
+            md,
+            "Time in each contract's own instructions of the kinds compiled code runs (stack, \
+             arithmetic, control flow, memory: not host calls, the system's work or \
+             precompiles), seconds per pass; its own JIT ceiling is its own time over what \
+             would remain if that were free. `jit-hotlist.txt` lists them in this order by code \
+             hash for `gigas-sequencer --jit.hotlist`.\n"
+        );
+        let mut t = Table::new(
+            "rlrrr",
+            ["#", "contract", "compilable (s)", "own (s)", "own ceiling"],
+        );
+        for (i, r) in self.jit.iter().take(20).enumerate() {
+            t.row([
+                (i + 1).to_string(),
+                r.name.clone(),
+                format!("{:.6}", r.compilable_s),
+                format!("{:.6}", r.self_s),
+                format!("{:.2}x", r.ceiling),
+            ]);
+        }
+        let _ = writeln!(md, "{t}");
         let _ = writeln!(md, "## Flame graph\n");
         let _ = writeln!(md, "![flame graph]({flame_svg})\n");
         let _ = writeln!(
@@ -360,6 +408,78 @@ impl CallReport {
         );
         md
     }
+}
+
+/// The contracts by the time compiled code runs in them (their own instructions of the
+/// categories the JIT compiles), most first; precompiles and contracts without such time
+/// left out.
+fn jit_rows(contracts: &[CodeCost], options: &CallOptions) -> Vec<JitRow> {
+    let mut rows: Vec<JitRow> = contracts
+        .iter()
+        .filter(|c| !c.precompile)
+        .map(|c| {
+            let compilable: f64 = c
+                .activities
+                .iter()
+                .filter(|(a, _)| *a < 256 && !opcode_category(*a as u8).beyond_jit())
+                .map(|(_, t)| t)
+                .sum();
+            let rest = c.self_time - compilable;
+            JitRow {
+                code_hash: options.code_hashes.get(&c.code).map(|h| format!("{h:#x}")),
+                name: options.labels.contract_name(&c.code),
+                address: format!("{:#x}", c.code),
+                compilable_s: compilable / 1e9,
+                self_s: c.self_time / 1e9,
+                ceiling: if rest > 0.0 {
+                    c.self_time / rest
+                } else {
+                    f64::INFINITY
+                },
+            }
+        })
+        .filter(|r| r.compilable_s > 0.0)
+        .collect();
+    rows.sort_by(|a, b| b.compilable_s.total_cmp(&a.compilable_s));
+    rows
+}
+
+/// The share of all compilable time the hot list covers: the contracts beyond it each hold
+/// a sliver, and compiling them costs more than it saves (most run a few hundred
+/// instructions once).
+pub const HOT_LIST_COVERAGE: f64 = 0.9;
+
+/// `jit-hotlist.txt`: the contracts with a known code hash by the time compiled code could
+/// save in them, most first, until they cover [`HOT_LIST_COVERAGE`] of that time; one per
+/// line (`gigas-sequencer --jit.hotlist` and `gigas-bench jit --hotlist` read the first
+/// column).
+pub fn hot_list_text(calls: &CallReport) -> String {
+    let all: f64 = calls.jit.iter().map(|r| r.compilable_s).sum();
+    let mut text = format!(
+        "# gigas-profiler: contracts by the time compiled code runs in them, most first, \
+         covering {:.0}% of it.\n\
+         # code hash, address, name, compilable ms per pass, own ms per pass, own JIT ceiling\n",
+        HOT_LIST_COVERAGE * 100.0
+    );
+    let mut covered = 0.0;
+    for row in &calls.jit {
+        if covered >= HOT_LIST_COVERAGE * all {
+            break;
+        }
+        covered += row.compilable_s;
+        if let Some(hash) = &row.code_hash {
+            let _ = writeln!(
+                text,
+                "{hash} {} {} {:.4} {:.4} {:.2}x",
+                row.address,
+                row.name.replace(char::is_whitespace, "_"),
+                row.compilable_s * 1e3,
+                row.self_s * 1e3,
+                row.ceiling
+            );
+        }
+    }
+    text
 }
 
 fn code_table(rows: &[CodeRow]) -> String {
@@ -469,7 +589,8 @@ fn tx_row(tx: &TxCost, labels: &Labels) -> TxRow {
 }
 
 /// Files written by [`write`].
-pub const FILES: &str = "calls.md, calls.json, stacks.folded, flame.svg, profile.pb.gz";
+pub const FILES: &str =
+    "calls.md, calls.json, stacks.folded, flame.svg, profile.pb.gz, jit-hotlist.txt";
 
 /// Writes the call-stack report and its files into `out`: `calls.md`, `calls.json`,
 /// `stacks.folded`, `flame.svg` and `profile.pb.gz`.
@@ -558,6 +679,9 @@ pub fn write(
     std::fs::write(&path, json).wrap_err_with(|| format!("cannot write {}", path.display()))?;
     let path = out.join("calls.md");
     std::fs::write(&path, calls.markdown("flame.svg"))
+        .wrap_err_with(|| format!("cannot write {}", path.display()))?;
+    let path = out.join("jit-hotlist.txt");
+    std::fs::write(&path, hot_list_text(&calls))
         .wrap_err_with(|| format!("cannot write {}", path.display()))?;
     Ok(calls)
 }

@@ -134,6 +134,12 @@ struct Args {
     #[arg(long, value_name = "MODE")]
     jit: Option<gigas_evm::jit::JitMode>,
 
+    /// With `--jit on`: compile the contracts of this hot list at their first call, the
+    /// others by the gas threshold (one code hash per line, as this profiler writes
+    /// `jit-hotlist.txt`).
+    #[arg(long, value_name = "FILE")]
+    jit_hotlist: Option<PathBuf>,
+
     /// Threads running state tests (defaults to the CPUs available).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
@@ -488,10 +494,20 @@ where
         tracing::warn!("debug build: timings are not representative; use cargo run --release");
     }
 
+    let hot_list = match &args.jit_hotlist {
+        Some(file) => Some(gigas_evm::jit::HotList::read(file).map_err(|e| eyre!(e))?),
+        None => None,
+    };
     let jit = args
         .jit
         .filter(|mode| *mode != gigas_evm::jit::JitMode::Off)
-        .map(gigas_evm::jit::CodeCache::new);
+        .map(|mode| match &hot_list {
+            Some(hot) => gigas_evm::jit::CodeCache::with_hot_list(
+                gigas_evm::jit::CacheConfig::new(mode),
+                hot.clone(),
+            ),
+            None => gigas_evm::jit::CodeCache::new(mode),
+        });
     let checking = bar(workload.blocks.len(), "checking");
     let checks = workload
         .check_with(jit.as_ref(), |done, _| checking.set_position(done as u64))
@@ -602,6 +618,7 @@ where
             labels,
             top: args.top_contracts,
             top_txs: 5,
+            code_hashes: workload.code_hashes(),
         };
         let calls = crate::calls::write(&profile, &report, &options, &args.out)?;
         println!(

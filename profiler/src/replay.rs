@@ -95,6 +95,23 @@ impl Workload {
         Ok(Self { blocks })
     }
 
+    /// The code hash of every account with code in the blocks' pre-states (contracts
+    /// created inside the blocks are not there).
+    pub fn code_hashes(
+        &self,
+    ) -> std::collections::HashMap<alloy_primitives::Address, alloy_primitives::B256> {
+        let mut hashes = std::collections::HashMap::new();
+        for loaded in &self.blocks {
+            for (address, account) in &loaded.db.cache.accounts {
+                let hash = account.info.code_hash;
+                if hash != gigas_evm::revm::primitives::KECCAK_EMPTY && !hash.is_zero() {
+                    hashes.insert(*address, hash);
+                }
+            }
+        }
+        hashes
+    }
+
     /// Transactions in the workload.
     pub fn tx_count(&self) -> usize {
         self.blocks.iter().map(|b| b.block.txs.len()).sum()

@@ -275,6 +275,7 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
         labels,
         top: 10,
         top_txs: 5,
+        code_hashes: workload.code_hashes(),
     };
     let out = tempfile::tempdir().expect("tempdir");
     let calls = gigas_profiler::calls::write(&profile, &report, &options, out.path())
@@ -303,6 +304,16 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
     ] {
         assert!(svg.contains(frame), "{frame} missing from the flame graph");
     }
+    // The JIT's view: the three contracts by the time compiled code runs in them (B and C
+    // burn twice, A once), named by code hash in a hot list the JIT reads.
+    let hot = gigas_evm::jit::HotList::read(&out.path().join("jit-hotlist.txt"))
+        .expect("the hot list parses");
+    let hash_of = |a: Address| workload.code_hashes()[&a];
+    assert_eq!(hot.len(), 3);
+    assert_eq!(hot.hashes()[2], hash_of(A));
+    assert!(hot.contains(&hash_of(B)) && hot.contains(&hash_of(C)));
+    assert!(calls.jit.iter().all(|r| r.ceiling > 1.0));
+
     let decoded = decode_pprof(&out.path().join("profile.pb.gz"));
     let folded_lines = folded.lines().count();
     check_pprof(&decoded, folded_lines, "ContractC:0xcccccccc");
@@ -410,6 +421,7 @@ fn mainnet_samples_land_in_one_path_each_and_add_up_to_the_opcode_table() {
         labels: Labels::shipped(),
         top: usize::MAX,
         top_txs: 5,
+        code_hashes: workload.code_hashes(),
     };
     let calls = CallReport::build(&profile, &report, &options);
     let tolerance = 1e-9 * report.attributed_seconds_per_pass.max(1e-9);

@@ -156,6 +156,12 @@ struct RunArgs {
     /// are evicted beyond it (memory_bytes{component="jit_code"}).
     #[arg(long = "jit.budget-mib", default_value_t = 64, value_name = "MIB")]
     jit_budget_mib: u64,
+    /// Compile the contracts of this hot list at their first call instead of after their
+    /// interpreted frames spent 300,000 gas (the others still compile by that threshold):
+    /// one code hash per line, as `gigas-profiler` writes `jit-hotlist.txt` (its contracts
+    /// ordered by the time the JIT could save in them).
+    #[arg(long = "jit.hotlist", value_name = "FILE")]
+    jit_hotlist: Option<std::path::PathBuf>,
     /// The smallest priority fee (tip) the pool accepts, in wei.
     #[arg(long = "txpool.min-priority-fee", default_value_t = 0)]
     min_priority_fee: u128,
@@ -407,6 +413,9 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     config.pool_max_per_sender = args.pool_max_per_sender;
     config.pool_max_bytes = args.pool_max_mib.saturating_mul(1 << 20);
     config.jit_budget_bytes = args.jit_budget_mib.saturating_mul(1 << 20);
+    if let Some(file) = &args.jit_hotlist {
+        config.jit_hot_list = Some(gigas_jit::HotList::read(file)?);
+    }
     config.min_priority_fee = args.min_priority_fee;
     config.max_block_txs = args.max_block_txs;
     config.state_history_blocks = args.state_history;

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use eyre::{eyre, Context, Result};
-use gigas_evm::jit::{CacheConfig, CodeCache, JitMode};
+use gigas_evm::jit::{CacheConfig, CodeCache, HotList, Hotness, JitMode};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::{execute_block, load_fixtures_dir, BlockOutcome, PlainEvm, PreparedBlock};
 use gigas_primitives::ChainSpec;
 
-use super::{CacheFigures, MainnetResult};
+use super::{CacheFigures, HotFigures, HotListResult, MainnetResult};
 use crate::median;
 
 /// How a block runs in the mainnet comparison.
@@ -19,15 +19,22 @@ enum Way {
     Interpreter,
     Eager,
     On,
+    /// `on` compiling the contracts of a hot list at their first call, and no others.
+    HotOnly,
+    /// `on` compiling the hot list's contracts at their first call, the rest by the
+    /// threshold (what the sequencer does with `--jit.hotlist`).
+    HotFirst,
 }
 
-/// Every mainnet block per round: interpreted, `eager` (unless skipped) and `on`, the order
-/// rotating; both code caches under `budget` bytes of machine code.
+/// Every mainnet block per round: interpreted, `eager` (unless skipped), `on`, and with a
+/// hot list `on` by the list alone and by the list first, the order rotating; every code
+/// cache under `budget` bytes of machine code.
 pub(super) fn mainnet(
     dir: &std::path::Path,
     rounds: usize,
     budget: u64,
     with_eager: bool,
+    hot_list: Option<HotList>,
 ) -> Result<MainnetResult> {
     let chain = ChainSpec::mainnet();
     let items: Vec<(PreparedBlock, CacheDB<EmptyDB>)> = load_fixtures_dir(dir)
@@ -43,17 +50,45 @@ pub(super) fn mainnet(
     };
     let eager = cache(JitMode::Eager);
     let on = cache(JitMode::On);
-    let ways: Vec<Way> = if with_eager {
-        vec![Way::Interpreter, Way::Eager, Way::On]
-    } else {
-        vec![Way::Interpreter, Way::On]
+    let listed = hot_list.as_ref().map(HotList::len);
+    let by_list = |list: &HotList, hotness: Option<Hotness>| {
+        let on = CacheConfig::new(JitMode::On);
+        CodeCache::with_hot_list(
+            CacheConfig {
+                budget_bytes: budget,
+                hotness: hotness.unwrap_or(on.hotness),
+                ..on
+            },
+            list.clone(),
+        )
     };
+    let unreachable = Hotness {
+        calls: u32::MAX,
+        gas: u64::MAX,
+    };
+    let hot = hot_list.map(|list| (by_list(&list, Some(unreachable)), by_list(&list, None)));
+    let mut ways: Vec<Way> = vec![Way::Interpreter];
+    if with_eager {
+        ways.push(Way::Eager);
+    }
+    ways.push(Way::On);
+    if hot.is_some() {
+        ways.extend([Way::HotOnly, Way::HotFirst]);
+    }
+    let index = |way: Way| ways.iter().position(|w| *w == way);
     let run =
         |way: Way, block: &PreparedBlock, db: &CacheDB<EmptyDB>| -> Result<(f64, BlockOutcome)> {
             let mut evm = match way {
                 Way::Interpreter => PlainEvm::new(db.clone(), block),
                 Way::Eager => PlainEvm::with_jit(db.clone(), block, Arc::clone(&eager)),
                 Way::On => PlainEvm::with_jit(db.clone(), block, Arc::clone(&on)),
+                Way::HotOnly | Way::HotFirst => match &hot {
+                    Some((only, first)) => {
+                        let cache = if way == Way::HotOnly { only } else { first };
+                        PlainEvm::with_jit(db.clone(), block, Arc::clone(cache))
+                    }
+                    None => PlainEvm::new(db.clone(), block),
+                },
             };
             let started = Instant::now();
             let outcome = execute_block(&mut evm, block)?;
@@ -65,12 +100,15 @@ pub(super) fn mainnet(
     for (block, db) in &items {
         expected.push(run(Way::Interpreter, block, db)?.1);
     }
-    let warm_ups: &[Way] = if with_eager {
-        &[Way::Eager, Way::On, Way::On]
-    } else {
-        &[Way::On, Way::On]
-    };
-    for &way in warm_ups {
+    let mut warm_ups = Vec::new();
+    if with_eager {
+        warm_ups.push(Way::Eager);
+    }
+    warm_ups.extend([Way::On, Way::On]);
+    if hot.is_some() {
+        warm_ups.extend([Way::HotOnly, Way::HotFirst, Way::HotOnly, Way::HotFirst]);
+    }
+    for &way in &warm_ups {
         for ((block, db), expected) in items.iter().zip(&expected) {
             if &run(way, block, db)?.1 != expected {
                 return Err(eyre!(
@@ -80,8 +118,15 @@ pub(super) fn mainnet(
             }
         }
         on.wait_for_compiles();
+        if let Some((only, first)) = &hot {
+            only.wait_for_compiles();
+            first.wait_for_compiles();
+        }
     }
     let (eager_compiles, on_compiles) = (eager.stats().snapshot(), on.stats().snapshot());
+    let hot_compiles = hot
+        .as_ref()
+        .map(|(only, first)| (only.stats().snapshot(), first.stats().snapshot()));
     let n = ways.len();
     let mut pass = vec![Vec::new(); n];
     let mut per_block = vec![vec![Vec::new(); n]; items.len()];
@@ -118,7 +163,8 @@ pub(super) fn mainnet(
             .unwrap_or((0, 1.0))
     };
     let medians: Vec<f64> = pass.into_iter().map(median).collect();
-    let (interp, on_t) = (medians[0], medians[n - 1]);
+    let on_index = index(Way::On).unwrap_or(n - 1);
+    let (interp, on_t) = (medians[0], medians[on_index]);
     let eager_t = with_eager.then(|| medians[1]);
     Ok(MainnetResult {
         blocks: items.len(),
@@ -127,7 +173,7 @@ pub(super) fn mainnet(
         on_ms: on_t * 1e3,
         eager_speedup: eager_t.map(|t| interp / t),
         on_speedup: interp / on_t,
-        worst_on_block: worst(n - 1),
+        worst_on_block: worst(on_index),
         worst_eager_block: with_eager.then(|| worst(1)),
         profiler_ceiling: None,
         budget_bytes: budget,
@@ -146,6 +192,30 @@ pub(super) fn mainnet(
             rounds as u64,
         ),
         on_hot_gas: on.hotness().gas,
+        hot_list: match (&hot, hot_compiles, listed) {
+            (Some((only, first)), Some((only_compiles, first_compiles)), Some(listed)) => {
+                let figures = |way: Way, cache: &CodeCache, compiles| {
+                    let t = index(way).map_or(f64::NAN, |i| medians[i]);
+                    HotFigures {
+                        ms: t * 1e3,
+                        speedup: interp / t,
+                        worst_block: index(way).map_or((0, 1.0), worst),
+                        cache: CacheFigures::of(
+                            compiles,
+                            cache.stats().snapshot(),
+                            compiles,
+                            rounds as u64,
+                        ),
+                    }
+                };
+                Some(HotListResult {
+                    listed,
+                    only: figures(Way::HotOnly, only, only_compiles),
+                    first: figures(Way::HotFirst, first, first_compiles),
+                })
+            }
+            _ => None,
+        },
     })
 }
 

@@ -132,6 +132,23 @@ pub fn markdown(r: &JitReport) -> String {
         format!("{:.2}", m.on_ms),
         format!("{:.2}x", m.on_speedup),
     ]);
+    if let Some(h) = &m.hot_list {
+        for (how, f) in [
+            ("the profiler's hot list alone", &h.only),
+            ("the hot list first, the rest by the threshold", &h.first),
+        ] {
+            whole.row([
+                format!(
+                    "{} mainnet blocks, `--jit on` by {how} ({} listed)",
+                    m.blocks, h.listed
+                ),
+                String::new(),
+                format!("{:.2}", m.interpreter_ms),
+                format!("{:.2}", f.ms),
+                format!("{:.2}x", f.speedup),
+            ]);
+        }
+    }
     let _ = write!(
         md,
         "\n## Whole transactions through revm's frame loop\n\n{whole}"
@@ -178,6 +195,18 @@ pub fn markdown(r: &JitReport) -> String {
         cache_row(&mut cache, "mainnet, eager", eager);
     }
     cache_row(&mut cache, "mainnet, on", &m.on_cache);
+    if let Some(h) = &m.hot_list {
+        cache_row(
+            &mut cache,
+            "mainnet, on by the hot list alone",
+            &h.only.cache,
+        );
+        cache_row(
+            &mut cache,
+            "mainnet, on by the hot list first",
+            &h.first.cache,
+        );
+    }
     let _ = write!(md, "\n## Code cache\n\n{cache}");
     md
 }

@@ -67,6 +67,11 @@ pub struct JitArgs {
     /// code, every pass compiles evicted contracts again, in the foreground).
     #[arg(long)]
     pub skip_eager: bool,
+    /// A hot list (`gigas-profiler` writes `jit-hotlist.txt`): adds to the mainnet blocks'
+    /// rotation `on` compiling its contracts at their first call and no others, and `on`
+    /// compiling them first and the rest by the threshold.
+    #[arg(long, value_name = "FILE")]
+    pub hotlist: Option<std::path::PathBuf>,
 }
 
 /// A budget in MiB (fractions allowed) or `unlimited`, in bytes (`u64::MAX`: unlimited).
@@ -242,6 +247,32 @@ pub struct MainnetResult {
     pub on_cache: CacheFigures,
     /// Gas a contract's interpreted frames spend before `on` compiles it.
     pub on_hot_gas: u64,
+    /// `on` by a hot list (`--hotlist`), if one was given.
+    pub hot_list: Option<HotListResult>,
+}
+
+/// The mainnet blocks compiled by a hot list.
+#[derive(Debug, Clone, Serialize)]
+pub struct HotListResult {
+    /// Contracts listed.
+    pub listed: usize,
+    /// The listed contracts at their first call, no others.
+    pub only: HotFigures,
+    /// The listed contracts at their first call, the others by the threshold.
+    pub first: HotFigures,
+}
+
+/// One way of compiling by a hot list.
+#[derive(Debug, Clone, Serialize)]
+pub struct HotFigures {
+    /// Median milliseconds per pass.
+    pub ms: f64,
+    /// Interpreter over this way.
+    pub speedup: f64,
+    /// The block it gains least on: number, median ratio.
+    pub worst_block: (u64, f64),
+    /// Its code cache.
+    pub cache: CacheFigures,
 }
 
 /// Runs the benchmark and writes the report.
@@ -268,14 +299,35 @@ pub fn run(args: &JitArgs) -> Result<JitReport> {
     let mainnet = if args.skip_blocks {
         None
     } else {
-        let mut mainnet = mainnet(&blocks_dir, args.block_rounds, budget, !args.skip_eager)?;
+        let hot_list = match &args.hotlist {
+            Some(file) => Some(gigas_evm::jit::HotList::read(file)?),
+            None => None,
+        };
+        let mut mainnet = mainnet(
+            &blocks_dir,
+            args.block_rounds,
+            budget,
+            !args.skip_eager,
+            hot_list,
+        )?;
         mainnet.profiler_ceiling = profiler_ceiling(&args.profile);
         let eager = match (mainnet.eager_ms, mainnet.eager_speedup) {
             (Some(ms), Some(speedup)) => format!("eager {ms:>8.2} ms ({speedup:.2}x)  "),
             _ => String::new(),
         };
+        let hot = match &mainnet.hot_list {
+            Some(h) => format!(
+                "\n  {:<30} list only {:>8.2} ms ({:.2}x)  list first {:>8.2} ms ({:.2}x)",
+                format!("hot list ({} contracts)", h.listed),
+                h.only.ms,
+                h.only.speedup,
+                h.first.ms,
+                h.first.speedup
+            ),
+            None => String::new(),
+        };
         println!(
-            "  {:<30} interpreter {:>8.2} ms  {eager}on {:>8.2} ms ({:.2}x)",
+            "  {:<30} interpreter {:>8.2} ms  {eager}on {:>8.2} ms ({:.2}x){hot}",
             format!("{} mainnet blocks", mainnet.blocks),
             mainnet.interpreter_ms,
             mainnet.on_ms,

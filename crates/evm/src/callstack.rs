@@ -113,6 +113,10 @@ pub struct CallNode {
     pub gas: u64,
 }
 
+/// Nodes a tree has room for before it grows: the shipped mainnet blocks make from a few
+/// hundred to a few thousand.
+const INITIAL_NODES: usize = 4096;
+
 /// A lookup per call on the probed thread: foldhash rather than SipHash, seeded per map
 /// since the keys come from the block.
 type Children = HashMap<(NodeId, FrameKey), NodeId, foldhash::fast::RandomState>;
@@ -141,16 +145,21 @@ impl Default for CallTree {
 impl CallTree {
     /// An empty tree (the block's node alone) that holds at most `max_nodes` nodes.
     pub fn with_capacity(max_nodes: usize) -> Self {
+        // Room for a typical mainnet block's tree up front, so that the probed thread does
+        // not grow and rehash while it is being timed.
+        let room = max_nodes.clamp(1, INITIAL_NODES);
+        let mut nodes = Vec::with_capacity(room);
+        nodes.push(CallNode {
+            parent: ROOT,
+            key: FrameKey::Block,
+            calls: 1,
+            gas: 0,
+        });
         Self {
-            nodes: vec![CallNode {
-                parent: ROOT,
-                key: FrameKey::Block,
-                calls: 1,
-                gas: 0,
-            }],
-            children: Children::default(),
+            nodes,
+            children: Children::with_capacity_and_hasher(room, Default::default()),
             last: None,
-            stack: Vec::new(),
+            stack: Vec::with_capacity(64),
             // A node id must fit the published word's 48 bits, and the root is always there.
             max_nodes: max_nodes.clamp(1, 1 << 32),
             dropped: 0,

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use alloy_primitives::B256;
 pub use gigas_jit::cache::{
-    CacheConfig, CacheInvariantError, CodeCache, Hotness, JitCounts, JitMode, JitStats,
-    ParseJitModeError, Residency, DEFAULT_BUDGET_BYTES,
+    CacheConfig, CacheInvariantError, CodeCache, HotList, HotListError, Hotness, JitCounts,
+    JitMode, JitStats, ParseJitModeError, Residency, DEFAULT_BUDGET_BYTES,
 };
 use gigas_jit::CompiledCode;
 use revm::context::ContextError;

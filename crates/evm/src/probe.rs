@@ -371,6 +371,13 @@ fn started_frame<DB: Database>(ctx: &ProbedContext<DB>, frame: &Frame) -> callst
     }
 }
 
+/// Whether `address` is low enough to be a precompile (every fork's sit below 2^16): most
+/// calls go to contracts, and this spares them a set lookup per call.
+#[inline]
+fn maybe_precompile(address: &Address) -> bool {
+    address.0[..18].iter().all(|b| *b == 0)
+}
+
 /// The account whose code runs for `address`: its EIP-7702 delegate, if it has one (from
 /// Prague; before, no account has one and the lookup is skipped).
 fn delegate_of<DB: Database>(ctx: &ProbedContext<DB>, address: Address) -> Address {
@@ -445,11 +452,12 @@ impl<DB: Database> EvmTr for ProbedRevm<DB> {
         // open around the call, so that its time lands in it.
         let precompile = match &frame_input.frame_input {
             FrameInput::Call(call)
-                if self
-                    .inner
-                    .precompiles
-                    .inner
-                    .contains(&call.bytecode_address) =>
+                if maybe_precompile(&call.bytecode_address)
+                    && self
+                        .inner
+                        .precompiles
+                        .inner
+                        .contains(&call.bytecode_address) =>
             {
                 Some(callstack::Frame {
                     code: call.bytecode_address,

@@ -46,6 +46,7 @@
 //! and the thread goes on with a fresh compiler.
 
 mod config;
+mod hotlist;
 mod stats;
 
 use std::collections::HashMap;
@@ -64,6 +65,7 @@ pub use config::{
     CacheConfig, Hotness, JitMode, ParseJitModeError, DEFAULT_BUDGET_BYTES, DEFAULT_MAX_QUEUED,
     DEFAULT_MAX_TRACKED,
 };
+pub use hotlist::{HotList, HotListError, MAX_HOT_LIST};
 pub use stats::{JitCounts, JitStats};
 
 /// What the cache holds, recounted from its entries by [`CodeCache::residency`].
@@ -381,6 +383,9 @@ enum Job {
 
 struct Shared {
     config: CacheConfig,
+    /// With a hot list, `On` compiles listed contracts at their first call, before any other
+    /// reaches the threshold.
+    hot: Option<HotList>,
     table: Mutex<Table>,
     stats: JitStats,
 }
@@ -425,6 +430,30 @@ impl CodeCache {
 
     /// A cache configured by `config`.
     pub fn with_config(config: CacheConfig) -> Arc<Self> {
+        Self::build(config, None)
+    }
+
+    /// A cache configured by `config` whose `On` mode compiles the contracts of `hot` at
+    /// their first call; the others still compile once `config.hotness` is reached (a
+    /// threshold that cannot be reached, such as `gas: u64::MAX`, compiles the list only).
+    /// See [`HotList`].
+    pub fn with_hot_list(config: CacheConfig, hot: HotList) -> Arc<Self> {
+        Self::build(config, Some(hot))
+    }
+
+    /// The hot list, if the cache has one.
+    pub fn hot_list(&self) -> Option<&HotList> {
+        self.shared.hot.as_ref()
+    }
+
+    fn is_listed(&self, hash: &B256) -> bool {
+        self.shared
+            .hot
+            .as_ref()
+            .is_some_and(|hot| hot.contains(hash))
+    }
+
+    fn build(config: CacheConfig, hot: Option<HotList>) -> Arc<Self> {
         let stats = JitStats::default();
         stats
             .budget_bytes
@@ -432,6 +461,7 @@ impl CodeCache {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::new(&stats)),
             config,
+            hot,
             stats,
         });
         let (requests, worker) = if config.mode == JitMode::Off {
@@ -509,6 +539,7 @@ impl CodeCache {
     pub fn lookup(&self, hash: B256, code: &[u8], spec: SpecId) -> Option<CompiledCode> {
         let requests = self.requests.as_ref()?;
         let config = &self.shared.config;
+        let listed = config.mode == JitMode::On && self.is_listed(&hash);
         let key = (hash, spec);
         let mut table = self.shared.table();
         if !table.entries.contains_key(&key) {
@@ -518,7 +549,7 @@ impl CodeCache {
             Some(Entry::Ready(r)) => return Some(r.code.clone()),
             Some(Entry::Counting { calls, gas }) => {
                 *calls = calls.saturating_add(1);
-                if config.mode == JitMode::On && !config.hotness.reached(*calls, *gas) {
+                if config.mode == JitMode::On && !listed && !config.hotness.reached(*calls, *gas) {
                     return None;
                 }
                 *gas
@@ -575,7 +606,9 @@ impl CodeCache {
     /// compiling it (in `JitMode::On`).
     pub fn spent(&self, hash: B256, code: &[u8], spec: SpecId, gas: u64) {
         let config = &self.shared.config;
-        if config.mode != JitMode::On {
+        // A listed contract was requested at its first call; counting its gas again would
+        // only contend for the table's lock.
+        if config.mode != JitMode::On || self.is_listed(&hash) {
             return;
         }
         let key = (hash, spec);

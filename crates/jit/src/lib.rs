@@ -69,5 +69,7 @@ pub mod cache;
 pub mod compiler;
 pub mod runtime;
 
-pub use cache::{CacheConfig, CodeCache, Hotness, JitCounts, JitMode, JitStats};
+pub use cache::{
+    CacheConfig, CodeCache, HotList, HotListError, Hotness, JitCounts, JitMode, JitStats,
+};
 pub use compiler::{CodeMemoryMetrics, CompileError, CompiledCode, Compiler};

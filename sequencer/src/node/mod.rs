@@ -130,6 +130,9 @@ pub struct NodeConfig {
     pub pool_max_bytes: usize,
     /// The most bytes of compiled code the JIT's cache keeps.
     pub jit_budget_bytes: u64,
+    /// Contracts to compile at their first call instead of by the gas threshold
+    /// (`--jit.hotlist`, as `gigas-profiler` writes it).
+    pub jit_hot_list: Option<gigas_jit::HotList>,
     /// The smallest tip the pool accepts, in wei.
     pub min_priority_fee: u128,
     /// The most transactions in one block.
@@ -156,6 +159,7 @@ impl NodeConfig {
             pool_max_per_sender: 256,
             pool_max_bytes: 256 << 20,
             jit_budget_bytes: gigas_jit::cache::DEFAULT_BUDGET_BYTES,
+            jit_hot_list: None,
             min_priority_fee: 0,
             max_block_txs: 20_000,
             state_history_blocks: 10_000,
@@ -307,10 +311,14 @@ impl Node {
             })?;
         let (journal, replay) = Journal::open(&dir.join("journal"))?;
         let (committed, _) = broadcast::channel(256);
-        let jit = CodeCache::with_config(gigas_jit::CacheConfig {
+        let jit_config = gigas_jit::CacheConfig {
             budget_bytes: config.jit_budget_bytes,
             ..gigas_jit::CacheConfig::new(config.jit)
-        });
+        };
+        let jit = match &config.jit_hot_list {
+            Some(hot) => CodeCache::with_hot_list(jit_config, hot.clone()),
+            None => CodeCache::with_config(jit_config),
+        };
         let node = Arc::new(Self {
             spec,
             signer,

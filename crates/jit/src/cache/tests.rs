@@ -387,3 +387,72 @@ fn budget_and_evictions_are_in_metrics() {
         assert!(text.contains(&line), "{line} missing from\n{text}");
     }
 }
+
+/// With a hot list, `On` compiles a listed contract at its first call, whatever the gas
+/// threshold; unlisted contracts still wait for the threshold (never, when it cannot be
+/// reached).
+#[test]
+fn a_hot_list_compiles_its_contracts_at_their_first_call() {
+    let listed = program(1, 0);
+    let unlisted = program(2, 0);
+    let hot = || HotList::of([keccak256(&listed)]);
+    let list_only = CodeCache::with_hot_list(
+        CacheConfig {
+            hotness: Hotness {
+                calls: 1_000,
+                gas: u64::MAX,
+            },
+            ..CacheConfig::new(JitMode::On)
+        },
+        hot(),
+    );
+    assert_eq!(list_only.hot_list().map(HotList::len), Some(1));
+    assert!(list_only
+        .lookup(keccak256(&listed), &listed, SpecId::CANCUN)
+        .is_none());
+    for _ in 0..5 {
+        assert!(list_only
+            .lookup(keccak256(&unlisted), &unlisted, SpecId::CANCUN)
+            .is_none());
+        list_only.spent(keccak256(&unlisted), &unlisted, SpecId::CANCUN, 10_000_000);
+    }
+    list_only.wait_for_compiles();
+    assert_eq!(list_only.stats().compiled.get(), 1);
+    let code = list_only
+        .lookup(keccak256(&listed), &listed, SpecId::CANCUN)
+        .expect("the listed contract is compiled after its first call");
+    assert_eq!(run(&listed, &code), vec![1]);
+    assert!(list_only
+        .lookup(keccak256(&unlisted), &unlisted, SpecId::CANCUN)
+        .is_none());
+    assert_eq!(list_only.stats().compiled.get(), 1);
+    list_only.residency().expect("invariants hold");
+
+    // With a threshold that can be reached, the list comes first and the rest follow.
+    let both = CodeCache::with_hot_list(
+        CacheConfig {
+            hotness: Hotness {
+                calls: 1,
+                gas: 50_000,
+            },
+            ..CacheConfig::new(JitMode::On)
+        },
+        hot(),
+    );
+    assert!(both
+        .lookup(keccak256(&listed), &listed, SpecId::CANCUN)
+        .is_none());
+    assert!(both
+        .lookup(keccak256(&unlisted), &unlisted, SpecId::CANCUN)
+        .is_none());
+    both.wait_for_compiles();
+    assert_eq!(both.stats().compiled.get(), 1, "only the listed one so far");
+    both.spent(keccak256(&unlisted), &unlisted, SpecId::CANCUN, 60_000);
+    both.wait_for_compiles();
+    assert_eq!(both.stats().compiled.get(), 2);
+    let code = both
+        .lookup(keccak256(&unlisted), &unlisted, SpecId::CANCUN)
+        .expect("the unlisted contract is compiled once past the threshold");
+    assert_eq!(run(&unlisted, &code), vec![2]);
+    both.residency().expect("invariants hold");
+}
