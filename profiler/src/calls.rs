@@ -17,6 +17,7 @@ use eyre::{Context, Result};
 use gigas_evm::probe::{Phase, ACTIVITY_COUNT};
 use gigas_report::Table;
 use serde::Serialize;
+use std::collections::HashMap;
 
 use crate::category::{opcode_category, opcode_name};
 use crate::labels::Labels;
@@ -36,8 +37,10 @@ pub struct CallOptions {
     pub top: usize,
     /// Transactions listed per block (by time, and by time per gas).
     pub top_txs: usize,
-    /// Code hashes of the contracts, for the JIT's hot list.
-    pub code_hashes: std::collections::HashMap<alloy_primitives::Address, B256>,
+    /// The contracts' code (hash and length), for the JIT's hot list.
+    pub codes: std::collections::HashMap<alloy_primitives::Address, crate::replay::CodeInfo>,
+    /// The JIT code cache's budget the hot list is sized for, in bytes of machine code.
+    pub jit_budget_bytes: u64,
 }
 
 /// A row of the contract or function table.
@@ -105,6 +108,8 @@ pub struct TxRow {
 pub struct JitRow {
     /// Its code hash (what the JIT's cache is keyed by), when the pre-state holds its code.
     pub code_hash: Option<String>,
+    /// Its code's length in bytes, when the pre-state holds its code.
+    pub code_bytes: Option<usize>,
     /// The contract, named where a label is known.
     pub name: String,
     /// Its address.
@@ -426,7 +431,8 @@ fn jit_rows(contracts: &[CodeCost], options: &CallOptions) -> Vec<JitRow> {
                 .sum();
             let rest = c.self_time - compilable;
             JitRow {
-                code_hash: options.code_hashes.get(&c.code).map(|h| format!("{h:#x}")),
+                code_hash: options.codes.get(&c.code).map(|i| format!("{:#x}", i.hash)),
+                code_bytes: options.codes.get(&c.code).map(|i| i.bytes),
                 name: options.labels.contract_name(&c.code),
                 address: format!("{:#x}", c.code),
                 compilable_s: compilable / 1e9,
@@ -444,40 +450,103 @@ fn jit_rows(contracts: &[CodeCost], options: &CallOptions) -> Vec<JitRow> {
     rows
 }
 
-/// The share of all compilable time the hot list covers: the contracts beyond it each hold
-/// a sliver, and compiling them costs more than it saves (most run a few hundred
-/// instructions once).
-pub const HOT_LIST_COVERAGE: f64 = 0.9;
+/// Bytes of machine code the JIT emits per byte of EVM code: 32.1x to 33.3x on the shipped
+/// mainnet blocks (`gigas-bench jit`, its code-cache table), rounded up.
+pub const MACHINE_BYTES_PER_EVM_BYTE: u64 = 34;
 
-/// `jit-hotlist.txt`: the contracts with a known code hash by the time compiled code could
-/// save in them, most first, until they cover [`HOT_LIST_COVERAGE`] of that time; one per
-/// line (`gigas-sequencer --jit.hotlist` and `gigas-bench jit --hotlist` read the first
-/// column).
-pub fn hot_list_text(calls: &CallReport) -> String {
+/// One entry of the hot list: a code hash and every contract running it.
+#[derive(Debug, Clone)]
+struct HotEntry {
+    hash: String,
+    first: usize,
+    contracts: usize,
+    compilable_s: f64,
+    self_s: f64,
+    code_bytes: usize,
+}
+
+/// `jit-hotlist.txt`: the code the JIT should keep compiled, chosen to fit
+/// `options.jit_budget_bytes` of machine code (estimated at
+/// [`MACHINE_BYTES_PER_EVM_BYTE`]): code hashes by the compilable time per byte of code,
+/// taken greedily while they fit, then written most compilable time first. A list that
+/// overflows the budget makes the cache evict and compile again on every pass, which costs
+/// more than the list saves. One per line (`gigas-sequencer --jit.hotlist` and
+/// `gigas-bench jit --hotlist` read the first column).
+pub fn hot_list_text(calls: &CallReport, budget_bytes: u64) -> String {
     let all: f64 = calls.jit.iter().map(|r| r.compilable_s).sum();
-    let mut text = format!(
-        "# gigas-profiler: contracts by the time compiled code runs in them, most first, \
-         covering {:.0}% of it.\n\
-         # code hash, address, name, compilable ms per pass, own ms per pass, own JIT ceiling\n",
-        HOT_LIST_COVERAGE * 100.0
+    let mut entries: Vec<HotEntry> = Vec::new();
+    let mut by_hash: HashMap<&str, usize> = HashMap::new();
+    for (i, row) in calls.jit.iter().enumerate() {
+        let (Some(hash), Some(bytes)) = (&row.code_hash, row.code_bytes) else {
+            continue;
+        };
+        match by_hash.get(hash.as_str()) {
+            Some(&k) => {
+                let e = &mut entries[k];
+                e.contracts += 1;
+                e.compilable_s += row.compilable_s;
+                e.self_s += row.self_s;
+            }
+            None => {
+                by_hash.insert(hash, entries.len());
+                entries.push(HotEntry {
+                    hash: hash.clone(),
+                    first: i,
+                    contracts: 1,
+                    compilable_s: row.compilable_s,
+                    self_s: row.self_s,
+                    code_bytes: bytes,
+                });
+            }
+        }
+    }
+    let density = |e: &HotEntry| e.compilable_s / e.code_bytes.max(1) as f64;
+    entries.sort_by(|a, b| density(b).total_cmp(&density(a)));
+    let mut chosen = Vec::new();
+    let mut machine = 0u64;
+    for e in entries {
+        let need = (e.code_bytes as u64).saturating_mul(MACHINE_BYTES_PER_EVM_BYTE);
+        if machine.saturating_add(need) <= budget_bytes {
+            machine += need;
+            chosen.push(e);
+        }
+    }
+    chosen.sort_by(|a, b| b.compilable_s.total_cmp(&a.compilable_s));
+    let covered: f64 = chosen.iter().map(|e| e.compilable_s).sum();
+    let mut text =
+        format!(
+        "# gigas-profiler: the code to keep compiled in a {:.0} MiB code cache: {} code hashes, \
+         about {:.1} MiB of machine code, {:.1}% of the time compiled code could run.\n\
+         # code hash, address, name (+ other contracts with this code), compilable ms per \
+         pass, own ms per pass, own JIT ceiling, EVM bytes\n",
+        budget_bytes as f64 / (1 << 20) as f64,
+        chosen.len(),
+        machine as f64 / (1 << 20) as f64,
+        if all > 0.0 { 100.0 * covered / all } else { 0.0 },
     );
-    let mut covered = 0.0;
-    for row in &calls.jit {
-        if covered >= HOT_LIST_COVERAGE * all {
-            break;
-        }
-        covered += row.compilable_s;
-        if let Some(hash) = &row.code_hash {
-            let _ = writeln!(
-                text,
-                "{hash} {} {} {:.4} {:.4} {:.2}x",
-                row.address,
-                row.name.replace(char::is_whitespace, "_"),
-                row.compilable_s * 1e3,
-                row.self_s * 1e3,
-                row.ceiling
-            );
-        }
+    for e in &chosen {
+        let row = &calls.jit[e.first];
+        let others = if e.contracts > 1 {
+            format!("+{}", e.contracts - 1)
+        } else {
+            String::new()
+        };
+        let rest = e.self_s - e.compilable_s;
+        let ceiling = if rest > 0.0 {
+            format!("{:.2}x", e.self_s / rest)
+        } else {
+            "inf".to_string()
+        };
+        let _ = writeln!(
+            text,
+            "{} {} {}{others} {:.4} {:.4} {ceiling} {}",
+            e.hash,
+            row.address,
+            row.name.replace(char::is_whitespace, "_"),
+            e.compilable_s * 1e3,
+            e.self_s * 1e3,
+            e.code_bytes,
+        );
     }
     text
 }
@@ -681,7 +750,7 @@ pub fn write(
     std::fs::write(&path, calls.markdown("flame.svg"))
         .wrap_err_with(|| format!("cannot write {}", path.display()))?;
     let path = out.join("jit-hotlist.txt");
-    std::fs::write(&path, hot_list_text(&calls))
+    std::fs::write(&path, hot_list_text(&calls, options.jit_budget_bytes))
         .wrap_err_with(|| format!("cannot write {}", path.display()))?;
     Ok(calls)
 }

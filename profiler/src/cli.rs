@@ -114,6 +114,11 @@ struct Args {
     #[arg(long)]
     compare_call_stacks: bool,
 
+    /// The JIT code cache `jit-hotlist.txt` is sized for, in MiB of machine code (the
+    /// sequencer's --jit.budget-mib).
+    #[arg(long, value_name = "MIB", default_value_t = gigas_evm::jit::DEFAULT_BUDGET_BYTES >> 20)]
+    jit_budget_mib: u64,
+
     /// Rows of the contract and function tables in calls.md.
     #[arg(long, value_name = "N", default_value_t = 40)]
     top_contracts: usize,
@@ -618,7 +623,8 @@ where
             labels,
             top: args.top_contracts,
             top_txs: 5,
-            code_hashes: workload.code_hashes(),
+            codes: workload.codes(),
+            jit_budget_bytes: args.jit_budget_mib.saturating_mul(1 << 20),
         };
         let calls = crate::calls::write(&profile, &report, &options, &args.out)?;
         println!(

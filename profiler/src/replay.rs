@@ -95,21 +95,33 @@ impl Workload {
         Ok(Self { blocks })
     }
 
-    /// The code hash of every account with code in the blocks' pre-states (contracts
-    /// created inside the blocks are not there).
-    pub fn code_hashes(
-        &self,
-    ) -> std::collections::HashMap<alloy_primitives::Address, alloy_primitives::B256> {
-        let mut hashes = std::collections::HashMap::new();
+    /// The code of every account with code in the blocks' pre-states: its hash and length
+    /// (contracts created inside the blocks are not there).
+    pub fn codes(&self) -> std::collections::HashMap<alloy_primitives::Address, CodeInfo> {
+        let mut codes = std::collections::HashMap::new();
         for loaded in &self.blocks {
             for (address, account) in &loaded.db.cache.accounts {
-                let hash = account.info.code_hash;
-                if hash != gigas_evm::revm::primitives::KECCAK_EMPTY && !hash.is_zero() {
-                    hashes.insert(*address, hash);
+                let info = &account.info;
+                if info.code_hash == gigas_evm::revm::primitives::KECCAK_EMPTY
+                    || info.code_hash.is_zero()
+                {
+                    continue;
                 }
+                let bytes = info
+                    .code
+                    .as_ref()
+                    .or_else(|| loaded.db.cache.contracts.get(&info.code_hash))
+                    .map_or(0, |code| code.original_byte_slice().len());
+                codes.insert(
+                    *address,
+                    CodeInfo {
+                        hash: info.code_hash,
+                        bytes,
+                    },
+                );
             }
         }
-        hashes
+        codes
     }
 
     /// Transactions in the workload.
@@ -310,6 +322,15 @@ impl Workload {
         }
         Ok(out)
     }
+}
+
+/// A contract's code, as the JIT's cache knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeInfo {
+    /// Its code hash (what compiled code is keyed by).
+    pub hash: alloy_primitives::B256,
+    /// Its length in bytes (what compiling it costs, and its machine code's size, scale with).
+    pub bytes: usize,
 }
 
 /// One block executed on the probed EVM.

@@ -275,7 +275,8 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
         labels,
         top: 10,
         top_txs: 5,
-        code_hashes: workload.code_hashes(),
+        codes: workload.codes(),
+        jit_budget_bytes: gigas_evm::jit::DEFAULT_BUDGET_BYTES,
     };
     let out = tempfile::tempdir().expect("tempdir");
     let calls = gigas_profiler::calls::write(&profile, &report, &options, out.path())
@@ -308,11 +309,22 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
     // burn twice, A once), named by code hash in a hot list the JIT reads.
     let hot = gigas_evm::jit::HotList::read(&out.path().join("jit-hotlist.txt"))
         .expect("the hot list parses");
-    let hash_of = |a: Address| workload.code_hashes()[&a];
+    let codes = workload.codes();
+    let hash_of = |a: Address| codes[&a].hash;
     assert_eq!(hot.len(), 3);
     assert_eq!(hot.hashes()[2], hash_of(A));
     assert!(hot.contains(&hash_of(B)) && hot.contains(&hash_of(C)));
     assert!(calls.jit.iter().all(|r| r.ceiling > 1.0));
+    // The list is sized to the code cache: nothing fits in none, all three in exactly theirs.
+    use gigas_profiler::calls::{hot_list_text, MACHINE_BYTES_PER_EVM_BYTE};
+    let parse = |text: String| gigas_evm::jit::HotList::parse(&text, "hot list").expect("parses");
+    assert!(parse(hot_list_text(&calls, 0)).is_empty());
+    let exact: u64 = [A, B, C]
+        .iter()
+        .map(|a| codes[a].bytes as u64 * MACHINE_BYTES_PER_EVM_BYTE)
+        .sum();
+    assert_eq!(parse(hot_list_text(&calls, exact)).len(), 3);
+    assert_eq!(parse(hot_list_text(&calls, exact - 1)).len(), 2);
 
     let decoded = decode_pprof(&out.path().join("profile.pb.gz"));
     let folded_lines = folded.lines().count();
@@ -421,7 +433,8 @@ fn mainnet_samples_land_in_one_path_each_and_add_up_to_the_opcode_table() {
         labels: Labels::shipped(),
         top: usize::MAX,
         top_txs: 5,
-        code_hashes: workload.code_hashes(),
+        codes: workload.codes(),
+        jit_budget_bytes: gigas_evm::jit::DEFAULT_BUDGET_BYTES,
     };
     let calls = CallReport::build(&profile, &report, &options);
     let tolerance = 1e-9 * report.attributed_seconds_per_pass.max(1e-9);
