@@ -110,6 +110,8 @@ pub struct JitRow {
     pub code_hash: Option<String>,
     /// Its code's length in bytes, when the pre-state holds its code.
     pub code_bytes: Option<usize>,
+    /// The forks it runs under, one bit per `SpecId` (compiled once per fork).
+    pub specs: u64,
     /// The contract, named where a label is known.
     pub name: String,
     /// Its address.
@@ -433,6 +435,7 @@ fn jit_rows(contracts: &[CodeCost], options: &CallOptions) -> Vec<JitRow> {
             JitRow {
                 code_hash: options.codes.get(&c.code).map(|i| format!("{:#x}", i.hash)),
                 code_bytes: options.codes.get(&c.code).map(|i| i.bytes),
+                specs: options.codes.get(&c.code).map_or(0, |i| i.specs),
                 name: options.labels.contract_name(&c.code),
                 address: format!("{:#x}", c.code),
                 compilable_s: compilable / 1e9,
@@ -463,11 +466,22 @@ struct HotEntry {
     compilable_s: f64,
     self_s: f64,
     code_bytes: usize,
+    specs: u64,
+}
+
+impl HotEntry {
+    /// Machine code it takes, estimated: one copy per fork it runs under.
+    fn machine_bytes(&self) -> u64 {
+        (self.code_bytes as u64)
+            .saturating_mul(MACHINE_BYTES_PER_EVM_BYTE)
+            .saturating_mul(u64::from(self.specs.count_ones().max(1)))
+    }
 }
 
 /// `jit-hotlist.txt`: the code the JIT should keep compiled, chosen to fit
 /// `options.jit_budget_bytes` of machine code (estimated at
-/// [`MACHINE_BYTES_PER_EVM_BYTE`]): code hashes by the compilable time per byte of code,
+/// [`MACHINE_BYTES_PER_EVM_BYTE`], once per fork the code runs under, since compiled code
+/// is per fork): code hashes by the compilable time per byte of machine code,
 /// taken greedily while they fit, then written most compilable time first. A list that
 /// overflows the budget makes the cache evict and compile again on every pass, which costs
 /// more than the list saves. One per line (`gigas-sequencer --jit.hotlist` and
@@ -486,6 +500,7 @@ pub fn hot_list_text(calls: &CallReport, budget_bytes: u64) -> String {
                 e.contracts += 1;
                 e.compilable_s += row.compilable_s;
                 e.self_s += row.self_s;
+                e.specs |= row.specs;
             }
             None => {
                 by_hash.insert(hash, entries.len());
@@ -496,16 +511,17 @@ pub fn hot_list_text(calls: &CallReport, budget_bytes: u64) -> String {
                     compilable_s: row.compilable_s,
                     self_s: row.self_s,
                     code_bytes: bytes,
+                    specs: row.specs,
                 });
             }
         }
     }
-    let density = |e: &HotEntry| e.compilable_s / e.code_bytes.max(1) as f64;
+    let density = |e: &HotEntry| e.compilable_s / e.machine_bytes().max(1) as f64;
     entries.sort_by(|a, b| density(b).total_cmp(&density(a)));
     let mut chosen = Vec::new();
     let mut machine = 0u64;
     for e in entries {
-        let need = (e.code_bytes as u64).saturating_mul(MACHINE_BYTES_PER_EVM_BYTE);
+        let need = e.machine_bytes();
         if machine.saturating_add(need) <= budget_bytes {
             machine += need;
             chosen.push(e);

@@ -95,8 +95,9 @@ impl Workload {
         Ok(Self { blocks })
     }
 
-    /// The code of every account with code in the blocks' pre-states: its hash and length
-    /// (contracts created inside the blocks are not there).
+    /// The code of every account with code in the blocks' pre-states: its hash, length and
+    /// the forks of the blocks that touch it (contracts created inside the blocks are not
+    /// there).
     pub fn codes(&self) -> std::collections::HashMap<alloy_primitives::Address, CodeInfo> {
         let mut codes = std::collections::HashMap::new();
         for loaded in &self.blocks {
@@ -112,13 +113,15 @@ impl Workload {
                     .as_ref()
                     .or_else(|| loaded.db.cache.contracts.get(&info.code_hash))
                     .map_or(0, |code| code.original_byte_slice().len());
-                codes.insert(
-                    *address,
-                    CodeInfo {
+                let spec = 1u64 << (loaded.block.cfg.spec as u8 % 64);
+                codes
+                    .entry(*address)
+                    .or_insert(CodeInfo {
                         hash: info.code_hash,
                         bytes,
-                    },
-                );
+                        specs: 0,
+                    })
+                    .specs |= spec;
             }
         }
         codes
@@ -331,6 +334,9 @@ pub struct CodeInfo {
     pub hash: alloy_primitives::B256,
     /// Its length in bytes (what compiling it costs, and its machine code's size, scale with).
     pub bytes: usize,
+    /// The forks it runs under, one bit per `SpecId`: compiled code is per fork, so a
+    /// contract called in blocks of three forks is compiled, and held, three times.
+    pub specs: u64,
 }
 
 /// One block executed on the probed EVM.
