@@ -139,9 +139,9 @@ struct Args {
     #[arg(long, value_name = "MODE")]
     jit: Option<gigas_evm::jit::JitMode>,
 
-    /// With `--jit on`: compile the contracts of this hot list at their first call, the
-    /// others by the gas threshold (one code hash per line, as this profiler writes
-    /// `jit-hotlist.txt`).
+    /// With `--jit on`: compile the contracts of this hot list at their first call and no
+    /// others, as `gigas-sequencer --jit.hotlist` does (one code hash per line, as this
+    /// profiler writes `jit-hotlist.txt`).
     #[arg(long, value_name = "FILE")]
     jit_hotlist: Option<PathBuf>,
 
@@ -508,7 +508,13 @@ where
         .filter(|mode| *mode != gigas_evm::jit::JitMode::Off)
         .map(|mode| match &hot_list {
             Some(hot) => gigas_evm::jit::CodeCache::with_hot_list(
-                gigas_evm::jit::CacheConfig::new(mode),
+                gigas_evm::jit::CacheConfig {
+                    hotness: gigas_evm::jit::Hotness {
+                        calls: u32::MAX,
+                        gas: u64::MAX,
+                    },
+                    ..gigas_evm::jit::CacheConfig::new(mode)
+                },
                 hot.clone(),
             ),
             None => gigas_evm::jit::CodeCache::new(mode),

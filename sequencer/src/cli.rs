@@ -156,12 +156,17 @@ struct RunArgs {
     /// are evicted beyond it (memory_bytes{component="jit_code"}).
     #[arg(long = "jit.budget-mib", default_value_t = 64, value_name = "MIB")]
     jit_budget_mib: u64,
-    /// Compile the contracts of this hot list at their first call instead of after their
-    /// interpreted frames spent 300,000 gas (the others still compile by that threshold):
-    /// one code hash per line, as `gigas-profiler` writes `jit-hotlist.txt` (its contracts
-    /// ordered by the time the JIT could save in them).
+    /// Compile the contracts of this hot list at their first call, and no others, instead of
+    /// the contracts whose interpreted frames spent 300,000 gas: one code hash per line, as
+    /// `gigas-profiler` writes `jit-hotlist.txt` (the code worth most per byte, sized to the
+    /// code cache's budget: give `gigas-profiler --jit-budget-mib` this --jit.budget-mib).
     #[arg(long = "jit.hotlist", value_name = "FILE")]
     jit_hotlist: Option<std::path::PathBuf>,
+    /// With --jit.hotlist: also compile unlisted contracts once they reach the threshold
+    /// (a list from another workload then still lets new hot contracts compile, at the cost
+    /// of evictions when the list already fills the budget).
+    #[arg(long = "jit.hotlist-with-threshold", requires = "jit_hotlist")]
+    jit_hotlist_with_threshold: bool,
     /// The smallest priority fee (tip) the pool accepts, in wei.
     #[arg(long = "txpool.min-priority-fee", default_value_t = 0)]
     min_priority_fee: u128,
@@ -416,6 +421,7 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     if let Some(file) = &args.jit_hotlist {
         config.jit_hot_list = Some(gigas_jit::HotList::read(file)?);
     }
+    config.jit_hot_list_with_threshold = args.jit_hotlist_with_threshold;
     config.min_priority_fee = args.min_priority_fee;
     config.max_block_txs = args.max_block_txs;
     config.state_history_blocks = args.state_history;

@@ -133,6 +133,9 @@ pub struct NodeConfig {
     /// Contracts to compile at their first call instead of by the gas threshold
     /// (`--jit.hotlist`, as `gigas-profiler` writes it).
     pub jit_hot_list: Option<gigas_jit::HotList>,
+    /// With a hot list, also compile unlisted contracts once they reach the gas threshold
+    /// (`--jit.hotlist-with-threshold`); without it the list alone is compiled.
+    pub jit_hot_list_with_threshold: bool,
     /// The smallest tip the pool accepts, in wei.
     pub min_priority_fee: u128,
     /// The most transactions in one block.
@@ -160,6 +163,7 @@ impl NodeConfig {
             pool_max_bytes: 256 << 20,
             jit_budget_bytes: gigas_jit::cache::DEFAULT_BUDGET_BYTES,
             jit_hot_list: None,
+            jit_hot_list_with_threshold: false,
             min_priority_fee: 0,
             max_block_txs: 20_000,
             state_history_blocks: 10_000,
@@ -316,6 +320,20 @@ impl Node {
             ..gigas_jit::CacheConfig::new(config.jit)
         };
         let jit = match &config.jit_hot_list {
+            // The list alone by default: sized by the profiler to the code cache's budget,
+            // it keeps the cache from evicting and compiling again on every pass, which the
+            // threshold's extra contracts bring back (gigas-bench jit --hotlist: list alone
+            // 1.05x, list and threshold 0.95x, threshold 1.00x on the 50 mainnet blocks).
+            Some(hot) if !config.jit_hot_list_with_threshold => CodeCache::with_hot_list(
+                gigas_jit::CacheConfig {
+                    hotness: gigas_jit::cache::Hotness {
+                        calls: u32::MAX,
+                        gas: u64::MAX,
+                    },
+                    ..jit_config
+                },
+                hot.clone(),
+            ),
             Some(hot) => CodeCache::with_hot_list(jit_config, hot.clone()),
             None => CodeCache::with_config(jit_config),
         };
