@@ -15,6 +15,15 @@ use std::time::{Duration, Instant};
 use gigas_evm::callstack::unpack;
 use gigas_evm::probe::{ActivityCell, ACTIVITY_COUNT};
 
+/// Time per published word. A lookup per sample: foldhash rather than SipHash, so that the
+/// sampler spends its time on the clock, not on hashing (on a VM its core may be the replay
+/// core's hyperthread sibling).
+pub type WordMap = HashMap<u64, WordTime, foldhash::fast::RandomState>;
+
+/// Words a histogram has room for before it grows (a block's call paths times the opcodes
+/// seen in each: a few thousand on the shipped blocks).
+const WORDS_UP_FRONT: usize = 8192;
+
 /// Sampled time per activity.
 #[derive(Debug, Clone)]
 pub struct Histogram {
@@ -29,7 +38,7 @@ pub struct Histogram {
     /// [`gigas_evm::callstack::pack`]): what a call-stack profile is built from. With call
     /// stacks off every word is in the block's node. Empty after [`Histogram::merge`], since
     /// node ids mean nothing outside their block's tree.
-    pub by_word: HashMap<u64, WordTime>,
+    pub by_word: WordMap,
 }
 
 /// Sampled time of one published word.
@@ -47,7 +56,7 @@ impl Default for Histogram {
             nanos: vec![0; ACTIVITY_COUNT],
             samples: vec![0; ACTIVITY_COUNT],
             long_gaps: 0,
-            by_word: HashMap::new(),
+            by_word: WordMap::with_capacity_and_hasher(WORDS_UP_FRONT, Default::default()),
         }
     }
 }

@@ -179,7 +179,7 @@ impl StackProfile {
         number: u64,
         tx_hashes: &[B256],
         tree: &CallTree,
-        by_word: &HashMap<u64, WordTime>,
+        by_word: &crate::sampler::WordMap,
         exact: bool,
     ) {
         let mut map: Vec<usize> = Vec::with_capacity(tree.nodes().len());
