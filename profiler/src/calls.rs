@@ -9,6 +9,7 @@
 //! Owns: the report's figures, its Markdown and JSON, and writing its files. Must not:
 //! sample or replay.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -17,7 +18,6 @@ use eyre::{Context, Result};
 use gigas_evm::probe::{Phase, ACTIVITY_COUNT};
 use gigas_report::Table;
 use serde::Serialize;
-use std::collections::HashMap;
 
 use crate::category::{opcode_category, opcode_name};
 use crate::labels::Labels;
@@ -38,7 +38,7 @@ pub struct CallOptions {
     /// Transactions listed per block (by time, and by time per gas).
     pub top_txs: usize,
     /// The contracts' code (hash and length), for the JIT's hot list.
-    pub codes: std::collections::HashMap<alloy_primitives::Address, crate::replay::CodeInfo>,
+    pub codes: HashMap<alloy_primitives::Address, crate::replay::CodeInfo>,
     /// The JIT code cache's budget the hot list is sized for, in bytes of machine code.
     pub jit_budget_bytes: u64,
 }
@@ -106,12 +106,9 @@ pub struct TxRow {
 /// A contract's share of what the JIT compiles: a row of `jit-hotlist.txt`.
 #[derive(Debug, Clone, Serialize)]
 pub struct JitRow {
-    /// Its code hash (what the JIT's cache is keyed by), when the pre-state holds its code.
-    pub code_hash: Option<String>,
-    /// Its code's length in bytes, when the pre-state holds its code.
-    pub code_bytes: Option<usize>,
-    /// The forks it runs under, one bit per `SpecId` (compiled once per fork).
-    pub specs: u64,
+    /// Its code: the hash the JIT's cache is keyed by, its length and the forks it runs
+    /// under, when the pre-state holds it.
+    pub code: Option<crate::replay::CodeInfo>,
     /// The contract, named where a label is known.
     pub name: String,
     /// Its address.
@@ -385,8 +382,9 @@ impl CallReport {
             "Time in each contract's own instructions of the kinds compiled code runs (stack, \
              arithmetic, control flow, memory: not host calls, the system's work or \
              precompiles), seconds per pass; its own JIT ceiling is its own time over what \
-             would remain if that were free. `jit-hotlist.txt` lists them in this order by code \
-             hash for `gigas-sequencer --jit.hotlist`.\n"
+             would remain if that were free. `jit-hotlist.txt` takes from them, by code hash, \
+             the code worth most per byte that fits the JIT's code cache, for \
+             `gigas-sequencer --jit.hotlist`.\n"
         );
         let mut t = Table::new(
             "rlrrr",
@@ -398,7 +396,7 @@ impl CallReport {
                 r.name.clone(),
                 format!("{:.6}", r.compilable_s),
                 format!("{:.6}", r.self_s),
-                format!("{:.2}x", r.ceiling),
+                ceiling_text(r.ceiling),
             ]);
         }
         let _ = writeln!(md, "{t}");
@@ -431,26 +429,39 @@ fn jit_rows(contracts: &[CodeCost], options: &CallOptions) -> Vec<JitRow> {
                 .filter(|(a, _)| *a < 256 && !opcode_category(*a as u8).beyond_jit())
                 .map(|(_, t)| t)
                 .sum();
-            let rest = c.self_time - compilable;
+            let code = options.codes.get(&c.code).copied();
             JitRow {
-                code_hash: options.codes.get(&c.code).map(|i| format!("{:#x}", i.hash)),
-                code_bytes: options.codes.get(&c.code).map(|i| i.bytes),
-                specs: options.codes.get(&c.code).map_or(0, |i| i.specs),
+                code,
                 name: options.labels.contract_name(&c.code),
                 address: format!("{:#x}", c.code),
                 compilable_s: compilable / 1e9,
                 self_s: c.self_time / 1e9,
-                ceiling: if rest > 0.0 {
-                    c.self_time / rest
-                } else {
-                    f64::INFINITY
-                },
+                ceiling: own_ceiling(c.self_time, compilable),
             }
         })
         .filter(|r| r.compilable_s > 0.0)
         .collect();
     rows.sort_by(|a, b| b.compilable_s.total_cmp(&a.compilable_s));
     rows
+}
+
+/// A contract's own JIT ceiling: its own time over what would remain if its compilable
+/// time were free (infinite when all of it is compilable).
+fn own_ceiling(self_time: f64, compilable: f64) -> f64 {
+    let rest = self_time - compilable;
+    if rest > 0.0 {
+        self_time / rest
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn ceiling_text(ceiling: f64) -> String {
+    if ceiling.is_finite() {
+        format!("{ceiling:.2}x")
+    } else {
+        "inf".to_string()
+    }
 }
 
 /// Bytes of machine code the JIT emits per byte of EVM code: 32.1x to 33.3x on the shipped
@@ -460,7 +471,7 @@ pub const MACHINE_BYTES_PER_EVM_BYTE: u64 = 34;
 /// One entry of the hot list: a code hash and every contract running it.
 #[derive(Debug, Clone)]
 struct HotEntry {
-    hash: String,
+    hash: B256,
     first: usize,
     contracts: usize,
     compilable_s: f64,
@@ -489,29 +500,29 @@ impl HotEntry {
 pub fn hot_list_text(calls: &CallReport, budget_bytes: u64) -> String {
     let all: f64 = calls.jit.iter().map(|r| r.compilable_s).sum();
     let mut entries: Vec<HotEntry> = Vec::new();
-    let mut by_hash: HashMap<&str, usize> = HashMap::new();
+    let mut by_hash: HashMap<B256, usize> = HashMap::new();
     for (i, row) in calls.jit.iter().enumerate() {
-        let (Some(hash), Some(bytes)) = (&row.code_hash, row.code_bytes) else {
+        let Some(code) = row.code else {
             continue;
         };
-        match by_hash.get(hash.as_str()) {
+        match by_hash.get(&code.hash) {
             Some(&k) => {
                 let e = &mut entries[k];
                 e.contracts += 1;
                 e.compilable_s += row.compilable_s;
                 e.self_s += row.self_s;
-                e.specs |= row.specs;
+                e.specs |= code.specs;
             }
             None => {
-                by_hash.insert(hash, entries.len());
+                by_hash.insert(code.hash, entries.len());
                 entries.push(HotEntry {
-                    hash: hash.clone(),
+                    hash: code.hash,
                     first: i,
                     contracts: 1,
                     compilable_s: row.compilable_s,
                     self_s: row.self_s,
-                    code_bytes: bytes,
-                    specs: row.specs,
+                    code_bytes: code.bytes,
+                    specs: code.specs,
                 });
             }
         }
@@ -547,20 +558,15 @@ pub fn hot_list_text(calls: &CallReport, budget_bytes: u64) -> String {
         } else {
             String::new()
         };
-        let rest = e.self_s - e.compilable_s;
-        let ceiling = if rest > 0.0 {
-            format!("{:.2}x", e.self_s / rest)
-        } else {
-            "inf".to_string()
-        };
         let _ = writeln!(
             text,
-            "{} {} {}{others} {:.4} {:.4} {ceiling} {}",
+            "{:#x} {} {}{others} {:.4} {:.4} {} {}",
             e.hash,
             row.address,
             row.name.replace(char::is_whitespace, "_"),
             e.compilable_s * 1e3,
             e.self_s * 1e3,
+            ceiling_text(own_ceiling(e.self_s, e.compilable_s)),
             e.code_bytes,
         );
     }

@@ -509,10 +509,7 @@ where
         .map(|mode| match &hot_list {
             Some(hot) => gigas_evm::jit::CodeCache::with_hot_list(
                 gigas_evm::jit::CacheConfig {
-                    hotness: gigas_evm::jit::Hotness {
-                        calls: u32::MAX,
-                        gas: u64::MAX,
-                    },
+                    hotness: gigas_evm::jit::Hotness::NEVER,
                     ..gigas_evm::jit::CacheConfig::new(mode)
                 },
                 hot.clone(),

@@ -328,7 +328,7 @@ impl Workload {
 }
 
 /// A contract's code, as the JIT's cache knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct CodeInfo {
     /// Its code hash (what compiled code is keyed by).
     pub hash: alloy_primitives::B256,

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use gigas_evm::callstack::unpack;
 use gigas_evm::probe::{ActivityCell, ACTIVITY_COUNT};
 
-/// Time per published word. A lookup per sample: foldhash rather than SipHash, so that the
-/// sampler spends its time on the clock, not on hashing (on a VM its core may be the replay
-/// core's hyperthread sibling).
+/// Time per published word. A lookup per sample: foldhash rather than SipHash keeps the
+/// sampler's own work per sample small (it did not change the replay's overhead, measured
+/// alternating: call stacks cost 2.7-3.6 % over the probe with either hasher).
 pub type WordMap = HashMap<u64, WordTime, foldhash::fast::RandomState>;
 
 /// Words a histogram has room for before it grows (a block's call paths times the opcodes

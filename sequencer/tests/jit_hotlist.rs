@@ -20,6 +20,22 @@ fn runtime_code() -> Vec<u8> {
     vec![0x5f, 0x54, 0x60, 0x01, 0x01, 0x5f, 0x55, 0x00]
 }
 
+/// Sends `request` through the wallet and waits for its receipt, which must be a success.
+async fn send(
+    provider: &impl Provider,
+    request: TransactionRequest,
+) -> alloy_rpc_types_eth::TransactionReceipt {
+    let receipt = provider
+        .send_transaction(request)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    assert!(receipt.status());
+    receipt
+}
+
 /// The value of `name` (a counter without labels) in a Prometheus text scrape.
 fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines()
@@ -57,17 +73,12 @@ async fn a_listed_contract_is_compiled_at_its_first_call() {
     let provider = ProviderBuilder::new()
         .wallet(EthereumWallet::from(alice))
         .connect_http(node.url.parse().unwrap());
-    let deploy = provider
-        .send_transaction(
-            TransactionRequest::default()
-                .with_deploy_code(Bytes::from(gigas_test_support::init_code(&runtime))),
-        )
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
-    assert!(deploy.status());
+    let deploy = send(
+        &provider,
+        TransactionRequest::default()
+            .with_deploy_code(Bytes::from(gigas_test_support::init_code(&runtime))),
+    )
+    .await;
     let contract = deploy.contract_address.expect("a contract was created");
     let compiled = || {
         metric(
@@ -81,14 +92,7 @@ async fn a_listed_contract_is_compiled_at_its_first_call() {
         "nothing is compiled before the first call"
     );
 
-    let call = provider
-        .send_transaction(TransactionRequest::default().with_to(contract))
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
-    assert!(call.status());
+    let call = send(&provider, TransactionRequest::default().with_to(contract)).await;
     assert!(call.gas_used < 50_000, "far below the threshold");
     // The compile runs in the background after the first call.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -97,14 +101,7 @@ async fn a_listed_contract_is_compiled_at_its_first_call() {
     }
     assert_eq!(compiled(), Some(1), "the listed contract, and only it");
     // Compiled code gives the interpreter's answers.
-    let call = provider
-        .send_transaction(TransactionRequest::default().with_to(contract))
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
-    assert!(call.status());
+    send(&provider, TransactionRequest::default().with_to(contract)).await;
     assert_eq!(
         provider.get_storage_at(contract, U256::ZERO).await.unwrap(),
         U256::from(2)

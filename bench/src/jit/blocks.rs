@@ -22,7 +22,7 @@ enum Way {
     /// `on` compiling the contracts of a hot list at their first call, and no others.
     HotOnly,
     /// `on` compiling the hot list's contracts at their first call, the rest by the
-    /// threshold (what the sequencer does with `--jit.hotlist`).
+    /// threshold (`gigas-sequencer --jit.hotlist-with-threshold`).
     HotFirst,
 }
 
@@ -51,22 +51,20 @@ pub(super) fn mainnet(
     let eager = cache(JitMode::Eager);
     let on = cache(JitMode::On);
     let listed = hot_list.as_ref().map(HotList::len);
-    let by_list = |list: &HotList, hotness: Option<Hotness>| {
-        let on = CacheConfig::new(JitMode::On);
-        CodeCache::with_hot_list(
-            CacheConfig {
-                budget_bytes: budget,
-                hotness: hotness.unwrap_or(on.hotness),
-                ..on
-            },
-            list.clone(),
+    let on_config = CacheConfig {
+        budget_bytes: budget,
+        ..CacheConfig::new(JitMode::On)
+    };
+    let hot = hot_list.map(|list| {
+        let only = CacheConfig {
+            hotness: Hotness::NEVER,
+            ..on_config
+        };
+        (
+            CodeCache::with_hot_list(only, list.clone()),
+            CodeCache::with_hot_list(on_config, list),
         )
-    };
-    let unreachable = Hotness {
-        calls: u32::MAX,
-        gas: u64::MAX,
-    };
-    let hot = hot_list.map(|list| (by_list(&list, Some(unreachable)), by_list(&list, None)));
+    });
     let mut ways: Vec<Way> = vec![Way::Interpreter];
     if with_eager {
         ways.push(Way::Eager);

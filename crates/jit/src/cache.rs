@@ -434,9 +434,8 @@ impl CodeCache {
     }
 
     /// A cache configured by `config` whose `On` mode compiles the contracts of `hot` at
-    /// their first call; the others still compile once `config.hotness` is reached (a
-    /// threshold that cannot be reached, such as `gas: u64::MAX`, compiles the list only).
-    /// See [`HotList`].
+    /// their first call; the others still compile once `config.hotness` is reached
+    /// ([`Hotness::NEVER`] compiles the list alone). See [`HotList`].
     pub fn with_hot_list(config: CacheConfig, hot: HotList) -> Arc<Self> {
         Self::build(config, Some(hot))
     }
@@ -444,13 +443,6 @@ impl CodeCache {
     /// The hot list, if the cache has one.
     pub fn hot_list(&self) -> Option<&HotList> {
         self.shared.hot.as_ref()
-    }
-
-    fn is_listed(&self, hash: &B256) -> bool {
-        self.shared
-            .hot
-            .as_ref()
-            .is_some_and(|hot| hot.contains(hash))
     }
 
     fn build(config: CacheConfig, hot: Option<HotList>) -> Arc<Self> {
@@ -539,7 +531,6 @@ impl CodeCache {
     pub fn lookup(&self, hash: B256, code: &[u8], spec: SpecId) -> Option<CompiledCode> {
         let requests = self.requests.as_ref()?;
         let config = &self.shared.config;
-        let listed = config.mode == JitMode::On && self.is_listed(&hash);
         let key = (hash, spec);
         let mut table = self.shared.table();
         if !table.entries.contains_key(&key) {
@@ -549,7 +540,11 @@ impl CodeCache {
             Some(Entry::Ready(r)) => return Some(r.code.clone()),
             Some(Entry::Counting { calls, gas }) => {
                 *calls = calls.saturating_add(1);
-                if config.mode == JitMode::On && !listed && !config.hotness.reached(*calls, *gas) {
+                // The list is looked up only here, for contracts not yet compiled: a
+                // compiled contract's lookup stays one table probe.
+                let listed = || self.shared.hot.as_ref().is_some_and(|h| h.contains(&hash));
+                if config.mode == JitMode::On && !config.hotness.reached(*calls, *gas) && !listed()
+                {
                     return None;
                 }
                 *gas
@@ -606,9 +601,8 @@ impl CodeCache {
     /// compiling it (in `JitMode::On`).
     pub fn spent(&self, hash: B256, code: &[u8], spec: SpecId, gas: u64) {
         let config = &self.shared.config;
-        // A listed contract was requested at its first call; counting its gas again would
-        // only contend for the table's lock.
-        if config.mode != JitMode::On || self.is_listed(&hash) {
+        // A listed contract left `Counting` at its first call, so it is not counted below.
+        if config.mode != JitMode::On {
             return;
         }
         let key = (hash, spec);

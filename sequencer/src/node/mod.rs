@@ -326,10 +326,7 @@ impl Node {
             // 1.05x, list and threshold 0.95x, threshold 1.00x on the 50 mainnet blocks).
             Some(hot) if !config.jit_hot_list_with_threshold => CodeCache::with_hot_list(
                 gigas_jit::CacheConfig {
-                    hotness: gigas_jit::cache::Hotness {
-                        calls: u32::MAX,
-                        gas: u64::MAX,
-                    },
+                    hotness: gigas_jit::Hotness::NEVER,
                     ..jit_config
                 },
                 hot.clone(),

@@ -74,6 +74,13 @@ impl Default for Hotness {
 }
 
 impl Hotness {
+    /// A threshold no contract reaches: with a [`HotList`](super::HotList), the list alone
+    /// is compiled.
+    pub const NEVER: Self = Self {
+        calls: u32::MAX,
+        gas: u64::MAX,
+    };
+
     pub(super) fn reached(&self, calls: u32, gas: u64) -> bool {
         calls >= self.calls && gas >= self.gas
     }

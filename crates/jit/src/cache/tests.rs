@@ -398,10 +398,7 @@ fn a_hot_list_compiles_its_contracts_at_their_first_call() {
     let hot = || HotList::of([keccak256(&listed)]);
     let list_only = CodeCache::with_hot_list(
         CacheConfig {
-            hotness: Hotness {
-                calls: 1_000,
-                gas: u64::MAX,
-            },
+            hotness: Hotness::NEVER,
             ..CacheConfig::new(JitMode::On)
         },
         hot(),
