@@ -108,9 +108,10 @@ struct Args {
     #[arg(long, value_name = "time|gas", default_value = "time")]
     by: crate::stacks::Weight,
 
-    /// Instead of profiling: measure what call stacks cost. Every block runs plain, probed
-    /// and probed with call stacks, back to back in a rotating order, for ROUNDS rounds; prints
-    /// the medians of the per-round ratios and writes overhead.json to --out.
+    /// Instead of profiling: measure what call stacks cost. Every block runs plain, plain
+    /// beside a spinning sampler (what a second busy core alone costs), probed, and probed
+    /// with call stacks, back to back in a rotating order, for ROUNDS rounds; prints the
+    /// medians of the per-round ratios and writes overhead.json to --out.
     #[arg(long)]
     compare_call_stacks: bool,
 
@@ -385,6 +386,7 @@ fn compare_call_stacks(workload: &Workload, args: &Args) -> Result<()> {
     let ratio = |f: &dyn Fn(&replay::OverheadRound) -> f64| {
         crate::report::Stat::of(rounds.iter().map(f).collect())
     };
+    let beside = ratio(&|r| r.beside_sampler.as_secs_f64() / r.plain.as_secs_f64());
     let probed = ratio(&|r| r.probed.as_secs_f64() / r.plain.as_secs_f64());
     let stacked = ratio(&|r| r.stacked.as_secs_f64() / r.plain.as_secs_f64());
     let added = ratio(&|r| r.stacked.as_secs_f64() / r.probed.as_secs_f64());
@@ -397,6 +399,7 @@ fn compare_call_stacks(workload: &Workload, args: &Args) -> Result<()> {
         plain_ms.max
     );
     for (name, s) in [
+        ("sampler only ", &beside),
         ("probed       ", &probed),
         ("call stacks  ", &stacked),
         ("stacks/probed", &added),
@@ -412,6 +415,7 @@ fn compare_call_stacks(workload: &Workload, args: &Args) -> Result<()> {
         "rounds": rounds.len(),
         "blocks": workload.blocks.len(),
         "plain_ms_per_pass": plain_ms,
+        "plain_beside_sampler_over_plain": beside,
         "probed_over_plain": probed,
         "call_stacks_over_plain": stacked,
         "call_stacks_over_probed": added,

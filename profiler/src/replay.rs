@@ -201,6 +201,21 @@ impl Workload {
         Ok((elapsed, outcome.gas_used()))
     }
 
+    /// [`Workload::plain_block`] with a sampler spinning on the other core, reading a word
+    /// nothing writes: what the sampler's mere presence costs plain replay (a second busy
+    /// core shares the machine's caches, memory bandwidth and, on a VM, the host's time).
+    pub fn plain_block_beside_sampler(
+        &self,
+        loaded: &LoadedBlock,
+        interval: Duration,
+    ) -> Result<Duration, ReplayError> {
+        let sampler = Sampler::start(Arc::new(ActivityCell::default()), interval)
+            .map_err(ReplayError::Sampler)?;
+        let timed = self.plain_block(loaded);
+        sampler.stop();
+        Ok(timed?.0)
+    }
+
     /// Executes one block on the probed EVM with a sampler reading it every `interval`,
     /// keeping its call tree when `stacks`.
     pub fn probed_block(
@@ -292,6 +307,8 @@ impl Workload {
 pub struct OverheadRound {
     /// Plain revm.
     pub plain: Duration,
+    /// Plain revm with the sampler spinning beside it, reading nothing.
+    pub beside_sampler: Duration,
     /// Probed, opcodes only.
     pub probed: Duration,
     /// Probed with call stacks.
@@ -299,9 +316,10 @@ pub struct OverheadRound {
 }
 
 impl Workload {
-    /// The cost of call-stack attribution: each block runs plain, probed without call
-    /// stacks and probed with them, back to back in an order rotating from block to block
-    /// and round to round, sampled every `interval`. Calls `progress` after each round.
+    /// The cost of call-stack attribution: each block runs plain, plain beside a spinning
+    /// sampler, probed without call stacks and probed with them, back to back in an order
+    /// rotating from block to block and round to round, sampled every `interval`. Calls
+    /// `progress` after each round.
     pub fn measure_overhead(
         &self,
         rounds: usize,
@@ -312,10 +330,14 @@ impl Workload {
         for r in 0..rounds {
             let mut round = OverheadRound::default();
             for (i, loaded) in self.blocks.iter().enumerate() {
-                for way in 0..3 {
-                    match (way + r + i) % 3 {
+                for way in 0..4 {
+                    match (way + r + i) % 4 {
                         0 => round.plain += self.plain_block(loaded)?.0,
-                        1 => round.probed += self.probed_block(loaded, interval, false)?.elapsed,
+                        1 => {
+                            round.beside_sampler +=
+                                self.plain_block_beside_sampler(loaded, interval)?
+                        }
+                        2 => round.probed += self.probed_block(loaded, interval, false)?.elapsed,
                         _ => round.stacked += self.probed_block(loaded, interval, true)?.elapsed,
                     }
                 }
