@@ -10,6 +10,7 @@
 pub mod blockstm;
 pub mod bootstrap;
 pub mod commitment;
+pub mod cpus;
 pub mod diffs;
 pub mod experiments;
 pub mod fullnode;

@@ -148,6 +148,16 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         &crate::shared_data("mainnet"),
     )?;
     let block_time = Duration::from_millis(250);
+    // Before the sequencer starts: it and the load generator's threads inherit this thread's
+    // CPUs.
+    if let Some(cpus) = &args.keep_up_sequencer_cpus {
+        crate::cpus::pin_current_thread(cpus).wrap_err_with(|| {
+            format!(
+                "cannot run the sequencer on CPUs {}",
+                crate::cpus::format_cpu_list(cpus)
+            )
+        })?;
+    }
     println!(
         "keep-up: starting a sequencer on {} accounts and a full node under {}",
         args.keep_up_accounts, args.keep_up_limit
@@ -175,7 +185,11 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         .wrap_err_with(|| format!("reading {}", chain.display()))?;
     gigas_chain::write_public_spec(&loaded, Some(&public_chain))
         .wrap_err("writing the full node's public chain spec")?;
-    let child = Command::new(&fullnode)
+    let mut command = Command::new(&fullnode);
+    if let Some(cpus) = &args.keep_up_fullnode_cpus {
+        crate::cpus::run_on(&mut command, cpus);
+    }
+    let child = command
         .arg("--chain")
         .arg(&public_chain)
         .arg("--datadir")
@@ -335,10 +349,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
                 "sequencer head - full node head, from eth_blockNumber of each, every 250 ms"
                     .into(),
             ),
-            (
-                "machine".into(),
-                "all three processes on the same 2 cores".into(),
-            ),
+            ("machine".into(), placement(args)),
         ],
         catch_up_seconds,
         lag_at_start,
@@ -363,6 +374,30 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     }
     crate::write_report(out, "keep-up", &out_report, &markdown(&out_report))?;
     Ok(out_report)
+}
+
+/// The machine's cores, whatever this thread was pinned to (`available_parallelism` counts
+/// only the CPUs this thread may run on).
+fn online_cores() -> i64 {
+    // SAFETY: sysconf reads a system value and has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }
+}
+
+/// Where the processes ran, for the report.
+fn placement(args: &ExperimentsArgs) -> String {
+    let cores = online_cores();
+    let on = |cpus: &Option<Vec<usize>>| match cpus {
+        Some(cpus) => format!("CPUs {}", crate::cpus::format_cpu_list(cpus)),
+        None => format!("all {cores} cores"),
+    };
+    match (&args.keep_up_sequencer_cpus, &args.keep_up_fullnode_cpus) {
+        (None, None) => format!("all three processes on the same {cores} cores"),
+        (s, f) => format!(
+            "the sequencer and the load generator on {}, the full node on {}",
+            on(s),
+            on(f)
+        ),
+    }
 }
 
 fn markdown(r: &KeepUpReport) -> String {
@@ -394,7 +429,7 @@ fn markdown(r: &KeepUpReport) -> String {
             .map_or_else(|| "-".to_string(), |b| format!("{:.0} MiB", b as f64 / 1048576.0)),
         r.fullnode_cpu_cores
             .map_or_else(|| "-".to_string(), |c| format!("{c:.2}")),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        online_cores(),
     );
     md
 }

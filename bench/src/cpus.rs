@@ -1,0 +1,134 @@
+//! Placing benchmark processes on CPUs: a CPU list as `taskset` writes it, and the affinity
+//! calls that apply it to this thread or to a child before it runs.
+//!
+//! Owns: parsing lists and setting masks. Must not: decide which process goes where (each
+//! benchmark says so in its options).
+
+use std::process::Command;
+
+/// The largest CPU number a list may name (the kernel's `cpu_set_t` holds 1,024).
+const MAX_CPU: usize = 1023;
+
+/// Parses a CPU list: numbers and inclusive ranges separated by commas (`0`, `0-1`, `0,2-3`).
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let number = |s: &str| -> Result<usize, String> {
+            let n: usize = s
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{s}` in the CPU list `{text}` is not a CPU number"))?;
+            if n > MAX_CPU {
+                return Err(format!("CPU {n} in `{text}` is above {MAX_CPU}"));
+            }
+            Ok(n)
+        };
+        match part.split_once('-') {
+            Some((low, high)) => {
+                let (low, high) = (number(low)?, number(high)?);
+                if low > high {
+                    return Err(format!("the range `{part}` in `{text}` runs backwards"));
+                }
+                cpus.extend(low..=high);
+            }
+            None => cpus.push(number(part)?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+fn mask(cpus: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it for every CPU up
+    // to MAX_CPU, the bound `parse_cpu_list` enforces.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &cpu in cpus {
+            libc::CPU_SET(cpu.min(MAX_CPU), &mut set);
+        }
+        set
+    }
+}
+
+/// Restricts the calling thread, and every thread and process it starts from now on, to
+/// `cpus`.
+pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
+    let set = mask(cpus);
+    // SAFETY: `set` is a valid, initialised mask that outlives the call; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Makes `command`'s process run on `cpus` only, from before its first instruction (so
+/// every thread it starts inherits the mask).
+pub fn run_on(command: &mut Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    let set = mask(cpus);
+    // SAFETY: the closure runs in the forked child before exec and makes one system call,
+    // which is async-signal-safe; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// A CPU list as `taskset` would print it back (`0,2-3`).
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_parse_and_print_back() {
+        assert_eq!(parse_cpu_list("1"), Ok(vec![1]));
+        assert_eq!(parse_cpu_list("0-1"), Ok(vec![0, 1]));
+        assert_eq!(parse_cpu_list("3, 0,2-3"), Ok(vec![0, 2, 3]));
+        assert_eq!(format_cpu_list(&[0, 2, 3, 4, 7]), "0,2-4,7");
+        assert!(parse_cpu_list("2-1").is_err());
+        assert!(parse_cpu_list("x").is_err());
+        assert!(parse_cpu_list("").is_err());
+        assert!(parse_cpu_list("5000").is_err());
+    }
+
+    /// A child started with a mask runs on exactly those CPUs (read back from the kernel).
+    #[test]
+    fn a_child_runs_on_its_cpus() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "grep Cpus_allowed_list /proc/self/status"]);
+        run_on(&mut command, &[0]);
+        let out = match command.output() {
+            Ok(out) => out,
+            Err(e) => panic!("cannot run sh: {e}"),
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert_eq!(text.split_whitespace().last(), Some("0"), "{text}");
+    }
+}
