@@ -9,6 +9,24 @@ use std::process::Command;
 /// The largest CPU number a list may name (the kernel's `cpu_set_t` holds 1,024).
 const MAX_CPU: usize = 1023;
 
+/// A CPU list, as an option's value (`--x-cpus 0,2-3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        parse_cpu_list(text).map(CpuList)
+    }
+}
+
+impl std::fmt::Display for CpuList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_cpu_list(&self.0))
+    }
+}
+
 /// Parses a CPU list: numbers and inclusive ranges separated by commas (`0`, `0-1`, `0,2-3`).
 pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();

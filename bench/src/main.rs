@@ -110,3 +110,44 @@ fn main() -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand's options are well formed (clap checks types, names and defaults
+    /// only when a command is built, which otherwise first happens in a user's hands).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn keep_up_takes_cpu_lists() {
+        let cli = match Cli::try_parse_from([
+            "gigas-bench",
+            "experiments",
+            "keep-up",
+            "--keep-up-sequencer-cpus",
+            "0",
+            "--keep-up-fullnode-cpus",
+            "1-2",
+        ]) {
+            Ok(cli) => cli,
+            Err(e) => panic!("{e}"),
+        };
+        let Command::Experiments(args) = cli.command else {
+            panic!("parsed as another command");
+        };
+        assert_eq!(args.keep_up_sequencer_cpus.map(|c| c.0), Some(vec![0]));
+        assert_eq!(args.keep_up_fullnode_cpus.map(|c| c.0), Some(vec![1, 2]));
+        assert!(Cli::try_parse_from([
+            "gigas-bench",
+            "experiments",
+            "--keep-up-fullnode-cpus",
+            "2-1"
+        ])
+        .is_err());
+    }
+}

@@ -151,12 +151,8 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     // Before the sequencer starts: it and the load generator's threads inherit this thread's
     // CPUs.
     if let Some(cpus) = &args.keep_up_sequencer_cpus {
-        crate::cpus::pin_current_thread(cpus).wrap_err_with(|| {
-            format!(
-                "cannot run the sequencer on CPUs {}",
-                crate::cpus::format_cpu_list(cpus)
-            )
-        })?;
+        crate::cpus::pin_current_thread(&cpus.0)
+            .wrap_err_with(|| format!("cannot run the sequencer on CPUs {cpus}"))?;
     }
     println!(
         "keep-up: starting a sequencer on {} accounts and a full node under {}",
@@ -187,7 +183,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         .wrap_err("writing the full node's public chain spec")?;
     let mut command = Command::new(&fullnode);
     if let Some(cpus) = &args.keep_up_fullnode_cpus {
-        crate::cpus::run_on(&mut command, cpus);
+        crate::cpus::run_on(&mut command, &cpus.0);
     }
     let child = command
         .arg("--chain")
@@ -386,8 +382,8 @@ fn online_cores() -> i64 {
 /// Where the processes ran, for the report.
 fn placement(args: &ExperimentsArgs) -> String {
     let cores = online_cores();
-    let on = |cpus: &Option<Vec<usize>>| match cpus {
-        Some(cpus) => format!("CPUs {}", crate::cpus::format_cpu_list(cpus)),
+    let on = |cpus: &Option<crate::cpus::CpuList>| match cpus {
+        Some(cpus) => format!("CPUs {cpus}"),
         None => format!("all {cores} cores"),
     };
     match (&args.keep_up_sequencer_cpus, &args.keep_up_fullnode_cpus) {

@@ -107,11 +107,11 @@ pub struct ExperimentsArgs {
     /// on; all of the machine's by default. With `--keep-up-fullnode-cpus` on the others, the
     /// follower gets cores of its own instead of what the sequencer leaves it: the issue's
     /// claim that a small machine keeps up with a larger one, on one machine.
-    #[arg(long, value_name = "LIST", value_parser = crate::cpus::parse_cpu_list)]
-    pub keep_up_sequencer_cpus: Option<Vec<usize>>,
+    #[arg(long, value_name = "LIST")]
+    pub keep_up_sequencer_cpus: Option<crate::cpus::CpuList>,
     /// keep-up: the CPUs the full node runs on; all of the machine's by default.
-    #[arg(long, value_name = "LIST", value_parser = crate::cpus::parse_cpu_list)]
-    pub keep_up_fullnode_cpus: Option<Vec<usize>>,
+    #[arg(long, value_name = "LIST")]
+    pub keep_up_fullnode_cpus: Option<crate::cpus::CpuList>,
     /// keep-up: one more argument for the full node (repeat for several, e.g.
     /// `--keep-up-fullnode-arg=--commit-interval --keep-up-fullnode-arg=8s`), to compare its
     /// settings under the same load.
