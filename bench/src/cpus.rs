@@ -69,17 +69,44 @@ fn mask(cpus: &[usize]) -> libc::cpu_set_t {
     }
 }
 
-/// Restricts the calling thread, and every thread and process it starts from now on, to
-/// `cpus`.
-pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
-    let set = mask(cpus);
+/// The calling thread held to some CPUs; dropping it gives the thread back the CPUs it had,
+/// so that what a benchmark runs after (the next experiment) is not held too.
+#[derive(Debug)]
+#[must_use = "the thread is unpinned when this is dropped"]
+pub struct Pinned {
+    before: libc::cpu_set_t,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // Nothing to do about a failure here: the thread keeps the narrower mask.
+        let _ = set_current(&self.before);
+    }
+}
+
+fn set_current(set: &libc::cpu_set_t) -> std::io::Result<()> {
     // SAFETY: `set` is a valid, initialised mask that outlives the call; pid 0 is this thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
     if rc == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Restricts the calling thread, and every thread and process it starts while the result
+/// lives, to `cpus`.
+pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<Pinned> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this thread.
+    let before = unsafe {
+        let mut before: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut before) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        before
+    };
+    set_current(&mask(cpus))?;
+    Ok(Pinned { before })
 }
 
 /// Makes `command`'s process run on `cpus` only, from before its first instruction (so
@@ -123,6 +150,21 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
 mod tests {
     use super::*;
 
+    /// The first CPU this thread may run on (CPU 0 may be outside a CI machine's cpuset).
+    fn first_allowed() -> usize {
+        // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                0
+            );
+            (0..=MAX_CPU)
+                .find(|&cpu| libc::CPU_ISSET(cpu, &set))
+                .unwrap_or(0)
+        }
+    }
+
     #[test]
     fn lists_parse_and_print_back() {
         assert_eq!(parse_cpu_list("1"), Ok(vec![1]));
@@ -135,18 +177,46 @@ mod tests {
         assert!(parse_cpu_list("5000").is_err());
     }
 
+    /// A pinned thread runs on its CPUs until the pin is dropped, then on what it had.
+    #[test]
+    fn a_pin_is_undone_when_dropped() {
+        std::thread::spawn(|| {
+            let before = std::thread::available_parallelism().map_or(0, |n| n.get());
+            let pinned = match pin_current_thread(&[first_allowed()]) {
+                Ok(p) => p,
+                Err(e) => panic!("cannot pin: {e}"),
+            };
+            assert_eq!(
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+                1
+            );
+            drop(pinned);
+            assert_eq!(
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+                before
+            );
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    }
+
     /// A child started with a mask runs on exactly those CPUs (read back from the kernel).
     #[test]
     fn a_child_runs_on_its_cpus() {
         let mut command = Command::new("sh");
         command.args(["-c", "grep Cpus_allowed_list /proc/self/status"]);
-        run_on(&mut command, &[0]);
+        let cpu = first_allowed();
+        run_on(&mut command, &[cpu]);
         let out = match command.output() {
             Ok(out) => out,
             Err(e) => panic!("cannot run sh: {e}"),
         };
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{text}");
-        assert_eq!(text.split_whitespace().last(), Some("0"), "{text}");
+        assert_eq!(
+            text.split_whitespace().last(),
+            Some(cpu.to_string().as_str()),
+            "{text}"
+        );
     }
 }

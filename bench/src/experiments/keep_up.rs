@@ -149,11 +149,14 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     )?;
     let block_time = Duration::from_millis(250);
     // Before the sequencer starts: it and the load generator's threads inherit this thread's
-    // CPUs.
-    if let Some(cpus) = &args.keep_up_sequencer_cpus {
-        crate::cpus::pin_current_thread(&cpus.0)
-            .wrap_err_with(|| format!("cannot run the sequencer on CPUs {cpus}"))?;
-    }
+    // CPUs, until the experiment ends.
+    let _pinned = match &args.keep_up_sequencer_cpus {
+        Some(cpus) => Some(
+            crate::cpus::pin_current_thread(&cpus.0)
+                .wrap_err_with(|| format!("cannot run the sequencer on CPUs {cpus}"))?,
+        ),
+        None => None,
+    };
     println!(
         "keep-up: starting a sequencer on {} accounts and a full node under {}",
         args.keep_up_accounts, args.keep_up_limit
