@@ -9,9 +9,17 @@ use std::process::Command;
 /// The largest CPU number a list may name (the kernel's `cpu_set_t` holds 1,024).
 const MAX_CPU: usize = 1023;
 
-/// A CPU list, as an option's value (`--x-cpus 0,2-3`).
+/// A CPU list, as an option's value (`--x-cpus 0,2-3`): sorted, without repeats, every CPU
+/// at most [`MAX_CPU`] (made only by [`parse_cpu_list`]'s checks, so a mask can hold it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
+pub struct CpuList(Vec<usize>);
+
+impl CpuList {
+    /// The CPUs, in order.
+    pub fn cpus(&self) -> &[usize] {
+        &self.0
+    }
+}
 
 impl std::str::FromStr for CpuList {
     type Err = String;
@@ -57,13 +65,13 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
     Ok(cpus)
 }
 
-fn mask(cpus: &[usize]) -> libc::cpu_set_t {
+fn mask(cpus: &CpuList) -> libc::cpu_set_t {
     // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it for every CPU up
-    // to MAX_CPU, the bound `parse_cpu_list` enforces.
+    // to MAX_CPU, which a CpuList never exceeds.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &cpu in cpus {
-            libc::CPU_SET(cpu.min(MAX_CPU), &mut set);
+        for &cpu in cpus.cpus() {
+            libc::CPU_SET(cpu, &mut set);
         }
         set
     }
@@ -96,7 +104,7 @@ fn set_current(set: &libc::cpu_set_t) -> std::io::Result<()> {
 
 /// Restricts the calling thread, and every thread and process it starts while the result
 /// lives, to `cpus`.
-pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<Pinned> {
+pub fn pin_current_thread(cpus: &CpuList) -> std::io::Result<Pinned> {
     // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this thread.
     let before = unsafe {
         let mut before: libc::cpu_set_t = std::mem::zeroed();
@@ -111,7 +119,7 @@ pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<Pinned> {
 
 /// Makes `command`'s process run on `cpus` only, from before its first instruction (so
 /// every thread it starts inherits the mask).
-pub fn run_on(command: &mut Command, cpus: &[usize]) {
+pub fn run_on(command: &mut Command, cpus: &CpuList) {
     use std::os::unix::process::CommandExt;
     let set = mask(cpus);
     // SAFETY: the closure runs in the forked child before exec and makes one system call,
@@ -182,7 +190,7 @@ mod tests {
     fn a_pin_is_undone_when_dropped() {
         std::thread::spawn(|| {
             let before = std::thread::available_parallelism().map_or(0, |n| n.get());
-            let pinned = match pin_current_thread(&[first_allowed()]) {
+            let pinned = match pin_current_thread(&CpuList(vec![first_allowed()])) {
                 Ok(p) => p,
                 Err(e) => panic!("cannot pin: {e}"),
             };
@@ -206,7 +214,7 @@ mod tests {
         let mut command = Command::new("sh");
         command.args(["-c", "grep Cpus_allowed_list /proc/self/status"]);
         let cpu = first_allowed();
-        run_on(&mut command, &[cpu]);
+        run_on(&mut command, &CpuList(vec![cpu]));
         let out = match command.output() {
             Ok(out) => out,
             Err(e) => panic!("cannot run sh: {e}"),

@@ -140,8 +140,14 @@ mod tests {
         let Command::Experiments(args) = cli.command else {
             panic!("parsed as another command");
         };
-        assert_eq!(args.keep_up_sequencer_cpus.map(|c| c.0), Some(vec![0]));
-        assert_eq!(args.keep_up_fullnode_cpus.map(|c| c.0), Some(vec![1, 2]));
+        assert_eq!(
+            args.keep_up_sequencer_cpus.map(|c| c.cpus().to_vec()),
+            Some(vec![0])
+        );
+        assert_eq!(
+            args.keep_up_fullnode_cpus.map(|c| c.cpus().to_vec()),
+            Some(vec![1, 2])
+        );
         assert!(Cli::try_parse_from([
             "gigas-bench",
             "experiments",

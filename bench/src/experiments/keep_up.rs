@@ -152,7 +152,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     // CPUs, until the experiment ends.
     let _pinned = match &args.keep_up_sequencer_cpus {
         Some(cpus) => Some(
-            crate::cpus::pin_current_thread(&cpus.0)
+            crate::cpus::pin_current_thread(cpus)
                 .wrap_err_with(|| format!("cannot run the sequencer on CPUs {cpus}"))?,
         ),
         None => None,
@@ -186,7 +186,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         .wrap_err("writing the full node's public chain spec")?;
     let mut command = Command::new(&fullnode);
     if let Some(cpus) = &args.keep_up_fullnode_cpus {
-        crate::cpus::run_on(&mut command, &cpus.0);
+        crate::cpus::run_on(&mut command, cpus);
     }
     let child = command
         .arg("--chain")
