@@ -11,7 +11,7 @@ use std::path::Path;
 
 use clap::Parser;
 use common::sequencer_binary;
-use gigas_bench::fullnode::{run, DurabilityArg, FullnodeArgs, Mode, RootArg};
+use gigas_bench::fullnode::{run, DurabilityArg, FullnodeArgs, Mode, PageCache, RootArg};
 
 #[derive(Debug, Parser)]
 struct Cli {
@@ -20,10 +20,16 @@ struct Cli {
 }
 
 fn args(dir: &Path, bin: &Path, extra: &[&str]) -> FullnodeArgs {
+    args_over(dir, bin, 300, extra)
+}
+
+/// As [`args`], over a genesis of `accounts` (cached under `dir`).
+fn args_over(dir: &Path, bin: &Path, accounts: u64, extra: &[&str]) -> FullnodeArgs {
+    let accounts = accounts.to_string();
     let mut argv: Vec<String> = [
         "fullnode",
         "--accounts",
-        "300",
+        &accounts,
         "--seed",
         "5",
         "--rate",
@@ -80,6 +86,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 write_map: false,
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
                 snapshot: false,
+                page_cache: PageCache::Warm,
             },
             Mode::Live {
                 sync,
@@ -95,6 +102,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 write_map: false,
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
                 snapshot: false,
+                page_cache: PageCache::Warm,
             }
         ]
     );
@@ -259,4 +267,43 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     assert_eq!(run.split[0].name, "execute");
     let md = std::fs::read_to_string(dir.path().join("out/fullnode.md")).expect("markdown");
     assert!(md.contains("## Re-execution"));
+
+    // Under a memory limit (this test is the binary's only one, so moving the process into
+    // the run's cgroup limits nothing else), cold and warm alternating, over a state of
+    // 20,000 accounts (some hundred leaf pages, so that a cold run's faults are many): the
+    // warm run's copy is read back inside the run's cgroup, so its pages are charged there
+    // and the run faults in fewer of them from the disk than the cold one.
+    let limited = gigas_bench::fullnode::run(&args_over(
+        &dir.path().join("limited"),
+        &bin,
+        20_000,
+        &[
+            "--modes",
+            "live",
+            "--memory-limit",
+            "1GiB",
+            "--page-cache",
+            "cold,warm",
+        ],
+    ))
+    .expect("a replay under a memory limit (this needs a writable memory cgroup, as root)")
+    .expect("a report");
+    assert_eq!(limited.runs.len(), 2);
+    let faults = |cache: PageCache| {
+        let r = limited
+            .runs
+            .iter()
+            .find(|r| r.mode.page_cache() == cache)
+            .expect("a run per page cache");
+        assert!(r.head_matches, "{}: head", r.label);
+        let cgroup = r.cgroup.expect("a run under a limit reports its cgroup");
+        assert!(cgroup.file_bytes > 0, "{}: {cgroup:?}", r.label);
+        cgroup.major_faults
+    };
+    let (cold, warm) = (faults(PageCache::Cold), faults(PageCache::Warm));
+    assert!(
+        cold >= 10 && warm * 4 < cold,
+        "major faults: cold {cold}, warm {warm}"
+    );
+    assert!(limited.heads_match && limited.roots_agree);
 }

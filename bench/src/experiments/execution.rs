@@ -116,6 +116,10 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<ExecutionReport>
             "--max-run-time",
             &format!("{}ms", args.run_time.as_millis()),
             "--no-root-check",
+            // What each limit leaves of the database in memory comes from the run, not
+            // from a read-back before it.
+            "--page-cache",
+            "cold",
         ],
         &out.join("fullnode"),
         args.quiet,

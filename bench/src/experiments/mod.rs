@@ -319,6 +319,10 @@ fn memory_sweep(args: &ExperimentsArgs, out: &Path) -> Result<SweepReport> {
                 "--max-run-time",
                 &run_time,
                 "--no-root-check",
+                // What each limit leaves of the database in memory comes from the run, not
+                // from a read-back before it.
+                "--page-cache",
+                "cold",
             ],
             &out.join(distribution),
             args.quiet,

@@ -195,6 +195,20 @@ pub(super) fn copy_db(from: &Path, to: &Path, cache: PageCache) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// [`recache`] with `warm` over every database file of `dir` (its lock file aside).
+pub(super) fn recache_dir(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).wrap_err_with(|| format!("listing {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().ends_with(".lck") || !entry.file_type()?.is_file() {
+            continue;
+        }
+        recache(&entry.path(), true)
+            .wrap_err_with(|| format!("reading {} into the page cache", entry.path().display()))?;
+    }
+    Ok(())
+}
+
 /// Evicts the (synced, so clean) pages of `path` from the page cache, then with `warm` reads
 /// them back 4 KiB at a time with readahead off, so that the cache holds the file in base
 /// pages, as MDBX's own page faults (readahead off) would have left it. A copy's buffered

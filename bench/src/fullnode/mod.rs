@@ -136,16 +136,28 @@ pub enum PageCache {
     /// Nothing: evicted after the copy (the run reads every page it needs from the disk).
     Cold,
     /// The whole file in 4 KiB pages: evicted, then read back a page at a time with readahead
-    /// off, as MDBX's own faults would have loaded it.
+    /// off, as MDBX's own faults would have loaded it. Under `--memory-limit` the read back
+    /// happens inside the run's cgroup, charged to it: a node that has run long under the
+    /// limit, with what of its database the limit leaves room for in the page cache.
     Warm,
 }
 
 impl PageCache {
-    fn describe(self) -> &'static str {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Copy => "copy",
+            Self::Cold => "cold",
+            Self::Warm => "warm",
+        }
+    }
+
+    /// What it means, for the run's configuration.
+    pub fn describe(self) -> &'static str {
         match self {
             Self::Copy => "the copy as written (large folios)",
             Self::Cold => "evicted after the copy (cold)",
-            Self::Warm => "evicted after the copy, then read back in 4 KiB pages with readahead off (warm, base pages)",
+            Self::Warm => "evicted after the copy, then read back in 4 KiB pages with readahead off (warm, base pages; under a memory limit, read back inside the run's cgroup and charged to it)",
         }
     }
 }
@@ -197,7 +209,8 @@ pub struct FullnodeArgs {
     /// Run every round under each of these memory limits (comma-separated, e.g.
     /// `512MiB,1GiB,8GiB`; `none` for no limit): this process moves into a fresh memory
     /// cgroup with the limit for each run, after the run's database was copied and evicted
-    /// from the page cache, so that every page the run reads is charged to its cgroup.
+    /// from the page cache, so that every page the run reads is charged to its cgroup
+    /// (`--page-cache warm` then reads it back inside the cgroup; `cold` leaves it out).
     #[arg(long, value_delimiter = ',', value_name = "SIZE")]
     pub memory_limit: Vec<String>,
     /// The group's memory bound (`gigas-fullnode --commit-bytes`); `auto`, the default,
@@ -305,9 +318,10 @@ pub struct FullnodeArgs {
     /// follows at full speed, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub snapshot_while: Vec<bool>,
-    /// What the page cache holds of each run's database when its clock starts.
-    #[arg(long, value_enum, default_value = "warm")]
-    pub page_cache: PageCache,
+    /// What the page cache holds of each run's database when its clock starts; several
+    /// (comma-separated, `cold,warm`) run every mode with each, alternating in every round.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "warm")]
+    pub page_cache: Vec<PageCache>,
     /// Do not check the live mode's root against one recomputed from scratch (a read of the
     /// whole state, done on the last live run).
     #[arg(long)]
@@ -388,8 +402,9 @@ impl FullnodeArgs {
             .iter()
             .flat_map(|w| self.purge_delay_ms.iter().map(move |p| (*w, *p)))
             .flat_map(|(w, p)| self.snapshot_while.iter().map(move |s| (w, p, *s)))
+            .flat_map(|(w, p, s)| self.page_cache.iter().map(move |c| (w, p, s, *c)))
             .collect::<Vec<_>>();
-        for (&sync, (write_map, purge_delay_ms, snapshot)) in self
+        for (&sync, (write_map, purge_delay_ms, snapshot, page_cache)) in self
             .durability
             .iter()
             .flat_map(|s| memory.iter().map(move |m| (s, *m)))
@@ -402,6 +417,7 @@ impl FullnodeArgs {
                         write_map,
                         purge_delay_ms,
                         snapshot,
+                        page_cache,
                     });
                 }
             }
@@ -431,6 +447,7 @@ impl FullnodeArgs {
                                         write_map,
                                         purge_delay_ms,
                                         snapshot,
+                                        page_cache,
                                     };
                                     // Overlap (or a commit thread) asked where the writer
                                     // does not use it is the mode without it: named so,

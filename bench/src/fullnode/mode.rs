@@ -6,7 +6,7 @@ use eyre::Result;
 use gigas_statedb::WriterOptions;
 use serde::{Deserialize, Serialize};
 
-use super::{DurabilityArg, ModeKind, TARGET_BATCHED, TARGET_LIVE};
+use super::{DurabilityArg, ModeKind, PageCache, TARGET_BATCHED, TARGET_LIVE};
 
 /// Where a live mode's roots run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +76,8 @@ pub enum Mode {
         purge_delay_ms: i64,
         /// Snapshots are written throughout the timed blocks.
         snapshot: bool,
+        /// What the page cache holds of the database when the run starts.
+        page_cache: PageCache,
     },
     /// Root every block, a commit every `group` blocks (1: every block, the "live").
     Live {
@@ -104,6 +106,8 @@ pub enum Mode {
         purge_delay_ms: i64,
         /// Snapshots are written throughout the timed blocks.
         snapshot: bool,
+        /// What the page cache holds of the database when the run starts.
+        page_cache: PageCache,
     },
 }
 
@@ -143,6 +147,13 @@ impl Mode {
     pub fn snapshot(&self) -> bool {
         match *self {
             Self::Batched { snapshot, .. } | Self::Live { snapshot, .. } => snapshot,
+        }
+    }
+
+    /// What the page cache holds of the database when the run starts.
+    pub fn page_cache(&self) -> PageCache {
+        match *self {
+            Self::Batched { page_cache, .. } | Self::Live { page_cache, .. } => page_cache,
         }
     }
 
@@ -196,6 +207,9 @@ impl Mode {
         if self.snapshot() {
             parts.push("while writing snapshots".into());
         }
+        if self.page_cache() != PageCache::Warm {
+            parts.push(format!("page cache {}", self.page_cache().name()));
+        }
         format!("{kind} ({})", parts.join(", "))
     }
 
@@ -241,6 +255,10 @@ impl Mode {
         }
         if self.snapshot() {
             short.push_str("-snap");
+        }
+        if self.page_cache() != PageCache::Warm {
+            short.push('-');
+            short.push_str(self.page_cache().name());
         }
         short
     }
