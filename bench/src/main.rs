@@ -51,7 +51,8 @@ enum Command {
     /// transfers (10M accounts; 1M with --quick), replayed into a fresh MDBX state batched
     /// (no root, a commit every N blocks) and live (root and commit every block), with the
     /// time split between decode, verify, read, write, trie and commit.
-    Fullnode(fullnode::FullnodeArgs),
+    // Boxed: its options outweigh every other command's.
+    Fullnode(Box<fullnode::FullnodeArgs>),
     /// Every decoder a peer or client reaches (diff file and body, block file, ChangeSet, raw
     /// transaction, journal) on mutated copies of valid inputs, 1M cases each by default; a
     /// panic or a broken round trip fails the run.
