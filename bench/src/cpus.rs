@@ -92,6 +92,18 @@ impl Drop for Pinned {
     }
 }
 
+/// The calling thread's CPUs.
+fn current() -> std::io::Result<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(set)
+    }
+}
+
 fn set_current(set: &libc::cpu_set_t) -> std::io::Result<()> {
     // SAFETY: `set` is a valid, initialised mask that outlives the call; pid 0 is this thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
@@ -105,14 +117,7 @@ fn set_current(set: &libc::cpu_set_t) -> std::io::Result<()> {
 /// Restricts the calling thread, and every thread and process it starts while the result
 /// lives, to `cpus`.
 pub fn pin_current_thread(cpus: &CpuList) -> std::io::Result<Pinned> {
-    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this thread.
-    let before = unsafe {
-        let mut before: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut before) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        before
-    };
+    let before = current()?;
     set_current(&mask(cpus))?;
     Ok(Pinned { before })
 }
@@ -160,17 +165,14 @@ mod tests {
 
     /// The first CPU this thread may run on (CPU 0 may be outside a CI machine's cpuset).
     fn first_allowed() -> usize {
-        // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            assert_eq!(
-                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
-                0
-            );
-            (0..=MAX_CPU)
-                .find(|&cpu| libc::CPU_ISSET(cpu, &set))
-                .unwrap_or(0)
-        }
+        let set = match current() {
+            Ok(set) => set,
+            Err(e) => panic!("cannot read this thread's CPUs: {e}"),
+        };
+        // SAFETY: CPU_ISSET reads within the set for every CPU up to MAX_CPU.
+        (0..=MAX_CPU)
+            .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+            .unwrap_or(0)
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The genesis database (written once, cached) and each run's copy of it, with the page
 //! cache warm or cold.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use eyre::{eyre, Result, WrapErr};
@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::figures::GenesisInfo;
 use super::replay::reset_peak_rss;
-use super::{Manifest, PageCache};
+use super::Manifest;
 pub(super) fn spinner(quiet: bool, message: String) -> ProgressBar {
     if quiet {
         println!("{message}");
@@ -165,27 +165,33 @@ pub(super) fn ensure_genesis_db(
     Ok(info)
 }
 
+/// The database files of `dir`: every regular file but MDBX's lock file.
+fn db_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).wrap_err_with(|| format!("listing {}", dir.display()))? {
+        let entry = entry?;
+        if !entry.file_name().to_string_lossy().ends_with(".lck") && entry.file_type()?.is_file() {
+            files.push(entry.path());
+        }
+    }
+    Ok(files)
+}
+
 /// Copies the database files of `from` into a new `to` and syncs them, so that no write-back
-/// of the copy lands in the measured run, then leaves the copy in the page cache as `cache`
-/// says. The lock file is left for MDBX to create.
-pub(super) fn copy_db(from: &Path, to: &Path, cache: PageCache) -> Result<f64> {
+/// of the copy lands in the measured run, then with `evict` drops the copy from the page
+/// cache. The lock file is left for MDBX to create.
+pub(super) fn copy_db(from: &Path, to: &Path, evict: bool) -> Result<f64> {
     let started = Instant::now();
     std::fs::create_dir_all(to).wrap_err_with(|| format!("creating {}", to.display()))?;
-    for entry in std::fs::read_dir(from).wrap_err_with(|| format!("listing {}", from.display()))? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_string_lossy().ends_with(".lck") || !entry.file_type()?.is_file() {
-            continue;
-        }
-        let target = to.join(&name);
-        copy_sparse(&entry.path(), &target).wrap_err_with(|| {
-            format!("copying {} to {}", entry.path().display(), target.display())
-        })?;
+    for source in db_files(from)? {
+        let target = to.join(source.file_name().unwrap_or_default());
+        copy_sparse(&source, &target)
+            .wrap_err_with(|| format!("copying {} to {}", source.display(), target.display()))?;
         std::fs::File::open(&target)
             .and_then(|f| f.sync_all())
             .wrap_err_with(|| format!("syncing {}", target.display()))?;
-        if cache != PageCache::Copy {
-            recache(&target, cache == PageCache::Warm)
+        if evict {
+            recache(&target, false)
                 .wrap_err_with(|| format!("evicting {} from the page cache", target.display()))?;
         }
     }
@@ -195,16 +201,12 @@ pub(super) fn copy_db(from: &Path, to: &Path, cache: PageCache) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// [`recache`] with `warm` over every database file of `dir` (its lock file aside).
+/// [`recache`] with `warm` over every database file of `dir`: the pages are charged to the
+/// memory cgroup this process is in.
 pub(super) fn recache_dir(dir: &Path) -> Result<()> {
-    for entry in std::fs::read_dir(dir).wrap_err_with(|| format!("listing {}", dir.display()))? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_string_lossy().ends_with(".lck") || !entry.file_type()?.is_file() {
-            continue;
-        }
-        recache(&entry.path(), true)
-            .wrap_err_with(|| format!("reading {} into the page cache", entry.path().display()))?;
+    for path in db_files(dir)? {
+        recache(&path, true)
+            .wrap_err_with(|| format!("reading {} into the page cache", path.display()))?;
     }
     Ok(())
 }

@@ -200,15 +200,12 @@ impl Replay<'_> {
         check_root: bool,
     ) -> Result<RunResult> {
         let m = self.recording;
-        // Under a limit the copy leaves nothing in the page cache: a page read back here
+        // Only `copy` without a limit keeps the copy's pages: under a limit a page cached now
         // would stay charged to this process's current cgroup, not to the run's. `warm` reads
-        // it back once inside the run's cgroup, below.
-        let cache = if limit.is_some() {
-            PageCache::Cold
-        } else {
-            mode.page_cache()
-        };
-        let mut copy_seconds = copy_db(&self.genesis.dir, dir, cache)?;
+        // them back once inside the run's cgroup, below.
+        let cache = mode.page_cache();
+        let evict = cache != PageCache::Copy || limit.is_some();
+        let mut copy_seconds = copy_db(&self.genesis.dir, dir, evict)?;
         // As the node sets it at start; for the run only in effect from here on.
         gigas_fullnode::alloc::set_purge_delay(mode.purge_delay_ms());
         // Entered before the database opens, so that every page the map faults in is charged
@@ -220,9 +217,9 @@ impl Replay<'_> {
             )?),
             None => None,
         };
-        if limit.is_some() && mode.page_cache() == PageCache::Warm {
-            // Charged to the run's cgroup now: the page cache of a node that has run long
-            // under the limit, holding what of its database the limit leaves room for.
+        if cache == PageCache::Warm {
+            // Charged to the run's cgroup, if any: the page cache of a node that has run long
+            // (under its limit, what of its database the limit leaves room for).
             let started = Instant::now();
             recache_dir(dir)?;
             copy_seconds += started.elapsed().as_secs_f64();
