@@ -1,6 +1,6 @@
 //! Calibrating the probe's own cost per instruction.
 //!
-//! The probe adds a counter increment and a relaxed store to every dispatched instruction.
+//! The probe of a timed pass adds a relaxed store to every dispatched instruction.
 //! Its cost is measured on a compute-bound program (snailtracer: about 8 million cheap
 //! instructions per call, no state access), plain and probed runs alternated in this process
 //! with the sampler running as it does on the blocks. The report subtracts
@@ -8,17 +8,16 @@
 //! blocks' time is the check that the calibration transfers.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Bytes;
-use gigas_evm::probe::{ActivityCell, Phase, Probe, ProbedEvm};
+use gigas_evm::probe::{Phase, Probe, ProbedEvm};
 use gigas_evm::program::call_block;
 use gigas_evm::{execute_block, PlainEvm};
 use serde::Serialize;
 
 use crate::report::Stat;
-use crate::sampler::Sampler;
+use crate::sampler::sample_during;
 
 /// Errors of the calibration.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +89,6 @@ pub fn calibrate(
     }
     let mut plain = Vec::with_capacity(runs);
     let mut probed = Vec::with_capacity(runs);
-    let mut instructions = 0;
     let run_plain = || -> Result<Duration, CalibrationError> {
         let mut evm = PlainEvm::new(db.clone(), &block);
         let start = Instant::now();
@@ -102,33 +100,34 @@ pub fn calibrate(
         }
         Ok(elapsed)
     };
-    let run_probed = || -> Result<(Duration, u64), CalibrationError> {
-        let cell = Arc::new(ActivityCell::default());
-        let mut evm = ProbedEvm::new(db.clone(), &block, Probe::new(Arc::clone(&cell)));
-        let sampler =
-            Sampler::start(Arc::clone(&cell), interval).map_err(CalibrationError::Sampler)?;
-        let start = Instant::now();
-        cell.set_phase(Phase::BlockLoop);
-        let outcome = execute_block(&mut evm, &block);
-        cell.set_phase(Phase::Idle);
-        let elapsed = start.elapsed();
-        sampler.stop();
+    // The timed runs probe as the profiler's timed passes do, publishing without counting;
+    // the instructions come from one counting run.
+    let run_probed = || -> Result<Duration, CalibrationError> {
+        let mut evm = ProbedEvm::new(db.clone(), &block, Probe::new().without_counts());
+        let (reader, timed) = evm.reader();
+        let ((outcome, elapsed), _) = sample_during(reader, interval, || {
+            let start = Instant::now();
+            timed.set_phase(Phase::BlockLoop);
+            let outcome = execute_block(&mut *timed, &block);
+            timed.set_phase(Phase::Idle);
+            (outcome, start.elapsed())
+        })
+        .map_err(CalibrationError::Sampler)?;
         outcome.map_err(|e| CalibrationError::Execution(e.to_string()))?;
-        Ok((elapsed, evm.probe().counts.iter().sum()))
+        Ok(elapsed)
     };
+    let mut counting = ProbedEvm::new(db.clone(), &block, Probe::new());
+    execute_block(&mut counting, &block).map_err(|e| CalibrationError::Execution(e.to_string()))?;
+    let instructions: u64 = counting.probe().counts.iter().sum();
     // One untimed run of each warms caches and allocator.
     run_plain()?;
     run_probed()?;
     for i in 0..runs {
         if i % 2 == 0 {
             plain.push(run_plain()?);
-            let (t, n) = run_probed()?;
-            probed.push(t);
-            instructions = n;
+            probed.push(run_probed()?);
         } else {
-            let (t, n) = run_probed()?;
-            probed.push(t);
-            instructions = n;
+            probed.push(run_probed()?);
             plain.push(run_plain()?);
         }
     }

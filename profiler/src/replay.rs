@@ -1,7 +1,6 @@
 //! Replaying the workload: the checking pass, then plain and probed passes alternated.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gigas_evm::fixture::fixture_dirs;
@@ -12,7 +11,7 @@ use gigas_evm::{
 };
 use gigas_primitives::ChainSpec;
 
-use crate::sampler::{Histogram, Sampler};
+use crate::sampler::{sample_during, Histogram};
 use crate::stacks::StackProfile;
 
 /// A block loaded for replay: its environments and its pre-state database.
@@ -67,6 +66,19 @@ pub enum ReplayError {
     NoHeader {
         /// Its fixture directory.
         dir: String,
+    },
+    /// The timed pass of a block did not execute as its counting pass did.
+    #[error(
+        "block {number}: the counting pass used {} gas and {} precompile calls, the timed pass {} and {}",
+        counted.0, counted.1, timed.0, timed.1
+    )]
+    CountsDiffer {
+        /// Block number.
+        number: u64,
+        /// Gas and precompile calls of the counting pass.
+        counted: (u64, u64),
+        /// Gas and precompile calls of the timed pass.
+        timed: (u64, u64),
     },
     /// The sampler thread could not start.
     #[error("cannot start the sampler thread: {0}")]
@@ -209,42 +221,71 @@ impl Workload {
         loaded: &LoadedBlock,
         interval: Duration,
     ) -> Result<Duration, ReplayError> {
-        let sampler = Sampler::start(Arc::new(ActivityCell::default()), interval)
+        let cell = ActivityCell::default();
+        let (timed, _) = sample_during(cell.reader(), interval, || self.plain_block(loaded))
             .map_err(ReplayError::Sampler)?;
-        let timed = self.plain_block(loaded);
-        sampler.stop();
         Ok(timed?.0)
     }
 
+    /// Executes every block once, untimed, on a probe that counts: the exact counts every
+    /// timed pass is credited with, since a block's replay dispatches the same opcodes every
+    /// time (each timed pass checks its gas and precompile calls against them).
+    pub fn count(&self) -> Result<Vec<BlockCounts>, ReplayError> {
+        self.blocks
+            .iter()
+            .map(|loaded| {
+                let mut evm = ProbedEvm::new(loaded.db.clone(), &loaded.block, Probe::new());
+                let outcome = execute_block(&mut evm, &loaded.block)?;
+                let probe = evm.probe();
+                Ok(BlockCounts {
+                    opcodes: probe.counts,
+                    precompile_calls: probe.precompile_calls,
+                    gas: outcome.gas_used(),
+                })
+            })
+            .collect()
+    }
+
     /// Executes one block on the probed EVM with a sampler reading it every `interval`,
-    /// keeping its call tree when `stacks`.
+    /// keeping its call tree when `stacks`. The probe publishes without counting; the block's
+    /// `counts` ([`Workload::count`]) are what the result carries.
     pub fn probed_block(
         &self,
         loaded: &LoadedBlock,
+        counts: &BlockCounts,
         interval: Duration,
         stacks: bool,
     ) -> Result<ProbedBlock, ReplayError> {
-        let cell = Arc::new(ActivityCell::default());
         let probe = if stacks {
-            Probe::with_call_stacks(Arc::clone(&cell), gigas_evm::callstack::DEFAULT_MAX_NODES)
+            Probe::with_call_stacks(gigas_evm::callstack::DEFAULT_MAX_NODES)
         } else {
-            Probe::new(Arc::clone(&cell))
+            Probe::new()
         };
-        let mut evm = ProbedEvm::new(loaded.db.clone(), &loaded.block, probe);
-        let sampler = Sampler::start(Arc::clone(&cell), interval).map_err(ReplayError::Sampler)?;
-        let start = Instant::now();
-        cell.set_phase(Phase::BlockLoop);
-        let outcome = execute_block(&mut evm, &loaded.block);
-        cell.set_phase(Phase::Idle);
-        let elapsed = start.elapsed();
-        let histogram = sampler.stop();
+        let mut evm = ProbedEvm::new(loaded.db.clone(), &loaded.block, probe.without_counts());
+        let (reader, timed) = evm.reader();
+        let ((outcome, elapsed), histogram) = sample_during(reader, interval, || {
+            let start = Instant::now();
+            timed.set_phase(Phase::BlockLoop);
+            let outcome = execute_block(&mut *timed, &loaded.block);
+            timed.set_phase(Phase::Idle);
+            (outcome, start.elapsed())
+        })
+        .map_err(ReplayError::Sampler)?;
         let outcome = outcome?;
         let mut probe = evm.into_probe();
+        let gas = outcome.gas_used();
+        if gas != counts.gas || probe.precompile_calls != counts.precompile_calls {
+            return Err(ReplayError::CountsDiffer {
+                number: loaded.block.number,
+                counted: (counts.gas, counts.precompile_calls),
+                timed: (gas, probe.precompile_calls),
+            });
+        }
         Ok(ProbedBlock {
             elapsed,
-            gas: outcome.gas_used(),
+            gas,
             histogram,
-            counts: probe.counts,
+            counts: counts.opcodes,
             precompile_calls: probe.precompile_calls,
             tree: probe.take_call_tree(),
         })
@@ -272,15 +313,16 @@ impl Workload {
         stacks: bool,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Vec<Round>, ReplayError> {
+        let counts = self.count()?;
         let mut out = Vec::with_capacity(rounds);
         for r in 0..rounds {
             let mut round = Round::default();
-            for (i, loaded) in self.blocks.iter().enumerate() {
+            for (i, (loaded, counts)) in self.blocks.iter().zip(&counts).enumerate() {
                 let (plain, probed) = if (r + i) % 2 == 0 {
                     let plain = self.plain_block(loaded)?;
-                    (plain, self.probed_block(loaded, interval, stacks)?)
+                    (plain, self.probed_block(loaded, counts, interval, stacks)?)
                 } else {
-                    let probed = self.probed_block(loaded, interval, stacks)?;
+                    let probed = self.probed_block(loaded, counts, interval, stacks)?;
                     (self.plain_block(loaded)?, probed)
                 };
                 if plain.1 != probed.gas {
@@ -326,10 +368,11 @@ impl Workload {
         interval: Duration,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Vec<OverheadRound>, ReplayError> {
+        let counts = self.count()?;
         let mut out = Vec::with_capacity(rounds);
         for r in 0..rounds {
             let mut round = OverheadRound::default();
-            for (i, loaded) in self.blocks.iter().enumerate() {
+            for (i, (loaded, counts)) in self.blocks.iter().zip(&counts).enumerate() {
                 for way in 0..4 {
                     match (way + r + i) % 4 {
                         0 => round.plain += self.plain_block(loaded)?.0,
@@ -337,8 +380,14 @@ impl Workload {
                             round.beside_sampler +=
                                 self.plain_block_beside_sampler(loaded, interval)?
                         }
-                        2 => round.probed += self.probed_block(loaded, interval, false)?.elapsed,
-                        _ => round.stacked += self.probed_block(loaded, interval, true)?.elapsed,
+                        2 => {
+                            round.probed +=
+                                self.probed_block(loaded, counts, interval, false)?.elapsed
+                        }
+                        _ => {
+                            round.stacked +=
+                                self.probed_block(loaded, counts, interval, true)?.elapsed
+                        }
                     }
                 }
             }
@@ -359,6 +408,17 @@ pub struct CodeInfo {
     /// The forks it runs under, one bit per `SpecId`: compiled code is per fork, so a
     /// contract called in blocks of three forks is compiled, and held, three times.
     pub specs: u64,
+}
+
+/// The exact counts of one block, from its counting pass ([`Workload::count`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockCounts {
+    /// Opcodes dispatched, by opcode.
+    pub opcodes: [u64; 256],
+    /// Precompile calls.
+    pub precompile_calls: u64,
+    /// Gas the block used.
+    pub gas: u64,
 }
 
 /// One block executed on the probed EVM.

@@ -8,12 +8,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use gigas_evm::callstack::unpack;
-use gigas_evm::probe::{ActivityCell, ACTIVITY_COUNT};
+use gigas_evm::probe::{CellReader, ACTIVITY_COUNT};
 
 /// Time per published word. A lookup per sample: foldhash rather than SipHash keeps the
 /// sampler's own work per sample small (it did not change the replay's overhead, measured
@@ -79,47 +77,56 @@ impl Histogram {
     }
 }
 
-/// A running sampler. Stop it to get its histogram.
-#[derive(Debug)]
-pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<Histogram>,
-}
-
-impl Sampler {
-    /// Starts sampling `cell` about every `interval`.
-    pub fn start(cell: Arc<ActivityCell>, interval: Duration) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop_flag = Arc::clone(&stop);
+/// Runs `work` while a thread samples `cell` about every `interval`, and returns what `work`
+/// returned with the samples.
+///
+/// The sampler is a scoped thread: `cell` need only outlive this call, which lets it be a
+/// field of the EVM that `work` executes ([`gigas_evm::probe::ProbedEvm::reader`]). The
+/// sampler is stopped however `work` ends, so a panic in it unwinds instead of waiting on a
+/// thread that never stops.
+pub fn sample_during<R>(
+    cell: CellReader<'_>,
+    interval: Duration,
+    work: impl FnOnce() -> R,
+) -> std::io::Result<(R, Histogram)> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let stop = &stop;
         let handle = std::thread::Builder::new()
             .name("gigas-sampler".into())
-            .spawn(move || {
+            .spawn_scoped(scope, move || {
                 if let Some(placement) = crate::affinity::placement() {
                     crate::affinity::pin_current_thread(placement.sampler);
                 }
                 // Tell the caller the clock is running, so that no early sample is missed.
                 let _ = ready_tx.send(());
-                sample_until(&cell, interval, &stop_flag)
+                sample_until(cell, interval, stop)
             })?;
+        let guard = StopOnDrop(stop);
         ready_rx
             .recv()
             .map_err(|_| std::io::Error::other("sampler thread exited before starting"))?;
-        Ok(Self { stop, handle })
-    }
-
-    /// Stops sampling and returns what was sampled.
-    pub fn stop(self) -> Histogram {
-        self.stop.store(true, Ordering::Relaxed);
+        let out = work();
+        drop(guard);
         // A panic in the sampler loop would be a bug in this file; surface it as such.
-        match self.handle.join() {
-            Ok(histogram) => histogram,
+        match handle.join() {
+            Ok(histogram) => Ok((out, histogram)),
             Err(panic) => std::panic::resume_unwind(panic),
         }
+    })
+}
+
+/// Sets the sampler's stop flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
-fn sample_until(cell: &ActivityCell, interval: Duration, stop: &AtomicBool) -> Histogram {
+fn sample_until(cell: CellReader<'_>, interval: Duration, stop: &AtomicBool) -> Histogram {
     let mut histogram = Histogram::default();
     let interval_ns = interval.as_nanos().max(1) as u64;
     let long_gap = interval_ns * 50;

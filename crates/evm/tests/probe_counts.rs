@@ -86,18 +86,38 @@ fn precompile_calls_are_counted() {
 
 #[test]
 fn phases_are_published_around_transactions() {
-    use gigas_evm::probe::{ActivityCell, Phase};
-    use std::sync::Arc;
+    use gigas_evm::probe::Phase;
     let (block, db) = block_calling(loop_program(3));
-    let cell = Arc::new(ActivityCell::default());
-    assert_eq!(cell.activity(), Phase::Idle as u16);
-    let mut probed = ProbedEvm::new(db, &block, Probe::new(Arc::clone(&cell)));
-    execute_block(&mut probed, &block).expect("executes");
+    let mut probed = ProbedEvm::new(db, &block, Probe::new());
+    let (reader, evm) = probed.reader();
+    assert_eq!(reader.activity(), Phase::Idle as u16);
+    execute_block(evm, &block).expect("executes");
     // After a transaction is committed the probe marks the block loop, not the last opcode.
-    assert_eq!(cell.activity(), Phase::BlockLoop as u16);
+    assert_eq!(reader.activity(), Phase::BlockLoop as u16);
+    assert_eq!(probed.probe().cell().activity(), Phase::BlockLoop as u16);
     assert_eq!(
         Phase::from_activity(Phase::Commit as u16),
         Some(Phase::Commit)
     );
     assert_eq!(Phase::from_activity(SSTORE as u16), None);
+}
+
+#[test]
+fn a_probe_without_counts_publishes_and_changes_nothing() {
+    use gigas_evm::probe::Phase;
+    let (block, db) = block_calling(loop_program(5));
+    let mut counted = ProbedEvm::new(db.clone(), &block, Probe::new());
+    let counted_outcome = execute_block(&mut counted, &block).expect("executes");
+    assert!(counted.probe().counts_opcodes());
+    assert_eq!(counted.probe().counts[JUMPI as usize], 5);
+
+    let mut timed = ProbedEvm::new(db, &block, Probe::new().without_counts());
+    assert!(!timed.probe().counts_opcodes());
+    let (reader, evm) = timed.reader();
+    let timed_outcome = execute_block(evm, &block).expect("executes");
+    assert_eq!(timed_outcome, counted_outcome);
+    // The reader sees the probe's own cell: the last word is the block loop's, published
+    // after the transaction's commit.
+    assert_eq!(reader.activity(), Phase::BlockLoop as u16);
+    assert_eq!(timed.probe().counts, [0; 256], "it counted nothing");
 }
