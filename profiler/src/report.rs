@@ -76,7 +76,7 @@ impl Configuration {
     pub fn lines(&self) -> Vec<String> {
         vec![
             format!("workload     : {} blocks, {} txs, {:.1} Mgas per pass, from {}", self.blocks, self.transactions, self.gas as f64 / 1e6, self.blocks_dir),
-            format!("method       : {} rounds; in each, every block runs plain and probed back to back (order alternating); sampling every ~{} ns", self.rounds, self.sample_interval_ns),
+            format!("method       : {} rounds; in each, every block runs plain and probed back to back (order alternating); sampling every ~{} ns; opcode counts from one untimed counting pass per block", self.rounds, self.sample_interval_ns),
             format!("build        : {} profile, revm {}", self.build_profile, self.revm_version),
             format!("machine      : {} CPUs, {}, {:.1} GiB", self.cpus, self.cpu_model, self.memory_bytes as f64 / (1u64 << 30) as f64),
         ]
