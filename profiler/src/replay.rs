@@ -345,8 +345,10 @@ impl Workload {
 }
 
 /// One round of [`Workload::measure_overhead`]: the pass times of each way of running.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OverheadRound {
+    /// Each block's times, in block order: plain, beside the sampler, probed, with stacks.
+    pub per_block: Vec<[Duration; 4]>,
     /// Plain revm.
     pub plain: Duration,
     /// Plain revm with the sampler spinning beside it, reading nothing.
@@ -373,23 +375,21 @@ impl Workload {
         for r in 0..rounds {
             let mut round = OverheadRound::default();
             for (i, (loaded, counts)) in self.blocks.iter().zip(&counts).enumerate() {
+                let mut times = [Duration::ZERO; 4];
                 for way in 0..4 {
-                    match (way + r + i) % 4 {
-                        0 => round.plain += self.plain_block(loaded)?.0,
-                        1 => {
-                            round.beside_sampler +=
-                                self.plain_block_beside_sampler(loaded, interval)?
-                        }
-                        2 => {
-                            round.probed +=
-                                self.probed_block(loaded, counts, interval, false)?.elapsed
-                        }
-                        _ => {
-                            round.stacked +=
-                                self.probed_block(loaded, counts, interval, true)?.elapsed
-                        }
-                    }
+                    let at = (way + r + i) % 4;
+                    times[at] = match at {
+                        0 => self.plain_block(loaded)?.0,
+                        1 => self.plain_block_beside_sampler(loaded, interval)?,
+                        2 => self.probed_block(loaded, counts, interval, false)?.elapsed,
+                        _ => self.probed_block(loaded, counts, interval, true)?.elapsed,
+                    };
                 }
+                round.plain += times[0];
+                round.beside_sampler += times[1];
+                round.probed += times[2];
+                round.stacked += times[3];
+                round.per_block.push(times);
             }
             out.push(round);
             progress(r + 1, rounds);
