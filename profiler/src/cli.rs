@@ -111,7 +111,8 @@ struct Args {
     /// Instead of profiling: measure what call stacks cost. Every block runs plain, plain
     /// beside a spinning sampler (what a second busy core alone costs), probed, and probed
     /// with call stacks, back to back in a rotating order, for ROUNDS rounds; prints the
-    /// medians of the per-round ratios and writes overhead.json to --out.
+    /// medians of the per-round ratios and the ratios of each block's fastest run of each
+    /// way, summed, and writes overhead.json to --out.
     #[arg(long)]
     compare_call_stacks: bool,
 
