@@ -11,13 +11,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::Bytes;
-use gigas_evm::probe::{Phase, Probe, ProbedEvm};
+use gigas_evm::probe::{Probe, ProbedEvm};
 use gigas_evm::program::call_block;
 use gigas_evm::{execute_block, PlainEvm};
 use serde::Serialize;
 
 use crate::report::Stat;
-use crate::sampler::sample_during;
+use crate::sampler::sampled_block;
 
 /// Errors of the calibration.
 #[derive(Debug, thiserror::Error)]
@@ -104,17 +104,10 @@ pub fn calibrate(
     // the instructions come from one counting run.
     let run_probed = || -> Result<Duration, CalibrationError> {
         let mut evm = ProbedEvm::new(db.clone(), &block, Probe::new().without_counts());
-        let (reader, timed) = evm.reader();
-        let ((outcome, elapsed), _) = sample_during(reader, interval, || {
-            let start = Instant::now();
-            timed.set_phase(Phase::BlockLoop);
-            let outcome = execute_block(&mut *timed, &block);
-            timed.set_phase(Phase::Idle);
-            (outcome, start.elapsed())
-        })
-        .map_err(CalibrationError::Sampler)?;
-        outcome.map_err(|e| CalibrationError::Execution(e.to_string()))?;
-        Ok(elapsed)
+        let run = sampled_block(&mut evm, &block, interval).map_err(CalibrationError::Sampler)?;
+        run.outcome
+            .map_err(|e| CalibrationError::Execution(e.to_string()))?;
+        Ok(run.elapsed)
     };
     let mut counting = ProbedEvm::new(db.clone(), &block, Probe::new());
     execute_block(&mut counting, &block).map_err(|e| CalibrationError::Execution(e.to_string()))?;

@@ -387,11 +387,13 @@ fn compare_call_stacks(workload: &Workload, args: &Args) -> Result<()> {
     let ratio = |f: &dyn Fn(&replay::OverheadRound) -> f64| {
         crate::report::Stat::of(rounds.iter().map(f).collect())
     };
-    let beside = ratio(&|r| r.beside_sampler.as_secs_f64() / r.plain.as_secs_f64());
-    let probed = ratio(&|r| r.probed.as_secs_f64() / r.plain.as_secs_f64());
-    let stacked = ratio(&|r| r.stacked.as_secs_f64() / r.plain.as_secs_f64());
-    let added = ratio(&|r| r.stacked.as_secs_f64() / r.probed.as_secs_f64());
-    let plain_ms = ratio(&|r| r.plain.as_secs_f64() * 1e3);
+    use replay::OverheadRound as Way;
+    let over = |a: usize, b: usize| ratio(&|r| r.pass_seconds(a) / r.pass_seconds(b));
+    let beside = over(Way::BESIDE_SAMPLER, Way::PLAIN);
+    let probed = over(Way::PROBED, Way::PLAIN);
+    let stacked = over(Way::STACKED, Way::PLAIN);
+    let added = over(Way::STACKED, Way::PROBED);
+    let plain_ms = ratio(&|r| r.pass_seconds(Way::PLAIN) * 1e3);
     println!(
         "plain        : {:.1} ms per pass (median of {} rounds; min {:.1}, max {:.1})",
         plain_ms.median,
@@ -416,19 +418,19 @@ fn compare_call_stacks(workload: &Workload, args: &Args) -> Result<()> {
     let fastest = fastest_pass_ratios(&rounds);
     println!(
         "fastest runs : sampler only {:.3}x, probed {:.3}x, call stacks {:.3}x, stacks/probed {:.3}x (each block's fastest of {} runs per way, summed)",
-        fastest[1],
-        fastest[2],
-        fastest[3],
-        fastest[3] / fastest[2],
+        fastest[Way::BESIDE_SAMPLER],
+        fastest[Way::PROBED],
+        fastest[Way::STACKED],
+        fastest[Way::STACKED] / fastest[Way::PROBED],
         rounds.len()
     );
     std::fs::create_dir_all(&args.out)
         .wrap_err_with(|| format!("cannot create {}", args.out.display()))?;
     let json = serde_json::json!({
         "fastest_runs_over_plain": {
-            "plain_beside_sampler": fastest[1],
-            "probed": fastest[2],
-            "call_stacks": fastest[3],
+            "plain_beside_sampler": fastest[Way::BESIDE_SAMPLER],
+            "probed": fastest[Way::PROBED],
+            "call_stacks": fastest[Way::STACKED],
         },
         "rounds": rounds.len(),
         "blocks": workload.blocks.len(),
@@ -459,8 +461,9 @@ fn fastest_pass_ratios(rounds: &[replay::OverheadRound]) -> [f64; 4] {
                 .fold(f64::INFINITY, f64::min);
         }
     }
-    if sums[0] > 0.0 && sums[0].is_finite() {
-        sums.map(|s| s / sums[0])
+    let plain = sums[replay::OverheadRound::PLAIN];
+    if plain > 0.0 && plain.is_finite() {
+        sums.map(|s| s / plain)
     } else {
         [f64::NAN; 4]
     }
@@ -709,7 +712,6 @@ mod tests {
                 .iter()
                 .map(|t| t.map(Duration::from_millis))
                 .collect(),
-            ..Default::default()
         }
     }
 

@@ -4,14 +4,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gigas_evm::fixture::fixture_dirs;
-use gigas_evm::probe::{ActivityCell, Phase, Probe, ProbedEvm};
+use gigas_evm::probe::{ActivityCell, Probe, ProbedEvm};
 use gigas_evm::revm::database::{CacheDB, EmptyDB};
 use gigas_evm::{
     execute_block, load_fixture, BlockCheck, ExecutionError, FixtureError, PlainEvm, PreparedBlock,
 };
 use gigas_primitives::ChainSpec;
 
-use crate::sampler::{sample_during, Histogram};
+use crate::sampler::{sample_during, sampled_block, Histogram, SampledBlock};
 use crate::stacks::StackProfile;
 
 /// A block loaded for replay: its environments and its pre-state database.
@@ -262,15 +262,11 @@ impl Workload {
             Probe::new()
         };
         let mut evm = ProbedEvm::new(loaded.db.clone(), &loaded.block, probe.without_counts());
-        let (reader, timed) = evm.reader();
-        let ((outcome, elapsed), histogram) = sample_during(reader, interval, || {
-            let start = Instant::now();
-            timed.set_phase(Phase::BlockLoop);
-            let outcome = execute_block(&mut *timed, &loaded.block);
-            timed.set_phase(Phase::Idle);
-            (outcome, start.elapsed())
-        })
-        .map_err(ReplayError::Sampler)?;
+        let SampledBlock {
+            outcome,
+            elapsed,
+            histogram,
+        } = sampled_block(&mut evm, &loaded.block, interval).map_err(ReplayError::Sampler)?;
         let outcome = outcome?;
         let mut probe = evm.into_probe();
         let gas = outcome.gas_used();
@@ -344,19 +340,32 @@ impl Workload {
     }
 }
 
-/// One round of [`Workload::measure_overhead`]: the pass times of each way of running.
+/// One round of [`Workload::measure_overhead`]: each block's time in each way of running.
 #[derive(Debug, Clone, Default)]
 pub struct OverheadRound {
-    /// Each block's times, in block order: plain, beside the sampler, probed, with stacks.
+    /// Each block's times, in block order, indexed by way: [`OverheadRound::PLAIN`],
+    /// [`OverheadRound::BESIDE_SAMPLER`], [`OverheadRound::PROBED`],
+    /// [`OverheadRound::STACKED`].
     pub per_block: Vec<[Duration; 4]>,
+}
+
+impl OverheadRound {
     /// Plain revm.
-    pub plain: Duration,
+    pub const PLAIN: usize = 0;
     /// Plain revm with the sampler spinning beside it, reading nothing.
-    pub beside_sampler: Duration,
+    pub const BESIDE_SAMPLER: usize = 1;
     /// Probed, opcodes only.
-    pub probed: Duration,
+    pub const PROBED: usize = 2;
     /// Probed with call stacks.
-    pub stacked: Duration,
+    pub const STACKED: usize = 3;
+
+    /// The round's pass time in `way`, seconds: its blocks' times summed.
+    pub fn pass_seconds(&self, way: usize) -> f64 {
+        self.per_block
+            .iter()
+            .map(|times| times[way].as_secs_f64())
+            .sum()
+    }
 }
 
 impl Workload {
@@ -379,16 +388,16 @@ impl Workload {
                 for way in 0..4 {
                     let at = (way + r + i) % 4;
                     times[at] = match at {
-                        0 => self.plain_block(loaded)?.0,
-                        1 => self.plain_block_beside_sampler(loaded, interval)?,
-                        2 => self.probed_block(loaded, counts, interval, false)?.elapsed,
+                        OverheadRound::PLAIN => self.plain_block(loaded)?.0,
+                        OverheadRound::BESIDE_SAMPLER => {
+                            self.plain_block_beside_sampler(loaded, interval)?
+                        }
+                        OverheadRound::PROBED => {
+                            self.probed_block(loaded, counts, interval, false)?.elapsed
+                        }
                         _ => self.probed_block(loaded, counts, interval, true)?.elapsed,
                     };
                 }
-                round.plain += times[0];
-                round.beside_sampler += times[1];
-                round.probed += times[2];
-                round.stacked += times[3];
                 round.per_block.push(times);
             }
             out.push(round);

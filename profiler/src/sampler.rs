@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gigas_evm::callstack::unpack;
-use gigas_evm::probe::{CellReader, ACTIVITY_COUNT};
+use gigas_evm::probe::{CellReader, Phase, ProbedEvm, ACTIVITY_COUNT};
+use gigas_evm::revm::database_interface::{Database, DatabaseCommit};
+use gigas_evm::{execute_block, BlockOutcome, ExecutionError, PreparedBlock};
 
 /// Time per published word. A lookup per sample: foldhash rather than SipHash keeps the
 /// sampler's own work per sample small (it did not change the replay's overhead, measured
@@ -114,6 +116,43 @@ pub fn sample_during<R>(
             Ok(histogram) => Ok((out, histogram)),
             Err(panic) => std::panic::resume_unwind(panic),
         }
+    })
+}
+
+/// A block executed on a probed EVM while a sampler read it.
+#[derive(Debug)]
+pub struct SampledBlock {
+    /// What execution returned.
+    pub outcome: Result<BlockOutcome, ExecutionError>,
+    /// Execution time: from the block loop's start to idle, the sampler already running.
+    pub elapsed: Duration,
+    /// The samples.
+    pub histogram: Histogram,
+}
+
+/// Executes `block` on `evm` with a sampler reading its probe about every `interval`: the
+/// one way a probed block is timed, by the profiler's passes and by the calibration alike.
+pub fn sampled_block<DB>(
+    evm: &mut ProbedEvm<DB>,
+    block: &PreparedBlock,
+    interval: Duration,
+) -> std::io::Result<SampledBlock>
+where
+    DB: Database + DatabaseCommit,
+    DB::Error: std::fmt::Display,
+{
+    let (reader, evm) = evm.reader();
+    let ((outcome, elapsed), histogram) = sample_during(reader, interval, || {
+        let start = Instant::now();
+        evm.set_phase(Phase::BlockLoop);
+        let outcome = execute_block(&mut *evm, block);
+        evm.set_phase(Phase::Idle);
+        (outcome, start.elapsed())
+    })?;
+    Ok(SampledBlock {
+        outcome,
+        elapsed,
+        histogram,
     })
 }
 

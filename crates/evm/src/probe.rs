@@ -166,10 +166,7 @@ impl ActivityCell {
 
     /// A reader of this cell for another thread, valid while the cell is borrowed.
     pub fn reader(&self) -> CellReader<'_> {
-        CellReader {
-            word: &self.current,
-            _cell: PhantomData,
-        }
+        CellReader::at(&self.current)
     }
 }
 
@@ -198,6 +195,14 @@ unsafe impl Send for CellReader<'_> {}
 unsafe impl Sync for CellReader<'_> {}
 
 impl CellReader<'_> {
+    /// A reader of the word at `word`; the caller ties the lifetime to a borrow of its place.
+    fn at(word: *const AtomicU64) -> Self {
+        Self {
+            word,
+            _cell: PhantomData,
+        }
+    }
+
     /// Reads the packed word ([`callstack::pack`]).
     #[inline(always)]
     pub fn get(&self) -> u64 {
@@ -720,14 +725,8 @@ impl<DB: Database + DatabaseCommit> ProbedEvm<DB> {
     /// execute with: both for as long as `self` is borrowed ([`CellReader`] says why that is
     /// sound).
     pub fn reader(&mut self) -> (CellReader<'_>, &mut Self) {
-        let word = &raw const self.evm.inner.ctx.chain.cell.current;
-        (
-            CellReader {
-                word,
-                _cell: PhantomData,
-            },
-            self,
-        )
+        let reader = CellReader::at(&raw const self.evm.inner.ctx.chain.cell.current);
+        (reader, self)
     }
 }
 
