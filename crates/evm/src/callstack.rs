@@ -453,6 +453,32 @@ mod tests {
         assert_eq!(tree.nodes()[a as usize].gas, 40);
         // A transaction is a node too: past the bound it runs in the root.
         assert_eq!(tree.begin_tx(1), ROOT);
+        assert_eq!(tree.dropped(), 3);
+    }
+
+    /// Transactions are found by index: a repeated index is the same node, a new one gets
+    /// its own, and an index past the bound gets none (nor room in the index).
+    #[test]
+    fn transactions_are_nodes_by_index_within_the_bound() {
+        let mut tree = CallTree::with_capacity(4);
+        let first = tree.begin_tx(0);
+        tree.end_tx(21_000);
+        let second = tree.begin_tx(2);
+        tree.end_tx(30_000);
+        assert_ne!(first, second);
+        assert_eq!(tree.begin_tx(0), first);
+        tree.end_tx(1);
+        assert_eq!(tree.nodes()[first as usize].calls, 2);
+        assert_eq!(tree.nodes()[first as usize].gas, 21_001);
+        assert_eq!(tree.nodes()[second as usize].parent, ROOT);
+        assert_eq!(tree.nodes()[second as usize].key, FrameKey::Tx(2));
+        assert_eq!(tree.begin_tx(u32::MAX), ROOT);
+        assert!(
+            tree.txs.len() <= 4,
+            "an index past the bound grew the index"
+        );
+        assert_eq!(tree.dropped(), 1);
+        assert_eq!(tree.path(second), vec![ROOT, second]);
     }
 
     /// Against a model that keys every node by (parent, key) in one map: the same ids for
