@@ -1140,7 +1140,13 @@ impl SparseTrie {
     fn compact(&self, id: u32, path: &Nibbles) -> BranchNodeCompact {
         let node = &self.nodes[id];
         let (mut state, mut tree, mut hashed) = (0u16, 0u16, 0u16);
-        let mut hashes = Vec::with_capacity(16);
+        // The node keeps its hashes' `Vec` (behind an `Arc`) until the group is written, and
+        // most branches deep in the trie hash none or one of their children: a vector sized
+        // for sixteen held 512 bytes for every branch node the group changed, fresh memory
+        // the kernel zeroed at each commit (seen on one core as bursts of `clear_page_erms`
+        // under this function). Gather them here, then allocate what they need.
+        let mut found = [B256::ZERO; 16];
+        let mut count = 0;
         if let Kind::Branch { children, .. } = &node.kind {
             for (i, child) in children.iter().enumerate() {
                 let (rlp, branch, stored) = match child {
@@ -1166,7 +1172,8 @@ impl SparseTrie {
                 }
                 if let (true, Some(hash)) = (branch, rlp.and_then(RlpNode::as_hash)) {
                     hashed |= bit;
-                    hashes.push(hash);
+                    found[count] = hash;
+                    count += 1;
                 }
             }
         }
@@ -1179,7 +1186,7 @@ impl SparseTrie {
             TrieMask::new(state),
             TrieMask::new(tree),
             TrieMask::new(hashed),
-            hashes,
+            found[..count].to_vec(),
             root,
         )
     }
