@@ -242,14 +242,7 @@ impl CallTree {
             // An index at or past the bound could not get a node anyway; checking it first
             // keeps `txs` within the bound too.
             None if at < self.max_nodes && self.nodes.len() < self.max_nodes => {
-                let node = self.nodes.len() as NodeId;
-                self.nodes.push(CallNode {
-                    parent: ROOT,
-                    key: FrameKey::Tx(index),
-                    calls: 0,
-                    gas: 0,
-                });
-                self.links.push(Links::LEAF);
+                let node = self.push_node(ROOT, FrameKey::Tx(index), NO_NODE);
                 if self.txs.len() <= at {
                     self.txs.resize(at + 1, NO_NODE);
                 }
@@ -340,22 +333,12 @@ impl CallTree {
     /// Makes a new child of `parent` with `key`; the caller checked it has none and that
     /// there is room.
     fn add_child(&mut self, parent: NodeId, key: FrameKey) -> NodeId {
-        let node = self.nodes.len() as NodeId;
-        self.nodes.push(CallNode {
-            parent,
-            key,
-            calls: 0,
-            gas: 0,
-        });
+        let next_sibling = self.links[parent as usize].first_child;
+        let node = self.push_node(parent, key, next_sibling);
         let up = &mut self.links[parent as usize];
-        let next_sibling = up.first_child;
         up.first_child = node;
         up.children += 1;
         let children = up.children;
-        self.links.push(Links {
-            next_sibling,
-            ..Links::LEAF
-        });
         if children == LIST_CHILDREN + 1 {
             // The parent turns wide: its children, this one included, go into the table.
             let mut at = node;
@@ -366,6 +349,23 @@ impl CallTree {
         } else if children > LIST_CHILDREN {
             self.wide.insert((parent, key), node);
         }
+        node
+    }
+
+    /// Appends a node below `parent` with no calls yet and no children, `next_sibling`
+    /// after it in its parent's list ([`NO_NODE`]: last, or in no list).
+    fn push_node(&mut self, parent: NodeId, key: FrameKey, next_sibling: NodeId) -> NodeId {
+        let node = self.nodes.len() as NodeId;
+        self.nodes.push(CallNode {
+            parent,
+            key,
+            calls: 0,
+            gas: 0,
+        });
+        self.links.push(Links {
+            next_sibling,
+            ..Links::LEAF
+        });
         debug_assert_eq!(self.nodes.len(), self.links.len());
         node
     }
