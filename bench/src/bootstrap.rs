@@ -380,6 +380,7 @@ fn source(args: &BootstrapArgs, dir: &Path) -> Result<SourceFigures> {
             hash: next_hash,
             signature: Some(signed.signature),
             changes: &ChangeSet::default(),
+            hashed: None,
             new_keys: &keys,
             lattice: Some(&lattice),
             commitment: Some(signed.commitment),

@@ -214,6 +214,7 @@ impl<'db> Applier<'db> {
             hash: diff.hash,
             signature: Some(diff.signature),
             changes: &diff.changes,
+            hashed: Some(&diff.hashed),
             new_keys: &diff.new_keys,
             lattice: diff.lattice.as_ref(),
             commitment: diff.commitment,

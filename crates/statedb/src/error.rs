@@ -40,6 +40,24 @@ pub enum StateDbError {
         /// Its head.
         head: u64,
     },
+    /// A block given with key hashes that do not fit its ChangeSet (the caller's bug): the
+    /// block is refused before anything of it is written.
+    #[error(
+        "block {block} came with {hashed_accounts} account and {hashed_slots} slot hashes for \
+         {accounts} changed accounts and {slots} changed slots"
+    )]
+    HashesDoNotFit {
+        /// The block.
+        block: u64,
+        /// Account hashes given.
+        hashed_accounts: usize,
+        /// Slot hashes given.
+        hashed_slots: usize,
+        /// Accounts the block changes.
+        accounts: usize,
+        /// Slots the block changes.
+        slots: usize,
+    },
     /// A block that does not follow the writer's tip.
     #[error("block {got} is not the next block: expected {expected}")]
     NotNext {

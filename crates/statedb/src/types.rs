@@ -5,7 +5,7 @@ use std::time::Duration;
 use alloy_consensus::Header;
 use alloy_primitives::{Address, Bytes, Signature, B256, U256};
 use gigas_primitives::ChangeSet;
-use gigas_statediff::{StateCommitment, StateKey, VerifiedDiff};
+use gigas_statediff::{HashedKeys, StateCommitment, StateKey, VerifiedDiff};
 
 /// How often MDBX syncs a commit to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -311,6 +311,10 @@ pub struct BlockToApply<'a> {
     pub signature: Option<Signature>,
     /// The block's changes.
     pub changes: &'a ChangeSet,
+    /// The keccak of each changed key, in `changes`' order, when the caller has them (the
+    /// decoder's [`VerifiedDiff::hashed`]); `None`: the writer hashes the keys. Hashes that do
+    /// not fit `changes` are refused.
+    pub hashed: Option<&'a HashedKeys>,
     /// The keys the block's diff names for the first time, in index order.
     pub new_keys: &'a [StateKey],
     /// The lattice hash of the state after the block (`None`: the database stops keeping
@@ -327,6 +331,7 @@ impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
             hash: diff.hash,
             signature: Some(diff.signature),
             changes: &diff.changes,
+            hashed: Some(&diff.hashed),
             new_keys: &diff.new_keys,
             lattice: diff.lattice.as_ref(),
             commitment: diff.commitment,

@@ -71,6 +71,16 @@ impl<'db> StateView<'db> {
         read::slot(self.db.dbs(), &self.txn, address, slot)
     }
 
+    /// [`StateView::account`] by `keccak(address)`.
+    pub fn account_hashed(&self, hashed: &B256) -> Result<Option<AccountState>, StateDbError> {
+        read::hashed_account(self.db.dbs(), &self.txn, hashed)
+    }
+
+    /// [`StateView::storage`] by `keccak(address)` and `keccak(slot)`.
+    pub fn storage_hashed(&self, hashed: &B256, hashed_slot: &B256) -> Result<U256, StateDbError> {
+        read::hashed_slot(self.db.dbs(), &self.txn, hashed, hashed_slot)
+    }
+
     /// Code by its hash.
     pub fn code(&self, hash: &B256) -> Result<Option<Bytes>, StateDbError> {
         read::code(self.db.dbs(), &self.txn, hash)
@@ -199,6 +209,25 @@ macro_rules! impl_state_reads {
                 slot: &alloy_primitives::U256,
             ) -> Result<alloy_primitives::U256, gigas_statediff::StoreError> {
                 self.storage(address, slot)
+                    .map_err(gigas_statediff::StoreError::new)
+            }
+
+            fn account_hashed(
+                &self,
+                _address: &alloy_primitives::Address,
+                hashed: &alloy_primitives::B256,
+            ) -> Result<Option<gigas_primitives::AccountState>, gigas_statediff::StoreError> {
+                self.account_hashed(hashed)
+                    .map_err(gigas_statediff::StoreError::new)
+            }
+
+            fn slot_hashed(
+                &self,
+                _address: &alloy_primitives::Address,
+                _slot: &alloy_primitives::U256,
+                (hashed, hashed_slot): &(alloy_primitives::B256, alloy_primitives::B256),
+            ) -> Result<alloy_primitives::U256, gigas_statediff::StoreError> {
+                self.storage_hashed(hashed, hashed_slot)
                     .map_err(gigas_statediff::StoreError::new)
             }
         }

@@ -109,6 +109,7 @@ fn run(
                 hash,
                 signature: None,
                 changes: &changes,
+                hashed: None,
                 new_keys: &keys,
                 lattice: None,
                 commitment: None,

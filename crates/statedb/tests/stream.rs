@@ -13,8 +13,12 @@ use common::{
     Rng,
 };
 use gigas_evm::revm::database_interface::DatabaseRef;
-use gigas_statedb::{HashedWrites, RootInfo, StateDbError, StateWriter, WriterOptions};
-use gigas_statediff::{decode_body, encode_body, KeyIndex, MemoryKeyIndex, PriorValues};
+use gigas_statedb::{
+    BlockToApply, HashedWrites, RootInfo, StateDbError, StateWriter, WriterOptions,
+};
+use gigas_statediff::{
+    decode_body, encode_body, HashedKeys, KeyIndex, MemoryKeyIndex, PriorValues,
+};
 
 const ACCOUNTS: u64 = 400;
 
@@ -67,10 +71,16 @@ impl Run {
             .unwrap_or_else(|e| panic!("block {number} does not decode against the writer: {e}"));
         assert_eq!(decoded.changes, changes, "block {number}");
         assert_eq!(decoded.new_keys, body.new_keys, "block {number}");
+        assert_eq!(decoded.hashed, HashedKeys::of(&changes), "block {number}");
         self.index.extend(&body.new_keys).unwrap();
         let (header, hash) = self.chain.next(&changes);
+        // The node's path writes with the decoder's hashes; every third block the writer
+        // hashes the keys itself, so that both paths meet the model in every stream.
         let root = writer
-            .apply(block(&header, hash, &changes, &decoded.new_keys))
+            .apply(BlockToApply {
+                hashed: (!number.is_multiple_of(3)).then_some(&decoded.hashed),
+                ..block(&header, hash, &changes, &decoded.new_keys)
+            })
             .unwrap_or_else(|e| panic!("block {number}: {e}"));
         self.model.apply(&changes);
         assert_eq!(writer.tip().number, number);
@@ -353,6 +363,65 @@ fn stream_of(
 
 /// A trie cache budget smaller than one root's nodes: every root evicts.
 const TINY_CACHE: usize = 2048;
+
+/// Hashes that do not fit the block's ChangeSet (another block's) are refused before
+/// anything is written: the tip and the open group stay, and the block with its own hashes
+/// applies after.
+#[test]
+fn key_hashes_that_do_not_fit_the_block_are_refused_and_leave_no_trace() {
+    let mut run = Run::new(61);
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    apply_genesis(&db, &run.chain, &run.model, 97);
+    let mut writer = db
+        .writer(WriterOptions {
+            root_every: 1,
+            ..WriterOptions::default()
+        })
+        .unwrap();
+    run.step(&mut writer);
+    let tip = writer.tip();
+    let number = run.chain.parent.number + 1;
+    let raw = random_changes(&mut run.rng, &run.model, run.accounts, number);
+    let changes = consistent(raw, &run.model);
+    let prior = PriorValues::capture(&changes, &common::ModelPrior(&run.model)).unwrap();
+    let body = encode_body(&changes, &run.index, &prior).unwrap();
+    let decoded = decode_body(&body.bytes, &writer, &writer).unwrap();
+    let (header, hash) = run.chain.next(&changes);
+    // The same block less its last account: one account hash too many for it.
+    assert!(!changes.accounts().is_empty());
+    let mut b = gigas_primitives::ChangeSetBuilder::new();
+    for (address, change) in &changes.accounts()[..changes.accounts().len() - 1] {
+        match change.state {
+            Some(state) => b.account(*address, state, change.storage_wiped),
+            None => b.destroyed(*address),
+        }
+    }
+    let fewer = b.build();
+    let wrong = writer.apply(BlockToApply {
+        hashed: Some(&decoded.hashed),
+        ..block(&header, hash, &fewer, &decoded.new_keys)
+    });
+    assert!(
+        matches!(wrong, Err(StateDbError::HashesDoNotFit { .. })),
+        "{wrong:?}"
+    );
+    assert_eq!(
+        writer.tip(),
+        tip,
+        "nothing of the refused block was written"
+    );
+    assert_eq!(writer.group_blocks(), 1, "the open group stays");
+    let root = writer
+        .apply(BlockToApply {
+            hashed: Some(&decoded.hashed),
+            ..block(&header, hash, &changes, &decoded.new_keys)
+        })
+        .unwrap();
+    run.index.extend(&body.new_keys).unwrap();
+    run.model.apply(&changes);
+    assert_eq!(root.map(|r| r.root), Some(run.model.root()));
+}
 
 #[test]
 fn random_stream_sorted_hashed_writes() {

@@ -10,6 +10,7 @@ use alloy_primitives::{keccak256, Address, B256, U256};
 use gigas_primitives::{AccountChange, AccountState, ChangeSet, CHANGESET_MAGIC};
 
 use crate::error::{BodyError, BodyErrorKind, Section};
+use crate::hashed::{AddressRuns, HashedKeys};
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::{wiped_addresses, PriorState, PriorValues, EMPTY_ACCOUNT};
 
@@ -65,6 +66,8 @@ pub struct DecodedBody {
     /// The values the block replaced, as the decoder read them (the slots of wiped accounts
     /// left out: they count as zero): what the state commitment's delta subtracts.
     pub prior: PriorValues,
+    /// The keccak of each changed key, in `changes`' order.
+    pub hashed: HashedKeys,
 }
 
 /// Bytes a value needs (0 for zero).
@@ -761,11 +764,17 @@ where
     canonical.extend_from_slice(&(account_keys.len() as u32).to_le_bytes());
     // The lookups run in a loop of their own: with nothing else in the loop, the processor
     // keeps several of a store's cache misses in flight at once.
+    // Each key is hashed once, here: a store kept by keccak reads with the hash, and the
+    // lattice and the writer take it from `DecodedBody::hashed`.
+    let hashed_accounts: Vec<B256> = account_keys
+        .iter()
+        .map(|(address, _)| keccak256(address))
+        .collect();
     let mut befores: Vec<Option<AccountState>> = Vec::with_capacity(account_keys.len());
-    for &(address, n) in &account_keys {
+    for (&(address, n), hashed) in account_keys.iter().zip(&hashed_accounts) {
         befores.push(
             prior
-                .account(&address)
+                .account_hashed(&address, hashed)
                 .map_err(|e| prior_error(raw_account(n).at, e))?,
         );
     }
@@ -789,14 +798,19 @@ where
         }
     }
     canonical.extend_from_slice(&(slot_keys.len() as u32).to_le_bytes());
+    let mut runs = AddressRuns::default();
+    let hashed_slots: Vec<(B256, B256)> = slot_keys
+        .iter()
+        .map(|(address, slot, _)| (runs.hash(address), keccak256(slot.to_be_bytes::<32>())))
+        .collect();
     let mut slot_befores: Vec<U256> = Vec::with_capacity(slot_keys.len());
-    for &(address, slot, n) in &slot_keys {
+    for (&(address, slot, n), hashed) in slot_keys.iter().zip(&hashed_slots) {
         // `wiped` is sorted: it was filled in address order.
         slot_befores.push(if wiped.binary_search(&address).is_ok() {
             U256::ZERO
         } else {
             prior
-                .slot(&address, &slot)
+                .slot_hashed(&address, &slot, hashed)
                 .map_err(|e| prior_error(value_at(n), e))?
         });
     }
@@ -834,6 +848,8 @@ where
         // Both lists are in key order (the loops above ran in it) and unique (the ChangeSet
         // just decoded from the same keys would have refused a repeat).
         prior: PriorValues::sorted(prior_accounts, prior_slots),
+        // In the ChangeSet's order: it was decoded from keys in these loops' order.
+        hashed: HashedKeys::from_parts(hashed_accounts, hashed_slots),
     })
 }
 

@@ -23,6 +23,7 @@ use alloy_primitives::{keccak256, Address, Signature, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet, LatticeHash};
 
 use crate::error::StoreError;
+use crate::hashed::HashedKeys;
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::PriorState;
 
@@ -108,11 +109,53 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
     new_keys: &[StateKey],
     parallel: bool,
 ) -> Result<LatticeHash, StoreError> {
+    delta(changes, None, prior, first_index, new_keys, parallel)
+}
+
+/// [`lattice_delta`] with the keys' keccak already computed (`hashed`, as the decoder gives
+/// them), so that no key is hashed again. Hashes that do not fit `changes` are an error.
+pub fn lattice_delta_hashed<P: PriorState + ?Sized>(
+    changes: &ChangeSet,
+    hashed: &HashedKeys,
+    prior: &P,
+    first_index: u64,
+    new_keys: &[StateKey],
+    parallel: bool,
+) -> Result<LatticeHash, StoreError> {
+    if !hashed.fits(changes) {
+        return Err(StoreError::msg(format!(
+            "{} account and {} slot hashes for a ChangeSet of {} accounts and {} slots",
+            hashed.accounts().len(),
+            hashed.slots().len(),
+            changes.accounts().len(),
+            changes.storage().len()
+        )));
+    }
+    delta(
+        changes,
+        Some(hashed),
+        prior,
+        first_index,
+        new_keys,
+        parallel,
+    )
+}
+
+/// [`lattice_delta`]; `hashed`, when given, fits `changes`. Without it a key is hashed only
+/// when its element changes (the sequencer's path).
+fn delta<P: PriorState + ?Sized>(
+    changes: &ChangeSet,
+    hashed: Option<&HashedKeys>,
+    prior: &P,
+    first_index: u64,
+    new_keys: &[StateKey],
+    parallel: bool,
+) -> Result<LatticeHash, StoreError> {
     let mut elements: Vec<(bool, Element)> = Vec::with_capacity(
         2 * (changes.accounts().len() + changes.storage().len()) + new_keys.len(),
     );
     let mut wiped: Vec<Address> = Vec::new();
-    for (address, change) in changes.accounts() {
+    for (i, (address, change)) in changes.accounts().iter().enumerate() {
         if change.storage_wiped {
             wiped.push(*address);
         }
@@ -120,7 +163,10 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
         if before == change.state {
             continue;
         }
-        let hashed = keccak256(address);
+        let hashed = match hashed {
+            Some(h) => h.accounts()[i],
+            None => keccak256(address),
+        };
         if let Some(before) = before {
             elements.push((false, Element::Account(hashed, before)));
         }
@@ -128,7 +174,7 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
             elements.push((true, Element::Account(hashed, after)));
         }
     }
-    for (address, slot, value) in changes.storage() {
+    for (i, (address, slot, value)) in changes.storage().iter().enumerate() {
         // `wiped` is in address order, as the ChangeSet's accounts are.
         let before = if wiped.binary_search(address).is_ok() {
             U256::ZERO
@@ -138,8 +184,10 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
         if before == *value {
             continue;
         }
-        let (hashed_address, hashed_slot) =
-            (keccak256(address), keccak256(slot.to_be_bytes::<32>()));
+        let (hashed_address, hashed_slot) = match hashed {
+            Some(h) => h.slots()[i],
+            None => (keccak256(address), keccak256(slot.to_be_bytes::<32>())),
+        };
         if !before.is_zero() {
             elements.push((false, Element::Slot(hashed_address, hashed_slot, before)));
         }

@@ -20,18 +20,22 @@ mod body;
 pub mod commitment;
 mod error;
 mod file;
+mod hashed;
 mod key;
 mod prior;
 mod verify;
 
 pub use alloy_consensus::Header;
 pub use body::{body_keys, decode_body, encode_body, DecodedBody, PackedBody};
-pub use commitment::{commitment_digest, index_lattice, lattice_delta, StateCommitment};
+pub use commitment::{
+    commitment_digest, index_lattice, lattice_delta, lattice_delta_hashed, StateCommitment,
+};
 pub use error::{BodyError, BodyErrorKind, DiffError, DiffErrorKind, Section, StoreError};
 pub use file::{
     BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC, FORMAT_VERSION,
     MAX_CONTENT_LEN, MAX_HEADER_LEN,
 };
+pub use hashed::HashedKeys;
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};
 pub use verify::{

@@ -31,6 +31,29 @@ pub trait PriorState {
 
     /// The slot's value before the block (zero when unset).
     fn slot(&self, address: &Address, slot: &U256) -> Result<U256, StoreError>;
+
+    /// [`PriorState::account`] when the caller has `keccak(address)` already (`hashed`): a
+    /// store kept by keccak reads with it instead of hashing again. The default ignores it.
+    fn account_hashed(
+        &self,
+        address: &Address,
+        hashed: &B256,
+    ) -> Result<Option<AccountState>, StoreError> {
+        let _ = hashed;
+        self.account(address)
+    }
+
+    /// [`PriorState::slot`] with `keccak(address)` and `keccak(slot)` given, as
+    /// [`PriorState::account_hashed`].
+    fn slot_hashed(
+        &self,
+        address: &Address,
+        slot: &U256,
+        hashed: &(B256, B256),
+    ) -> Result<U256, StoreError> {
+        let _ = hashed;
+        self.slot(address, slot)
+    }
 }
 
 impl<T: PriorState + ?Sized> PriorState for &T {
@@ -40,6 +63,23 @@ impl<T: PriorState + ?Sized> PriorState for &T {
 
     fn slot(&self, address: &Address, slot: &U256) -> Result<U256, StoreError> {
         (**self).slot(address, slot)
+    }
+
+    fn account_hashed(
+        &self,
+        address: &Address,
+        hashed: &B256,
+    ) -> Result<Option<AccountState>, StoreError> {
+        (**self).account_hashed(address, hashed)
+    }
+
+    fn slot_hashed(
+        &self,
+        address: &Address,
+        slot: &U256,
+        hashed: &(B256, B256),
+    ) -> Result<U256, StoreError> {
+        (**self).slot_hashed(address, slot, hashed)
     }
 }
 

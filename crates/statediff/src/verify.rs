@@ -8,9 +8,10 @@ use alloy_primitives::{Address, Signature, B256};
 use gigas_primitives::{state_checksum, ChangeSet, LatticeHash};
 
 use crate::body::{decode_body, encode_body};
-use crate::commitment::{lattice_delta, StateCommitment};
+use crate::commitment::{lattice_delta_hashed, StateCommitment};
 use crate::error::{DiffError, DiffErrorKind};
 use crate::file::{Compression, DiffFile, FramedDiff};
+use crate::hashed::HashedKeys;
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::PriorState;
 
@@ -47,6 +48,8 @@ pub struct VerifiedDiff {
     pub signature: Signature,
     /// The block's changes.
     pub changes: ChangeSet,
+    /// The keccak of each changed key, in `changes`' order (computed once, by the decoder).
+    pub hashed: HashedKeys,
     /// Keys written for the first time: extend the key index with them, in this order, in
     /// the same commit that applies `changes`.
     pub new_keys: Vec<StateKey>,
@@ -191,8 +194,9 @@ where
     }
     let lattice = match (lattice, &file.commitment) {
         (Some(before), Some(commitment)) => {
-            let delta = lattice_delta(
+            let delta = lattice_delta_hashed(
                 &decoded.changes,
+                &decoded.hashed,
                 &decoded.prior,
                 first_index,
                 &decoded.new_keys,
@@ -218,6 +222,7 @@ where
         hash,
         signature: file.signature,
         changes: decoded.changes,
+        hashed: decoded.hashed,
         new_keys: decoded.new_keys,
         commitment: file.commitment,
         lattice,

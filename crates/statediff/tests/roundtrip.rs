@@ -8,7 +8,7 @@ use alloy_primitives::Address;
 use common::{random_changes, Rng, Writer};
 use gigas_statediff::{
     body_keys, decode_body, encode_body, open_signed, verify_and_decode, ChainTip, DiffFile,
-    MemoryKeyIndex, MemoryState, PriorValues, StateKey,
+    HashedKeys, MemoryKeyIndex, MemoryState, PriorValues, StateKey,
 };
 use proptest::prelude::*;
 
@@ -29,6 +29,11 @@ fn stream(seed: u64, blocks: usize, universe: u64) -> (usize, usize) {
         let decoded = decode_body(&published.body, &index, &state).expect("a valid body decodes");
         assert_eq!(decoded.changes, changes);
         assert_eq!(decoded.canonical, changes.encode());
+        assert_eq!(
+            decoded.hashed,
+            HashedKeys::of(&changes),
+            "each key hashed, in order"
+        );
         let again = encode_body(&decoded.changes, &index, &state).expect("encodes");
         assert_eq!(again.bytes, published.body);
         assert_eq!(again.new_keys, decoded.new_keys);
@@ -71,6 +76,7 @@ fn stream(seed: u64, blocks: usize, universe: u64) -> (usize, usize) {
         let verified = verify_and_decode(&tip, sequencer, &published.bytes, &index, &state)
             .expect("a published diff verifies");
         assert_eq!(verified.changes, changes);
+        assert_eq!(verified.hashed, HashedKeys::of(&changes));
         assert_eq!(verified.header, published.header);
         let file = DiffFile::decode(&published.bytes).expect("decodes");
         assert_eq!(file.body, published.body);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet};
-use gigas_statediff::{ChainTip, StateKey};
+use gigas_statediff::{ChainTip, HashedKeys, StateKey};
 use signet_libmdbx::tx::aliases::{RoTxUnsync, RwTxUnsync};
 use signet_libmdbx::tx::Tx;
 use signet_libmdbx::{Cursor, Rw, WriteFlags};
@@ -371,7 +371,12 @@ impl<'db> StateWriter<'db> {
     /// An account as the open group left it: the group's writes not yet in the transaction
     /// first ([`StateWriter::hashed`]), then the transaction.
     pub fn account(&self, address: &Address) -> Result<Option<AccountState>, StateDbError> {
-        let h = keccak256(address);
+        self.account_hashed(&keccak256(address))
+    }
+
+    /// [`StateWriter::account`] by `keccak(address)`.
+    pub fn account_hashed(&self, h: &B256) -> Result<Option<AccountState>, StateDbError> {
+        let h = *h;
         if let Some(state) = self.hashed.accounts.get(&h) {
             return Ok(*state);
         }
@@ -388,8 +393,12 @@ impl<'db> StateWriter<'db> {
     /// A slot as the open group left it (as [`StateWriter::account`]; a slot of a storage
     /// the group wiped and did not write again is zero).
     pub fn storage(&self, address: &Address, slot: &U256) -> Result<U256, StateDbError> {
-        let h = keccak256(address);
-        let hs = keccak256(slot.to_be_bytes::<32>());
+        self.storage_hashed(&keccak256(address), &keccak256(slot.to_be_bytes::<32>()))
+    }
+
+    /// [`StateWriter::storage`] by `keccak(address)` and `keccak(slot)`.
+    pub fn storage_hashed(&self, h: &B256, hs: &B256) -> Result<U256, StateDbError> {
+        let (h, hs) = (*h, *hs);
         let under = self.in_flight.as_ref().map(|f| &f.layer.storage);
         for storage in std::iter::once(&self.hashed.storage).chain(under) {
             if let Some(layer) = storage.get(&h) {
@@ -566,6 +575,15 @@ impl<'db> StateWriter<'db> {
                 found: block.header.parent_hash,
             });
         }
+        if let Some(h) = block.hashed.filter(|h| !h.fits(block.changes)) {
+            return Err(StateDbError::HashesDoNotFit {
+                block: number,
+                hashed_accounts: h.accounts().len(),
+                hashed_slots: h.slots().len(),
+                accounts: block.changes.accounts().len(),
+                slots: block.changes.storage().len(),
+            });
+        }
         self.ensure_txn()?;
         let start = Instant::now();
         let result = self.write_block(&block, start);
@@ -577,6 +595,17 @@ impl<'db> StateWriter<'db> {
         block: &BlockToApply<'_>,
         start: Instant,
     ) -> Result<Option<RootInfo>, StateDbError> {
+        let changes = block.changes;
+        // The keys' keccak, once: the decoder's when it gave them (`apply` checked that they
+        // fit), else hashed here.
+        let owned;
+        let hashed = match block.hashed {
+            Some(h) => h,
+            None => {
+                owned = HashedKeys::of(changes);
+                &owned
+            }
+        };
         // A commit that landed meanwhile is taken in before the block reads anything (no
         // root reads the layer between roots).
         if self.in_flight.is_none() {
@@ -584,13 +613,12 @@ impl<'db> StateWriter<'db> {
         }
         self.dirty = true;
         self.group.opened.get_or_insert(start);
-        let changes = block.changes;
         if self.options.root_every == 0 {
             // The trie is off: it no longer follows the state, and the next root rebuilds it.
             self.current.trie_valid = false;
         }
         self.write_codes(changes);
-        self.write_hashed(changes)?;
+        self.write_hashed(changes, hashed)?;
         self.write_index(block.header.number, block.new_keys)?;
 
         let number = block.header.number;

@@ -78,12 +78,16 @@ impl StateWriter<'_> {
         }
     }
 
-    /// Hashes the block's keys once, for the hashed tables and for the changed-key sets.
-    pub(super) fn write_hashed(&mut self, changes: &ChangeSet) -> Result<(), StateDbError> {
+    /// Writes the block's keys by their keccak (`keys`, which fit `changes`: see
+    /// [`StateWriter::write_block`]) into the hashed tables and the changed-key sets.
+    pub(super) fn write_hashed(
+        &mut self,
+        changes: &ChangeSet,
+        keys: &HashedKeys,
+    ) -> Result<(), StateDbError> {
         let tracking = self.current.trie_valid;
         let mut hashed_accounts = Vec::with_capacity(changes.accounts().len());
-        for (address, change) in changes.accounts() {
-            let h = keccak256(address);
+        for ((_, change), &h) in changes.accounts().iter().zip(keys.accounts()) {
             if tracking {
                 if change.storage_wiped {
                     self.changed.storage_of(h);
@@ -94,17 +98,7 @@ impl StateWriter<'_> {
             hashed_accounts.push((h, change.state, change.storage_wiped));
         }
         let mut hashed_slots = Vec::with_capacity(changes.storage().len());
-        let mut last: Option<(Address, B256)> = None;
-        for (address, slot, value) in changes.storage() {
-            let h = match last {
-                Some((a, h)) if a == *address => h,
-                _ => {
-                    let h = keccak256(address);
-                    last = Some((*address, h));
-                    h
-                }
-            };
-            let s = keccak256(slot.to_be_bytes::<32>());
+        for ((_, _, value), &(h, s)) in changes.storage().iter().zip(keys.slots()) {
             if tracking {
                 self.changed.storage_of(h).push(s);
             }

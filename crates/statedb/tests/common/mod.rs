@@ -442,6 +442,7 @@ pub fn block<'a>(
         hash,
         signature: None,
         changes,
+        hashed: None,
         new_keys: keys,
         lattice: None,
         commitment: None,
