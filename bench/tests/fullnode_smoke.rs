@@ -95,6 +95,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 sparse_trie: auto_sparse_trie,
                 root: RootArg::Layered(0),
                 prefetch: false,
+                preload: false,
                 // Roots overlap through the trie in memory, which is off on a small machine.
                 overlap: auto_sparse_trie > 0,
                 // Off by default, as measured (gigas-fullnode --db.commit-thread).
@@ -237,6 +238,31 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
         s.blocks.iter().all(|b| *b <= m.last) && s.last_bytes > 0,
         "{s:?}"
     );
+
+    // The account trie loaded when the writer opens: the same state, and the load's
+    // figures beside the first block.
+    let loaded = run(&args(
+        dir.path(),
+        &bin,
+        &[
+            "--modes",
+            "live",
+            "--sparse-trie",
+            "64MiB",
+            "--preload-trie",
+            "true",
+        ],
+    ))
+    .expect("a replay with the trie loaded at open")
+    .expect("a report");
+    let r = &loaded.runs[0];
+    assert!(r.mode.preload() && r.label.contains("trie loaded at open"));
+    assert_eq!(r.final_root, live.final_root);
+    let p = r
+        .first_block
+        .and_then(|f| f.preload)
+        .expect("the load's figures");
+    assert!(p.nodes > 0 && p.bytes > 0, "{p:?}");
 
     // With --verify-execution: every timed block re-executed over the state (the recording
     // holds the block files), and the figures account for every transaction.

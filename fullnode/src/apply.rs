@@ -165,6 +165,12 @@ impl<'db> Applier<'db> {
         &self.writer
     }
 
+    /// Loads the account trie in memory with the stored trie's nodes, within its budget
+    /// ([`StateWriter::preload_account_trie`]; `--trie.preload`): only between groups.
+    pub fn preload_trie(&mut self) -> Result<Option<gigas_statedb::SparseTrieStats>, StateDbError> {
+        self.writer.preload_account_trie(usize::MAX)
+    }
+
     /// What was applied so far and where the time went.
     pub fn timings(&self) -> &ApplyTimings {
         &self.timings

@@ -66,6 +66,8 @@ pub struct FollowConfig {
     pub applied_log: Option<PathBuf>,
     /// Keep the state's lattice hash and check each diff's signed commitment.
     pub state_commitment: bool,
+    /// Load the account trie in memory with the stored nodes before the first block.
+    pub preload_trie: bool,
 }
 
 /// Why the apply thread stopped.
@@ -165,8 +167,28 @@ pub fn run(
     metrics: FollowerMetrics,
     on_head: OnHead,
 ) -> Result<(), FollowError> {
-    let applier = Applier::new(&db, config.writer, config.sequencer)?
+    let mut applier = Applier::new(&db, config.writer, config.sequencer)?
         .keep_commitment(config.state_commitment);
+    if config.preload_trie {
+        let started = Instant::now();
+        // Not loading it costs speed, not correctness: the node goes on without.
+        match applier.preload_trie() {
+            Ok(Some(trie)) => info!(
+                nodes = trie.nodes,
+                mib = trie.bytes >> 20,
+                budget_mib = trie.budget >> 20,
+                leaves = trie.loaded_leaves,
+                seconds = format!("{:.1}", started.elapsed().as_secs_f64()),
+                "loaded the account trie"
+            ),
+            Ok(None) => {
+                info!("--trie.preload: nothing to load (no account trie in memory, or no stored trie kept)")
+            }
+            Err(e) => {
+                warn!(error = %e, "could not load the account trie ahead; it fills as blocks change it")
+            }
+        }
+    }
     // Recovery replayed and emptied the log before the node started serving; a record still
     // there is at or below the head.
     let ahead = match &config.applied_log {

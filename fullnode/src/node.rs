@@ -50,6 +50,8 @@ pub struct FullNodeConfig {
     pub flush_idle: bool,
     /// Keep the state's lattice hash and check every diff's signed state commitment.
     pub state_commitment: bool,
+    /// Load the account trie in memory with the stored nodes at start (`--trie.preload`).
+    pub preload_trie: bool,
     /// Start an empty database from a snapshot instead of the genesis (`None`: genesis).
     pub bootstrap: Option<crate::bootstrap::BootstrapConfig>,
     /// Write (every K blocks) and serve snapshots of this node's state (`None`: neither).
@@ -280,6 +282,7 @@ impl FullNode {
             spec: config.chain.spec(),
             retry_after_rejection: Duration::from_secs(1),
             state_commitment: config.state_commitment,
+            preload_trie: config.preload_trie,
         };
         let backend = Arc::new(
             crate::rpc::FullNodeBackend::new(

@@ -17,11 +17,20 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     let dir = tempfile::tempdir().unwrap();
     let seq = Process::sequencer(&dir.path().join("seq"));
     // Small groups and a root every block, as a dev node; the catch-up uses ranges and the
-    // push (the node starts before the load).
+    // push (the node starts before the load). Its account trie is loaded at start.
     let mut node = Process::fullnode(
         &dir.path().join("fn"),
         &seq.url,
-        &["--root-every", "1", "--prefetch", "true"],
+        &[
+            "--root-every",
+            "1",
+            "--prefetch",
+            "true",
+            "--trie.sparse-size",
+            "64MiB",
+            "--trie.preload",
+            "true",
+        ],
     );
     // A second node re-executes every block and compares it with the diff (the stateless
     // challenger's check); it halts on any difference.

@@ -200,6 +200,22 @@ pub struct FirstBlockFigures {
     pub changes: u64,
     /// Seconds to decode, verify, write and root it (waiting for a root that runs on).
     pub seconds: f64,
+    /// With `--preload-trie`: seconds the account trie took to load when the writer
+    /// opened, before this block, and what it held then.
+    pub preload: Option<PreloadFigures>,
+}
+
+/// The account trie loaded at open (`--preload-trie`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PreloadFigures {
+    /// Seconds it took.
+    pub seconds: f64,
+    /// Nodes it held after.
+    pub nodes: u64,
+    /// Bytes it held after, estimated.
+    pub bytes: u64,
+    /// Leaves read (and hashed) to load the stored nodes' lone leaves.
+    pub leaves: u64,
 }
 
 /// The writer's in-memory account trie at the end of a run (its counters cover the warm-up

@@ -280,6 +280,12 @@ pub struct FullnodeArgs {
     /// both, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub prefetch: Vec<bool>,
+    /// Live mode: the account trie in memory is loaded with the stored trie's nodes, on every
+    /// core, when the writer opens, before the warm-up (`gigas-fullnode --trie.preload`, off
+    /// by default): the trie a long run would hold, at the cost of the load (reported with
+    /// the first block); `false,true` runs both, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
+    pub preload_trie: Vec<bool>,
     /// Live mode: each root runs while the next blocks are decoded and written
     /// (`gigas-fullnode --trie.overlap-roots`, on by default; with the account trie in
     /// memory only); `false,true` runs both, alternating in every round.
@@ -429,7 +435,11 @@ impl FullnodeArgs {
                             .map(move |s| (t, s.resolve(limit, memory::auto_sparse_trie_bytes)))
                     }) {
                         for &root in &self.root {
-                            for &prefetch in &self.prefetch {
+                            for (&prefetch, &preload) in self
+                                .prefetch
+                                .iter()
+                                .flat_map(|p| self.preload_trie.iter().map(move |l| (p, l)))
+                            {
                                 for (&overlap, &commit_thread) in self
                                     .overlap_roots
                                     .iter()
@@ -442,6 +452,7 @@ impl FullnodeArgs {
                                         sparse_trie,
                                         root,
                                         prefetch,
+                                        preload,
                                         overlap,
                                         commit_thread,
                                         write_map,

@@ -93,6 +93,9 @@ pub enum Mode {
         root: RootArg,
         /// A prefetch thread reads each block's pages ahead (`gigas_fullnode::prefetch`).
         prefetch: bool,
+        /// The account trie in memory is loaded with the stored nodes when the writer
+        /// opens ([`gigas_statedb::StateWriter::preload_account_trie`]).
+        preload: bool,
         /// Roots run while the next blocks are written
         /// ([`WriterOptions::overlap_roots`]).
         overlap: bool,
@@ -125,6 +128,11 @@ impl Mode {
         match *self {
             Self::Batched { sync, .. } | Self::Live { sync, .. } => sync,
         }
+    }
+
+    /// Whether the writer loads the account trie's stored nodes when it opens.
+    pub fn preload(&self) -> bool {
+        matches!(self, Self::Live { preload: true, .. })
     }
 
     /// Whether the run's database uses MDBX's write map.
@@ -175,6 +183,7 @@ impl Mode {
             sparse_trie,
             root,
             prefetch,
+            preload,
             overlap,
             commit_thread,
             ..
@@ -196,6 +205,9 @@ impl Mode {
             }
             if prefetch {
                 parts.push("prefetch".into());
+            }
+            if preload {
+                parts.push("trie loaded at open".into());
             }
         }
         if self.write_map() {
@@ -224,11 +236,12 @@ impl Mode {
                 sparse_trie,
                 root,
                 prefetch,
+                preload,
                 overlap,
                 commit_thread,
                 ..
             } => format!(
-                "live-{}{}-tc{}{}-{}{}{}{}",
+                "live-{}{}-tc{}{}-{}{}{}{}{}",
                 if group == 1 {
                     String::new()
                 } else {
@@ -244,7 +257,8 @@ impl Mode {
                 root.short(),
                 if overlap { "-ov" } else { "" },
                 if commit_thread { "-ct" } else { "" },
-                if prefetch { "-pf" } else { "" }
+                if prefetch { "-pf" } else { "" },
+                if preload { "-pl" } else { "" }
             ),
         };
         if self.write_map() {

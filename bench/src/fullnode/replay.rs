@@ -242,6 +242,20 @@ impl Replay<'_> {
         let every_commit = options.durability.every_commit();
         let db = StateDb::open(dir, options)?;
         let mut applier = Applier::new(&db, writer_options, self.sequencer)?;
+        let preload = if mode.preload() {
+            let started = Instant::now();
+            let stats = applier
+                .preload_trie()
+                .wrap_err("loading the account trie")?;
+            stats.map(|s| PreloadFigures {
+                seconds: started.elapsed().as_secs_f64(),
+                nodes: s.nodes,
+                bytes: s.bytes,
+                leaves: s.loaded_leaves,
+            })
+        } else {
+            None
+        };
         // Live modes pay what the node pays to serve each block before its group commits:
         // the applied-block log and the redo records (the node's `gigas_fullnode::ahead`).
         let mut serving = match mode.kind() {
@@ -288,6 +302,7 @@ impl Replay<'_> {
                 first_block = Some(FirstBlockFigures {
                     changes: applied.changes,
                     seconds: start.elapsed().as_secs_f64(),
+                    preload,
                 });
             }
             if applier.should_commit() {

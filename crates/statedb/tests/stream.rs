@@ -423,6 +423,52 @@ fn key_hashes_that_do_not_fit_the_block_are_refused_and_leave_no_trace() {
     assert_eq!(root.map(|r| r.root), Some(run.model.root()));
 }
 
+/// The account trie in memory loaded ahead (`preload_account_trie`) at the start and
+/// between groups, then changed by roots: every root equals the model's, whole and within
+/// a budget that stops the loading part way. An open group refuses it.
+#[test]
+fn the_account_trie_loaded_ahead_gives_the_same_roots() {
+    for (seed, budget) in [(71, 64 << 20), (73, 24 << 10)] {
+        let mut run = Run::with_accounts(seed, 3000);
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        apply_genesis(&db, &run.chain, &run.model, 97);
+        let mut writer = db
+            .writer(WriterOptions {
+                root_every: 1,
+                overlap_roots: false,
+                root_threads: 4,
+                sparse_trie_bytes: budget,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        let first = writer
+            .preload_account_trie(usize::MAX)
+            .unwrap()
+            .expect("a trie in memory");
+        assert!(first.nodes > 0 && first.loaded_leaves > 0, "{first:?}");
+        assert!(
+            first.bytes <= (budget / 4 * 3 + 8192) as u64,
+            "{first:?} over three quarters of {budget}"
+        );
+        for i in 0..45 {
+            let root = run.step(&mut writer).expect("a root every block");
+            let number = run.chain.parent.number;
+            assert_eq!(root, run.model.root(), "seed {seed}, block {number}");
+            if i % 15 == 14 {
+                writer.commit().unwrap();
+                let again = writer.preload_account_trie(usize::MAX).unwrap().unwrap();
+                assert!(again.nodes > 0, "{again:?}");
+            }
+        }
+        run.step(&mut writer);
+        assert!(matches!(
+            writer.preload_account_trie(usize::MAX),
+            Err(StateDbError::Invariant { .. })
+        ));
+    }
+}
+
 #[test]
 fn random_stream_sorted_hashed_writes() {
     stream(HashedWrites::SortedPerGroup, 1, 64 << 20);

@@ -28,7 +28,7 @@ use crate::trie::walk::{TrieRun, TrieSource};
 
 mod parallel;
 
-pub(crate) use parallel::{layered_root, LayeredRoot, Parallelism};
+pub(crate) use parallel::{layered_root, preload_sparse_accounts, LayeredRoot, Parallelism};
 
 /// Branch nodes changed since the last commit, by path (`None`: removed).
 pub(crate) type NodeLayer = BTreeMap<Nibbles, Option<BranchNodeCompact>>;

@@ -297,6 +297,45 @@ impl<'db> StateWriter<'db> {
         self.sparse.stats()
     }
 
+    /// Loads the account trie held in memory ([`WriterOptions::sparse_trie_bytes`]) with
+    /// the stored branch nodes, the upper levels first, until it holds `max_bytes` (at most
+    /// three quarters of its budget, the level a fold leaves): what roots would load at each
+    /// subtrie's first change, read ahead on every core. A node that starts holds then what
+    /// a long run would have loaded, and its first blocks do not pay for it. Returns the
+    /// trie's figures after, `None` when there is no trie in memory to load (off, or the
+    /// stored trie not kept). Only between groups: with no block in the open group, no
+    /// root and no commit under way.
+    pub fn preload_account_trie(
+        &mut self,
+        max_bytes: usize,
+    ) -> Result<Option<SparseTrieStats>, StateDbError> {
+        if !self.sparse.enabled() || !self.current.trie_valid {
+            return Ok(None);
+        }
+        if self.dirty || self.in_flight.is_some() || self.committing.is_some() {
+            return Err(StateDbError::Invariant {
+                what: "the account trie is loaded ahead only between groups (no open block, \
+                       root or commit)"
+                    .into(),
+            });
+        }
+        let max_bytes = max_bytes.min(self.sparse.budget() / 4 * 3);
+        let result = layer::preload_sparse_accounts(
+            self.db.env(),
+            self.db.dbs(),
+            &self.hashed,
+            self.parallelism(),
+            &self.sparse,
+            max_bytes,
+        );
+        if result.is_err() {
+            // A part may be half loaded: the next root sets the trie up again.
+            self.sparse.clear();
+        }
+        result?;
+        Ok(Some(self.sparse.stats()))
+    }
+
     /// The trie cache's counters and size.
     pub fn trie_cache_stats(&self) -> TrieCacheStats {
         self.trie_cache.stats()

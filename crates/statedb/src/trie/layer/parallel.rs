@@ -417,6 +417,42 @@ fn sparse_account_root(
     Ok((run, computed, leaves))
 }
 
+/// Loads the stored branch nodes of the account trie into `sparse` ahead of any root
+/// ([`crate::trie::sparse::SparseTrie::preload`]), each of its sixteen parts a job on
+/// `parallelism`'s threads, until the parts hold `max_bytes` together. The trie must
+/// describe the last commit with `layer` over it and no root may be running (its parts are
+/// locked one at a time, as a root's jobs lock them). Returns the leaves read.
+pub(crate) fn preload_sparse_accounts(
+    env: &Environment,
+    dbs: &Dbs,
+    layer: &TrieLayer,
+    parallelism: Parallelism,
+    sparse: &SparseAccounts,
+    max_bytes: usize,
+) -> Result<u64, StateDbError> {
+    if !sparse.ready() {
+        let txn = env.begin_ro_unsync().map_err(StateDbError::mdbx(
+            "begin a read transaction to load the trie",
+        ))?;
+        sparse.set_up(root_node(dbs, &txn, layer)?.as_ref())?;
+    }
+    // The storage roots an account's leaf needs are the committed ones: the layer's
+    // accounts with changed storage were rooted with it.
+    let known = B256Map::default();
+    let per_part = max_bytes / 16;
+    let done = run_jobs(env, 16, parallelism.threads, &|txn, i| {
+        let mut source = accounts_over_layer(dbs, txn, layer, &known, None)?;
+        let mut part = sparse.part(i as u8)?;
+        let mut emitted = Emitted::default();
+        part.preload(&mut source, &mut emitted, per_part)?;
+        Ok(emitted.leaves_read)
+    })?;
+    let leaves: u64 = done.iter().sum();
+    sparse.loaded(leaves);
+    sparse.enforce_budget()?;
+    Ok(leaves)
+}
+
 /// The account trie's root node as the layer has it, else as committed.
 fn root_node<K: TransactionKind>(
     dbs: &Dbs,

@@ -132,6 +132,11 @@ impl SparseAccounts {
         self.roots.fetch_add(1, Ordering::Relaxed).saturating_add(1)
     }
 
+    /// Its budget in bytes (0: off).
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Whether roots use it.
     pub(crate) fn enabled(&self) -> bool {
         self.budget > 0

@@ -313,6 +313,95 @@ impl SparseTrie {
         Ok(())
     }
 
+    /// Loads the stored branch nodes under its top, breadth first (the upper levels first),
+    /// until it holds `max_bytes` or none is left: what roots would load at each subtrie's
+    /// first change, read ahead, so that a node that starts holds what a long run would.
+    /// A stored node's lone leaves come as their hashes, as a root loads them; subtries
+    /// that hold no stored node (a few leaves) stay stubs. Changes nothing: a loaded node
+    /// keeps the encoding its stub gave, and nothing loaded is drained.
+    pub(crate) fn preload<S: TrieSource>(
+        &mut self,
+        source: &mut S,
+        emitted: &mut Emitted,
+        max_bytes: usize,
+    ) -> Result<(), StateDbError> {
+        self.ensure_top(source, emitted)?;
+        let base = self.base;
+        if let Slot::Stub {
+            rlp,
+            branch: true,
+            stored: true,
+        } = &self.top
+        {
+            let rlp = rlp.clone();
+            let slot = self.load(&base, true, source, emitted)?;
+            self.top = self.adopt(slot, rlp);
+        }
+        let mut level = match self.top {
+            Slot::Node(id) => vec![(id, base)],
+            _ => Vec::new(),
+        };
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for (id, path) in level {
+                // Index 16 stands for an extension's child.
+                let (children, below): (Vec<(usize, Slot)>, Nibbles) = match &self.nodes[id].kind {
+                    Kind::Branch { children, .. } => {
+                        (children.iter().cloned().enumerate().collect(), path)
+                    }
+                    Kind::Extension { key, child } => (vec![(16, child.clone())], path.join(key)),
+                    Kind::Leaf { .. } => continue,
+                };
+                for (i, child) in children {
+                    let mut at = below;
+                    if i < 16 {
+                        at.push(i as u8);
+                    }
+                    let rlp = match child {
+                        Slot::Node(c) => {
+                            next.push((c, at));
+                            continue;
+                        }
+                        Slot::Stub {
+                            rlp,
+                            branch: true,
+                            stored: true,
+                        } => rlp,
+                        _ => continue,
+                    };
+                    if self.bytes >= max_bytes {
+                        return Ok(());
+                    }
+                    let loaded = self.load(&at, true, source, emitted)?;
+                    let loaded = self.adopt(loaded, rlp);
+                    if let Slot::Node(c) = loaded {
+                        next.push((c, at));
+                    }
+                    match &mut self.nodes[id].kind {
+                        Kind::Branch { children, .. } if i < 16 => children[i] = loaded,
+                        Kind::Extension { child, .. } => *child = loaded,
+                        _ => {}
+                    }
+                }
+            }
+            level = next;
+        }
+        Ok(())
+    }
+
+    /// A stored branch loaded in place of its stub keeps the stub's encoding: its parent's
+    /// encoding, cached, still holds, and pruning can fold it back.
+    fn adopt(&mut self, slot: Slot, rlp: RlpNode) -> Slot {
+        if let Slot::Node(id) = slot {
+            let node = &mut self.nodes[id];
+            if let Kind::Branch { stored: true, .. } = node.kind {
+                node.rlp = Some(rlp);
+                node.tree = true;
+            }
+        }
+        slot
+    }
+
     /// The top's encoding (`None`: the trie is empty) and mask bits, hashing what changed
     /// and emitting the changed branch nodes. The top must be known ([`Self::ensure_top`]).
     pub(crate) fn hash(
@@ -1346,6 +1435,17 @@ mod tests {
     /// rounds and pruned hard every few: each root and every stored node as a walk
     /// computes them, and the root as a hash builder over all leaves computes it.
     fn rounds(keys: u64, first: u64, seed: u64, prune_every: u64) {
+        rounds_preloading(keys, first, seed, prune_every, None);
+    }
+
+    /// [`rounds`], loading the stored nodes ahead within `preload` bytes every fifth round.
+    fn rounds_preloading(
+        keys: u64,
+        first: u64,
+        seed: u64,
+        prune_every: u64,
+        preload: Option<usize>,
+    ) {
         let mut mem = Memory::default();
         let mut rng = Rng(seed);
         let mut trie = SparseTrie::unknown(Nibbles::new(), true);
@@ -1447,6 +1547,25 @@ mod tests {
             let mut none = Vec::new();
             trie.drain(&mut none);
             assert!(none.is_empty(), "round {round}: drained twice");
+            if let Some(bytes) = preload.filter(|_| round % 5 == 2) {
+                // Loading ahead changes nothing: the same root, nothing hashed, nothing
+                // to store.
+                let before = trie.len();
+                let mut loading = Emitted::default();
+                trie.preload(&mut mem, &mut loading, bytes).unwrap();
+                assert!(
+                    trie.len() >= before,
+                    "round {round}: preloading freed nodes"
+                );
+                let mut again = Emitted::default();
+                assert_eq!(trie.root(&mut again).unwrap(), root, "round {round}");
+                assert_eq!(
+                    again.hashed, 0,
+                    "round {round}: a loaded node lost its hash"
+                );
+                trie.drain(&mut none);
+                assert!(none.is_empty(), "round {round}: preloading drained");
+            }
         }
         if keys >= 1000 {
             assert!(loaded_from_leaves > 0);
@@ -1471,6 +1590,71 @@ mod tests {
         // Tiny tries: a lone leaf, extensions at the top, everything deleted and back.
         rounds(6, 1, 3, 0);
         rounds(40, 5, 5, 2);
+    }
+
+    #[test]
+    fn preloaded_tries_agree_with_the_walk() {
+        rounds_preloading(3000, 2000, 13, 0, Some(usize::MAX));
+        // Within a budget that stops it part way, and pruned back hard after.
+        rounds_preloading(3000, 2000, 17, 0, Some(40_000));
+        rounds_preloading(3000, 2000, 19, 3, Some(usize::MAX));
+        rounds_preloading(40, 5, 23, 2, Some(usize::MAX));
+    }
+
+    #[test]
+    fn preload_loads_every_stored_node_and_a_change_reads_few_leaves() {
+        let mut mem = Memory::default();
+        let mut rng = Rng(5);
+        for i in 0..5000u64 {
+            mem.leaves.insert(
+                keccak256(i.to_be_bytes()),
+                U256::from(rng.next() % 1000 + 1),
+            );
+        }
+        let built = walk::run(&mut mem, &PrefixSet::all(), Vec::new(), true).unwrap();
+        mem.nodes.extend(built.updates);
+        let mut trie = SparseTrie::unknown(Nibbles::new(), true);
+        trie.begin();
+        let mut emitted = Emitted::default();
+        trie.preload(&mut mem, &mut emitted, usize::MAX).unwrap();
+        let stored = mem.nodes.len();
+        assert!(
+            trie.len() >= stored,
+            "{} nodes loaded of {stored} stored",
+            trie.len()
+        );
+        // The lone leaves under stored nodes were read (a quarter or so of the keys).
+        assert!(emitted.leaves_read > 500, "{}", emitted.leaves_read);
+        let mut hashing = Emitted::default();
+        assert_eq!(trie.root(&mut hashing).unwrap(), reference(&mem.leaves));
+        // Hardly anything was hashed: what was loaded in place of a stub kept its hash.
+        assert!(hashing.hashed < 20, "{} nodes hashed", hashing.hashed);
+        // A change now reads at most the few leaves of the unstored subtrie it enters, not
+        // the siblings of a stored node.
+        let key = keccak256(17u64.to_be_bytes());
+        mem.leaves.insert(key, U256::from(123_456));
+        let mut changing = Emitted::default();
+        trie.begin();
+        trie.set(
+            &Nibbles::unpack(key),
+            Some(alloy_rlp::encode(U256::from(123_456))),
+            &mut mem,
+            &mut changing,
+        )
+        .unwrap();
+        assert_eq!(trie.root(&mut changing).unwrap(), reference(&mem.leaves));
+        assert!(
+            changing.leaves_read <= 8,
+            "{} leaves read",
+            changing.leaves_read
+        );
+        // Within a budget it stops once it holds it (one stored node's load past it).
+        let mut small = SparseTrie::unknown(Nibbles::new(), true);
+        small
+            .preload(&mut mem, &mut Emitted::default(), 20_000)
+            .unwrap();
+        assert!(small.len() < trie.len());
+        assert!(small.bytes() < 20_000 + 4 * (NODE_BYTES + BRANCH_BYTES) + 4096);
     }
 
     #[test]
