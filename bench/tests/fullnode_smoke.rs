@@ -258,10 +258,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     let r = &loaded.runs[0];
     assert!(r.mode.preload() && r.label.contains("trie loaded at open"));
     assert_eq!(r.final_root, live.final_root);
-    let p = r
-        .first_block
-        .and_then(|f| f.preload)
-        .expect("the load's figures");
+    let p = r.preload.expect("the load's figures");
     assert!(p.nodes > 0 && p.bytes > 0, "{p:?}");
 
     // With --verify-execution: every timed block re-executed over the state (the recording

@@ -190,6 +190,9 @@ pub struct RunResult {
     /// The first block with changes after the database was opened (the first warm-up
     /// block), its root included; `None` without warm-up blocks.
     pub first_block: Option<FirstBlockFigures>,
+    /// With `--preload-trie`: the account trie loaded when the writer opened, before any
+    /// block (`None` without it, or with no trie in memory to load).
+    pub preload: Option<PreloadFigures>,
 }
 
 /// The first block with changes a fresh writer applied: the cost of a restart, with the
@@ -200,9 +203,6 @@ pub struct FirstBlockFigures {
     pub changes: u64,
     /// Seconds to decode, verify, write and root it (waiting for a root that runs on).
     pub seconds: f64,
-    /// With `--preload-trie`: seconds the account trie took to load when the writer
-    /// opened, before this block, and what it held then.
-    pub preload: Option<PreloadFigures>,
 }
 
 /// The account trie loaded at open (`--preload-trie`).

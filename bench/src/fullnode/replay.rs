@@ -302,7 +302,6 @@ impl Replay<'_> {
                 first_block = Some(FirstBlockFigures {
                     changes: applied.changes,
                     seconds: start.elapsed().as_secs_f64(),
-                    preload,
                 });
             }
             if applier.should_commit() {
@@ -538,6 +537,7 @@ impl Replay<'_> {
             trie_cache,
             sparse_trie,
             first_block,
+            preload,
             commits,
             mdbx_commit_seconds: mdbx_commit,
             syncs,

@@ -364,15 +364,21 @@ fn stream_of(
 /// A trie cache budget smaller than one root's nodes: every root evicts.
 const TINY_CACHE: usize = 2048;
 
+/// A database in a temporary directory holding `run`'s genesis.
+fn genesis_db(run: &Run) -> (tempfile::TempDir, gigas_statedb::StateDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    apply_genesis(&db, &run.chain, &run.model, 97);
+    (dir, db)
+}
+
 /// Hashes that do not fit the block's ChangeSet (another block's) are refused before
 /// anything is written: the tip and the open group stay, and the block with its own hashes
 /// applies after.
 #[test]
 fn key_hashes_that_do_not_fit_the_block_are_refused_and_leave_no_trace() {
     let mut run = Run::new(61);
-    let dir = tempfile::tempdir().unwrap();
-    let db = open(dir.path());
-    apply_genesis(&db, &run.chain, &run.model, 97);
+    let (_dir, db) = genesis_db(&run);
     let mut writer = db
         .writer(WriterOptions {
             root_every: 1,
@@ -430,9 +436,7 @@ fn key_hashes_that_do_not_fit_the_block_are_refused_and_leave_no_trace() {
 fn the_account_trie_loaded_ahead_gives_the_same_roots() {
     for (seed, budget) in [(71, 64 << 20), (73, 24 << 10)] {
         let mut run = Run::with_accounts(seed, 3000);
-        let dir = tempfile::tempdir().unwrap();
-        let db = open(dir.path());
-        apply_genesis(&db, &run.chain, &run.model, 97);
+        let (_dir, db) = genesis_db(&run);
         let mut writer = db
             .writer(WriterOptions {
                 root_every: 1,

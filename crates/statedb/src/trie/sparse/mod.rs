@@ -1575,6 +1575,21 @@ mod tests {
         }
     }
 
+    /// `keys` random leaves with every branch node a rebuild stores.
+    fn stored_trie(keys: u64, seed: u64) -> Memory {
+        let mut mem = Memory::default();
+        let mut rng = Rng(seed);
+        for i in 0..keys {
+            mem.leaves.insert(
+                keccak256(i.to_be_bytes()),
+                U256::from(rng.next() % 1000 + 1),
+            );
+        }
+        let built = walk::run(&mut mem, &PrefixSet::all(), Vec::new(), true).unwrap();
+        mem.nodes.extend(built.updates);
+        mem
+    }
+
     #[test]
     fn roots_and_stored_nodes_match_the_walk() {
         rounds(3000, 2000, 7, 0);
@@ -1603,16 +1618,7 @@ mod tests {
 
     #[test]
     fn preload_loads_every_stored_node_and_a_change_reads_few_leaves() {
-        let mut mem = Memory::default();
-        let mut rng = Rng(5);
-        for i in 0..5000u64 {
-            mem.leaves.insert(
-                keccak256(i.to_be_bytes()),
-                U256::from(rng.next() % 1000 + 1),
-            );
-        }
-        let built = walk::run(&mut mem, &PrefixSet::all(), Vec::new(), true).unwrap();
-        mem.nodes.extend(built.updates);
+        let mut mem = stored_trie(5000, 5);
         let mut trie = SparseTrie::unknown(Nibbles::new(), true);
         trie.begin();
         let mut emitted = Emitted::default();
@@ -1660,16 +1666,7 @@ mod tests {
     #[test]
     fn loads_a_stored_trie_it_never_saw() {
         // A trie stored by a rebuild, then changed through a fresh sparse trie.
-        let mut mem = Memory::default();
-        let mut rng = Rng(99);
-        for i in 0..5000u64 {
-            mem.leaves.insert(
-                keccak256(i.to_be_bytes()),
-                U256::from(rng.next() % 1000 + 1),
-            );
-        }
-        let built = walk::run(&mut mem, &PrefixSet::all(), Vec::new(), true).unwrap();
-        mem.nodes.extend(built.updates);
+        let mut mem = stored_trie(5000, 99);
         let mut trie = SparseTrie::unknown(Nibbles::new(), true);
         trie.begin();
         let mut emitted = Emitted::default();
