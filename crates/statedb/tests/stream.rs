@@ -13,11 +13,13 @@ use common::{
     Rng,
 };
 use gigas_evm::revm::database_interface::DatabaseRef;
+use gigas_primitives::ChangeSet;
 use gigas_statedb::{
     BlockToApply, HashedWrites, RootInfo, StateDbError, StateWriter, WriterOptions,
 };
 use gigas_statediff::{
-    decode_body, encode_body, HashedKeys, KeyIndex, MemoryKeyIndex, PriorValues,
+    decode_body, encode_body, DecodedBody, HashedKeys, KeyIndex, MemoryKeyIndex, PackedBody,
+    PriorValues,
 };
 
 const ACCOUNTS: u64 = 400;
@@ -58,17 +60,23 @@ impl Run {
         self.step_info(writer).map(|r| r.root)
     }
 
-    /// [`Run::step`], with all the writer said about its root.
-    fn step_info(&mut self, writer: &mut StateWriter<'_>) -> Option<RootInfo> {
+    /// The next block: its number, its changes, its body as the sequencer packs it (against
+    /// the run's index and the model's prior values) and the body decoded against `writer`
+    /// (the open group included) as a follower decodes it.
+    fn next_body(&mut self, writer: &StateWriter<'_>) -> (u64, ChangeSet, PackedBody, DecodedBody) {
         let number = self.chain.parent.number + 1;
         let raw = random_changes(&mut self.rng, &self.model, self.accounts, number);
         let changes = consistent(raw, &self.model);
-        // The sequencer's side: pack against its index and the model's prior values.
         let prior = PriorValues::capture(&changes, &common::ModelPrior(&self.model)).unwrap();
         let body = encode_body(&changes, &self.index, &prior).unwrap();
-        // The follower's side: decode against the writer.
         let decoded = decode_body(&body.bytes, writer, writer)
             .unwrap_or_else(|e| panic!("block {number} does not decode against the writer: {e}"));
+        (number, changes, body, decoded)
+    }
+
+    /// [`Run::step`], with all the writer said about its root.
+    fn step_info(&mut self, writer: &mut StateWriter<'_>) -> Option<RootInfo> {
+        let (number, changes, body, decoded) = self.next_body(writer);
         assert_eq!(decoded.changes, changes, "block {number}");
         assert_eq!(decoded.new_keys, body.new_keys, "block {number}");
         assert_eq!(decoded.hashed, HashedKeys::of(&changes), "block {number}");
@@ -387,12 +395,7 @@ fn key_hashes_that_do_not_fit_the_block_are_refused_and_leave_no_trace() {
         .unwrap();
     run.step(&mut writer);
     let tip = writer.tip();
-    let number = run.chain.parent.number + 1;
-    let raw = random_changes(&mut run.rng, &run.model, run.accounts, number);
-    let changes = consistent(raw, &run.model);
-    let prior = PriorValues::capture(&changes, &common::ModelPrior(&run.model)).unwrap();
-    let body = encode_body(&changes, &run.index, &prior).unwrap();
-    let decoded = decode_body(&body.bytes, &writer, &writer).unwrap();
+    let (_, changes, body, decoded) = run.next_body(&writer);
     let (header, hash) = run.chain.next(&changes);
     // The same block less its last account: one account hash too many for it.
     assert!(!changes.accounts().is_empty());
@@ -1053,12 +1056,7 @@ fn a_failed_commit_on_the_commit_thread_discards_both_groups() {
     models.insert(writer.tip().number, run.model.clone());
     let mut failed = None;
     for _ in 0..2000 {
-        let number = run.chain.parent.number + 1;
-        let raw = random_changes(&mut run.rng, &run.model, run.accounts, number);
-        let changes = consistent(raw, &run.model);
-        let prior = PriorValues::capture(&changes, &common::ModelPrior(&run.model)).unwrap();
-        let body = encode_body(&changes, &run.index, &prior).unwrap();
-        let decoded = decode_body(&body.bytes, &writer, &writer).unwrap();
+        let (number, changes, body, decoded) = run.next_body(&writer);
         assert_eq!(decoded.changes, changes, "block {number}");
         let (header, hash) = run.chain.next(&changes);
         // A failed commit surfaces at the first call that takes it in.
