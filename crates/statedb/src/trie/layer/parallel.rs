@@ -436,8 +436,9 @@ pub(crate) fn preload_sparse_accounts(
         ))?;
         sparse.set_up(root_node(dbs, &txn, layer)?.as_ref())?;
     }
-    // The storage roots an account's leaf needs are the committed ones: the layer's
-    // accounts with changed storage were rooted with it.
+    // No storage root is known ahead: an account whose storage the layer changed gets its
+    // root walked over the layer, any other the committed one (the writer loads only
+    // between groups, when the layer holds no change).
     let known = B256Map::default();
     let per_part = max_bytes / 16;
     let done = run_jobs(env, 16, parallelism.threads, &|txn, i| {
