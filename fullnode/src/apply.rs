@@ -215,16 +215,7 @@ impl<'db> Applier<'db> {
     /// Writes a verified diff into the open group (and the root, when due).
     pub fn write(&mut self, diff: &VerifiedDiff) -> Result<AppliedBlock, ApplyError> {
         let start = Instant::now();
-        let root = self.writer.apply(BlockToApply {
-            header: &diff.header,
-            hash: diff.hash,
-            signature: Some(diff.signature),
-            changes: &diff.changes,
-            hashed: Some(&diff.hashed),
-            new_keys: &diff.new_keys,
-            lattice: diff.lattice.as_ref(),
-            commitment: diff.commitment,
-        })?;
+        let root = self.writer.apply(BlockToApply::from(diff))?;
         let elapsed = start.elapsed().as_secs_f64();
         // An overlapped root costs this thread only its start and the wait for it.
         let trie = root.as_ref().map_or(0.0, |r| r.waited_seconds);

@@ -282,8 +282,8 @@ pub struct FullnodeArgs {
     pub prefetch: Vec<bool>,
     /// Live mode: the account trie in memory is loaded with the stored trie's nodes, on every
     /// core, when the writer opens, before the warm-up (`gigas-fullnode --trie.preload`, off
-    /// by default): the trie a long run would hold, at the cost of the load (reported with
-    /// the first block); `false,true` runs both, alternating in every round.
+    /// by default): the trie a long run would hold, at the cost of the load (its own section
+    /// of the report); `false,true` runs both, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub preload_trie: Vec<bool>,
     /// Live mode: each root runs while the next blocks are decoded and written

@@ -109,7 +109,14 @@ pub fn lattice_delta<P: PriorState + ?Sized>(
     new_keys: &[StateKey],
     parallel: bool,
 ) -> Result<LatticeHash, StoreError> {
-    delta(changes, None, prior, first_index, new_keys, parallel)
+    lattice_delta_hashed(
+        changes,
+        &HashedKeys::of(changes),
+        prior,
+        first_index,
+        new_keys,
+        parallel,
+    )
 }
 
 /// [`lattice_delta`] with the keys' keccak already computed (`hashed`, as the decoder gives
@@ -131,31 +138,11 @@ pub fn lattice_delta_hashed<P: PriorState + ?Sized>(
             changes.storage().len()
         )));
     }
-    delta(
-        changes,
-        Some(hashed),
-        prior,
-        first_index,
-        new_keys,
-        parallel,
-    )
-}
-
-/// [`lattice_delta`]; `hashed`, when given, fits `changes`. Without it a key is hashed only
-/// when its element changes (the sequencer's path).
-fn delta<P: PriorState + ?Sized>(
-    changes: &ChangeSet,
-    hashed: Option<&HashedKeys>,
-    prior: &P,
-    first_index: u64,
-    new_keys: &[StateKey],
-    parallel: bool,
-) -> Result<LatticeHash, StoreError> {
     let mut elements: Vec<(bool, Element)> = Vec::with_capacity(
         2 * (changes.accounts().len() + changes.storage().len()) + new_keys.len(),
     );
     let mut wiped: Vec<Address> = Vec::new();
-    for (i, (address, change)) in changes.accounts().iter().enumerate() {
+    for ((address, change), &hashed) in changes.accounts().iter().zip(hashed.accounts()) {
         if change.storage_wiped {
             wiped.push(*address);
         }
@@ -163,10 +150,6 @@ fn delta<P: PriorState + ?Sized>(
         if before == change.state {
             continue;
         }
-        let hashed = match hashed {
-            Some(h) => h.accounts()[i],
-            None => keccak256(address),
-        };
         if let Some(before) = before {
             elements.push((false, Element::Account(hashed, before)));
         }
@@ -174,7 +157,9 @@ fn delta<P: PriorState + ?Sized>(
             elements.push((true, Element::Account(hashed, after)));
         }
     }
-    for (i, (address, slot, value)) in changes.storage().iter().enumerate() {
+    for ((address, slot, value), &(hashed_address, hashed_slot)) in
+        changes.storage().iter().zip(hashed.slots())
+    {
         // `wiped` is in address order, as the ChangeSet's accounts are.
         let before = if wiped.binary_search(address).is_ok() {
             U256::ZERO
@@ -184,10 +169,6 @@ fn delta<P: PriorState + ?Sized>(
         if before == *value {
             continue;
         }
-        let (hashed_address, hashed_slot) = match hashed {
-            Some(h) => h.slots()[i],
-            None => (keccak256(address), keccak256(slot.to_be_bytes::<32>())),
-        };
         if !before.is_zero() {
             elements.push((false, Element::Slot(hashed_address, hashed_slot, before)));
         }

@@ -9,7 +9,7 @@
 //! The hashes are only as good as their alignment with the ChangeSet they came with, so the
 //! type keeps them private: they are made here, by [`HashedKeys::of`] or by the decoder from the
 //! same keys in the same order, and a consumer checks [`HashedKeys::fits`] before it trusts
-//! them (a mismatch is a bug, and it falls back to hashing).
+//! them (a mismatch is a caller's bug, refused as an error).
 
 use alloy_primitives::{keccak256, Address, B256};
 use gigas_primitives::ChangeSet;

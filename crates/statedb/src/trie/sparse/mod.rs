@@ -104,6 +104,29 @@ struct Info {
 /// The leaf a source stands at (`None`: past the last).
 type Next<S> = Option<(B256, <S as TrieSource>::Leaf)>;
 
+/// What [`SparseTrie::preload`] does with a child: go down into a loaded node, or load the
+/// stored branch a stub stands for (keeping its encoding).
+enum Visit {
+    Node(u32),
+    Stub(RlpNode),
+}
+
+impl Visit {
+    /// `None`: nothing to load under it (empty, a leaf's hash, or a subtrie with no stored
+    /// node).
+    fn of(slot: &Slot) -> Option<Self> {
+        match slot {
+            Slot::Node(id) => Some(Self::Node(*id)),
+            Slot::Stub {
+                rlp,
+                branch: true,
+                stored: true,
+            } => Some(Self::Stub(rlp.clone())),
+            _ => None,
+        }
+    }
+}
+
 /// What a root's loads and hashing did.
 #[derive(Debug, Default)]
 pub(crate) struct Emitted {
@@ -327,13 +350,7 @@ impl SparseTrie {
     ) -> Result<(), StateDbError> {
         self.ensure_top(source, emitted)?;
         let base = self.base;
-        if let Slot::Stub {
-            rlp,
-            branch: true,
-            stored: true,
-        } = &self.top
-        {
-            let rlp = rlp.clone();
+        if let Some(Visit::Stub(rlp)) = Visit::of(&self.top) {
             let slot = self.load(&base, true, source, emitted)?;
             self.top = self.adopt(slot, rlp);
         }
@@ -344,30 +361,33 @@ impl SparseTrie {
         while !level.is_empty() {
             let mut next = Vec::new();
             for (id, path) in level {
-                // Index 16 stands for an extension's child.
-                let (children, below): (Vec<(usize, Slot)>, Nibbles) = match &self.nodes[id].kind {
-                    Kind::Branch { children, .. } => {
-                        (children.iter().cloned().enumerate().collect(), path)
-                    }
-                    Kind::Extension { key, child } => (vec![(16, child.clone())], path.join(key)),
+                // The children to go down into or to load (index 16: an extension's child).
+                let (children, below): (Vec<(usize, Visit)>, Nibbles) = match &self.nodes[id].kind {
+                    Kind::Branch { children, .. } => (
+                        children
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, c)| Some((i, Visit::of(c)?)))
+                            .collect(),
+                        path,
+                    ),
+                    Kind::Extension { key, child } => (
+                        Visit::of(child).map(|v| (16, v)).into_iter().collect(),
+                        path.join(key),
+                    ),
                     Kind::Leaf { .. } => continue,
                 };
-                for (i, child) in children {
+                for (i, visit) in children {
                     let mut at = below;
                     if i < 16 {
                         at.push(i as u8);
                     }
-                    let rlp = match child {
-                        Slot::Node(c) => {
+                    let rlp = match visit {
+                        Visit::Node(c) => {
                             next.push((c, at));
                             continue;
                         }
-                        Slot::Stub {
-                            rlp,
-                            branch: true,
-                            stored: true,
-                        } => rlp,
-                        _ => continue,
+                        Visit::Stub(rlp) => rlp,
                     };
                     if self.bytes >= max_bytes {
                         return Ok(());
