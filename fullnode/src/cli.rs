@@ -186,9 +186,9 @@ struct Cli {
     /// (e.g. `2GiB`): a root sets each changed account in it and re-hashes only the changed
     /// paths, instead of walking the stored trie and re-reading every changed account's
     /// sibling leaves, and its branch nodes are written once per commit; the subtries no
-    /// recent block changed fold back into hashes beyond it. `auto` (the default): an
-    /// eighth of `--memory-limit`, else of the machine's memory, at most 2 GiB, and off when
-    /// that is below 512 MiB (a smaller trie folds back and reloads its working set at
+    /// recent block changed fold back into hashes beyond it. `auto` (the default): a
+    /// quarter of `--memory-limit`, else of the machine's memory, at most 2 GiB, and off when
+    /// that is below 1 GiB (a smaller trie folds back and reloads its working set at
     /// every commit: with storage over 10M accounts, 128 MiB applied 14,324 changes/s
     /// against 38,967 with it off).
     /// `0` turns it off. Over 10M accounts (Zipf transfers, a commit every 128 blocks, 2
@@ -219,10 +219,10 @@ struct Cli {
     /// lone leaves, read and hashed). Over 10M accounts the whole stored trie is 813 MiB
     /// (1.39M nodes), loaded in 4.6-6.0 s on one core; with `--trie.sparse-size 2GiB` a
     /// one-core node then applied 50,742 changes/s against 45,797 without (2 cores:
-    /// 81,701 against 72,412; `gigas-bench fullnode --preload-trie false,true`). Under the
-    /// default 1 GiB budget of an 8 GiB node it stops at 768 MiB and later folds back what
-    /// blocks do not touch: 46,188-49,206 against 46,259-46,440. Off by default.
-    #[arg(long = "trie.preload", value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    /// 81,701 against 72,412; `gigas-bench fullnode --preload-trie false,true`). On by
+    /// default; without a trie in memory (`--trie.sparse-size 0`, or under 4 GiB) it does
+    /// nothing.
+    #[arg(long = "trie.preload", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     trie_preload: bool,
     /// Read each fetched diff's keys (hashed leaves, trie paths) on a thread of
     /// their own before the apply thread takes it, so that the pages it needs are in memory
@@ -593,12 +593,14 @@ mod tests {
         assert_eq!(cli.trie_sparse_size, AutoSize(Some(512 << 20)));
         assert_eq!(sparse(cli.trie_sparse_size, None), 512 << 20);
         assert!(Cli::try_parse_from(["gigas-fullnode", "--trie.sparse-size", "lots"]).is_err());
-        // auto: an eighth of the limit, within its bounds.
-        assert_eq!(sparse(AutoSize(None), Some(8 << 30)), 1 << 30);
-        // Below an eighth of 4 GiB the trie would thrash: off.
+        // auto: a quarter of the limit, within its bounds.
+        assert_eq!(sparse(AutoSize(None), Some(8 << 30)), 2 << 30);
+        assert_eq!(sparse(AutoSize(None), Some(6 << 30)), 3 << 29);
+        // Below a quarter of 4 GiB the trie would thrash: off.
         assert_eq!(sparse(AutoSize(None), Some(256 << 20)), 0);
         assert_eq!(sparse(AutoSize(None), Some(1 << 30)), 0);
-        assert_eq!(sparse(AutoSize(None), Some(4 << 30)), 512 << 20);
+        assert_eq!(sparse(AutoSize(None), Some((4 << 30) - 1)), 0);
+        assert_eq!(sparse(AutoSize(None), Some(4 << 30)), 1 << 30);
         assert_eq!(sparse(AutoSize(None), Some(64 << 30)), 2 << 30);
     }
 
@@ -616,7 +618,7 @@ mod tests {
             (eight.group, eight.dirty, eight.window),
             (512 << 20, 256 << 20, 256 << 20)
         );
-        assert_eq!(eight.sparse_trie, 1 << 30);
+        assert_eq!(eight.sparse_trie, 2 << 30);
         assert!(eight.check(8 << 30).is_ok());
         // Off by default; on, it counts a second group, which 1 GiB has no room for.
         assert!(!eight.commit_thread);

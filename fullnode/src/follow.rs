@@ -167,9 +167,11 @@ pub fn run(
     metrics: FollowerMetrics,
     on_head: OnHead,
 ) -> Result<(), FollowError> {
+    let trie_in_memory = config.writer.sparse_trie_bytes > 0;
     let mut applier = Applier::new(&db, config.writer, config.sequencer)?
         .keep_commitment(config.state_commitment);
-    if config.preload_trie {
+    // On by default, so a node with no trie in memory (under 4 GiB) skips it quietly.
+    if config.preload_trie && trie_in_memory {
         let started = Instant::now();
         // Not loading it costs speed, not correctness: the node goes on without.
         match applier.preload_trie() {
@@ -182,7 +184,7 @@ pub fn run(
                 "loaded the account trie"
             ),
             Ok(None) => {
-                info!("--trie.preload: nothing to load (no account trie in memory, or no stored trie kept)")
+                info!("--trie.preload: nothing to load (no stored trie kept)")
             }
             Err(e) => {
                 warn!(error = %e, "could not load the account trie ahead; it fills as blocks change it")

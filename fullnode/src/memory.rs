@@ -244,7 +244,7 @@ mod tests {
         assert_eq!(plan.window, 256 * MIB);
         assert_eq!(plan.fetch_queue, 256 * MIB);
         assert_eq!(plan.fetch_response, 64 * MIB);
-        assert_eq!(plan.sparse_trie, GIB);
+        assert_eq!(plan.sparse_trie, 2 * GIB);
         let small = auto_plan(GIB);
         assert_eq!(small.group, 384 * MIB);
         assert_eq!(auto_plan(512 * MIB).group, 128 * MIB);

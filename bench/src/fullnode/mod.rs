@@ -263,8 +263,8 @@ pub struct FullnodeArgs {
     #[arg(long, value_delimiter = ',', default_value = "0", value_parser = gigas_cgroup::parse_size)]
     pub trie_cache: Vec<u64>,
     /// Live mode: the account trie held in memory across roots, its budget
-    /// (`gigas-fullnode --trie.sparse-size`; `auto`, the node's default: an eighth of the
-    /// run's `--memory-limit`, else of the machine's memory, at most 2 GiB, off below 512 MiB);
+    /// (`gigas-fullnode --trie.sparse-size`; `auto`, the node's default: a quarter of the
+    /// run's `--memory-limit`, else of the machine's memory, at most 2 GiB, off below 1 GiB);
     /// several (comma-separated, `0` for none: roots walk the stored trie) run one live
     /// mode each, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_size)]
@@ -281,10 +281,10 @@ pub struct FullnodeArgs {
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub prefetch: Vec<bool>,
     /// Live mode: the account trie in memory is loaded with the stored trie's nodes, on every
-    /// core, when the writer opens, before the warm-up (`gigas-fullnode --trie.preload`, off
+    /// core, when the writer opens, before the warm-up (`gigas-fullnode --trie.preload`, on
     /// by default): the trie a long run would hold, at the cost of the load (its own section
     /// of the report); `false,true` runs both, alternating in every round.
-    #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
+    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
     pub preload_trie: Vec<bool>,
     /// Live mode: each root runs while the next blocks are decoded and written
     /// (`gigas-fullnode --trie.overlap-roots`, on by default; with the account trie in
@@ -460,18 +460,20 @@ impl FullnodeArgs {
                                         snapshot,
                                         page_cache,
                                     };
-                                    // Overlap (or a commit thread) asked where the writer
-                                    // does not use it is the mode without it: named so,
-                                    // and run once.
+                                    // Overlap (or a commit thread, or a preload) asked
+                                    // where the writer does not use it is the mode
+                                    // without it: named so, and run once.
                                     let options = mode.writer_options();
                                     if let Mode::Live {
                                         overlap,
                                         commit_thread,
+                                        preload,
                                         ..
                                     } = &mut mode
                                     {
                                         *overlap = options.roots_overlap();
                                         *commit_thread = options.commits_in_background();
+                                        *preload &= options.sparse_trie_bytes > 0;
                                     }
                                     if !modes.contains(&mode) {
                                         modes.push(mode);

@@ -17,7 +17,9 @@
 //! 2,048 bytes by ChaCha12's keystream (nonce zero, block counter from zero). SIMD-0215 takes
 //! the 2,048 bytes from BLAKE3's XOF directly; `blake3` computes XOF blocks in parallel only
 //! with AVX-512, and without it ChaCha12 draws an element 2x faster (`gigas-bench commitment`,
-//! `crates/statediff/SNAPSHOT.md`), which is what the sequencer's budget needs.
+//! `crates/statediff/SNAPSHOT.md`), which is what the sequencer's budget needs. Where the CPU
+//! has AVX-512 the keystream is drawn 16 blocks at a time (the crate's `keystream` module);
+//! the bytes are the same on every machine.
 //!
 //! | element | context | encoding |
 //! |---|---|---|
@@ -50,6 +52,7 @@
 use alloy_primitives::{keccak256, Address, B256, U256};
 
 use crate::changeset::AccountState;
+use crate::keystream;
 use crate::state_keys::{decode_slot, LayoutError, StoredAccount, ACCOUNT_PREFIX, SLOT_PREFIX};
 
 /// Lanes of a lattice hash: 2,048 bytes of `u16`.
@@ -146,20 +149,13 @@ impl Context {
 
 /// Draws the element of `bytes` (an encoding of kind `context`) into `out`.
 fn draw(expansion: Expansion, context: Context, bytes: &[u8], out: &mut [u8; 2 * LANES]) {
-    use rand_core::{Rng as _, SeedableRng as _};
     let mut hasher = context.hasher();
     hasher.update(bytes);
     match expansion {
         Expansion::Blake3Xof => hasher.finalize_xof().fill(out),
-        Expansion::ChaCha8 => {
-            chacha20::ChaCha8Rng::from_seed(*hasher.finalize().as_bytes()).fill_bytes(out)
-        }
-        Expansion::ChaCha12 => {
-            chacha20::ChaCha12Rng::from_seed(*hasher.finalize().as_bytes()).fill_bytes(out)
-        }
-        Expansion::ChaCha20 => {
-            chacha20::ChaCha20Rng::from_seed(*hasher.finalize().as_bytes()).fill_bytes(out)
-        }
+        Expansion::ChaCha8 => keystream::fill::<4>(hasher.finalize().as_bytes(), out),
+        Expansion::ChaCha12 => keystream::fill::<6>(hasher.finalize().as_bytes(), out),
+        Expansion::ChaCha20 => keystream::fill::<10>(hasher.finalize().as_bytes(), out),
     }
 }
 

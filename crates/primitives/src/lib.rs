@@ -14,6 +14,7 @@ pub mod chainspec;
 pub mod changeset;
 pub mod checksum;
 pub mod duration;
+mod keystream;
 pub mod lattice;
 pub mod machine;
 pub mod state_keys;

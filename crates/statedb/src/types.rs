@@ -223,24 +223,26 @@ pub const DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS: usize = 256;
 pub const DEFAULT_SPARSE_TRIE_BYTES: usize = 0;
 
 /// A budget for the in-memory account trie ([`WriterOptions::sparse_trie_bytes`]) on a node
-/// with `memory_bytes` of memory: an eighth of it, at most 2 GiB (1 GiB on an 8 GiB node),
+/// with `memory_bytes` of memory: a quarter of it, at most 2 GiB (2 GiB on an 8 GiB node),
 /// and none (off: roots walk the stored trie) when that is below
-/// [`MIN_SPARSE_TRIE_BYTES`]. Over 10M accounts the trie held about 800 MiB after 240
-/// blocks of Zipf transfers; past the budget it folds the subtries no recent root changed
-/// back into hashes, and loads them again when a key enters them. Too small a budget
-/// thrashes: with storage (the mix workload over 10M accounts and 10M slots), 128 MiB
-/// folded back 903,552 nodes in 129 blocks and applied 14,324 changes/s, against 38,967
-/// with the trie off.
+/// [`MIN_SPARSE_TRIE_BYTES`]. Over 10M accounts the whole stored trie is 813 MiB (1.39M
+/// nodes) and the trie held about 800 MiB after 240 blocks of Zipf transfers, so a
+/// quarter of 8 GiB holds all of it, preloaded, with room to spare; past the budget it
+/// folds the subtries no recent root changed back into hashes, and loads them again when a
+/// key enters them. Too small a budget thrashes: with storage (the mix workload over 10M
+/// accounts and 10M slots), 128 MiB folded back 903,552 nodes in 129 blocks and applied
+/// 14,324 changes/s, against 38,967 with the trie off.
 pub fn sparse_trie_budget(memory_bytes: u64) -> usize {
-    let budget = (memory_bytes / 8).min(2 << 30);
+    let budget = (memory_bytes / 4).min(2 << 30);
     if budget < MIN_SPARSE_TRIE_BYTES as u64 {
         return 0;
     }
     usize::try_from(budget).unwrap_or(usize::MAX)
 }
 
-/// The smallest budget [`sparse_trie_budget`] gives: an eighth of 4 GiB.
-pub const MIN_SPARSE_TRIE_BYTES: usize = 512 << 20;
+/// The smallest budget [`sparse_trie_budget`] gives: a quarter of 4 GiB. A node with less
+/// memory leaves it to MDBX's page cache, which the mix workload under 1 GiB needs all of.
+pub const MIN_SPARSE_TRIE_BYTES: usize = 1 << 30;
 
 /// [`WriterOptions::trie_cache_bytes`] by default: off, as measured (see the field).
 pub const DEFAULT_TRIE_CACHE_BYTES: usize = 0;
