@@ -95,7 +95,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 sparse_trie: auto_sparse_trie,
                 root: RootArg::Layered(0),
                 prefetch: false,
-                preload: false,
+                // Loaded at open by default, where there is a trie in memory to load.
+                preload: auto_sparse_trie > 0,
                 // Roots overlap through the trie in memory, which is off on a small machine.
                 overlap: auto_sparse_trie > 0,
                 // Off by default, as measured (gigas-fullnode --db.commit-thread).
