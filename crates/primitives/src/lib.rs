@@ -3,7 +3,8 @@
 //! Owns the chain specification (which hardfork is active at a given block number and
 //! timestamp), the [`ChangeSet`] (the canonical, byte-identical result of a block that storage,
 //! state diffs and checksums are derived from), the layout of state in a key-value store
-//! ([`state_keys`]), the lattice hash of a state ([`lattice`]) and the description of the machine a
+//! ([`state_keys`]), the lattice hash of a state ([`lattice`]), Keccak-256 of many messages at once
+//! ([`keccak`]) and the description of the machine a
 //! measurement ran on ([`machine`]). It must
 //! stay free of any EVM implementation: mapping a [`Hardfork`] to a revm
 //! spec is the job of `gigas-evm`, the one crate that configures revm.
@@ -14,6 +15,7 @@ pub mod chainspec;
 pub mod changeset;
 pub mod checksum;
 pub mod duration;
+pub mod keccak;
 mod keystream;
 pub mod lattice;
 pub mod machine;

@@ -12,6 +12,7 @@
 //! them (a mismatch is a caller's bug, refused as an error).
 
 use alloy_primitives::{keccak256, Address, B256};
+use gigas_primitives::keccak::keccak256_all;
 use gigas_primitives::ChangeSet;
 
 /// The keccak of each changed key of one ChangeSet, in the ChangeSet's order: one hash per
@@ -26,16 +27,19 @@ pub struct HashedKeys {
 impl HashedKeys {
     /// Hashes every key of `changes` (an address once per run of its slots).
     pub fn of(changes: &ChangeSet) -> Self {
-        let accounts = changes
-            .accounts()
+        let addresses: Vec<Address> = changes.accounts().iter().map(|(a, _)| *a).collect();
+        let accounts = keccak256_all(&addresses);
+        let slot_words: Vec<[u8; 32]> = changes
+            .storage()
             .iter()
-            .map(|(address, _)| keccak256(address))
+            .map(|(_, slot, _)| slot.to_be_bytes::<32>())
             .collect();
         let mut runs = AddressRuns::default();
         let slots = changes
             .storage()
             .iter()
-            .map(|(address, slot, _)| (runs.hash(address), keccak256(slot.to_be_bytes::<32>())))
+            .zip(keccak256_all(&slot_words))
+            .map(|((address, _, _), slot)| (runs.hash(address), slot))
             .collect();
         Self { accounts, slots }
     }
