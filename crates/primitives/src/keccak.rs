@@ -16,9 +16,6 @@
 
 use alloy_primitives::B256;
 
-/// Keccak-256's rate: bytes absorbed per permutation.
-const RATE: usize = 136;
-
 /// Fewest messages worth a pass of the eight-lane permutation: below, the lanes left empty
 /// cost more than hashing the few one by one.
 #[cfg(target_arch = "x86_64")]
@@ -72,38 +69,40 @@ fn portable(messages: &[&[u8]], out: &mut [B256]) {
     }
 }
 
-/// Permutations a message takes: its bytes, the padding's first byte, and its last byte,
-/// in whole blocks.
-fn blocks_of(len: usize) -> usize {
-    len / RATE + 1
-}
-
-/// Block `b` of `message` padded with Keccak's `pad10*1` (domain byte 0x01, the original
-/// Keccak's, not SHA-3's 0x06) as 17 little-endian words.
-fn padded_block(message: &[u8], b: usize) -> [u64; RATE / 8] {
-    let start = b * RATE;
-    let mut bytes = [0u8; RATE];
-    let end = message.len().min(start + RATE);
-    let take = end.saturating_sub(start);
-    bytes[..take].copy_from_slice(&message[start..end]);
-    if b + 1 == blocks_of(message.len()) {
-        bytes[take] ^= 0x01;
-        bytes[RATE - 1] ^= 0x80;
-    }
-    let mut words = [0u64; RATE / 8];
-    for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
-        let mut le = [0u8; 8];
-        le.copy_from_slice(chunk);
-        *word = u64::from_le_bytes(le);
-    }
-    words
-}
-
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{blocks_of, padded_block, RATE};
     use alloy_primitives::B256;
     use std::arch::x86_64::*;
+
+    /// Keccak-256's rate: bytes absorbed per permutation.
+    const RATE: usize = 136;
+
+    /// Permutations a message takes: its bytes, the padding's first byte, and its last byte,
+    /// in whole blocks.
+    fn blocks_of(len: usize) -> usize {
+        len / RATE + 1
+    }
+
+    /// Block `b` of `message` padded with Keccak's `pad10*1` (domain byte 0x01, the original
+    /// Keccak's, not SHA-3's 0x06) as 17 little-endian words.
+    fn padded_block(message: &[u8], b: usize) -> [u64; RATE / 8] {
+        let start = b * RATE;
+        let mut bytes = [0u8; RATE];
+        let end = message.len().min(start + RATE);
+        let take = end.saturating_sub(start);
+        bytes[..take].copy_from_slice(&message[start..end]);
+        if b + 1 == blocks_of(message.len()) {
+            bytes[take] ^= 0x01;
+            bytes[RATE - 1] ^= 0x80;
+        }
+        let mut words = [0u64; RATE / 8];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(chunk);
+            *word = u64::from_le_bytes(le);
+        }
+        words
+    }
 
     /// Messages hashed side by side: one per 64-bit lane of a 512-bit register.
     const LANES: usize = 8;
