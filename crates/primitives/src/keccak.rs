@@ -42,10 +42,10 @@ pub fn keccak256_each(messages: &[&[u8]], out: &mut [B256]) {
     portable(messages, out);
 }
 
-/// The Keccak-256 of each item, in order ([`keccak256_each`] over byte strings of any
-/// kind: addresses, 32-byte words, encodings).
-pub fn keccak256_all<T: AsRef<[u8]>>(items: &[T]) -> Vec<B256> {
-    let messages: Vec<&[u8]> = items.iter().map(AsRef::as_ref).collect();
+/// The Keccak-256 of each item, in order ([`keccak256_each`] over any byte strings:
+/// addresses, 32-byte words, encodings).
+pub fn keccak256_all<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<B256> {
+    let messages: Vec<&[u8]> = items.into_iter().collect();
     let mut out = vec![B256::ZERO; messages.len()];
     keccak256_each(&messages, &mut out);
     out
@@ -83,8 +83,8 @@ mod avx512 {
         len / RATE + 1
     }
 
-    /// Block `b` of `message` padded with Keccak's `pad10*1` (domain byte 0x01, the original
-    /// Keccak's, not SHA-3's 0x06) as 17 little-endian words.
+    /// Block `b` of `message` as 17 little-endian words; the last one padded with Keccak's
+    /// `pad10*1` (domain byte 0x01, the original Keccak's, not SHA-3's 0x06).
     fn padded_block(message: &[u8], b: usize) -> [u64; RATE / 8] {
         let start = b * RATE;
         let mut bytes = [0u8; RATE];
@@ -248,19 +248,7 @@ mod avx512 {
             let mut words = [[0u64; LANES]; RATE / 8];
             for (l, lane) in lanes.iter().enumerate() {
                 if let Some(message) = lane.filter(|_| b < blocks[l]) {
-                    let block = if (b + 1) * RATE <= message.len() {
-                        let mut full = [0u64; RATE / 8];
-                        let bytes = &message[b * RATE..(b + 1) * RATE];
-                        for (word, chunk) in full.iter_mut().zip(bytes.chunks_exact(8)) {
-                            let mut le = [0u8; 8];
-                            le.copy_from_slice(chunk);
-                            *word = u64::from_le_bytes(le);
-                        }
-                        full
-                    } else {
-                        padded_block(message, b)
-                    };
-                    for (w, word) in block.into_iter().enumerate() {
+                    for (w, word) in padded_block(message, b).into_iter().enumerate() {
                         words[w][l] = word;
                     }
                 }
@@ -334,12 +322,12 @@ mod tests {
     #[test]
     fn keccak256_all_hashes_each_item_in_order() {
         let addresses: Vec<[u8; 20]> = (0u8..19).map(|i| [i; 20]).collect();
-        let digests = keccak256_all(&addresses);
+        let digests = keccak256_all(addresses.iter().map(|a| a.as_slice()));
         assert_eq!(digests.len(), addresses.len());
         for (address, digest) in addresses.iter().zip(&digests) {
             assert_eq!(*digest, keccak256(address));
         }
-        assert!(keccak256_all::<[u8; 20]>(&[]).is_empty());
+        assert!(keccak256_all([]).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use gigas_primitives::keccak::keccak256_all;
 use gigas_primitives::{AccountChange, AccountState, ChangeSet, CHANGESET_MAGIC};
 
 use crate::error::{BodyError, BodyErrorKind, Section};
-use crate::hashed::{AddressRuns, HashedKeys};
+use crate::hashed::{slot_hashes, HashedKeys};
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::{wiped_addresses, PriorState, PriorValues, EMPTY_ACCOUNT};
 
@@ -768,8 +768,7 @@ where
     // Each key is hashed once, here: a store kept by keccak reads with the hash, and the
     // lattice and the writer take it from `DecodedBody::hashed`.
     // Together: eight at a time where the CPU has AVX-512 (`gigas_primitives::keccak`).
-    let addresses: Vec<Address> = account_keys.iter().map(|(address, _)| *address).collect();
-    let hashed_accounts: Vec<B256> = keccak256_all(&addresses);
+    let hashed_accounts = keccak256_all(account_keys.iter().map(|(a, _)| a.as_slice()));
     let mut befores: Vec<Option<AccountState>> = Vec::with_capacity(account_keys.len());
     for (&(address, n), hashed) in account_keys.iter().zip(&hashed_accounts) {
         befores.push(
@@ -798,16 +797,7 @@ where
         }
     }
     canonical.extend_from_slice(&(slot_keys.len() as u32).to_le_bytes());
-    let mut runs = AddressRuns::default();
-    let slot_words: Vec<[u8; 32]> = slot_keys
-        .iter()
-        .map(|(_, slot, _)| slot.to_be_bytes::<32>())
-        .collect();
-    let hashed_slots: Vec<(B256, B256)> = slot_keys
-        .iter()
-        .zip(keccak256_all(&slot_words))
-        .map(|((address, _, _), slot)| (runs.hash(address), slot))
-        .collect();
+    let hashed_slots = slot_hashes(slot_keys.iter().map(|(a, slot, _)| (a, slot)));
     let mut slot_befores: Vec<U256> = Vec::with_capacity(slot_keys.len());
     for (&(address, slot, n), hashed) in slot_keys.iter().zip(&hashed_slots) {
         // `wiped` is sorted: it was filled in address order.

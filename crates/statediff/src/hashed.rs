@@ -11,7 +11,7 @@
 //! same keys in the same order, and a consumer checks [`HashedKeys::fits`] before it trusts
 //! them (a mismatch is a caller's bug, refused as an error).
 
-use alloy_primitives::{keccak256, Address, B256};
+use alloy_primitives::{keccak256, Address, B256, U256};
 use gigas_primitives::keccak::keccak256_all;
 use gigas_primitives::ChangeSet;
 
@@ -24,23 +24,25 @@ pub struct HashedKeys {
     slots: Vec<(B256, B256)>,
 }
 
+/// `(keccak(address), keccak(slot))` of each key, in order: the slots hashed together
+/// ([`keccak256_all`]), an address once per run of its slots. What [`HashedKeys::of`] and
+/// the decoder both hash a block's slots with.
+pub(crate) fn slot_hashes<'a, I>(keys: I) -> Vec<(B256, B256)>
+where
+    I: Iterator<Item = (&'a Address, &'a U256)> + Clone,
+{
+    let words: Vec<[u8; 32]> = keys.clone().map(|(_, slot)| slot.to_be_bytes()).collect();
+    let mut runs = AddressRuns::default();
+    keys.zip(keccak256_all(words.iter().map(|w| w.as_slice())))
+        .map(|((address, _), slot)| (runs.hash(address), slot))
+        .collect()
+}
+
 impl HashedKeys {
     /// Hashes every key of `changes` (an address once per run of its slots).
     pub fn of(changes: &ChangeSet) -> Self {
-        let addresses: Vec<Address> = changes.accounts().iter().map(|(a, _)| *a).collect();
-        let accounts = keccak256_all(&addresses);
-        let slot_words: Vec<[u8; 32]> = changes
-            .storage()
-            .iter()
-            .map(|(_, slot, _)| slot.to_be_bytes::<32>())
-            .collect();
-        let mut runs = AddressRuns::default();
-        let slots = changes
-            .storage()
-            .iter()
-            .zip(keccak256_all(&slot_words))
-            .map(|((address, _, _), slot)| (runs.hash(address), slot))
-            .collect();
+        let accounts = keccak256_all(changes.accounts().iter().map(|(a, _)| a.as_slice()));
+        let slots = slot_hashes(changes.storage().iter().map(|(a, slot, _)| (a, slot)));
         Self { accounts, slots }
     }
 
