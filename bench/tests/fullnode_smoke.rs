@@ -87,6 +87,8 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
                 snapshot: false,
                 page_cache: PageCache::Warm,
+                // On by default, as the node's.
+                decode_ahead: true,
             },
             Mode::Live {
                 sync,
@@ -105,6 +107,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
                 purge_delay_ms: gigas_fullnode::alloc::DEFAULT_PURGE_DELAY_MS,
                 snapshot: false,
                 page_cache: PageCache::Warm,
+                decode_ahead: true,
             }
         ]
     );
@@ -114,7 +117,12 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
         assert_eq!(r.gas_used, m.gas_used, "{}", r.label);
         assert!(r.changes >= m.transactions, "{}: changes", r.label);
         assert!(r.changes_per_second > 0.0 && r.commits > 0);
-        assert_eq!(r.split.len(), 7, "six phases and the rest");
+        assert_eq!(r.split.len(), 8, "seven phases and the rest");
+        // Decoded ahead: the decode thread's reads are counted, and the writer's thread
+        // waited for it at least for the first block.
+        let phase = |name| r.split.iter().find(|p| p.name == name).map(|p| p.seconds);
+        assert!(phase("read").is_some_and(|s| s > 0.0), "{}: read", r.label);
+        assert!(phase("waiting").is_some_and(|s| s > 0.0), "{}: waiting", r.label);
         // The node's default: commits unsynced, and every run ends on a durable point.
         assert!(r.syncs >= 1 && r.sync_seconds > 0.0, "{}: syncs", r.label);
     }

@@ -27,6 +27,11 @@ pub struct ApplyTimings {
     pub trie: f64,
     /// Committing groups (the sorted hashed writes, then MDBX's commit and sync).
     pub commit: f64,
+    /// With the decode stage ([`crate::decode`]): the apply thread waiting for its next
+    /// decoded block. `decode`, `verify` and `read` are then the decode thread's, beside it.
+    pub waiting: f64,
+    /// Whether blocks were decoded ahead, on the decode thread.
+    pub decoded_ahead: bool,
     /// Blocks applied.
     pub blocks: u64,
     /// Account and slot changes applied.
@@ -36,13 +41,19 @@ pub struct ApplyTimings {
 }
 
 impl ApplyTimings {
-    /// The sum of the phases.
+    /// The apply thread's time in the phases: with the decode stage, decoding, verifying
+    /// and reading are another thread's, and its waiting for them counts instead.
     pub fn total(&self) -> f64 {
-        self.decode + self.verify + self.read + self.write + self.trie + self.commit
+        let decoding = if self.decoded_ahead {
+            0.0
+        } else {
+            self.decode + self.verify + self.read
+        };
+        decoding + self.write + self.trie + self.commit + self.waiting
     }
 
     /// The phases by name, in pipeline order, for tables.
-    pub fn phases(&self) -> [(&'static str, f64); 6] {
+    pub fn phases(&self) -> [(&'static str, f64); 7] {
         [
             ("decode", self.decode),
             ("verify", self.verify),
@@ -50,7 +61,14 @@ impl ApplyTimings {
             ("write", self.write),
             ("trie", self.trie),
             ("commit", self.commit),
+            ("waiting", self.waiting),
         ]
+    }
+
+    fn add_verify(&mut self, t: &VerifyTimings) {
+        self.decode += t.parse;
+        self.verify += t.signature + t.checksum + t.commitment;
+        self.read += t.decode;
     }
 }
 
@@ -97,6 +115,15 @@ pub fn rejection_reason(kind: &DiffErrorKind) -> &'static str {
 fn is_local_read(e: &DiffError) -> bool {
     matches!(&e.kind, DiffErrorKind::Body(b)
         if matches!(b.kind, BodyErrorKind::Index(_) | BodyErrorKind::Prior(_)))
+}
+
+/// A failed verification as the diff's fault, or the local state's.
+pub(crate) fn classify(e: DiffError) -> ApplyError {
+    if is_local_read(&e) {
+        ApplyError::Read(e)
+    } else {
+        ApplyError::Rejected(e)
+    }
 }
 
 /// What one applied block did.
@@ -201,15 +228,17 @@ impl<'db> Applier<'db> {
             &self.writer,
             &mut t,
         );
-        self.timings.decode += t.parse;
-        self.timings.verify += t.signature + t.checksum + t.commitment;
-        self.timings.read += t.decode;
-        match result {
-            Ok(v) => Ok(v),
-            // A failed read of the local database is not the diff's fault.
-            Err(e) if is_local_read(&e) => Err(ApplyError::Read(e)),
-            Err(e) => Err(ApplyError::Rejected(e)),
-        }
+        self.timings.add_verify(&t);
+        // A failed read of the local database is not the diff's fault.
+        result.map_err(classify)
+    }
+
+    /// Counts a block the decode stage ([`crate::decode`]) verified, with its timings there,
+    /// and the seconds this thread waited for it. [`Applier::write`] then writes it.
+    pub fn count_decoded(&mut self, t: &VerifyTimings, waited: f64) {
+        self.timings.decoded_ahead = true;
+        self.timings.add_verify(t);
+        self.timings.waiting += waited;
     }
 
     /// Writes a verified diff into the open group (and the root, when due).

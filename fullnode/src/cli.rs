@@ -224,6 +224,15 @@ struct Cli {
     /// nothing.
     #[arg(long = "trie.preload", value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     trie_preload: bool,
+    /// Verify and decode each fetched diff on a thread of its own, ahead of the apply
+    /// thread, against the last commit with the blocks it decoded above it held in memory:
+    /// the apply thread then only writes, roots and commits, and the prior-value reads,
+    /// the signature and the checksum chain run beside it. Each block is still verified
+    /// whole before any of it is written. The copy of the open group's changes it keeps
+    /// counts as a second `--commit-bytes` in the memory plan: `auto` turns it on when the
+    /// plan has room for it (8 GiB does, 1 GiB does not).
+    #[arg(long = "decode-ahead", value_name = "auto|BOOL", default_value = "auto", value_parser = parse_auto_bool)]
+    decode_ahead: AutoBool,
     /// Read each fetched diff's keys (hashed leaves, trie paths) on a thread of
     /// their own before the apply thread takes it, so that the pages it needs are in memory
     /// by then. Off by default, as measured over 10M accounts (`gigas-bench fullnode
@@ -363,6 +372,7 @@ where
         sparse_trie_mib = plan.sparse_trie >> 20,
         trie_cache_mib = plan.trie_cache >> 20,
         commit_thread = plan.commit_thread,
+        decode_ahead = plan.decode_ahead,
         total_mib = plan.total() >> 20,
         "memory bounds"
     );
@@ -456,6 +466,7 @@ where
         flush_idle: cli.db_flush_idle,
         state_commitment: cli.state_commitment,
         preload_trie: cli.trie_preload,
+        decode_ahead: plan.decode_ahead,
         bootstrap: (cli.bootstrap == BootstrapMode::Snapshot).then(|| {
             let sources = if cli.snapshot_sources.is_empty() {
                 vec![cli.sequencer.clone()]
@@ -520,7 +531,7 @@ impl Cli {
         let rpc = self
             .rpc
             .config(SocketAddr::new(self.http_addr, self.http_port));
-        MemoryPlan {
+        let mut plan = MemoryPlan {
             group: self.commit_bytes.resolve(limit, memory::auto_group_bytes),
             dirty: self.db_max_dirty.resolve(limit, memory::auto_dirty_bytes),
             window: self
@@ -540,7 +551,33 @@ impl Cli {
             execution_memory: self.rpc.evm_memory,
             executions: rpc.max_concurrent_executions as u64,
             commit_thread: self.db_commit_thread,
-        }
+            decode_ahead: false,
+        };
+        plan.decode_ahead = match self.decode_ahead.0 {
+            Some(on) => on,
+            None => {
+                let with = MemoryPlan {
+                    decode_ahead: true,
+                    ..plan
+                };
+                with.check(memory::available(limit)).is_ok()
+            }
+        };
+        plan
+    }
+}
+
+/// A switch that may be `auto` (`None`: decided from the memory plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoBool(pub Option<bool>);
+
+/// Parses `auto`, `true` or `false`.
+pub fn parse_auto_bool(s: &str) -> Result<AutoBool, String> {
+    match s.trim() {
+        "auto" => Ok(AutoBool(None)),
+        "true" => Ok(AutoBool(Some(true))),
+        "false" => Ok(AutoBool(Some(false))),
+        other => Err(format!("expected auto, true or false, not {other:?}")),
     }
 }
 
@@ -620,11 +657,17 @@ mod tests {
         );
         assert_eq!(eight.sparse_trie, 2 << 30);
         assert!(eight.check(8 << 30).is_ok());
+        // The decode thread's copy of a group: on at 8 GiB, where it fits.
+        assert!(eight.decode_ahead);
+        let (without, _) = plan(&["--memory-limit", "8GiB", "--decode-ahead", "false"]);
+        assert!(!without.decode_ahead);
+        assert_eq!(eight.total(), without.total() + eight.group);
         // Off by default; on, it counts a second group, which 1 GiB has no room for.
         assert!(!eight.commit_thread);
         let (on, _) = plan(&["--memory-limit", "8GiB", "--db.commit-thread", "true"]);
-        assert!(on.commit_thread && on.check(8 << 30).is_ok());
-        assert_eq!(on.total(), eight.total() + eight.group);
+        assert!(on.commit_thread && on.decode_ahead && on.check(8 << 30).is_ok());
+        // A second group for the commit thread, and the decode thread's copy of it.
+        assert_eq!(on.total(), eight.total() + 2 * eight.group);
         let (one_on, _) = plan(&["--memory-limit", "1GiB", "--db.commit-thread", "true"]);
         let err = one_on
             .check(1 << 30)
@@ -632,6 +675,14 @@ mod tests {
         assert!(err.to_string().contains("--db.commit-thread"), "{err}");
         let (one, _) = plan(&["--memory-limit", "1GiB"]);
         assert!(!one.commit_thread);
+        // No room for the decode thread's copy of a 384 MiB group: `auto` leaves it off,
+        // and asking for it names it.
+        assert!(!one.decode_ahead);
+        let (one_da, _) = plan(&["--memory-limit", "1GiB", "--decode-ahead", "true"]);
+        let err = one_da
+            .check(1 << 30)
+            .expect_err("two groups of 384 MiB in 1 GiB");
+        assert!(err.to_string().contains("--decode-ahead"), "{err}");
         assert_eq!(
             (one.group, one.dirty, one.fetch_queue),
             (384 << 20, 64 << 20, 64 << 20)

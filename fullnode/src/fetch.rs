@@ -125,6 +125,13 @@ pub struct Fetched {
     pub room: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
+impl AsRef<[u8]> for Fetched {
+    /// The diff file (what the decode stage reads).
+    fn as_ref(&self) -> &[u8] {
+        &self.diff
+    }
+}
+
 /// Where the apply thread wants the fetcher to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {

@@ -32,6 +32,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::ahead::AheadServing;
 use crate::apply::{Applier, ApplyError};
+use crate::decode::{DecodeStage, Decoded};
 use crate::fetch::{Cursor, Fetched};
 use crate::metrics::FollowerMetrics;
 use crate::status::SyncState;
@@ -68,6 +69,9 @@ pub struct FollowConfig {
     pub state_commitment: bool,
     /// Load the account trie in memory with the stored nodes before the first block.
     pub preload_trie: bool,
+    /// Verify and decode blocks on the decode thread ahead of this one ([`crate::decode`]):
+    /// the apply thread then only writes, roots and commits.
+    pub decode_ahead: bool,
 }
 
 /// Why the apply thread stopped.
@@ -141,6 +145,11 @@ enum Refusal {
 
 struct ApplyLoop<'db> {
     db: &'db StateDb,
+    /// The same database, for the decode thread.
+    shared_db: Arc<StateDb>,
+    /// The decode thread, while the writer applies exactly what it decoded: opened when
+    /// the writer's open group is empty and committed, dropped on any refusal.
+    stage: Option<DecodeStage<Fetched>>,
     config: FollowConfig,
     io: ThreadIo,
     sync: Arc<SyncState>,
@@ -205,6 +214,8 @@ pub fn run(
     let landed_head = applier.committed_tip().number;
     let mut this = ApplyLoop {
         db: &db,
+        shared_db: db.clone(),
+        stage: None,
         config,
         io,
         sync,
@@ -219,6 +230,8 @@ pub fn run(
         first_pending_arrival: None,
     };
     let result = this.run();
+    // Blocks it decoded and the writer never took are dropped (fetched again next start).
+    this.stage = None;
     // Whatever verified is committed and synced, also when the loop stops on an error.
     let committed = this.commit().and_then(|()| {
         this.applier.finish_commit()?;
@@ -294,6 +307,29 @@ impl ApplyLoop<'_> {
             if *self.io.stop.borrow() {
                 return Ok(());
             }
+            self.open_stage();
+            // What the fetcher already holds goes to the decode thread.
+            while self.stage.as_ref().is_some_and(|s| s.has_room()) {
+                match self.io.input.try_recv() {
+                    Ok(item) => self.admit(item),
+                    Err(_) => break,
+                }
+            }
+            if let Some(stage) = self.stage.as_mut().filter(|s| s.in_flight() > 0) {
+                let waiting = Instant::now();
+                let Some((item, decoded)) = stage.take() else {
+                    return Err(FollowError::Store(StateDbError::Invariant {
+                        what: "the decode thread stopped with blocks in flight".into(),
+                    }));
+                };
+                let waited = waiting.elapsed().as_secs_f64();
+                self.applier.count_decoded(&decoded.timings, waited);
+                self.metrics.decoded_ahead_blocks.inc();
+                self.metrics.decode_wait_seconds.inc_by(waited);
+                update_lag(&self.sync, &self.metrics, self.first_pending_arrival);
+                self.process(&item, Some(decoded))?;
+                continue;
+            }
             let wait = match self.applier.writer().group_age() {
                 Some(age) => self.config.writer.max_group_age.saturating_sub(age),
                 None => Duration::from_millis(250),
@@ -317,53 +353,151 @@ impl ApplyLoop<'_> {
                     continue;
                 }
             };
-            let tip = self.applier.tip();
-            if item.epoch != self.epoch || item.number <= tip.number {
-                // Queued before a cursor reset, or already applied (a resent range).
+            if self.stage.is_some() {
+                self.admit(item);
                 continue;
             }
-            if item.number != tip.number + 1 {
-                warn!(
-                    expected = tip.number + 1,
-                    got = item.number,
-                    "a gap in the fetched diffs; fetching again from the tip"
-                );
-                self.reset_cursor(tip.number + 1);
-                continue;
-            }
-            self.first_pending_arrival.get_or_insert(item.received);
-            match self.apply(&item) {
-                // A commit that landed while the block was written is served.
-                Ok(()) => self.landed()?,
-                Err(Refusal::Fatal(e)) => return Err(e),
-                Err(Refusal::Refetch { reason, message }) => {
-                    self.hold(item.number, reason, message)?
-                }
-            }
-            if self.applier.should_commit()
-                || self
-                    .ahead
-                    .as_ref()
-                    .is_some_and(|a| a.bytes() > MAX_AHEAD_BYTES)
-            {
-                self.commit()?;
-            } else if self.config.flush_idle && self.io.input.is_empty() {
-                // At the head: write this block's changes while waiting for the next one,
-                // so that the group's commit is short (crate `gigas_statedb::flush`). Catching
-                // up, the next block is waiting and they wait for the commit.
-                // The block's root, if it runs on, ends first: the write needs its nodes.
-                if let Some(root) = self.applier.finish_root()? {
-                    self.root_landed(&root);
-                }
-                self.applier.flush_idle()?;
+            if self.accepts(&item) {
+                self.process(&item, None)?;
             }
         }
     }
 
-    /// Verifies (and re-executes, if asked) then writes one block.
-    fn apply(&mut self, item: &Fetched) -> Result<(), Refusal> {
+    /// Opens the decode thread when it is on and the writer is at its last commit (the
+    /// thread reads under what it decodes from there).
+    fn open_stage(&mut self) {
+        if !self.config.decode_ahead || self.stage.is_some() {
+            return;
+        }
+        let tip = self.applier.tip();
+        if tip != self.applier.committed_tip() {
+            return;
+        }
+        match DecodeStage::spawn(
+            self.shared_db.clone(),
+            self.config.sequencer,
+            self.config.state_commitment,
+            tip,
+        ) {
+            Ok(stage) => {
+                debug!(tip = tip.number, "decode thread started");
+                self.stage = Some(stage);
+            }
+            Err(e) => {
+                warn!(error = %e, "could not start the decode thread; decoding on the apply thread")
+            }
+        }
+    }
+
+    /// The block the next fetched item must be: after what the decode thread holds, else
+    /// after the writer's tip.
+    fn expected_next(&self) -> u64 {
+        match &self.stage {
+            Some(stage) => stage.next_number(),
+            None => self.applier.tip().number + 1,
+        }
+    }
+
+    /// Whether a fetched item is the next block; a gap moves the fetcher back.
+    fn accepts(&mut self, item: &Fetched) -> bool {
+        let expected = self.expected_next();
+        if item.epoch != self.epoch || item.number < expected {
+            // Queued before a cursor reset, or already applied (a resent range).
+            return false;
+        }
+        if item.number != expected {
+            warn!(
+                expected,
+                got = item.number,
+                "a gap in the fetched diffs; fetching again from the tip"
+            );
+            self.reset_cursor(expected);
+            return false;
+        }
+        true
+    }
+
+    /// Hands a fetched item to the decode thread if it is the next block.
+    fn admit(&mut self, item: Fetched) {
+        if !self.accepts(&item) {
+            return;
+        }
+        let Some(stage) = self.stage.as_mut() else {
+            return;
+        };
+        if let Err(item) = stage.submit(item) {
+            // The thread is gone (it reports why with the blocks it held) or full (a bug):
+            // without it, this block is fetched again.
+            warn!(
+                block = item.number,
+                "the decode thread did not take a block; decoding here"
+            );
+            self.stage = None;
+            self.reset_cursor(item.number);
+        }
+    }
+
+    /// Applies one block (decoded by the decode thread, or here) and commits when due.
+    fn process(&mut self, item: &Fetched, decoded: Option<Decoded>) -> Result<(), FollowError> {
+        self.first_pending_arrival.get_or_insert(item.received);
+        match self.apply(item, decoded) {
+            // A commit that landed while the block was written is served.
+            Ok(()) => self.landed()?,
+            Err(refusal) => {
+                // The decode thread decoded past a block the writer did not take.
+                self.stage = None;
+                match refusal {
+                    Refusal::Fatal(e) => return Err(e),
+                    Refusal::Refetch { reason, message } => {
+                        self.hold(item.number, reason, message)?
+                    }
+                }
+            }
+        }
+        if self.applier.should_commit()
+            || self
+                .ahead
+                .as_ref()
+                .is_some_and(|a| a.bytes() > MAX_AHEAD_BYTES)
+        {
+            self.commit()?;
+        } else if self.config.flush_idle
+            && self.io.input.is_empty()
+            && self.stage.as_ref().is_none_or(|s| s.in_flight() == 0)
+        {
+            // At the head: write this block's changes while waiting for the next one,
+            // so that the group's commit is short (crate `gigas_statedb::flush`). Catching
+            // up, the next block is waiting and they wait for the commit.
+            // The block's root, if it runs on, ends first: the write needs its nodes.
+            if let Some(root) = self.applier.finish_root()? {
+                self.root_landed(&root);
+            }
+            self.applier.flush_idle()?;
+        }
+        Ok(())
+    }
+
+    /// Verifies (here, or takes the decode thread's verification) and re-executes, if
+    /// asked, then writes one block.
+    fn apply(&mut self, item: &Fetched, decoded: Option<Decoded>) -> Result<(), Refusal> {
         let started = Instant::now();
-        let verified = match self.applier.verify(&item.diff) {
+        let result = match decoded {
+            Some(d) => {
+                let t = d.timings;
+                self.metrics
+                    .verify_seconds
+                    .observe(t.parse + t.signature + t.decode + t.checksum + t.commitment);
+                d.result
+            }
+            None => {
+                let r = self.applier.verify(&item.diff);
+                self.metrics
+                    .verify_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                r
+            }
+        };
+        let verified = match result {
             Ok(v) => v,
             Err(ApplyError::Rejected(e)) => {
                 return Err(Refusal::Refetch {
@@ -373,9 +507,6 @@ impl ApplyLoop<'_> {
             }
             Err(e) => return Err(Refusal::Fatal(e.into())),
         };
-        self.metrics
-            .verify_seconds
-            .observe(started.elapsed().as_secs_f64());
         if self.config.verify_execution {
             self.check_execution(&verified, item.block.as_deref())?;
             self.metrics.reexecuted_blocks.inc();

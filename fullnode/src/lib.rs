@@ -19,6 +19,7 @@ pub mod alloc;
 pub mod apply;
 pub mod bootstrap;
 pub mod cli;
+pub mod decode;
 pub mod fetch;
 pub mod follow;
 pub mod genesis;

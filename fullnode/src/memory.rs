@@ -105,6 +105,9 @@ pub struct MemoryPlan {
     /// Groups commit on the commit thread (`--db.commit-thread`): the committing group's
     /// changes stay in memory beside the next group's until it lands.
     pub commit_thread: bool,
+    /// The decode thread (`--decode-ahead`): its copy of the changes above the last commit
+    /// (the open group's, and the committing group's until it lands).
+    pub decode_ahead: bool,
 }
 
 /// One bounded consumer of memory.
@@ -155,6 +158,14 @@ impl MemoryPlan {
             Part {
                 flags: "--db.commit-thread (a second --commit-bytes)",
                 bytes: if self.commit_thread { self.group } else { 0 },
+            },
+            Part {
+                flags: "--decode-ahead (a copy of the changes above the last commit)",
+                bytes: match (self.decode_ahead, self.commit_thread) {
+                    (false, _) => 0,
+                    (true, false) => self.group,
+                    (true, true) => self.group.saturating_mul(2),
+                },
             },
         ];
         parts.sort_by_key(|p| std::cmp::Reverse(p.bytes));
@@ -233,6 +244,7 @@ mod tests {
             execution_memory: 64 * MIB,
             executions: 2,
             commit_thread: false,
+            decode_ahead: false,
         }
     }
 

@@ -75,6 +75,10 @@ pub struct FollowerMetrics {
     pub prefetched_keys: Counter,
     /// Seconds per block the prefetch stage took.
     pub prefetch_seconds: Histogram,
+    /// Blocks verified and decoded on the decode thread (`--decode-ahead`).
+    pub decoded_ahead_blocks: Counter,
+    /// Seconds the apply thread waited for the decode thread's next block.
+    pub decode_wait_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for FollowerMetrics {
@@ -105,6 +109,8 @@ impl Default for FollowerMetrics {
             uncommitted_bytes: Gauge::default(),
             prefetched_keys: Counter::default(),
             prefetch_seconds: Histogram::new(exponential_buckets(20e-6, 1.5, 40)),
+            decoded_ahead_blocks: Counter::default(),
+            decode_wait_seconds: Counter::default(),
         }
     }
 }
@@ -217,6 +223,16 @@ impl FollowerMetrics {
             "prefetch_seconds",
             "Seconds per block the prefetch stage took",
             self.prefetch_seconds.clone(),
+        );
+        sub.register(
+            "decoded_ahead_blocks",
+            "Blocks verified and decoded on the decode thread ahead of the apply thread",
+            self.decoded_ahead_blocks.clone(),
+        );
+        sub.register(
+            "decode_wait_seconds",
+            "Seconds the apply thread waited for the decode thread's next block",
+            self.decode_wait_seconds.clone(),
         );
         sub.register(
             "group_blocks",

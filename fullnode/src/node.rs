@@ -52,6 +52,9 @@ pub struct FullNodeConfig {
     pub state_commitment: bool,
     /// Load the account trie in memory with the stored nodes at start (`--trie.preload`).
     pub preload_trie: bool,
+    /// Verify and decode each block on a thread ahead of the apply thread
+    /// (`--decode-ahead`, [`crate::decode`]).
+    pub decode_ahead: bool,
     /// Start an empty database from a snapshot instead of the genesis (`None`: genesis).
     pub bootstrap: Option<crate::bootstrap::BootstrapConfig>,
     /// Write (every K blocks) and serve snapshots of this node's state (`None`: neither).
@@ -283,6 +286,7 @@ impl FullNode {
             retry_after_rejection: Duration::from_secs(1),
             state_commitment: config.state_commitment,
             preload_trie: config.preload_trie,
+            decode_ahead: config.decode_ahead,
         };
         let backend = Arc::new(
             crate::rpc::FullNodeBackend::new(

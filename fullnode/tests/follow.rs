@@ -37,7 +37,13 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     let checker = Process::fullnode(
         &dir.path().join("fn-check"),
         &seq.url,
-        &["--verify-execution", "--root-every", "0"],
+        &[
+            "--verify-execution",
+            "--root-every",
+            "0",
+            "--decode-ahead",
+            "false",
+        ],
     );
 
     let load = Load::start(&seq.url, 4, 17).await;
@@ -70,6 +76,18 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     common::assert_same_state(&checker.url, &seq.url, &touched).await;
     // The prefetch stage read every touched key's pages ahead of the apply thread (keys
     // indexed in a group not yet committed excepted: at most the load's first writes).
+    // The node decoded on its decode thread (on by default with room for it); the checker,
+    // told not to, decoded every block on its apply thread.
+    node.assert_metric_at_least(
+        "gigas_fullnode_decoded_ahead_blocks_total",
+        target as f64 / 2.0,
+        "most blocks decoded on the decode thread",
+    );
+    assert_eq!(
+        checker.metric("gigas_fullnode_decoded_ahead_blocks_total"),
+        Some(0.0),
+        "the checker decodes on its apply thread"
+    );
     node.assert_metric_at_least(
         "gigas_fullnode_prefetched_keys_total",
         (touched.accounts.len() + accepted_slots) as f64,

@@ -296,6 +296,12 @@ pub struct FullnodeArgs {
     /// only); `false,true` runs both, alternating in every round.
     #[arg(long, value_delimiter = ',', default_value = "false", action = clap::ArgAction::Set)]
     pub commit_thread: Vec<bool>,
+    /// Both modes: a thread verifies and decodes each block ahead of the writer, against the
+    /// last commit with the blocks it decoded above it (`gigas-fullnode --decode-ahead`,
+    /// `gigas_fullnode::decode`), so that the writer's thread only writes, roots and
+    /// commits; `false,true` runs both, alternating in every round.
+    #[arg(long, value_delimiter = ',', default_value = "true", action = clap::ArgAction::Set)]
+    pub decode_ahead: Vec<bool>,
     /// Rounds: every mode runs once per round, the order reversed every other round.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -409,8 +415,9 @@ impl FullnodeArgs {
             .flat_map(|w| self.purge_delay_ms.iter().map(move |p| (*w, *p)))
             .flat_map(|(w, p)| self.snapshot_while.iter().map(move |s| (w, p, *s)))
             .flat_map(|(w, p, s)| self.page_cache.iter().map(move |c| (w, p, s, *c)))
+            .flat_map(|(w, p, s, c)| self.decode_ahead.iter().map(move |d| (w, p, s, c, *d)))
             .collect::<Vec<_>>();
-        for (&sync, (write_map, purge_delay_ms, snapshot, page_cache)) in self
+        for (&sync, (write_map, purge_delay_ms, snapshot, page_cache, decode_ahead)) in self
             .durability
             .iter()
             .flat_map(|s| memory.iter().map(move |m| (s, *m)))
@@ -424,6 +431,7 @@ impl FullnodeArgs {
                         purge_delay_ms,
                         snapshot,
                         page_cache,
+                        decode_ahead,
                     });
                 }
             }
@@ -459,6 +467,7 @@ impl FullnodeArgs {
                                         purge_delay_ms,
                                         snapshot,
                                         page_cache,
+                                        decode_ahead,
                                     };
                                     // Overlap (or a commit thread, or a preload) asked
                                     // where the writer does not use it is the mode

@@ -78,6 +78,9 @@ pub enum Mode {
         snapshot: bool,
         /// What the page cache holds of the database when the run starts.
         page_cache: PageCache,
+        /// A thread verifies and decodes each block ahead of the writer
+        /// (`gigas_fullnode::decode`).
+        decode_ahead: bool,
     },
     /// Root every block, a commit every `group` blocks (1: every block, the "live").
     Live {
@@ -111,6 +114,9 @@ pub enum Mode {
         snapshot: bool,
         /// What the page cache holds of the database when the run starts.
         page_cache: PageCache,
+        /// A thread verifies and decodes each block ahead of the writer
+        /// (`gigas_fullnode::decode`).
+        decode_ahead: bool,
     },
 }
 
@@ -165,6 +171,13 @@ impl Mode {
         }
     }
 
+    /// Whether a thread verifies and decodes each block ahead of the writer.
+    pub fn decode_ahead(&self) -> bool {
+        match *self {
+            Self::Batched { decode_ahead, .. } | Self::Live { decode_ahead, .. } => decode_ahead,
+        }
+    }
+
     /// A label for tables.
     pub fn label(&self) -> String {
         let (kind, mut parts) = match *self {
@@ -209,6 +222,9 @@ impl Mode {
             if preload {
                 parts.push("trie loaded at open".into());
             }
+        }
+        if self.decode_ahead() {
+            parts.push("decoded ahead".into());
         }
         if self.write_map() {
             parts.push("write map".into());
@@ -261,6 +277,9 @@ impl Mode {
                 if preload { "-pl" } else { "" }
             ),
         };
+        if self.decode_ahead() {
+            short.push_str("-da");
+        }
         if self.write_map() {
             short.push_str("-wm");
         }

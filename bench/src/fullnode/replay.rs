@@ -157,12 +157,50 @@ impl Replay<'_> {
         if let Some((got, r)) = expected {
             r.compare(n, &verified.changes, &got)?;
         }
+        Self::write_step(applier, serving, n, bytes, &verified)
+    }
+
+    /// [`Replay::step`] with the block verified on the decode thread (`decoded`) while this
+    /// thread waited `waited` seconds for it.
+    fn step_decoded(
+        &self,
+        applier: &mut Applier<'_>,
+        reexecutor: Option<&mut Reexecutor>,
+        serving: Option<&mut AheadServing>,
+        n: u64,
+        decoded: gigas_fullnode::decode::Decoded,
+        waited: f64,
+    ) -> Result<gigas_fullnode::apply::AppliedBlock> {
+        let bytes = self.diff(n)?;
+        applier.count_decoded(&decoded.timings, waited);
+        let verified = decoded
+            .result
+            .wrap_err_with(|| format!("verifying block {n} on the decode thread"))?;
+        if let (Some(r), Some(x)) = (reexecutor, &self.execute) {
+            let i = preload_index(n);
+            let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
+                bail!("the recording has no block file {n}");
+            };
+            let got = r.execute(applier.writer(), header, block)?;
+            r.compare(n, &verified.changes, &got)?;
+        }
+        Self::write_step(applier, serving, n, bytes, &verified)
+    }
+
+    /// Writes a verified block and logs it for serving, as the node does.
+    fn write_step(
+        applier: &mut Applier<'_>,
+        serving: Option<&mut AheadServing>,
+        n: u64,
+        bytes: &[u8],
+        verified: &gigas_statediff::VerifiedDiff,
+    ) -> Result<gigas_fullnode::apply::AppliedBlock> {
         let applied = applier
-            .write(&verified)
+            .write(verified)
             .wrap_err_with(|| format!("writing block {n}"))?;
         if let Some(serving) = serving {
             serving
-                .applied(bytes, &verified, &applied)
+                .applied(bytes, verified, &applied)
                 .wrap_err_with(|| format!("logging block {n}"))?;
         }
         Ok(applied)
@@ -361,7 +399,15 @@ impl Replay<'_> {
         } else {
             Vec::new()
         };
+        let to_decode: Vec<&[u8]> = if mode.decode_ahead() {
+            (first_timed..=m.last)
+                .map(|n| self.diff(n))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
         let (db_ref, sequencer) = (&db, self.sequencer);
+        let writer_tip = applier.tip();
         let stop_snapshots = AtomicBool::new(false);
         let snapshot_dir = dir.join("snapshots");
         let mut complete = true;
@@ -389,6 +435,24 @@ impl Replay<'_> {
                     });
                     rx
                 });
+                // The decode stage: a thread verifying and decoding the timed blocks ahead of
+                // this one, from the last commit (the warm-up's, landed and synced above).
+                let decoded = mode.decode_ahead().then(|| {
+                    let (tx, rx) =
+                        std::sync::mpsc::sync_channel(gigas_fullnode::decode::DECODED_AHEAD);
+                    let mut diffs = to_decode.into_iter();
+                    scope.spawn(move || {
+                        gigas_fullnode::decode::run(
+                            db_ref,
+                            sequencer,
+                            true,
+                            Some(writer_tip),
+                            || diffs.next(),
+                            |_, decoded| tx.send(decoded).is_ok(),
+                        )
+                    });
+                    rx
+                });
                 for n in first_timed..=m.last {
                     if self
                         .args
@@ -402,8 +466,26 @@ impl Replay<'_> {
                         // Ends early only if the thread is gone, which the writer then runs without.
                         let _ = ready.recv();
                     }
-                    let applied =
-                        self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?;
+                    let applied = match &decoded {
+                        Some(decoded) => {
+                            let wait = Instant::now();
+                            let next = decoded
+                                .recv()
+                                .map_err(|_| eyre!("the decode thread stopped before block {n}"))?;
+                            let waited = wait.elapsed().as_secs_f64();
+                            self.step_decoded(
+                                &mut applier,
+                                reexecutor.as_mut(),
+                                serving.as_mut(),
+                                n,
+                                next,
+                                waited,
+                            )?
+                        }
+                        None => {
+                            self.step(&mut applier, reexecutor.as_mut(), serving.as_mut(), n)?
+                        }
+                    };
                     tally.add(applied.root);
                     landed(&mut applier, &mut serving)?;
                     if applier.should_commit() {
@@ -411,8 +493,9 @@ impl Replay<'_> {
                     }
                     bar.inc(1);
                 }
-                // The prefetch thread, if still sending, stops at its next send.
+                // The prefetch and decode threads, if still sending, stop at their next send.
                 drop(ready);
+                drop(decoded);
                 Ok(())
             })?;
             tally.add(count_commit(commit(&mut applier, &mut serving)?));

@@ -109,7 +109,7 @@ pub fn markdown(r: &FullnodeReport) -> String {
     let _ = writeln!(md, "## Where the time goes (the median run of each mode)\n");
     let _ = writeln!(
         md,
-        "decode: frame, CRC, zstd; verify: header hash, signature recovery, checksum chain; read: decoding the body against the state (the key index and the prior values: the state's pages); write: the state into the group (in memory), code, index keys and headers into the open transaction; trie: the MPT update and its branch nodes (live only; it includes the block's hashed-table writes, which a root flushes first); commit: the group's sorted hashed-table writes, then MDBX's commit and sync; other: the loop around them.\n"
+        "decode: frame, CRC, zstd; verify: header hash, signature recovery, checksum chain; read: decoding the body against the state (the key index and the prior values: the state's pages); write: the state into the group (in memory), code, index keys and headers into the open transaction; trie: the MPT update and its branch nodes (live only; it includes the block's hashed-table writes, which a root flushes first); commit: the group's sorted hashed-table writes, then MDBX's commit and sync; waiting: the writer's thread waiting for the decode thread's next block; other: the loop around them. Decoded ahead, decode, verify and read run on the decode thread beside the others, so the shares add up to more than 100 %.\n"
     );
     let names: Vec<&str> = r
         .summary

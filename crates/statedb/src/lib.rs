@@ -8,7 +8,8 @@
 //! the MPT root computed for them. Reads: [`StateView`] (a snapshot of the last commit) and
 //! [`StateWriter`] (the open group), both implementing the diff decoder's
 //! [`gigas_statediff::PriorState`] and [`gigas_statediff::KeyIndex`] and revm's
-//! `DatabaseRef`.
+//! `DatabaseRef`; [`AheadState`] (the last commit with the blocks a follower's decode thread
+//! decoded ahead of the writer held in memory) implements the decoder's two.
 //!
 //! **Must not:** verify anything (signatures and the checksum chain are checked by
 //! `gigas_statediff::verify_and_decode` before a block reaches [`StateWriter::apply`]),
@@ -186,6 +187,7 @@
 //! goes: roots (`gigas-root`), the commit thread (`gigas-commit`), each beginning its own
 //! transactions, and a durable point's writeback.
 
+mod ahead;
 mod codec;
 mod db;
 mod error;
@@ -204,6 +206,7 @@ mod warm;
 mod writeback;
 mod writer;
 
+pub use ahead::{AheadState, AheadStats};
 pub use db::StateDb;
 pub use error::StateDbError;
 pub use metrics::StateDbMetrics;

@@ -1094,3 +1094,116 @@ fn a_failed_commit_on_the_commit_thread_discards_both_groups() {
     assert_eq!(view.tip().unwrap(), Some(committed));
     model.assert_held_by(&view, &run.touched);
 }
+
+/// A follower's decode thread: blocks decoded against an [`AheadState`] up to four blocks
+/// before the writer applies them, with groups committed (on this thread or on the commit
+/// thread) in between, so that its snapshot is renewed under blocks it still holds. Every
+/// block decodes to the changes and new keys the sequencer packed, its index length agrees
+/// with the writer's once the writer caught up, and what a renewal forgot is exactly what
+/// the database made durable.
+#[test]
+fn blocks_decoded_ahead_of_the_writer_across_commits_decode_exactly() {
+    use gigas_statedb::AheadState;
+    use gigas_statediff::VerifiedDiff;
+    for (seed, commit_thread) in [(91, false), (93, true)] {
+        let mut run = Run::new(seed);
+        let (_dir, db) = genesis_db(&run);
+        let mut writer = db
+            .writer(WriterOptions {
+                root_every: 1,
+                max_group_blocks: 5,
+                sparse_trie_bytes: if commit_thread { 64 << 20 } else { 0 },
+                overlap_roots: commit_thread,
+                commit_thread,
+                ..WriterOptions::default()
+            })
+            .unwrap();
+        assert_eq!(writer.commits_in_background(), commit_thread);
+        let mut ahead = AheadState::open(&db, false).unwrap();
+        assert_eq!(ahead.tip(), writer.tip());
+        let mut queue: std::collections::VecDeque<VerifiedDiff> = Default::default();
+        let (mut renewals, mut wipes, mut deep) = (0, 0, 0);
+        for _ in 0..90 {
+            // The sequencer's next block, over the model (which runs ahead with it).
+            let number = run.chain.parent.number + 1;
+            let raw = random_changes(&mut run.rng, &run.model, run.accounts, number);
+            let changes = consistent(raw, &run.model);
+            let prior = PriorValues::capture(&changes, &common::ModelPrior(&run.model)).unwrap();
+            let body = encode_body(&changes, &run.index, &prior).unwrap();
+            renewals += u64::from(ahead.renew().unwrap());
+            let decoded = decode_body(&body.bytes, &ahead, &ahead)
+                .unwrap_or_else(|e| panic!("block {number} does not decode ahead: {e}"));
+            assert_eq!(decoded.changes, changes, "block {number}");
+            assert_eq!(decoded.new_keys, body.new_keys, "block {number}");
+            run.index.extend(&body.new_keys).unwrap();
+            assert_eq!(
+                ahead_len(&ahead) + body.new_keys.len() as u64,
+                run.index.len().unwrap()
+            );
+            wipes += changes
+                .accounts()
+                .iter()
+                .filter(|(_, c)| c.storage_wiped)
+                .count();
+            run.model.apply(&changes);
+            let (header, hash) = run.chain.next(&changes);
+            let diff = VerifiedDiff {
+                header,
+                hash,
+                signature: alloy_primitives::Signature::new(U256::from(1), U256::from(1), false),
+                changes,
+                hashed: decoded.hashed,
+                new_keys: decoded.new_keys,
+                commitment: None,
+                lattice: None,
+            };
+            ahead.record(&diff).unwrap();
+            assert_eq!(ahead.tip(), diff.tip());
+            queue.push_back(diff);
+            // The writer takes blocks when the rng says so, and always at four behind.
+            while queue.len() > 4 || (!queue.is_empty() && run.rng.chance(40)) {
+                let diff = queue.pop_front().unwrap();
+                deep = deep.max(queue.len() + 1);
+                writer.apply(BlockToApply::from(&diff)).unwrap();
+                if writer.should_commit() || run.rng.chance(20) {
+                    if commit_thread {
+                        writer.start_commit().unwrap();
+                        if run.rng.chance(50) {
+                            writer.finish_commit().unwrap();
+                        }
+                    } else {
+                        writer.commit().unwrap();
+                    }
+                }
+            }
+            if queue.is_empty() {
+                assert_eq!(KeyIndex::len(&writer).unwrap(), ahead_len(&ahead));
+            }
+        }
+        // The writer catches up and commits: a renewal then holds nothing above the head.
+        for diff in queue.drain(..) {
+            writer.apply(BlockToApply::from(&diff)).unwrap();
+        }
+        writer.commit().unwrap();
+        writer.finish_commit().unwrap();
+        assert!(ahead.renew().unwrap());
+        let stats = ahead.stats();
+        assert_eq!(
+            (stats.tip, stats.base, stats.entries),
+            (90, 90, 0),
+            "{stats:?}"
+        );
+        assert_eq!(writer.tip(), ahead.tip());
+        run.model.assert_held_by(&db.view().unwrap(), &run.touched);
+        eprintln!("seed {seed}: {renewals} renewals, {wipes} wipes, up to {deep} blocks ahead");
+        assert!(
+            renewals >= 10 && deep >= 4,
+            "{renewals} renewals, {deep} ahead"
+        );
+        assert!(wipes > 0, "the stream wiped no storage");
+    }
+}
+
+fn ahead_len(ahead: &gigas_statedb::AheadState<'_>) -> u64 {
+    KeyIndex::len(ahead).unwrap()
+}
