@@ -122,7 +122,11 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
         // waited for it at least for the first block.
         let phase = |name| r.split.iter().find(|p| p.name == name).map(|p| p.seconds);
         assert!(phase("read").is_some_and(|s| s > 0.0), "{}: read", r.label);
-        assert!(phase("waiting").is_some_and(|s| s > 0.0), "{}: waiting", r.label);
+        assert!(
+            phase("waiting").is_some_and(|s| s > 0.0),
+            "{}: waiting",
+            r.label
+        );
         // The node's default: commits unsynced, and every run ends on a durable point.
         assert!(r.syncs >= 1 && r.sync_seconds > 0.0, "{}: syncs", r.label);
     }

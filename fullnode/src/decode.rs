@@ -20,10 +20,13 @@ use gigas_statediff::{verify_and_decode_timed, VerifiedDiff, VerifyTimings};
 
 use crate::apply::{classify, ApplyError};
 
-/// Diffs decoded and waiting for the apply thread, at most: enough to keep the apply
-/// thread fed across the decode thread's slower blocks, few enough that their changes (held
-/// twice until the apply thread takes them) stay small.
-pub const DECODED_AHEAD: usize = 4;
+/// Diffs handed to the decode thread and not yet taken back, at most. A group's commit holds
+/// the apply thread for a second or more (the sorted B-tree writes, MDBX's commit): the
+/// decode thread goes on meanwhile, up to this many blocks (about two seconds of blocks at
+/// 17 blocks/s), so that the next blocks' decoding overlaps it. Their changes are held twice
+/// (decoded, and in the state ahead) until the writer takes them: a few MiB per block of
+/// 5,000 changes. In the node the fetch queue's byte bound holds for them too.
+pub const DECODED_AHEAD: usize = 32;
 
 /// One diff through the stage.
 #[derive(Debug)]
