@@ -299,7 +299,7 @@ fn a_small_recording_replays_batched_and_live_to_the_same_state() {
     let kinds: u64 = e.kinds.iter().map(|k| k.accesses).sum();
     assert_eq!(kinds, e.accesses);
     assert!(e.evm_seconds > 0.0 && e.state_loading_seconds > 0.0);
-    assert_eq!(run.split.len(), 8, "execute, six phases and the rest");
+    assert_eq!(run.split.len(), 9, "execute, seven phases and the rest");
     assert_eq!(run.split[0].name, "execute");
     let md = std::fs::read_to_string(dir.path().join("out/fullnode.md")).expect("markdown");
     assert!(md.contains("## Re-execution"));

@@ -516,12 +516,13 @@ impl ApplyLoop<'_> {
             self.sync.set_halted(None);
             self.metrics.halted.set(0);
         }
-        // What the block changes from, read before it is written, for reads of recent states.
+        // What the block changes from, for reads of recent states: the prior values the
+        // decoder read (here or on the decode thread), not a second read of the state.
         let undo = if self.config.window.enabled() {
             let undo = crate::window::BlockUndo::capture(
                 verified.header.number,
                 &verified.changes,
-                self.applier.writer(),
+                &verified.prior,
             )
             .map_err(|source| {
                 Refusal::Fatal(FollowError::PriorState {

@@ -1154,6 +1154,7 @@ fn blocks_decoded_ahead_of_the_writer_across_commits_decode_exactly() {
                 changes,
                 hashed: decoded.hashed,
                 new_keys: decoded.new_keys,
+                prior: decoded.prior,
                 commitment: None,
                 lattice: None,
             };

@@ -13,7 +13,7 @@ use crate::error::{DiffError, DiffErrorKind};
 use crate::file::{Compression, DiffFile, FramedDiff};
 use crate::hashed::HashedKeys;
 use crate::key::{KeyIndex, StateKey};
-use crate::prior::PriorState;
+use crate::prior::{PriorState, PriorValues};
 
 /// What a follower holds of the chain: its last applied block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,10 @@ pub struct VerifiedDiff {
     /// Keys written for the first time: extend the key index with them, in this order, in
     /// the same commit that applies `changes`.
     pub new_keys: Vec<StateKey>,
+    /// The values the block replaced, as the decoder read them (the slots of storages the
+    /// block wiped left out: they count as zero). A follower keeping undo records takes
+    /// them from here instead of reading its state again.
+    pub prior: PriorValues,
     /// The signed state commitment the diff carried, if any.
     pub commitment: Option<StateCommitment>,
     /// The lattice hash of the state after the block, when the caller kept the one before
@@ -224,6 +228,7 @@ where
         changes: decoded.changes,
         hashed: decoded.hashed,
         new_keys: decoded.new_keys,
+        prior: decoded.prior,
         commitment: file.commitment,
         lattice,
     })
