@@ -141,16 +141,7 @@ impl Replay<'_> {
         n: u64,
     ) -> Result<gigas_fullnode::apply::AppliedBlock> {
         let bytes = self.diff(n)?;
-        let expected = match (reexecutor, &self.execute) {
-            (Some(r), Some(x)) => {
-                let i = preload_index(n);
-                let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
-                    bail!("the recording has no block file {n}");
-                };
-                Some((r.execute(applier.writer(), header, block)?, r))
-            }
-            _ => None,
-        };
+        let expected = self.reexecute(applier, reexecutor, n)?;
         let verified = applier
             .verify(bytes)
             .wrap_err_with(|| format!("verifying block {n}"))?;
@@ -176,15 +167,28 @@ impl Replay<'_> {
         let verified = decoded
             .result
             .wrap_err_with(|| format!("verifying block {n} on the decode thread"))?;
-        if let (Some(r), Some(x)) = (reexecutor, &self.execute) {
-            let i = preload_index(n);
-            let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
-                bail!("the recording has no block file {n}");
-            };
-            let got = r.execute(applier.writer(), header, block)?;
+        if let Some((got, r)) = self.reexecute(applier, reexecutor, n)? {
             r.compare(n, &verified.changes, &got)?;
         }
         Self::write_step(applier, serving, n, bytes, &verified)
+    }
+
+    /// With `--verify-execution`, block `n` re-executed over the writer's state (the state
+    /// before it), and the re-executor to compare it with.
+    fn reexecute<'r>(
+        &self,
+        applier: &Applier<'_>,
+        reexecutor: Option<&'r mut Reexecutor>,
+        n: u64,
+    ) -> Result<Option<(gigas_primitives::ChangeSet, &'r mut Reexecutor)>> {
+        let (Some(r), Some(x)) = (reexecutor, &self.execute) else {
+            return Ok(None);
+        };
+        let i = preload_index(n);
+        let (Some(header), Some(block)) = (x.headers.get(i), x.blocks.get(i)) else {
+            bail!("the recording has no block file {n}");
+        };
+        Ok(Some((r.execute(applier.writer(), header, block)?, r)))
     }
 
     /// Writes a verified block and logs it for serving, as the node does.
