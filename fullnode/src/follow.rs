@@ -318,9 +318,16 @@ impl ApplyLoop<'_> {
             if let Some(stage) = self.stage.as_mut().filter(|s| s.in_flight() > 0) {
                 let waiting = Instant::now();
                 let Some((item, decoded)) = stage.take() else {
-                    return Err(FollowError::Store(StateDbError::Invariant {
-                        what: "the decode thread stopped with blocks in flight".into(),
-                    }));
+                    // It ended without answering (it panicked: a bug, logged). What it held
+                    // is fetched again and decoded here; a later clean point reopens it.
+                    let next = self.applier.tip().number + 1;
+                    error!(
+                        next,
+                        "the decode thread stopped with blocks in flight; fetching them again"
+                    );
+                    self.stage = None;
+                    self.reset_cursor(next);
+                    continue;
                 };
                 let waited = waiting.elapsed().as_secs_f64();
                 self.applier.count_decoded(&decoded.timings, waited);
@@ -384,7 +391,8 @@ impl ApplyLoop<'_> {
                 self.stage = Some(stage);
             }
             Err(e) => {
-                warn!(error = %e, "could not start the decode thread; decoding on the apply thread")
+                warn!(error = %e, "could not start the decode thread; decoding on the apply thread from now on");
+                self.config.decode_ahead = false;
             }
         }
     }
