@@ -123,31 +123,9 @@ impl<'db> AheadState<'db> {
     /// Records a block verified against this state (its successor): its changes, new keys,
     /// tip and lattice hash. A block that does not follow the tip is refused.
     pub fn record(&mut self, diff: &VerifiedDiff) -> Result<(), StateDbError> {
+        crate::writer::check_successor(&self.tip, &diff.header, &diff.changes, Some(&diff.hashed))?;
         let number = diff.header.number;
-        let expected = self.tip.number.wrapping_add(1);
-        if number != expected {
-            return Err(StateDbError::NotNext {
-                expected,
-                got: number,
-            });
-        }
-        if diff.header.parent_hash != self.tip.hash {
-            return Err(StateDbError::WrongParent {
-                block: number,
-                expected: self.tip.hash,
-                found: diff.header.parent_hash,
-            });
-        }
         let changes = &diff.changes;
-        if !diff.hashed.fits(changes) {
-            return Err(StateDbError::HashesDoNotFit {
-                block: number,
-                hashed_accounts: diff.hashed.accounts().len(),
-                hashed_slots: diff.hashed.slots().len(),
-                accounts: changes.accounts().len(),
-                slots: changes.storage().len(),
-            });
-        }
         for ((_, change), h) in changes.accounts().iter().zip(diff.hashed.accounts()) {
             if change.storage_wiped {
                 let storage = self.storage.entry(*h).or_default();

@@ -599,30 +599,7 @@ impl<'db> StateWriter<'db> {
     /// index keys, the header, and the root when the block's number is a multiple of
     /// `root_every` (returned). Durable only after [`StateWriter::commit`].
     pub fn apply(&mut self, block: BlockToApply<'_>) -> Result<Option<RootInfo>, StateDbError> {
-        let number = block.header.number;
-        let expected = self.current.tip.number.wrapping_add(1);
-        if number != expected {
-            return Err(StateDbError::NotNext {
-                expected,
-                got: number,
-            });
-        }
-        if block.header.parent_hash != self.current.tip.hash {
-            return Err(StateDbError::WrongParent {
-                block: number,
-                expected: self.current.tip.hash,
-                found: block.header.parent_hash,
-            });
-        }
-        if let Some(h) = block.hashed.filter(|h| !h.fits(block.changes)) {
-            return Err(StateDbError::HashesDoNotFit {
-                block: number,
-                hashed_accounts: h.accounts().len(),
-                hashed_slots: h.slots().len(),
-                accounts: block.changes.accounts().len(),
-                slots: block.changes.storage().len(),
-            });
-        }
+        check_successor(&self.current.tip, block.header, block.changes, block.hashed)?;
         self.ensure_txn()?;
         let start = Instant::now();
         let result = self.write_block(&block, start);
@@ -782,6 +759,42 @@ impl<'db> StateWriter<'db> {
             ..info
         })
     }
+}
+
+/// Refuses a block that does not follow `tip` (its number and parent), or whose key hashes,
+/// when given, do not fit its changes: the checks every holder of a state makes before a
+/// block changes it (the writer, [`crate::AheadState`]).
+pub(crate) fn check_successor(
+    tip: &ChainTip,
+    header: &alloy_consensus::Header,
+    changes: &ChangeSet,
+    hashed: Option<&HashedKeys>,
+) -> Result<(), StateDbError> {
+    let number = header.number;
+    let expected = tip.number.wrapping_add(1);
+    if number != expected {
+        return Err(StateDbError::NotNext {
+            expected,
+            got: number,
+        });
+    }
+    if header.parent_hash != tip.hash {
+        return Err(StateDbError::WrongParent {
+            block: number,
+            expected: tip.hash,
+            found: header.parent_hash,
+        });
+    }
+    if let Some(h) = hashed.filter(|h| !h.fits(changes)) {
+        return Err(StateDbError::HashesDoNotFit {
+            block: number,
+            hashed_accounts: h.accounts().len(),
+            hashed_slots: h.slots().len(),
+            accounts: changes.accounts().len(),
+            slots: changes.storage().len(),
+        });
+    }
+    Ok(())
 }
 
 fn no_txn() -> StateDbError {
