@@ -197,11 +197,13 @@ pub struct FullnodeArgs {
     /// How the recorded workload draws senders and receivers.
     #[arg(long, value_enum, default_value = "zipf")]
     pub distribution: Distribution,
-    /// MDBX page size of the genesis and run databases, in bytes (a power of two from 256
-    /// to 65536, MDBX's own bounds; default: the OS page size). A genesis per page size is
-    /// cached.
-    #[arg(long, value_name = "BYTES")]
-    pub page_size: Option<usize>,
+    /// MDBX page size of the genesis and run databases (a power of two from 256 bytes to
+    /// 64 KiB, MDBX's own bounds). `auto`, the default, is the node's
+    /// (`gigas-fullnode --db.page-size`): 16 KiB from 4 GiB of `--memory-limit` (else of the
+    /// machine's memory), the OS page below; limits that resolve to different sizes run
+    /// separately. A genesis per page size is cached.
+    #[arg(long, value_name = "BYTES|auto", default_value = "auto", value_parser = gigas_fullnode::cli::parse_auto_page_size)]
+    pub page_size: gigas_fullnode::cli::AutoSize,
     /// Let the kernel read ahead around MDBX's page faults (off by default, as reth: each
     /// fault then reads one page instead of a window the cache must make room for).
     #[arg(long)]
@@ -390,6 +392,30 @@ impl FullnodeArgs {
                     .map_err(|e| eyre::eyre!("--memory-limit {size}: {e}")),
             })
             .collect()
+    }
+
+    /// The page size of every run's database: `--page-size`, or the node's `auto` for the
+    /// runs' limits (`None`: the OS page). Runs share one genesis database, so limits whose
+    /// `auto` sizes differ are refused.
+    pub fn page_size(&self) -> Result<Option<usize>> {
+        if let Some(bytes) = self.page_size.0 {
+            return Ok(usize::try_from(bytes).ok());
+        }
+        let limits = self.limits()?;
+        let sizes: Vec<Option<usize>> = limits
+            .iter()
+            .map(|limit| {
+                gigas_statedb::page_size_for_memory(gigas_fullnode::memory::available(*limit))
+            })
+            .collect();
+        match sizes.split_first() {
+            Some((first, rest)) if rest.iter().any(|s| s != first) => bail!(
+                "--page-size auto gives these limits different page sizes (16 KiB from {} GiB, the OS page below): run them separately, or give --page-size",
+                gigas_statedb::LARGE_PAGE_MIN_MEMORY >> 30
+            ),
+            Some((first, _)) => Ok(*first),
+            None => Ok(None),
+        }
     }
 
     /// Every mode of every limit, in the order of a round (see [`Self::mode_list_for`]).
@@ -593,11 +619,7 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
         erc20: args.workload != Workload::Transfers,
     };
     let limits = args.limits()?;
-    if let Some(size) = args.page_size {
-        if !size.is_power_of_two() || !(256..=65536).contains(&size) {
-            bail!("--page-size must be a power of two from 256 to 65536 (MDBX's bounds)");
-        }
-    }
+    let page_size = args.page_size()?;
     let bin = sequencer_bin(args.sequencer_bin.as_deref());
     let target = match &bin {
         Ok(b) => genesis_cache_root(b)
@@ -619,7 +641,7 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
     let genesis = files::ensure_genesis_db(
         &recording,
         &cache,
-        args.page_size,
+        page_size,
         args.fresh_genesis,
         args.quiet,
     )?;

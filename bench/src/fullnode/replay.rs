@@ -737,7 +737,7 @@ pub(super) fn run_all(
         .map_err(|e| eyre!("the recording's chain: {e}"))?;
     // Each run sets the durability of its mode.
     let options = StateDbOptions {
-        page_size: args.page_size,
+        page_size: args.page_size()?,
         readahead: args.readahead,
         ..StateDbOptions::default()
     };

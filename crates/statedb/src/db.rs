@@ -99,27 +99,43 @@ impl StateDb {
             Durability::NoMetaSync => SyncMode::NoMetaSync,
             Durability::SafeNoSync | Durability::Periodic(_) => SyncMode::SafeNoSync,
         };
-        let env = gigas_mdbx::open_env(
-            dir,
-            &gigas_mdbx::EnvOptions {
-                max_size_bytes: options.max_size_bytes,
-                growth_step_bytes: options.growth_step_bytes,
-                page_size: options.page_size,
-                max_readers: options.max_readers,
-                sync_mode,
-                readahead: options.readahead,
-                write_map: options.write_map,
-                // MDBX's own durable points only as a backstop to the writer's schedule.
-                autosync_period: match options.durability {
-                    Durability::Periodic(schedule) => Some(schedule.period.saturating_mul(4)),
-                    _ => None,
+        let open = |page_size: Option<usize>| {
+            gigas_mdbx::open_env(
+                dir,
+                &gigas_mdbx::EnvOptions {
+                    max_size_bytes: options.max_size_bytes,
+                    growth_step_bytes: options.growth_step_bytes,
+                    page_size,
+                    max_readers: options.max_readers,
+                    sync_mode,
+                    readahead: options.readahead,
+                    write_map: options.write_map,
+                    // MDBX's own durable points only as a backstop to the writer's schedule.
+                    autosync_period: match options.durability {
+                        Durability::Periodic(schedule) => Some(schedule.period.saturating_mul(4)),
+                        _ => None,
+                    },
+                    max_dirty_pages: Some(
+                        (options.max_dirty_bytes / page_size.unwrap_or(4096).max(256) as u64)
+                            .max(1024),
+                    ),
                 },
-                max_dirty_pages: Some(
-                    (options.max_dirty_bytes / options.page_size.unwrap_or(4096).max(256) as u64)
-                        .max(1024),
-                ),
-            },
-        )?;
+            )
+        };
+        let mut env = open(options.page_size)?;
+        let page_size = |env: &Environment| {
+            env.stat()
+                .map(|s| s.page_size() as usize)
+                .map_err(StateDbError::mdbx("read the environment's page size"))
+        };
+        // A database that exists keeps the page size it was created with, and MDBX's
+        // dirty-page bound is a count of pages: open again with the file's size so that the
+        // bound is the bytes asked for.
+        let found = page_size(&env)?;
+        if found != options.page_size.unwrap_or(4096) {
+            drop(env);
+            env = open(Some(found))?;
+        }
         if upgrade_from_v1(&env)? {
             tracing::info!(
                 dir = %dir.display(),

@@ -171,7 +171,10 @@
 //!   per block): 101 MB per block against 82 MB with no root, 148 MB against 121 MB with
 //!   one, at the same speed. A page copied on write lands wherever MDBX's free list has
 //!   room, not beside the other copies, so each still dirties an OS page of its own, and the
-//!   deeper B-tree copies more branch pages.
+//!   deeper B-tree copies more branch pages. Larger pages pay once a group of commits
+//!   dirties most leaf pages anyway: [`page_size_for_memory`] (the full node's `auto`)
+//!   gives 16 KiB where the state lives in memory, for a commit spent mostly on MDBX's
+//!   work per dirty page (the figures are on the function).
 //! - **Growth step** 1 GiB ([`StateDbOptions::growth_step_bytes`]): a grow remaps the file, so
 //!   steps are large (reth: 4 GB), and the file is sparse so a step costs disk only as pages
 //!   are written. **Upper bound** 1 TiB of address space (reth: 8 TB, which several nodes in
@@ -216,11 +219,11 @@ pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;
 pub use trie::sparse::SparseTrieStats;
 pub use types::{
-    sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability, GenesisBlock,
-    GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions, StorageProof,
-    StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_MAX_DIRTY_BYTES,
+    page_size_for_memory, sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability,
+    GenesisBlock, GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions,
+    StorageProof, StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_MAX_DIRTY_BYTES,
     DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES,
-    DEFAULT_TRIE_CACHE_BYTES, MIN_SPARSE_TRIE_BYTES,
+    DEFAULT_TRIE_CACHE_BYTES, LARGE_PAGE_BYTES, LARGE_PAGE_MIN_MEMORY, MIN_SPARSE_TRIE_BYTES,
 };
 pub use view::StateView;
 pub use warm::Warmed;
