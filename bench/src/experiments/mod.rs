@@ -323,6 +323,10 @@ fn memory_sweep(args: &ExperimentsArgs, out: &Path) -> Result<SweepReport> {
                 // from a read-back before it.
                 "--page-cache",
                 "cold",
+                // One database for every limit, so one page size: 4 KiB, the node's below 4
+                // GiB, where the sweep's limits mostly are (`auto` would refuse the mix).
+                "--page-size",
+                "4096",
             ],
             &out.join(distribution),
             args.quiet,

@@ -240,6 +240,12 @@ impl StateDb {
         &self.dir
     }
 
+    /// Its page size in bytes: the one it was created with, whatever
+    /// [`StateDbOptions::page_size`] asked for since.
+    pub fn page_size(&self) -> u64 {
+        self.page_bytes
+    }
+
     /// The options it was opened with.
     pub fn options(&self) -> &StateDbOptions {
         &self.options
@@ -409,6 +415,33 @@ mod tests {
         )
         .unwrap();
         hash
+    }
+
+    /// A database keeps the page size it was created with when opened asking for another,
+    /// and its state with it; a new one takes the size asked for.
+    #[test]
+    fn an_existing_database_keeps_its_page_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |page_size| StateDbOptions {
+            page_size,
+            ..small_options()
+        };
+        let db = StateDb::open(dir.path(), with(Some(4096))).unwrap();
+        assert_eq!(db.page_size(), 4096);
+        let hash = empty_genesis(&db);
+        drop(db);
+        for asked in [Some(16 << 10), Some(1024), None] {
+            let db = StateDb::open(dir.path(), with(asked)).unwrap();
+            assert_eq!(db.page_size(), 4096, "asked {asked:?}");
+            assert_eq!(db.head().unwrap().map(|tip| tip.hash), Some(hash));
+        }
+        let fresh = tempfile::tempdir().unwrap();
+        let db = StateDb::open(fresh.path(), with(Some(16 << 10))).unwrap();
+        assert_eq!(db.page_size(), 16 << 10);
+        empty_genesis(&db);
+        drop(db);
+        let db = StateDb::open(fresh.path(), with(None)).unwrap();
+        assert_eq!(db.page_size(), 16 << 10);
     }
 
     /// The state commitment's sum: a genesis whose sum is not the signed one records no head;
