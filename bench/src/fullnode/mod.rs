@@ -401,20 +401,22 @@ impl FullnodeArgs {
         if let Some(bytes) = self.page_size.0 {
             return Ok(usize::try_from(bytes).ok());
         }
-        let limits = self.limits()?;
-        let sizes: Vec<Option<usize>> = limits
-            .iter()
+        let mut sizes: Vec<Option<usize>> = self
+            .limits()?
+            .into_iter()
             .map(|limit| {
-                gigas_statedb::page_size_for_memory(gigas_fullnode::memory::available(*limit))
+                gigas_statedb::page_size_for_memory(gigas_fullnode::memory::available(limit))
             })
             .collect();
-        match sizes.split_first() {
-            Some((first, rest)) if rest.iter().any(|s| s != first) => bail!(
+        sizes.sort_unstable();
+        sizes.dedup();
+        match sizes[..] {
+            [] => Ok(None),
+            [one] => Ok(one),
+            _ => bail!(
                 "--page-size auto gives these limits different page sizes (16 KiB from {} GiB, the OS page below): run them separately, or give --page-size",
                 gigas_statedb::LARGE_PAGE_MIN_MEMORY >> 30
             ),
-            Some((first, _)) => Ok(*first),
-            None => Ok(None),
         }
     }
 
@@ -657,7 +659,9 @@ pub fn run(args: &FullnodeArgs) -> Result<Option<FullnodeReport>> {
         .scratch_dir
         .clone()
         .unwrap_or_else(|| cache.join("scratch"));
-    let report = replay::run_all(args, &modes, &limits, &recording, genesis, &scratch)?;
+    let report = replay::run_all(
+        args, &modes, &limits, &recording, genesis, page_size, &scratch,
+    )?;
     report::write(&report, &args.out)?;
     Ok(Some(report))
 }

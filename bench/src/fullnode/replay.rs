@@ -722,13 +722,15 @@ fn thread_cpu_seconds() -> f64 {
     }
 }
 
-/// Every round of every mode, then the summary.
+/// Every round of every mode, then the summary. `page_size`: the genesis database's, which
+/// every run's copy has.
 pub(super) fn run_all(
     args: &FullnodeArgs,
     modes: &[Mode],
     limits: &[Option<u64>],
     recording: &Manifest,
     mut genesis: GenesisInfo,
+    page_size: Option<usize>,
     scratch: &Path,
 ) -> Result<FullnodeReport> {
     std::fs::create_dir_all(scratch).wrap_err_with(|| format!("creating {}", scratch.display()))?;
@@ -737,7 +739,7 @@ pub(super) fn run_all(
         .map_err(|e| eyre!("the recording's chain: {e}"))?;
     // Each run sets the durability of its mode.
     let options = StateDbOptions {
-        page_size: args.page_size()?,
+        page_size,
         readahead: args.readahead,
         ..StateDbOptions::default()
     };

@@ -123,18 +123,16 @@ impl StateDb {
             )
         };
         let mut env = open(options.page_size)?;
-        let page_size = |env: &Environment| {
-            env.stat()
-                .map(|s| s.page_size() as usize)
-                .map_err(StateDbError::mdbx("read the environment's page size"))
-        };
+        let page_bytes = env
+            .stat()
+            .map(|s| u64::from(s.page_size()))
+            .map_err(StateDbError::mdbx("read the environment's page size"))?;
         // A database that exists keeps the page size it was created with, and MDBX's
         // dirty-page bound is a count of pages: open again with the file's size so that the
         // bound is the bytes asked for.
-        let found = page_size(&env)?;
-        if found != options.page_size.unwrap_or(4096) {
+        if page_bytes != options.page_size.unwrap_or(4096) as u64 {
             drop(env);
-            env = open(Some(found))?;
+            env = open(usize::try_from(page_bytes).ok())?;
         }
         if upgrade_from_v1(&env)? {
             tracing::info!(
@@ -152,10 +150,6 @@ impl StateDb {
         .try_into()
         .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?);
 
-        let page_bytes = env
-            .stat()
-            .map(|s| u64::from(s.page_size()))
-            .map_err(StateDbError::mdbx("read the environment's page size"))?;
         let db = Self {
             env,
             dbs,
