@@ -158,11 +158,11 @@ pub fn check_existing(
     let sequencer = sequencer_address(chain)?;
     let view = db.view()?;
     let tip = view.tip()?.ok_or(StateDbError::NotInitialized)?;
-    // A node bootstrapped from a snapshot holds no block 0: the first block it holds is
-    // signed by the sequencer all the same.
+    // A node bootstrapped from a snapshot holds no signed block 0 (none, or an unsigned
+    // ancestor header the snapshot carried): its head is signed by the sequencer all the same.
     let genesis = match view.header(0)? {
-        Some(header) => header,
-        None => view.header(tip.number)?.ok_or_else(|| {
+        Some(header) if header.signature.is_some() => header,
+        _ => view.header(tip.number)?.ok_or_else(|| {
             GenesisError::Mismatch(format!(
                 "the database holds neither block 0 nor its head {}",
                 tip.number

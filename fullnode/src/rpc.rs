@@ -26,6 +26,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_rpc_types_eth::state::{EvmOverrides, StateOverride};
@@ -494,11 +495,23 @@ impl Backend for FullNodeBackend {
         at: u64,
     ) -> Result<EIP1186AccountProofResponse, RpcError> {
         let (view, at) = self.view_at(at)?;
+        // The request's deadline (geth's --rpc.evmtimeout): laying the window's records over
+        // the head and walking every path they changed grow with how old `at` is, so both
+        // are held to it.
+        let deadline = gigas_rpc::deadline::remaining().map(|left| Instant::now() + left);
         let overlay = view.overlay();
+        gigas_rpc::deadline::check(&format!("eth_getProof at block {at}"))?;
         let head = view.head();
         let proof = head
-            .proof_through(&address, &slots, &overlay)
-            .map_err(store)?;
+            .proof_through_until(&address, &slots, &overlay, deadline)
+            .map_err(|e| match e {
+                StateDbError::DeadlinePassed(_) => RpcError::Timeout(format!(
+                    "eth_getProof at block {at}: aborted at the execution timeout ({} keys \
+                     changed since that block); ask for a more recent block",
+                    overlay.len()
+                )),
+                other => store(other),
+            })?;
         if !overlay.is_empty() {
             // A root was computed at every block when the roots run every block (`--dev`);
             // between roots there is nothing to check against, as at the head.

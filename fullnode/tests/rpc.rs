@@ -728,3 +728,36 @@ async fn a_block_is_found_by_hash_at_any_depth() {
     }
     handle.stop();
 }
+
+/// Issue 66, item 9: `eth_getProof` never checked the request's deadline, and at an old
+/// block it walks every path changed since. Under a deadline that has passed it must stop
+/// with a timeout (a deadline far off lets the same proof through).
+#[test]
+fn a_proof_stops_at_the_request_deadline() {
+    let chain = ChainConfig::dev(250).unwrap();
+    let dev = dev_accounts().unwrap();
+    let (alice, carol) = (dev[0].address, Address::repeat_byte(0xca));
+    let mut c = Chain::genesis(&chain);
+    c.block(&chain, transfer(&c.model, alice, carol, eth(1)));
+    let (n, hash) = c.block(&chain, transfer(&c.model, alice, carol, eth(1)));
+    let backend = FullNodeBackend::new(
+        c.db.clone(),
+        &chain,
+        SEQUENCER_URL.into(),
+        Arc::new(SyncState::new(n, hash)),
+        SubscriptionHub::default(),
+    );
+    {
+        let _deadline = gigas_rpc::deadline::RequestDeadline::enter(std::time::Duration::ZERO);
+        match gigas_rpc::Backend::proof(&backend, carol, vec![U256::ZERO], n) {
+            Err(gigas_rpc::RpcError::Timeout(reason)) => {
+                assert!(reason.contains("eth_getProof"), "{reason}")
+            }
+            other => panic!("a proof past its deadline answered {other:?}"),
+        }
+    }
+    let _deadline =
+        gigas_rpc::deadline::RequestDeadline::enter(std::time::Duration::from_secs(600));
+    gigas_rpc::Backend::proof(&backend, carol, vec![U256::ZERO], n)
+        .expect("within its deadline the proof is answered");
+}

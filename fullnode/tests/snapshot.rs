@@ -260,6 +260,19 @@ async fn a_node_bootstrapped_from_a_snapshot_equals_one_that_replayed_every_diff
         &archive(setup.dir.path()),
         &bad_root,
     );
+    // A block after the snapshot whose execution reads BLOCKHASH of a block before it: a
+    // contract whose creation stores blockhash(N - 3) at slot 0. The new node re-executes
+    // it (`--verify-execution`), so a hash it lacks would make it disagree with the diff.
+    let before = block - 3;
+    let mut init = vec![0x63];
+    init.extend_from_slice(&u32::try_from(before).unwrap().to_be_bytes());
+    // BLOCKHASH PUSH1 0 SSTORE STOP
+    init.extend_from_slice(&[0x40, 0x60, 0x00, 0x55, 0x00]);
+    let (reader, read_at) = common::deploy(&setup.seq.url, 6, init.into()).await;
+    assert!(
+        read_at > block && read_at <= before + 256,
+        "block {read_at} reads block {before}'s hash"
+    );
     let boot_dir = setup.dir.path().join("fn-boot");
     let mut boot = Process::fullnode(
         &boot_dir,
@@ -271,6 +284,7 @@ async fn a_node_bootstrapped_from_a_snapshot_equals_one_that_replayed_every_diff
             &bad,
             "--snapshot-source",
             &good,
+            "--verify-execution",
         ],
     );
     let log = boot.log_text();
@@ -299,7 +313,112 @@ async fn a_node_bootstrapped_from_a_snapshot_equals_one_that_replayed_every_diff
     let target = head(&setup.seq.url).await;
     common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
     common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
+    assert_same_headers_and_blockhash(&boot.url, &setup.seq.url, block, target, reader).await;
+    boot.assert_metric_at_least(
+        "gigas_fullnode_reexecuted_blocks_total",
+        1.0,
+        "the blocks after the snapshot, re-executed",
+    );
     assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
+}
+
+/// A node bootstrapped at `block` answers as the sequencer does for the headers of the 256
+/// blocks before it and after it (to `head`), BLOCKHASH of them in `eth_call`, and the slot
+/// `reader`'s creation stored from BLOCKHASH of block `block - 3`.
+async fn assert_same_headers_and_blockhash(
+    node: &str,
+    seq: &str,
+    block: u64,
+    head: u64,
+    reader: alloy_primitives::Address,
+) {
+    let first = block.saturating_sub(256);
+    for n in (first..=head)
+        .step_by(7)
+        .chain([first, block - 1, block, head])
+    {
+        let tag = format!("{n:#x}");
+        let (a, b) = (
+            common::rpc(node, "eth_getHeaderByNumber", serde_json::json!([tag])).await,
+            common::rpc(seq, "eth_getHeaderByNumber", serde_json::json!([tag])).await,
+        );
+        assert!(
+            b["result"]["hash"].is_string(),
+            "the sequencer's header {n}: {b}"
+        );
+        for field in ["hash", "parentHash", "number", "stateRoot", "timestamp"] {
+            assert_eq!(
+                a["result"][field], b["result"][field],
+                "header {n}'s {field}"
+            );
+        }
+    }
+    // eth_call at the head of code returning blockhash(NUMBER - k) for blocks before the
+    // snapshot: PUSH2 k NUMBER SUB BLOCKHASH PUSH1 0 MSTORE PUSH1 32 PUSH1 0 RETURN.
+    let at = format!("{head:#x}");
+    // Blocks before the snapshot that BLOCKHASH at the head still reaches (the head is
+    // some tens of blocks past the snapshot here).
+    let backs: Vec<u64> = [block - 1, block - 5, first.max(head.saturating_sub(255))]
+        .into_iter()
+        .filter(|back| *back < block && head - back <= 256)
+        .collect();
+    assert!(
+        !backs.is_empty(),
+        "the head {head} is too far past the snapshot {block}"
+    );
+    for back in backs {
+        let k = u16::try_from(head - back).unwrap();
+        let mut code = vec![0x61];
+        code.extend_from_slice(&k.to_be_bytes());
+        code.extend_from_slice(&[
+            0x43, 0x03, 0x40, 0x60, 0x00, 0x52, 0x60, 0x20, 0x60, 0x00, 0xf3,
+        ]);
+        let to = "0x00000000000000000000000000000000000b1a5e";
+        let params = serde_json::json!([
+            {"to": to},
+            at,
+            {to: {"code": alloy_primitives::hex::encode_prefixed(&code)}}
+        ]);
+        let (a, b) = (
+            common::rpc(node, "eth_call", params.clone()).await,
+            common::rpc(seq, "eth_call", params).await,
+        );
+        let expected = common::rpc(
+            seq,
+            "eth_getHeaderByNumber",
+            serde_json::json!([format!("{back:#x}")]),
+        )
+        .await;
+        assert_eq!(
+            b["result"], expected["result"]["hash"],
+            "the sequencer's BLOCKHASH({back})"
+        );
+        assert_eq!(
+            a["result"], b["result"],
+            "BLOCKHASH({back}) at block {head}"
+        );
+    }
+    let slot = serde_json::json!([reader, "0x0", at]);
+    let (a, b) = (
+        common::rpc(node, "eth_getStorageAt", slot.clone()).await,
+        common::rpc(seq, "eth_getStorageAt", slot).await,
+    );
+    let expected = common::rpc(
+        seq,
+        "eth_getHeaderByNumber",
+        serde_json::json!([format!("{:#x}", block - 3)]),
+    )
+    .await;
+    assert_eq!(
+        b["result"], expected["result"]["hash"],
+        "the stored BLOCKHASH"
+    );
+    assert_eq!(
+        a["result"],
+        b["result"],
+        "the slot a BLOCKHASH of block {} wrote",
+        block - 3
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,7 @@ use gigas_statediff::archive::FileKind;
 use tokio::sync::{broadcast, Semaphore};
 
 use gigas_rpc::accept::{ClientAddr, ClientLimits};
+use gigas_rpc::files::{matches_etag, OpenFile, IMMUTABLE};
 
 use crate::diffs::DiffArchive;
 
@@ -49,8 +50,6 @@ pub const MAX_STREAMS_PER_CLIENT: usize = 4;
 /// How long a stream may wait for its client to take a message: one that does not read is
 /// closed instead of holding the server's buffers.
 pub const STREAM_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 #[derive(Debug, Clone)]
 struct AppState {
@@ -152,45 +151,6 @@ fn etag(domain: &[u8], bytes: &[u8]) -> String {
     format!("\"{}\"", hex::encode(&hash.as_bytes()[..16]))
 }
 
-fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .any(|candidate| candidate == tag || candidate == "*")
-}
-
-/// An immutable answer: the bytes with their ETag, or 304 when the client holds them.
-fn immutable(bytes: Vec<u8>, headers: &HeaderMap) -> Response {
-    let tag = etag(b"", &bytes);
-    let tag_value = HeaderValue::from_str(&tag).unwrap_or(HeaderValue::from_static("\"\""));
-    if matches_etag(headers, &tag) {
-        return (
-            StatusCode::NOT_MODIFIED,
-            [
-                (header::ETAG, tag_value),
-                (header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE)),
-            ],
-        )
-            .into_response();
-    }
-    (
-        StatusCode::OK,
-        [
-            (header::ETAG, tag_value),
-            (header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE)),
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            ),
-        ],
-        bytes,
-    )
-        .into_response()
-}
-
 fn parse_number(raw: &str) -> Result<u64, HttpError> {
     raw.parse().map_err(|_| {
         HttpError::bad_request(format!(
@@ -217,6 +177,25 @@ async fn read_file(
         })
 }
 
+/// Opens block `number`'s file of `kind` and computes its ETag, on the blocking pool.
+async fn open_file(
+    diffs: &Arc<DiffArchive>,
+    kind: FileKind,
+    number: u64,
+) -> Result<Option<OpenFile>, Response> {
+    let path = diffs.archive().path(kind, number);
+    tokio::task::spawn_blocking(move || OpenFile::open(&path, b""))
+        .await
+        .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "reading the diff archive");
+            json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reading the archive failed",
+            )
+        })
+}
+
 async fn file(
     kind: FileKind,
     State(state): State<AppState>,
@@ -230,8 +209,12 @@ async fn file(
     if let Some(response) = unavailable(&state.diffs, number) {
         return response;
     }
-    match read_file(&state.diffs, kind, number).await {
-        Ok(Some(bytes)) => immutable(bytes, &headers),
+    // Streamed from the file a piece at a time (the route's permit is in the body): an
+    // answer holds one piece in memory, whatever the file's length and the client's pace.
+    match open_file(&state.diffs, kind, number).await {
+        Ok(Some(file)) => file
+            .respond(&headers, "application/octet-stream", None)
+            .into_response(),
         // Retention raced the request.
         Ok(None) => json_error(
             StatusCode::GONE,

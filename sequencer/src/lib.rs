@@ -77,10 +77,14 @@
 //! Transactions: the hash is returned only after the journal's `fdatasync`. At start the
 //! journal is replayed into the pool against the recovered head state; transactions that a
 //! durable block included (or made invalid) are dropped then, and the journal is rewritten
-//! to the pool's contents. The running node rewrites the journal only with no block in flight
-//! (the producer waits for the committer first), so a transaction that left the pool for a
-//! sealed block stays journaled until that block is durable. So a transaction that got a hash
-//! is, after any crash, either in a durable block or back in the pool.
+//! to the pool's contents. The running node rewrites the journal in the background while
+//! blocks are in flight: the rewrite keeps what the pool holds and the transactions of every
+//! block sealed and not yet published (read after the pool, so that a block sealed between
+//! the two reads is counted), so a transaction that left the pool for a sealed block stays
+//! journaled until that block is durable. A submission whose journal write failed is answered
+//! with its hash only if a block took it, and only once that block is durable; otherwise it
+//! is refused. So a transaction that got a hash is, after any crash, either in a durable
+//! block or back in the pool.
 
 pub mod backend;
 pub mod cli;

@@ -131,3 +131,61 @@ fn a_journal_write_failing_after_its_block_was_sealed_answers_the_hash() {
     node.stop();
     producer.join().unwrap().unwrap();
 }
+
+/// Issue 66, item 11: a journal write that fails after a block took the transaction answers
+/// the hash only once that block is durable. Before, it answered at once, while the block
+/// was only sealed: a crash then lost a transaction the client was told was accepted.
+#[test]
+fn a_journal_write_failing_after_its_block_was_sealed_answers_only_once_the_block_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _enter = rt.enter();
+    let node = open(dir.path(), 100);
+    // No block becomes durable while this is held.
+    let held = node.hold_commits();
+    let sender = dev_signer(1).unwrap();
+    node.journal().fail_next_write(Duration::from_millis(1_500));
+    let raw = transfer(&sender, 0);
+    let hash = alloy_primitives::keccak256(&raw);
+    let submission = {
+        let node = node.clone();
+        rt.spawn(async move { node.submit(raw).await })
+    };
+    // The producer starts once the transaction is pooled, so that its first block takes it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !node.pool().contains(hash) {
+        assert!(
+            Instant::now() < deadline,
+            "the transaction never reached the pool"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let producer = {
+        let node = node.clone();
+        std::thread::spawn(move || node.run_producer())
+    };
+    // The journal write fails at 1.5 s; the block holding the transaction is sealed and
+    // cannot become durable.
+    std::thread::sleep(Duration::from_millis(3_000));
+    assert!(
+        node.in_flight_block_of(hash).is_some(),
+        "a sealed block holds the transaction"
+    );
+    assert!(
+        !submission.is_finished(),
+        "answered {:?} while the block holding the transaction was not durable",
+        rt.block_on(submission)
+    );
+    drop(held);
+    let answered = rt
+        .block_on(submission)
+        .unwrap()
+        .expect("a transaction a durable block holds is answered with its hash");
+    assert_eq!(answered, hash);
+    assert!(
+        node.history().transaction_location(hash).unwrap().is_some(),
+        "answered, so its block is durable and published"
+    );
+    node.stop();
+    producer.join().unwrap().unwrap();
+}

@@ -381,6 +381,28 @@ impl ChainConfig {
                 "give sequencer_key or sequencer_key_file, not both".into(),
             ));
         }
+        self.validate_alloc()
+    }
+
+    /// EIP-7610: creating a contract at an address with storage fails. revm 43 does not check
+    /// it (only nonce and code, EIP-684), and only an account with no code and nonce 0 can be
+    /// created over; nonces never fall and code leaves only with the storage (a self-destruct)
+    /// or with a nonce of at least 1 (an EIP-7702 reset). So the one way to an account with
+    /// storage that a creation could land on is the genesis: refused here, the rule holds on
+    /// every Gigas chain, and the state accounting that relies on it (a created account's
+    /// storage starts empty; an account deleted as empty had none: `gigas-evm`'s ChangeSet
+    /// fold, the lattice hash every snapshot is checked against) is exact.
+    fn validate_alloc(&self) -> Result<(), ChainError> {
+        for (address, account) in &self.alloc {
+            let stores = account.storage.values().any(|v| !v.is_zero());
+            if stores && account.code.is_empty() && account.nonce == 0 {
+                return Err(ChainError::Invalid(format!(
+                    "alloc {address} has storage but no code and nonce 0: a contract could be \
+                     created over its storage (EIP-7610); give it its code, or a nonce of at \
+                     least 1, or no storage"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -545,4 +567,37 @@ pub fn write_public_spec(chain: &ChainConfig, out: Option<&Path>) -> Result<Stri
         })?;
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 66, item 12: genesis storage on an account a contract could be created over
+    /// (no code, nonce 0) breaks EIP-7610's assumption, which revm 43 does not enforce.
+    #[test]
+    fn genesis_storage_without_code_or_nonce_is_refused() {
+        let with = |nonce: u64, code: &[u8], value: u64| {
+            let mut chain = ChainConfig::dev(250).expect("the dev chain");
+            chain.alloc.insert(
+                Address::repeat_byte(0x77),
+                GenesisAccount {
+                    balance: U256::from(1),
+                    nonce,
+                    code: Bytes::copy_from_slice(code),
+                    storage: BTreeMap::from([(U256::from(1), U256::from(value))]),
+                },
+            );
+            chain.validate()
+        };
+        match with(0, &[], 5) {
+            Err(ChainError::Invalid(reason)) => {
+                assert!(reason.contains("EIP-7610"), "{reason}")
+            }
+            other => panic!("storage on an account with no code and nonce 0: {other:?}"),
+        }
+        with(1, &[], 5).expect("a nonce of 1: no creation can land there");
+        with(0, &[0x60, 0x00], 5).expect("code: no creation can land there");
+        with(0, &[], 0).expect("a zero slot is no storage");
+    }
 }

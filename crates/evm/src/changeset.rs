@@ -121,8 +121,10 @@ impl BlockChanges {
                 continue;
             }
             if account.is_created() {
-                // Creation needs an address without code or nonce (and since EIP-7610
-                // without storage), so nothing stored is wiped here; a destroyed and
+                // Creation needs an address without code or nonce, and no such account
+                // holds storage on a Gigas chain (EIP-7610, which revm 43 does not check:
+                // the chain spec refuses genesis storage there, the only way to it), so
+                // nothing stored is wiped here; a destroyed and
                 // re-created account keeps the wipe its destruction set.
                 tracked.slots.clear();
             } else if account.is_empty() {

@@ -41,6 +41,17 @@ pub struct RpcArgs {
         value_name = "N"
     )]
     pub max_subscriptions: u32,
+    /// How long a WebSocket subscription's notification may wait for a client that stopped
+    /// reading (its connection's buffer full) before the subscription is dropped with an
+    /// error notification.
+    #[arg(long = "rpc.subscription-send-timeout", default_value = "10s",
+          value_name = "DURATION", value_parser = parse_duration)]
+    pub subscription_send_timeout: Duration,
+    /// How long a connection may take no byte of an answer (a client that stopped reading)
+    /// before it is closed with every answer it held.
+    #[arg(long = "rpc.send-timeout", default_value = "30s", value_name = "DURATION",
+          value_parser = parse_duration)]
+    pub send_timeout: Duration,
     /// Widest block range of one eth_getLogs.
     #[arg(
         long = "rpc.max-logs-range",
@@ -102,6 +113,8 @@ impl RpcArgs {
             limit_loopback: self.limit_loopback,
             max_batch_size: self.max_batch,
             max_subscriptions_per_connection: self.max_subscriptions,
+            subscription_send_timeout: self.subscription_send_timeout,
+            send_timeout: self.send_timeout,
             max_log_block_range: self.max_logs_range,
             max_log_results: self.max_logs,
             max_concurrent_executions: self

@@ -14,7 +14,7 @@
 //! 127.0.0.1, and local tools (the benchmark's load) open many connections on purpose.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The peer of the connection a request came on, in the request's extensions.
@@ -22,9 +22,25 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct ClientAddr(pub SocketAddr);
 
 impl ClientAddr {
-    /// The address per-client bounds count by (the port does not matter).
+    /// The client per-client bounds count by (the port does not matter): see
+    /// [`client_key`].
     pub fn ip(&self) -> IpAddr {
-        self.0.ip()
+        client_key(self.0.ip())
+    }
+}
+
+/// The client an address belongs to, as per-client bounds count: an IPv4 address on its own
+/// (an IPv4-mapped IPv6 address, as a dual-stack listener reports IPv4 peers, as that IPv4
+/// address), an IPv6 address by its /64 (with the rest zero). A host is given a whole /64
+/// and can take any address in it (SLAAC privacy addresses change by themselves), so
+/// counting IPv6 addresses one by one would give one host 2^64 places. Loopback stays itself.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) if !v6.is_loopback() => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        other => other,
     }
 }
 
@@ -54,12 +70,14 @@ impl ClientLimits {
 
     /// Whether `ip` is held to the bound.
     pub fn applies_to(&self, ip: IpAddr) -> bool {
-        self.max_per_address > 0 && (self.limit_loopback || !ip.is_loopback())
+        self.max_per_address > 0 && (self.limit_loopback || !ip.to_canonical().is_loopback())
     }
 
-    /// Takes one of `ip`'s places, or `None` when it holds all of them. The place is given
-    /// back when the returned guard drops.
+    /// Takes one of the places of `ip`'s client ([`client_key`]: IPv6 addresses count by
+    /// their /64), or `None` when it holds all of them. The place is given back when the
+    /// returned guard drops.
     pub fn try_open(self: &Arc<Self>, ip: IpAddr) -> Option<ClientSlot> {
+        let ip = client_key(ip);
         if self.applies_to(ip) {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
             let count = open.entry(ip).or_insert(0);
@@ -74,12 +92,12 @@ impl ClientLimits {
         })
     }
 
-    /// Places `ip` holds now.
+    /// Places `ip`'s client holds now.
     pub fn open_for(&self, ip: IpAddr) -> usize {
         self.open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&ip)
+            .get(&client_key(ip))
             .copied()
             .unwrap_or(0)
     }
@@ -147,6 +165,50 @@ mod tests {
         // No bound at all.
         let open = ClientLimits::new(0, true);
         assert_eq!((0..10).filter_map(|_| open.try_open(remote)).count(), 10);
+    }
+
+    /// Issue 66, item 10: IPv6 clients were counted address by address, so one host could
+    /// take any number of places with the 2^64 addresses of its /64.
+    #[test]
+    fn ipv6_clients_are_counted_by_their_64_and_mapped_ipv4_as_ipv4() {
+        let limits = ClientLimits::new(2, false);
+        let host: Vec<IpAddr> = (1..=3u16)
+            .map(|i| format!("2001:db8:aa:bb::{i:x}").parse().unwrap())
+            .collect();
+        let _a = limits.try_open(host[0]).unwrap();
+        let _b = limits.try_open(host[1]).unwrap();
+        assert!(
+            limits.try_open(host[2]).is_none(),
+            "a third address of the same /64 took a third place"
+        );
+        assert_eq!(limits.open_for(host[2]), 2);
+        let next: IpAddr = "2001:db8:aa:bc::1".parse().unwrap();
+        assert!(
+            limits.try_open(next).is_some(),
+            "the next /64 is another client"
+        );
+        // A dual-stack listener reports IPv4 peers as mapped addresses: the IPv4 address.
+        let v4: IpAddr = "203.0.113.9".parse().unwrap();
+        let mapped: IpAddr = "::ffff:203.0.113.9".parse().unwrap();
+        let _c = limits.try_open(v4).unwrap();
+        let _d = limits.try_open(mapped).unwrap();
+        assert!(
+            limits.try_open(v4).is_none(),
+            "mapped and plain are one client"
+        );
+        assert!(
+            limits
+                .try_open("::ffff:203.0.113.10".parse().unwrap())
+                .is_some(),
+            "another IPv4 client"
+        );
+        // IPv6 loopback stays loopback, exempt unless asked.
+        let local: IpAddr = "::1".parse().unwrap();
+        assert_eq!((0..5).filter_map(|_| limits.try_open(local)).count(), 5);
+        assert_eq!(
+            client_key("2001:db8:aa:bb:1:2:3:4".parse().unwrap()),
+            "2001:db8:aa:bb::".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

@@ -221,15 +221,15 @@ pub trait EthApi {
 
     /// `eth_newFilter`: a log filter polled with `eth_getFilterChanges`; expires after five
     /// minutes without a poll.
-    #[method(name = "newFilter")]
+    #[method(name = "newFilter", with_extensions)]
     async fn new_filter(&self, filter: Filter) -> RpcResult<String>;
 
     /// `eth_newBlockFilter`.
-    #[method(name = "newBlockFilter")]
+    #[method(name = "newBlockFilter", with_extensions)]
     async fn new_block_filter(&self) -> RpcResult<String>;
 
     /// `eth_newPendingTransactionFilter`.
-    #[method(name = "newPendingTransactionFilter")]
+    #[method(name = "newPendingTransactionFilter", with_extensions)]
     async fn new_pending_transaction_filter(&self, full: Option<bool>) -> RpcResult<String>;
 
     /// `eth_getFilterChanges`: what arrived since the last poll.

@@ -18,6 +18,7 @@
 //!   skips what it missed.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,11 @@ use crate::RpcError;
 pub struct FilterLimits {
     /// Most filters installed at once, all clients together.
     pub max_filters: usize,
+    /// Most filters one client ([`crate::accept::client_key`]: an IPv4 address, an IPv6 /64)
+    /// may hold at once, so that one client cannot take every place of `max_filters`.
+    /// Loopback clients are held to it only with `limit_loopback` (a proxy on the same host
+    /// brings every client in from 127.0.0.1).
+    pub max_per_client: usize,
     /// How long a filter lives without a poll.
     pub expiry: Duration,
     /// Most block hashes (or pending hashes) one poll answers.
@@ -39,10 +45,11 @@ pub struct FilterLimits {
 }
 
 impl Default for FilterLimits {
-    /// 10,000 filters, geth's five minutes, 4,096 hashes a poll.
+    /// 10,000 filters, 500 a client, geth's five minutes, 4,096 hashes a poll.
     fn default() -> Self {
         Self {
             max_filters: 10_000,
+            max_per_client: 500,
             expiry: Duration::from_secs(300),
             max_hashes: 4_096,
         }
@@ -64,6 +71,8 @@ pub(crate) enum FilterKind {
 struct Installed {
     kind: FilterKind,
     polled: Instant,
+    /// The client that installed it, where it is held to the per-client bound.
+    owner: Option<IpAddr>,
 }
 
 /// The installed filters.
@@ -97,11 +106,29 @@ impl FilterStore {
         filters.retain(|_, f| now.duration_since(f.polled) < expiry);
     }
 
-    /// Installs a filter and returns its id (geth's form: "0x" and 16 random bytes in hex).
-    pub(crate) fn install(&self, kind: FilterKind) -> Result<String, RpcError> {
+    /// Installs a filter for `owner` (the client, where it is held to the per-client bound)
+    /// and returns its id (geth's form: "0x" and 16 random bytes in hex).
+    pub(crate) fn install(
+        &self,
+        kind: FilterKind,
+        owner: Option<IpAddr>,
+    ) -> Result<String, RpcError> {
         let now = Instant::now();
         let mut filters = self.lock();
         self.expire(&mut filters, now);
+        if let Some(owner) = owner {
+            // A scan of at most `max_filters` under the lock: installs are rare next to
+            // polls, and a count kept beside the map would have to follow every expiry.
+            let held = filters.values().filter(|f| f.owner == Some(owner)).count();
+            if held >= self.limits.max_per_client {
+                return Err(RpcError::LimitExceeded(format!(
+                    "too many filters installed by this client ({}); uninstall unused ones \
+                     with eth_uninstallFilter or let them expire ({} s without a poll)",
+                    self.limits.max_per_client,
+                    self.limits.expiry.as_secs()
+                )));
+            }
+        }
         if filters.len() >= self.limits.max_filters {
             return Err(RpcError::LimitExceeded(format!(
                 "too many filters installed ({}); uninstall unused ones with eth_uninstallFilter \
@@ -116,7 +143,14 @@ impl FilterStore {
                 break id;
             }
         };
-        filters.insert(id.clone(), Installed { kind, polled: now });
+        filters.insert(
+            id.clone(),
+            Installed {
+                kind,
+                polled: now,
+                owner,
+            },
+        );
         Ok(id)
     }
 
@@ -171,22 +205,58 @@ mod tests {
     fn filters_are_bounded_and_expire() {
         let store = FilterStore::new(FilterLimits {
             max_filters: 2,
+            max_per_client: 2,
             expiry: Duration::from_millis(50),
             max_hashes: 8,
         });
-        let a = store.install(FilterKind::Blocks { next: 1 }).unwrap();
-        let b = store.install(FilterKind::Blocks { next: 1 }).unwrap();
+        let a = store.install(FilterKind::Blocks { next: 1 }, None).unwrap();
+        let b = store.install(FilterKind::Blocks { next: 1 }, None).unwrap();
         assert_ne!(a, b);
         assert!(a.starts_with("0x") && a.len() == 34, "{a}");
-        let err = store.install(FilterKind::Blocks { next: 1 }).unwrap_err();
+        let err = store
+            .install(FilterKind::Blocks { next: 1 }, None)
+            .unwrap_err();
         assert!(err.to_string().contains("too many filters"), "{err}");
         assert!(store.uninstall(&b));
         assert!(!store.uninstall(&b));
-        store.install(FilterKind::Blocks { next: 1 }).unwrap();
+        store.install(FilterKind::Blocks { next: 1 }, None).unwrap();
         std::thread::sleep(Duration::from_millis(60));
         let err = store.with(&a, |_| ()).unwrap_err();
         assert_eq!(err.to_string(), "filter not found");
         assert_eq!(store.len(), 0, "expired filters are swept");
+    }
+
+    /// Issue 66, item 10: one global cap shared by every client let one client fill it and
+    /// refuse every other client's filters.
+    #[test]
+    fn one_client_cannot_take_every_filter() {
+        let store = FilterStore::new(FilterLimits {
+            max_filters: 10,
+            max_per_client: 3,
+            ..FilterLimits::default()
+        });
+        let greedy: IpAddr = "203.0.113.7".parse().unwrap();
+        let polite: IpAddr = "203.0.113.8".parse().unwrap();
+        let mut installed = 0;
+        for _ in 0..10 {
+            if store
+                .install(FilterKind::Blocks { next: 1 }, Some(greedy))
+                .is_ok()
+            {
+                installed += 1;
+            }
+        }
+        assert_eq!(
+            installed, 3,
+            "one client installed {installed} of 10 filters"
+        );
+        let err = store
+            .install(FilterKind::Blocks { next: 1 }, Some(greedy))
+            .unwrap_err();
+        assert!(err.to_string().contains("by this client"), "{err}");
+        store
+            .install(FilterKind::Blocks { next: 1 }, Some(polite))
+            .expect("another client still installs");
     }
 
     #[test]

@@ -18,11 +18,12 @@ use alloy_rpc_types_trace::geth::{
 };
 use alloy_rpc_types_txpool::{TxpoolContent, TxpoolContentFrom, TxpoolInspect, TxpoolStatus};
 use jsonrpsee::core::{async_trait, to_json_raw_value, RpcResult, SubscriptionResult};
-use jsonrpsee::server::{PendingSubscriptionSink, SubscriptionSink};
+use jsonrpsee::server::{Extensions, PendingSubscriptionSink, SendTimeoutError, SubscriptionSink};
 use jsonrpsee::RpcModule;
 use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
 
+use crate::accept::ClientAddr;
 use crate::api::{
     DebugApiServer, EthApiServer, GigasApiServer, NetApiServer, RpcModulesApiServer, TracerOptions,
     TxpoolApiServer, Web3ApiServer,
@@ -58,6 +59,12 @@ pub struct Limits {
     pub max_log_topics: usize,
     /// The bounds of installed filters (`eth_newFilter` and friends).
     pub filters: FilterLimits,
+    /// How long a subscription notification may wait for room in its connection's buffer
+    /// (a client that stopped reading); then the subscription is dropped.
+    pub subscription_send_timeout: Duration,
+    /// Hold loopback clients to the per-client bounds (filters) too, as the server's
+    /// `limit_loopback` does for connections.
+    pub limit_loopback: bool,
 }
 
 impl Default for Limits {
@@ -73,9 +80,17 @@ impl Default for Limits {
             max_log_addresses: 1_000,
             max_log_topics: 1_000,
             filters: FilterLimits::default(),
+            subscription_send_timeout: DEFAULT_SUBSCRIPTION_SEND_TIMEOUT,
+            limit_loopback: false,
         }
     }
 }
+
+/// How long a notification waits for a connection that does not read before its
+/// subscription is dropped: long enough for a slow link to drain a full buffer of large
+/// blocks, short enough that a client that stopped reading pins its buffer for seconds, not
+/// forever.
+pub(crate) const DEFAULT_SUBSCRIPTION_SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// geth's `--rpc.evmtimeout` default, for every kind of execution.
 pub const DEFAULT_EXECUTION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -662,7 +677,7 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
             .await?)
     }
 
-    async fn new_filter(&self, filter: Filter) -> RpcResult<String> {
+    async fn new_filter(&self, ext: &Extensions, filter: Filter) -> RpcResult<String> {
         self.check_filter(&filter)?;
         let head = self.backend.latest();
         // A filter's changes start after the head it was installed at, or at its fromBlock
@@ -676,18 +691,27 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
             }
             _ => head + 1,
         };
-        Ok(self.filters.install(FilterKind::Logs {
-            filter: Box::new(filter),
-            next,
-        })?)
+        Ok(self.filters.install(
+            FilterKind::Logs {
+                filter: Box::new(filter),
+                next,
+            },
+            self.filter_owner(ext),
+        )?)
     }
 
-    async fn new_block_filter(&self) -> RpcResult<String> {
+    async fn new_block_filter(&self, ext: &Extensions) -> RpcResult<String> {
         let next = self.backend.latest() + 1;
-        Ok(self.filters.install(FilterKind::Blocks { next })?)
+        Ok(self
+            .filters
+            .install(FilterKind::Blocks { next }, self.filter_owner(ext))?)
     }
 
-    async fn new_pending_transaction_filter(&self, full: Option<bool>) -> RpcResult<String> {
+    async fn new_pending_transaction_filter(
+        &self,
+        ext: &Extensions,
+        full: Option<bool>,
+    ) -> RpcResult<String> {
         if full == Some(true) {
             return Err(RpcError::InvalidParams(
                 "pending transaction filters with full transactions are not supported; \
@@ -697,7 +721,9 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
             .into());
         }
         let hashes = self.backend.subscriptions().subscribe_pending();
-        Ok(self.filters.install(FilterKind::Pending { hashes })?)
+        Ok(self
+            .filters
+            .install(FilterKind::Pending { hashes }, self.filter_owner(ext))?)
     }
 
     async fn filter_changes(&self, id: String) -> RpcResult<FilterChanges> {
@@ -800,11 +826,17 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
                 }
                 let rx = self.backend.subscriptions().subscribe_logs();
                 let sink = pending.accept().await?;
+                // Each subscription walks the block's one shared copy of its logs: a
+                // thousand subscriptions waiting on slow clients hold a thousand references
+                // to it, not a thousand copies.
+                let filter = Arc::new(filter);
                 self.forward(sink, rx, "logs", move |logs: Arc<Vec<Log>>| {
-                    logs.iter()
-                        .filter(|log| filter.matches(&log.inner))
-                        .cloned()
-                        .collect::<Vec<_>>()
+                    let filter = filter.clone();
+                    (0..logs.len()).filter_map(move |i| {
+                        filter
+                            .matches(&logs[i].inner)
+                            .then(|| SharedLog(logs.clone(), i))
+                    })
                 })
                 .await
             }
@@ -851,10 +883,20 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
 }
 
 impl<B: Backend> EthRpc<B> {
+    /// The client a filter installed with this request counts against
+    /// ([`FilterLimits::max_per_client`]): its address's client key, unless it is a
+    /// loopback client and those are exempt.
+    fn filter_owner(&self, ext: &Extensions) -> Option<std::net::IpAddr> {
+        let client = ext.get::<ClientAddr>()?.ip();
+        (self.limits.limit_loopback || !client.is_loopback()).then_some(client)
+    }
+
     /// Pipes a broadcast channel into a subscription until the client unsubscribes or
-    /// disconnects. A client that falls behind the channel's buffer is dropped with an error
-    /// notification instead of being buffered for: memory stays bounded, and the client learns
-    /// that it missed messages rather than silently seeing a gap.
+    /// disconnects. A client that falls behind the channel's buffer, or whose connection takes
+    /// no notification for [`Limits::subscription_send_timeout`] (it stopped reading, so the
+    /// socket and the connection's buffer are full), is dropped with an error notification
+    /// instead of being waited for: memory stays bounded, and the client learns that it missed
+    /// messages rather than silently seeing a gap.
     async fn forward<T, I, It, F>(
         &self,
         sink: SubscriptionSink,
@@ -878,8 +920,20 @@ impl<B: Backend> EthRpc<B> {
                 Ok(value) => {
                     for item in items(value) {
                         let raw = to_json_raw_value(&item)?;
-                        if sink.send(raw).await.is_err() {
-                            return Ok(());
+                        match sink
+                            .send_timeout(raw, self.limits.subscription_send_timeout)
+                            .await
+                        {
+                            Ok(()) => {}
+                            Err(SendTimeoutError::Closed(_)) => return Ok(()),
+                            Err(SendTimeoutError::Timeout(_)) => {
+                                self.metrics.subscription_dropped(kind);
+                                return Err(format!(
+                                    "subscription dropped: the client read nothing for {} s",
+                                    self.limits.subscription_send_timeout.as_secs_f64()
+                                )
+                                .into());
+                            }
                         }
                     }
                 }
@@ -893,6 +947,15 @@ impl<B: Backend> EthRpc<B> {
                 Err(broadcast::error::RecvError::Closed) => return Ok(()),
             }
         }
+    }
+}
+
+/// One log of a block's shared list, serialized in place (a logs subscription's item).
+struct SharedLog(Arc<Vec<Log>>, usize);
+
+impl Serialize for SharedLog {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0[self.1].serialize(serializer)
     }
 }
 

@@ -41,15 +41,20 @@
 //! its [`accept::ClientAddr`] for routes that bound their own work per client.
 //!
 //! **Subscriptions and memory.** Each subscription reads a bounded broadcast channel; a client
-//! that falls further behind than the channel holds is dropped with an error notification
+//! that falls further behind than the channel holds, or whose connection takes no notification
+//! for `subscription_send_timeout` (it stopped reading: the socket and the connection's buffer
+//! are full), is dropped with an error notification
 //! (`{"subscription": id, "error": "subscription dropped: ..."}`) and counted in
 //! `gigas_rpc_subscriptions_dropped_total`, so a slow client never grows the node's memory.
+//! Logs subscriptions share each block's one list of logs and serialize from it.
 
 pub mod accept;
 pub mod api;
 mod backend;
+mod conn;
 pub mod deadline;
 mod error;
+pub mod files;
 mod filters;
 mod handler;
 mod metrics;

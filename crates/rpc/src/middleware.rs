@@ -217,6 +217,32 @@ impl HttpRoutes {
     }
 }
 
+/// A route's answer body holding its route permit until it is sent whole or dropped.
+struct PermitBody {
+    body: HttpBody,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl hyper::body::Body for PermitBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// 503 for a route request beyond the connection limit, with a JSON error and `Retry-After`.
 fn busy() -> HttpResponse {
     let body = r#"{"error":"too many requests in flight; try again shortly"}"#;
@@ -322,9 +348,15 @@ where
                 };
                 let routes = routes.service.clone();
                 return Box::pin(async move {
-                    let _permit = permit;
                     match routes.oneshot(request).await {
-                        Ok(response) => Ok(response),
+                        // The permit goes with the body: an answer counts until it is sent
+                        // (or its connection is cut), not only until it is built.
+                        Ok(response) => Ok(response.map(|body| {
+                            HttpBody::new(PermitBody {
+                                body,
+                                _permit: permit,
+                            })
+                        })),
                         Err(never) => match never {},
                     }
                 });

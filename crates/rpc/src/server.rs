@@ -50,8 +50,16 @@ pub struct RpcConfig {
     /// Most subscriptions one WebSocket connection may hold. Default 1024 (jsonrpsee and reth).
     pub max_subscriptions_per_connection: u32,
     /// Messages buffered per WebSocket connection before its subscriptions wait (and, once they
-    /// fall behind the node's broadcast buffer, are dropped). Default 1024 (jsonrpsee).
+    /// fall behind the node's broadcast buffer or wait longer than
+    /// [`RpcConfig::subscription_send_timeout`], are dropped). Default 1024 (jsonrpsee).
     pub message_buffer_capacity: u32,
+    /// How long a subscription's notification may wait for room in its connection's buffer
+    /// before the subscription is dropped (the client stopped reading). Default 10 s.
+    pub subscription_send_timeout: std::time::Duration,
+    /// How long a connection may take no byte of an answer before it is closed, with every
+    /// answer and permit it held (a client that stopped reading; a slow one that keeps
+    /// taking bytes is not cut). Default 30 s.
+    pub send_timeout: std::time::Duration,
     /// Most blocks one `eth_getLogs` may span. Default 10,000.
     pub max_log_block_range: u64,
     /// Most logs one `eth_getLogs` may return. Default 10,000.
@@ -84,6 +92,8 @@ impl Default for RpcConfig {
             max_batch_size: 1000,
             max_subscriptions_per_connection: 1024,
             message_buffer_capacity: 1024,
+            subscription_send_timeout: limits.subscription_send_timeout,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
             max_log_block_range: limits.max_log_block_range,
             max_log_results: limits.max_log_results,
             max_fee_history_blocks: limits.max_fee_history_blocks,
@@ -103,10 +113,15 @@ impl RpcConfig {
             max_fee_history_blocks: self.max_fee_history_blocks,
             max_concurrent_executions: self.max_concurrent_executions.max(1),
             execution_timeout: self.execution_timeout,
+            subscription_send_timeout: self.subscription_send_timeout,
+            limit_loopback: self.limit_loopback,
             ..Limits::default()
         }
     }
 }
+
+/// [`RpcConfig::send_timeout`]'s default.
+pub(crate) const DEFAULT_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Starts servers. See [`RpcServer::start`].
 #[derive(Debug)]
@@ -193,6 +208,7 @@ impl RpcServer {
         let (stop, handle) = jsonrpsee::server::stop_channel();
         let methods: Methods = module.into();
         let refused = metrics.clone();
+        let send_timeout = config.send_timeout;
         let accept = async move {
             loop {
                 let (socket, peer) = tokio::select! {
@@ -222,7 +238,7 @@ impl RpcServer {
                     .option_layer(cors.clone())
                     .layer(http_layer.for_client(ClientAddr(peer), slot))
                     .service(rpc);
-                serve_connection(socket, peer, service, stop.clone());
+                serve_connection(socket, peer, service, stop.clone(), send_timeout);
             }
         };
         tokio::spawn(accept);
@@ -236,12 +252,16 @@ impl RpcServer {
 }
 
 /// Serves one accepted connection until it closes or the server stops (its service holds
-/// the client's place, see `HttpLayer::for_client`).
+/// the client's place, see `HttpLayer::for_client`): HTTP/1.1 with upgrades to WebSocket,
+/// over a socket that fails a write making no progress for `send_timeout` and a
+/// connection that sends nothing for its first 30 s (see [`crate::conn`]). On stop, the
+/// requests under way finish first.
 fn serve_connection<S, B>(
     socket: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     service: S,
     stop: jsonrpsee::server::StopHandle,
+    send_timeout: std::time::Duration,
 ) where
     S: tower::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
         + Clone
@@ -254,10 +274,24 @@ fn serve_connection<S, B>(
     B::Error: Into<jsonrpsee::core::BoxError>,
 {
     tokio::spawn(async move {
+        let io = hyper_util::rt::TokioIo::new(crate::conn::Deadlines::new(
+            socket,
+            crate::conn::FIRST_REQUEST_TIMEOUT,
+            send_timeout,
+        ));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, hyper_util::service::TowerToHyperService::new(service))
+            .with_upgrades();
         let stopped = stop.shutdown();
-        if let Err(e) =
-            jsonrpsee::server::serve_with_graceful_shutdown(socket, service, stopped).await
-        {
+        tokio::pin!(conn, stopped);
+        let ended = tokio::select! {
+            ended = &mut conn => ended,
+            () = &mut stopped => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = ended {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
     });

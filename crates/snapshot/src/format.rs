@@ -23,8 +23,12 @@ use gigas_statediff::{StateCommitment, StateKey};
 
 use crate::error::{ChunkFault, SnapshotError};
 
-/// First bytes of a manifest: `GSM` and the format version.
-pub const MANIFEST_MAGIC: [u8; 4] = *b"GSM\x01";
+/// First bytes of a manifest: `GSM` and the format version (2: with the ancestor headers).
+pub const MANIFEST_MAGIC: [u8; 4] = *b"GSM\x02";
+/// The headers before N a manifest carries (fewer only when N is smaller): every block hash
+/// BLOCKHASH can ask for at block N + 1, which a node bootstrapped at N must answer exactly
+/// as the sequencer does.
+pub const ANCESTORS: u64 = 256;
 /// First bytes of a chunk: `GSC` and the format version.
 pub const CHUNK_MAGIC: [u8; 4] = *b"GSC\x01";
 /// The largest chunk payload, uncompressed: a reader never allocates more for one chunk.
@@ -136,6 +140,9 @@ pub struct Manifest {
     pub codes: u64,
     /// The chunks, kind by kind, each kind in key order.
     pub chunks: Vec<ChunkInfo>,
+    /// The [`ANCESTORS`] headers before N (all of them when N is smaller), oldest first.
+    /// Unsigned: each is bound to the signed header N by the chain of parent hashes.
+    pub ancestors: Vec<Header>,
 }
 
 /// A little reader that turns running short into a [`SnapshotError::Manifest`].
@@ -184,11 +191,12 @@ impl<'a> Reader<'a> {
 }
 
 impl Manifest {
-    /// The manifest's bytes: `GSM\x01`, block (u64), header length (u32) and RLP, header
+    /// The manifest's bytes: `GSM\x02`, block (u64), header length (u32) and RLP, header
     /// signature (65), commitment checksum (32) and signature (65), `L_N` (2,048), index
     /// length, accounts, slots and codes (u64 each), chunk count (u32), per chunk: kind (1),
     /// entries, raw length and file length (u32 each), BLAKE3 (32), first and last key (their
-    /// kind's length each), share (2,048); then CRC-32 of everything before. Integers are
+    /// kind's length each), share (2,048); ancestor count (u32), per ancestor header: length
+    /// (u32) and RLP, oldest first; then CRC-32 of everything before. Integers are
     /// big-endian.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(4096 + self.chunks.len() * 2200);
@@ -216,6 +224,13 @@ impl Manifest {
             out.extend_from_slice(&c.last);
             out.extend_from_slice(&c.share.to_bytes());
         }
+        out.extend_from_slice(&(self.ancestors.len() as u32).to_be_bytes());
+        for ancestor in &self.ancestors {
+            rlp.clear();
+            ancestor.encode(&mut rlp);
+            out.extend_from_slice(&(rlp.len() as u32).to_be_bytes());
+            out.extend_from_slice(&rlp);
+        }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_be_bytes());
         out
@@ -241,8 +256,20 @@ impl Manifest {
             return Err("CRC mismatch (damaged or cut short)".into());
         }
         let mut r = Reader { bytes: body };
-        if r.take(4, "magic")? != MANIFEST_MAGIC {
-            return Err("not a Gigas snapshot manifest of version 1".into());
+        let magic = r.take(4, "magic")?;
+        if magic[..3] == MANIFEST_MAGIC[..3] && magic[3] < MANIFEST_MAGIC[3] {
+            return Err(format!(
+                "a manifest of version {}, which carries no ancestor headers (BLOCKHASH of \
+                 the blocks before the snapshot would be wrong): the source runs an older \
+                 Gigas; upgrade it, or bootstrap from another source",
+                magic[3]
+            ));
+        }
+        if magic != MANIFEST_MAGIC {
+            return Err(format!(
+                "not a Gigas snapshot manifest of version {}",
+                MANIFEST_MAGIC[3]
+            ));
         }
         let block = r.u64("block")?;
         let header_len = r.u32("header length")?;
@@ -294,8 +321,29 @@ impl Manifest {
                 share,
             });
         }
+        let count = r.u32("ancestor count")?;
+        if u64::from(count) > ANCESTORS {
+            return Err(format!("{count} ancestor headers, more than {ANCESTORS}"));
+        }
+        let mut ancestors = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let len = r.u32("ancestor header length")?;
+            if len > MAX_HEADER {
+                return Err(format!("ancestor header {i} of {len} bytes"));
+            }
+            let mut rlp = r.take(len as usize, "ancestor header")?;
+            let ancestor =
+                Header::decode(&mut rlp).map_err(|e| format!("ancestor header {i} RLP: {e}"))?;
+            if !rlp.is_empty() {
+                return Err(format!("bytes after ancestor header {i}'s RLP"));
+            }
+            ancestors.push(ancestor);
+        }
         if !r.bytes.is_empty() {
-            return Err(format!("{} bytes after the last chunk", r.bytes.len()));
+            return Err(format!(
+                "{} bytes after the last ancestor header",
+                r.bytes.len()
+            ));
         }
         let hash = header.hash_slow();
         Ok(Self {
@@ -309,6 +357,7 @@ impl Manifest {
             slots,
             codes,
             chunks,
+            ancestors,
         })
     }
 
@@ -357,7 +406,42 @@ impl Manifest {
                 computed: sum.checksum(),
             });
         }
-        self.check_layout().map_err(SnapshotError::Manifest)
+        self.check_layout().map_err(SnapshotError::Manifest)?;
+        self.check_ancestors().map_err(SnapshotError::Manifest)
+    }
+
+    /// The ancestor headers are the [`ANCESTORS`] blocks before N, each the parent of the
+    /// next and the last the parent of the signed header N: so they are the sequencer's, with
+    /// no signature of their own.
+    fn check_ancestors(&self) -> Result<(), String> {
+        let n = self.block();
+        let expected = n.min(ANCESTORS);
+        if self.ancestors.len() as u64 != expected {
+            return Err(format!(
+                "{} ancestor headers; a snapshot of block {n} carries the {expected} before it",
+                self.ancestors.len()
+            ));
+        }
+        let mut child = (n, self.header.parent_hash);
+        for ancestor in self.ancestors.iter().rev() {
+            let number = child.0 - 1;
+            if ancestor.number != number {
+                return Err(format!(
+                    "ancestor header {} stands where block {number} belongs",
+                    ancestor.number
+                ));
+            }
+            let hash = ancestor.hash_slow();
+            if hash != child.1 {
+                return Err(format!(
+                    "ancestor header {number} hashes to {hash}, but block {} names {} as its \
+                     parent",
+                    child.0, child.1
+                ));
+            }
+            child = (number, ancestor.parent_hash);
+        }
+        Ok(())
     }
 
     fn check_layout(&self) -> Result<(), String> {
@@ -375,6 +459,17 @@ impl Manifest {
             }
             if (c.file_len as usize) < CHUNK_HEADER {
                 return Err(format!("chunk {i} is {} bytes", c.file_len));
+            }
+            // What a node downloads and holds for a chunk is its file: bounded by what zstd
+            // can make of the payload at worst, so that a manifest cannot make a node
+            // reserve or read gigabytes for one chunk (four are fetched at once).
+            let bound = max_file_len(c.raw_len);
+            if u64::from(c.file_len) > bound {
+                return Err(format!(
+                    "chunk {i} is listed at {} bytes, over the {bound} its {} bytes can \
+                     compress to at worst",
+                    c.file_len, c.raw_len
+                ));
             }
             if c.first > c.last {
                 return Err(format!("chunk {i}'s range is reversed"));
@@ -415,8 +510,23 @@ impl Manifest {
                 "the chunks hold {counts:?} accounts, slots, codes and index entries; the manifest says {expected:?}"
             ));
         }
+        // Codes are outside the signed commitment: every one must be named by an account,
+        // so a state has no more codes than accounts. A snapshot listing more is padding a
+        // node would download for nothing.
+        if self.codes > self.accounts {
+            return Err(format!(
+                "{} codes for {} accounts: each code is named by an account",
+                self.codes, self.accounts
+            ));
+        }
         Ok(())
     }
+}
+
+/// The most bytes a chunk file of a `raw_len`-byte payload can take: its header and zstd's
+/// worst case for the payload ([`encode_chunk`] writes one frame of it).
+pub fn max_file_len(raw_len: u32) -> u64 {
+    (CHUNK_HEADER + zstd::zstd_safe::compress_bound(raw_len as usize)) as u64
 }
 
 fn index_of(key: &[u8]) -> u64 {
@@ -673,15 +783,10 @@ pub fn verify_chunk(
             "its header is not the one the manifest lists".into(),
         ));
     }
-    let raw = zstd::bulk::decompress(&bytes[CHUNK_HEADER..], info.raw_len as usize)
+    // One frame and nothing after it, as the diffs are read: a second or skippable frame
+    // would be bytes the chunk's hash covers and its entries do not.
+    let raw = gigas_statediff::decompress_one_frame(&bytes[CHUNK_HEADER..], info.raw_len as usize)
         .map_err(|e| malformed(format!("zstd: {e}")))?;
-    if raw.len() != info.raw_len as usize {
-        return Err(malformed(format!(
-            "{} bytes decompressed, {} listed",
-            raw.len(),
-            info.raw_len
-        )));
-    }
     let entries = decode_payload(info, &raw).map_err(malformed)?;
     if entry_count(&entries) != info.entries as usize {
         return Err(malformed(format!(

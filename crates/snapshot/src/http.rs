@@ -15,19 +15,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::{Path as UrlPath, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use gigas_rpc::files::OpenFile;
 use tokio::sync::Semaphore;
 
 use crate::format::MAX_MANIFEST_BYTES;
 
-/// The most snapshot files read at once; more wait (a chunk is at most a few MiB, so this
-/// bounds the memory the routes hold).
-pub const MAX_READS: usize = 8;
-
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+/// The most snapshot files being sent at once; more wait. An answer holds one piece of its
+/// file ([`gigas_rpc::files::PIECE`]) at a time, and a client that stops reading is cut at
+/// the server's send timeout, freeing its place.
+pub const MAX_READS: usize = 32;
 
 #[derive(Debug, Clone)]
 struct AppState {
@@ -58,21 +58,6 @@ fn json_error(status: StatusCode, message: &str) -> Response {
         body,
     )
         .into_response()
-}
-
-fn etag(bytes: &[u8]) -> String {
-    let hash = blake3::hash(bytes);
-    format!("\"{}\"", hex::encode(&hash.as_bytes()[..16]))
-}
-
-fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .any(|candidate| candidate == tag || candidate == "*")
 }
 
 async fn read(state: &AppState, path: PathBuf) -> Result<Option<Vec<u8>>, Response> {
@@ -142,8 +127,40 @@ async fn file(
         );
     }
     let path = state.dir.join(block.to_string()).join(&file);
-    match read(&state, path).await {
-        Ok(Some(bytes)) => immutable(bytes, &headers),
+    // Streamed from the file a piece at a time, the read permit held by the body until the
+    // last byte is sent (or the server cuts a client that stopped reading): what the routes
+    // hold is a piece per permit, whatever the files' lengths.
+    let Ok(permit) = state.reads.clone().acquire_owned().await else {
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    };
+    let opened = tokio::task::spawn_blocking(move || {
+        match std::fs::metadata(&path) {
+            Ok(m) if m.len() > MAX_MANIFEST_BYTES => {
+                return Err(std::io::Error::other(format!(
+                    "{} is {} bytes, larger than any snapshot file",
+                    path.display(),
+                    m.len()
+                )))
+            }
+            _ => {}
+        }
+        OpenFile::open(&path, b"")
+    })
+    .await
+    .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
+    .and_then(|opened| {
+        opened.map_err(|e| {
+            tracing::error!(error = %e, "reading a snapshot file");
+            json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reading the snapshot failed",
+            )
+        })
+    });
+    match opened {
+        Ok(Some(file)) => file
+            .respond(&headers, "application/octet-stream", Some(permit))
+            .into_response(),
         Ok(None) => json_error(
             StatusCode::NOT_FOUND,
             &format!(
@@ -152,32 +169,4 @@ async fn file(
         ),
         Err(response) => response,
     }
-}
-
-fn immutable(bytes: Vec<u8>, headers: &HeaderMap) -> Response {
-    let tag = etag(&bytes);
-    let tag_value = HeaderValue::from_str(&tag).unwrap_or(HeaderValue::from_static("\"\""));
-    if matches_etag(headers, &tag) {
-        return (
-            StatusCode::NOT_MODIFIED,
-            [
-                (header::ETAG, tag_value),
-                (header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE)),
-            ],
-        )
-            .into_response();
-    }
-    (
-        StatusCode::OK,
-        [
-            (header::ETAG, tag_value),
-            (header::CACHE_CONTROL, HeaderValue::from_static(IMMUTABLE)),
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            ),
-        ],
-        bytes,
-    )
-        .into_response()
 }

@@ -29,8 +29,8 @@ pub mod restore;
 
 pub use error::{ChunkFault, SnapshotError};
 pub use format::{
-    encode_chunk, manifest_id, share_of, verify_chunk, ChunkInfo, ChunkKind, Manifest,
-    MAX_CHUNK_RAW, MAX_MANIFEST_BYTES,
+    encode_chunk, manifest_id, max_file_len, share_of, verify_chunk, ChunkInfo, ChunkKind,
+    Manifest, MAX_CHUNK_RAW, MAX_MANIFEST_BYTES,
 };
 pub use produce::{
     list, prune, read_head, write_snapshot, ProduceOptions, Produced, SnapshotHead, HEAD_FILE,

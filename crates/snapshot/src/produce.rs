@@ -196,8 +196,16 @@ pub fn write_snapshot(
         .ok_or_else(|| SnapshotError::Unsupported("the state database holds no block".into()))?;
     let block = tip.number;
     let final_dir = dir.join(block.to_string());
-    if final_dir.join("manifest").exists() {
-        let bytes = fs::read(final_dir.join("manifest")).map_err(SnapshotError::io(&final_dir))?;
+    let existing = final_dir.join("manifest");
+    if existing.exists() {
+        let bytes = fs::read(&existing).map_err(SnapshotError::io(&final_dir))?;
+        if !bytes.starts_with(&crate::format::MANIFEST_MAGIC) {
+            // Written by an older Gigas (a manifest without ancestor headers, which new nodes
+            // refuse): written again in this version.
+            tracing::info!(block, "rewriting a snapshot of an older format");
+            fs::remove_dir_all(&final_dir).map_err(SnapshotError::io(&final_dir))?;
+            return write_snapshot(view, dir, options);
+        }
         return Ok(Produced {
             block,
             manifest: manifest_id(&bytes),
@@ -232,6 +240,23 @@ pub fn write_snapshot(
             commitment.lattice
         )));
     }
+    // The headers before N, which a node bootstrapped at N needs for BLOCKHASH: a node
+    // holds every header from its genesis or, bootstrapped itself, from its snapshot's
+    // ancestors on.
+    let first = block.saturating_sub(crate::format::ANCESTORS);
+    let mut ancestors = Vec::with_capacity((block - first) as usize);
+    for number in first..block {
+        let stored = view.header(number)?.ok_or_else(|| {
+            SnapshotError::Unsupported(format!(
+                "the database holds no header of block {number}, one of the {} before block \
+                 {block} a snapshot carries (a node bootstrapped by a Gigas from before \
+                 ancestor headers: it writes snapshots once it has applied {} blocks)",
+                crate::format::ANCESTORS,
+                crate::format::ANCESTORS
+            ))
+        })?;
+        ancestors.push(stored.header);
+    }
     let partial = dir.join(format!(".{block}.partial"));
     if partial.exists() {
         fs::remove_dir_all(&partial).map_err(SnapshotError::io(&partial))?;
@@ -248,6 +273,7 @@ pub fn write_snapshot(
         slots: 0,
         codes: 0,
         chunks: Vec::new(),
+        ancestors,
     };
     let (accounts, slots, codes, index_len, bytes) = {
         let mut cutter = Cutter {
@@ -262,9 +288,16 @@ pub fn write_snapshot(
 
         let mut entries = SnapshotEntries::Accounts(Vec::new());
         let mut size = 0;
+        // The codes the accounts name: the only ones a snapshot carries (a code no account
+        // names, left by a contract that self-destructed, is state no one can reach, and
+        // codes are outside the signed commitment, so a node keeps only named ones).
+        let mut named = std::collections::HashSet::new();
         view.scan_accounts(|key, state| {
             if let SnapshotEntries::Accounts(v) = &mut entries {
                 v.push((*key, *state));
+            }
+            if state.code_hash != alloy_primitives::KECCAK256_EMPTY {
+                named.insert(state.code_hash);
             }
             counts[0] += 1;
             let by = 32
@@ -296,6 +329,9 @@ pub fn write_snapshot(
         let mut entries = SnapshotEntries::Codes(Vec::new());
         let mut size = 0;
         view.scan_codes(|hash, code| {
+            if !named.contains(hash) {
+                return ControlFlow::Continue(());
+            }
             if let SnapshotEntries::Codes(v) = &mut entries {
                 v.push((*hash, code.to_vec()));
             }

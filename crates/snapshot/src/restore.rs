@@ -46,6 +46,14 @@ impl<'db> Restore<'db> {
         })
     }
 
+    /// The most key-index entries held in memory at once when the key index is filled
+    /// ([`Bootstrap::with_key_pass_entries`]; tests set it small).
+    #[doc(hidden)]
+    pub fn with_key_pass_entries(mut self, entries: usize) -> Self {
+        self.bootstrap = self.bootstrap.with_key_pass_entries(entries);
+        self
+    }
+
     /// The manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
@@ -61,8 +69,31 @@ impl<'db> Restore<'db> {
         self.next_chunk() as usize >= self.manifest.chunks.len()
     }
 
-    /// Writes the next chunk's entries (checked by [`crate::verify_chunk`]).
+    /// Writes the next chunk's entries (checked by [`crate::verify_chunk`]). Of a code chunk
+    /// only the codes an account names are written: codes are outside the signed commitment,
+    /// so a source could otherwise add any number of them, which this node would keep and
+    /// serve in its own snapshots. (Accounts come before codes in every manifest, so the
+    /// names are all known by then.)
     pub fn write(&mut self, chunk: u32, entries: &SnapshotEntries) -> Result<(), SnapshotError> {
+        if let SnapshotEntries::Codes(codes) = entries {
+            let named = self.named_codes()?;
+            if codes.iter().any(|(hash, _)| !named.contains(hash)) {
+                let kept: Vec<_> = codes
+                    .iter()
+                    .filter(|(hash, _)| named.contains(hash))
+                    .cloned()
+                    .collect();
+                let dropped = codes.len() - kept.len();
+                tracing::warn!(
+                    chunk,
+                    dropped,
+                    "the snapshot's code chunk holds codes no account names; they are not written"
+                );
+                self.bootstrap
+                    .write_chunk(chunk, &SnapshotEntries::Codes(kept))?;
+                return Ok(());
+            }
+        }
         self.bootstrap.write_chunk(chunk, entries)?;
         if let (Some(named), SnapshotEntries::Accounts(accounts)) = (&mut self.named_codes, entries)
         {
@@ -89,20 +120,8 @@ impl<'db> Restore<'db> {
         }
         // A code chunk adds nothing to the lattice hash, so a manifest could leave one out
         // and still add up: every code an account names must have arrived.
+        let named = std::mem::take(self.named_codes()?);
         let view = self.db.view()?;
-        let named = match self.named_codes.take() {
-            Some(named) => named,
-            None => {
-                let mut named = HashSet::new();
-                view.scan_accounts(|_, state| {
-                    if state.code_hash != KECCAK256_EMPTY {
-                        named.insert(state.code_hash);
-                    }
-                    ControlFlow::Continue(())
-                })?;
-                named
-            }
-        };
         for hash in &named {
             if view.code(hash)?.is_none() {
                 return Err(SnapshotError::Incomplete(format!(
@@ -119,9 +138,39 @@ impl<'db> Restore<'db> {
             state_root: None,
             commitment: Some(m.commitment),
         };
+        // Unsigned: [`Manifest::verify`] checked that they chain to the signed header.
+        let ancestors: Vec<StoredHeader> = m
+            .ancestors
+            .iter()
+            .map(|h| StoredHeader {
+                hash: h.hash_slow(),
+                header: h.clone(),
+                signature: None,
+                state_root: None,
+                commitment: None,
+            })
+            .collect();
         Ok(self
             .bootstrap
-            .finish(&header, m.index_len, Some(&m.lattice))?)
+            .finish(&header, &ancestors, m.index_len, Some(&m.lattice))?)
+    }
+}
+
+impl Restore<'_> {
+    /// The codes the written account chunks name, read back from the database once when this
+    /// run resumed past them.
+    fn named_codes(&mut self) -> Result<&mut HashSet<B256>, SnapshotError> {
+        if self.named_codes.is_none() {
+            let mut named = HashSet::new();
+            self.db.view()?.scan_accounts(|_, state| {
+                if state.code_hash != KECCAK256_EMPTY {
+                    named.insert(state.code_hash);
+                }
+                ControlFlow::Continue(())
+            })?;
+            self.named_codes = Some(named);
+        }
+        Ok(self.named_codes.get_or_insert_with(HashSet::new))
     }
 }
 

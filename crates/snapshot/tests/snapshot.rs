@@ -655,3 +655,251 @@ fn snapshot_of_any(source: &Source, into: &Path) {
     let view = source.db.view().expect("view");
     write_snapshot(&view, into, small()).expect("snapshot written");
 }
+
+/// Issue 66, item 1: a manifest that verifies could list a chunk of gigabytes (the node read
+/// and reserved up to the listed length, four chunks at once), and a chunk could carry bytes
+/// after its zstd frame (a second or skippable frame) that its entries do not account for.
+#[test]
+fn a_chunk_is_bounded_by_what_its_payload_compresses_to_and_is_one_zstd_frame() {
+    let mut source = Source::new(400);
+    source.advance(1..5);
+    let snapshots = tempfile::tempdir().expect("temp dir");
+    let (_block, dir) = snapshot_of(&source, snapshots.path());
+    let manifest =
+        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
+
+    // A chunk listed at 4 GiB, its payload at most 16 MiB.
+    let mut forged = manifest.clone();
+    forged.chunks[0].file_len = u32::MAX;
+    match forged.verify(sequencer(&source)) {
+        Err(SnapshotError::Manifest(reason)) => assert!(reason.contains("at worst"), "{reason}"),
+        other => panic!("a chunk listed at 4 GiB: {other:?}"),
+    }
+    // Every chunk an honest producer writes is within the bound.
+    for info in &manifest.chunks {
+        assert!(u64::from(info.file_len) <= gigas_snapshot::max_file_len(info.raw_len));
+    }
+
+    // Bytes after the frame, listed with their right size and hash.
+    let bytes = std::fs::read(dir.join("0")).expect("reads");
+    let skippable = [0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
+    let empty_frame = zstd::bulk::compress(&[], 1).expect("compresses");
+    for (what, tail) in [
+        ("a skippable frame", skippable.to_vec()),
+        ("a second frame", empty_frame),
+    ] {
+        let mut padded = bytes.clone();
+        padded.extend_from_slice(&tail);
+        let mut forged = manifest.clone();
+        forged.chunks[0].file_len = padded.len() as u32;
+        forged.chunks[0].file_hash = B256::from(*blake3::hash(&padded).as_bytes());
+        forged
+            .verify(sequencer(&source))
+            .expect("the layout is within its bounds");
+        match verify_chunk(&forged, 0, &padded) {
+            Err(SnapshotError::Chunk {
+                chunk: 0,
+                fault: ChunkFault::Malformed(reason),
+            }) => assert!(reason.contains("after the zstd frame"), "{what}: {reason}"),
+            other => panic!("{what} after a chunk's frame: {other:?}"),
+        }
+    }
+}
+
+/// Issue 66, item 2: code chunks carry no share of the signed commitment, so a snapshot that
+/// verifies could add codes no account names; they were written, kept and served again in
+/// this node's own snapshots.
+#[test]
+fn codes_no_account_names_are_not_written_and_more_codes_than_accounts_are_refused() {
+    let mut source = Source::new(400);
+    source.advance(1..5);
+    let snapshots = tempfile::tempdir().expect("temp dir");
+    let (block, dir) = snapshot_of(&source, snapshots.path());
+    let manifest =
+        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
+    let last_code = manifest
+        .chunks
+        .iter()
+        .rposition(|c| c.kind == gigas_snapshot::ChunkKind::Codes)
+        .expect("the snapshot has code chunks");
+    // A code whose hash sorts after the last listed one, so that it fits a chunk of its own.
+    let after = manifest.chunks[last_code].last.clone();
+    let (hash, code) = (0u32..)
+        .map(|i| {
+            let code = [&[0x60, 0x01, 0x60, 0x00][..], &i.to_be_bytes()].concat();
+            (keccak256(&code), code)
+        })
+        .find(|(hash, _)| hash.as_slice() > after.as_slice())
+        .expect("some code hashes past it");
+
+    let copy = copy_snapshot(snapshots.path(), block);
+    let d = copy.path().join(block.to_string());
+    let mut chunks = Vec::new();
+    for (old, info) in manifest.chunks.iter().enumerate() {
+        let bytes = std::fs::read(dir.join(old.to_string())).expect("reads");
+        let entries = verify_chunk(&manifest, old as u32, &bytes).expect("checks");
+        let new = chunks.len() as u32;
+        let (file, info) = if new == old as u32 {
+            (bytes, info.clone())
+        } else {
+            gigas_snapshot::encode_chunk(block, new, &entries, 1).expect("encodes")
+        };
+        std::fs::write(d.join(new.to_string()), file).expect("writes");
+        chunks.push(info);
+        if old == last_code {
+            let new = chunks.len() as u32;
+            let extra = gigas_statedb::SnapshotEntries::Codes(vec![(hash, code.clone())]);
+            let (file, info) =
+                gigas_snapshot::encode_chunk(block, new, &extra, 1).expect("encodes");
+            std::fs::write(d.join(new.to_string()), file).expect("writes");
+            chunks.push(info);
+        }
+    }
+    let mut forged = manifest.clone();
+    forged.chunks = chunks;
+    forged.codes += 1;
+    std::fs::write(d.join("manifest"), forged.encode()).expect("writes");
+    forged
+        .verify(sequencer(&source))
+        .expect("codes are outside the commitment: it still verifies");
+
+    let (_t, target) = fresh();
+    restore_dir(&target, copy.path(), block, sequencer(&source)).expect("restores");
+    assert_eq!(
+        target.view().expect("a view").code(&hash).expect("reads"),
+        None,
+        "a code no account names was written"
+    );
+    // Every named code did arrive, and the restored state equals its source.
+    assert_eq!(contents(&target), contents(&source.db));
+
+    // A manifest listing more codes than accounts is refused before anything is fetched.
+    let mut padded = manifest.clone();
+    padded.codes = padded.accounts + 1;
+    if let Some(c) = padded
+        .chunks
+        .iter_mut()
+        .find(|c| c.kind == gigas_snapshot::ChunkKind::Codes)
+    {
+        c.entries += (padded.codes - manifest.codes) as u32;
+    }
+    match padded.verify(sequencer(&source)) {
+        Err(SnapshotError::Manifest(reason)) => assert!(reason.contains("codes for"), "{reason}"),
+        other => panic!("more codes than accounts: {other:?}"),
+    }
+}
+
+/// Issue 66, item 4: a node bootstrapped at N held header N only, so BLOCKHASH of the blocks
+/// before it answered zero. A manifest carries the 256 headers before N, chained to the
+/// signed header by parent hashes, and the restored database holds them.
+#[test]
+fn the_256_headers_before_a_snapshot_come_with_it_chained_to_its_signed_header() {
+    let mut source = Source::new(200);
+    source.advance(1..300);
+    let snapshots = tempfile::tempdir().expect("temp dir");
+    let (block, dir) = snapshot_of(&source, snapshots.path());
+    assert_eq!(block, 299);
+    let manifest =
+        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
+    assert_eq!(manifest.ancestors.len(), 256);
+
+    let (_t, target) = fresh();
+    restore_dir(&target, snapshots.path(), block, sequencer(&source)).expect("restores");
+    let (theirs, ours) = (
+        source.db.view().expect("view"),
+        target.view().expect("view"),
+    );
+    for n in block - 256..=block {
+        assert_eq!(
+            ours.block_hash(n).expect("reads"),
+            theirs.block_hash(n).expect("reads")
+        );
+        assert!(
+            ours.block_hash(n).expect("reads").is_some(),
+            "block {n}'s hash"
+        );
+        let (a, b) = (
+            ours.header(n).expect("reads"),
+            theirs.header(n).expect("reads"),
+        );
+        assert_eq!(a.map(|h| h.header), b.map(|h| h.header), "header {n}");
+    }
+    assert_eq!(ours.block_hash(block - 257).expect("reads"), None);
+    // revm's view of it: BLOCKHASH of a block before the snapshot is the block's hash.
+    use gigas_evm::revm::database_interface::DatabaseRef;
+    assert_eq!(
+        ours.block_hash_ref(block - 3).expect("held"),
+        theirs.block_hash(block - 3).expect("reads").expect("held")
+    );
+    match ours.block_hash_ref(block - 300) {
+        Err(gigas_statedb::StateDbError::MissingHeader(n)) => assert_eq!(n, block - 300),
+        other => panic!("a header the database lacks: {other:?}"),
+    }
+
+    // A changed ancestor, a missing one, one out of place: each breaks the chain.
+    let refused = |m: &Manifest| match m.verify(sequencer(&source)) {
+        Err(SnapshotError::Manifest(reason)) => reason,
+        other => panic!("forged ancestors: {other:?}"),
+    };
+    let mut forged = manifest.clone();
+    forged.ancestors[100].extra_data = Bytes::from_static(b"forged");
+    assert!(refused(&forged).contains("parent"), "{}", refused(&forged));
+    let mut forged = manifest.clone();
+    forged.ancestors.remove(0);
+    assert!(
+        refused(&forged).contains("255 ancestor headers"),
+        "{}",
+        refused(&forged)
+    );
+    let mut forged = manifest.clone();
+    forged.ancestors.swap(3, 4);
+    refused(&forged);
+    // A manifest of the version before refuses with what to do.
+    let mut old = manifest.encode();
+    old[3] = 1;
+    let body = old.len() - 4;
+    let crc = crc32fast::hash(&old[..body]);
+    old[body..].copy_from_slice(&crc.to_be_bytes());
+    match Manifest::decode(&old) {
+        Err(SnapshotError::Manifest(reason)) => assert!(reason.contains("older Gigas"), "{reason}"),
+        other => panic!("a manifest of version 1: {other:?}"),
+    }
+}
+
+/// Issue 66, item 5: filling the key index split its passes by the key's first byte, so keys
+/// sharing one (here every address starts with zero bytes, as one contract's slots share
+/// their address) landed in one pass far past its bound. Passes now split by count.
+#[test]
+fn the_key_index_fill_holds_its_bound_whatever_the_keys() {
+    let mut source = Source::new(400);
+    source.advance(1..30);
+    let snapshots = tempfile::tempdir().expect("temp dir");
+    let (block, dir) = snapshot_of(&source, snapshots.path());
+    let (manifest, id) = read_manifest(snapshots.path(), block, sequencer(&source)).expect("reads");
+    // Slots of five contracts among them: keys that share their first bytes.
+    assert!(
+        manifest.index_len > 100,
+        "{} index entries",
+        manifest.index_len
+    );
+    for bound in [5usize, 13, manifest.index_len as usize + 1] {
+        let (_t, target) = fresh();
+        let mut restore = Restore::start(&target, manifest.clone(), id)
+            .expect("starts")
+            .with_key_pass_entries(bound);
+        while !restore.complete() {
+            let chunk = restore.next_chunk();
+            let bytes = std::fs::read(dir.join(chunk.to_string())).expect("reads");
+            let entries = verify_chunk(restore.manifest(), chunk, &bytes).expect("checks");
+            restore.write(chunk, &entries).expect("writes");
+        }
+        let outcome = restore.finish().expect("finishes");
+        assert!(
+            outcome.key_pass_peak <= bound,
+            "a pass held {} key-index entries, over its bound of {bound}",
+            outcome.key_pass_peak
+        );
+        // `contents` checks every key against its index both ways.
+        assert_eq!(contents(&target), contents(&source.db), "bound {bound}");
+    }
+}

@@ -123,6 +123,12 @@ pub enum StateDbError {
         /// The block of the last computed root (0 for none).
         last_root: u64,
     },
+    /// BLOCKHASH asked for a block whose header the database does not hold.
+    #[error("block {0}'s header is not in the database (BLOCKHASH needs the 256 before the block executing)")]
+    MissingHeader(u64),
+    /// Work given a deadline (a proof for an RPC request) passed it and stopped.
+    #[error("{0}: stopped at its deadline")]
+    DeadlinePassed(&'static str),
     /// The genesis input failed.
     #[error("genesis input: {0}")]
     Genesis(Box<dyn std::error::Error + Send + Sync>),

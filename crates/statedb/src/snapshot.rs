@@ -162,9 +162,43 @@ impl BootstrapProgress {
     }
 }
 
-/// Key-index entries sorted in memory at once while `KeyIndices` is filled (64 bytes each:
-/// 256 MiB a pass).
-pub(crate) const KEY_PASS_ENTRIES: u64 = 4 << 20;
+/// Key-index entries held in memory at once while `KeyIndices` is filled (72 bytes each in
+/// the pass's heap: under 300 MiB a pass), whatever the keys' distribution.
+pub(crate) const KEY_PASS_ENTRIES: usize = 4 << 20;
+
+/// A key-index entry of a pass of [`Bootstrap::fill_key_indices`], ordered by its key.
+#[derive(Clone, Copy)]
+struct KeyEntry {
+    key: [u8; 52],
+    len: u8,
+    index: u64,
+}
+
+impl KeyEntry {
+    fn key(&self) -> &[u8] {
+        &self.key[..self.len as usize]
+    }
+}
+
+impl PartialEq for KeyEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for KeyEntry {}
+
+impl PartialOrd for KeyEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyEntry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(other.key())
+    }
+}
 
 /// What a finished bootstrap wrote.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -175,6 +209,8 @@ pub struct BootstrapOutcome {
     pub state_root: B256,
     /// Seconds the root (and the trie's nodes) took.
     pub root_seconds: f64,
+    /// The most key-index entries one pass of filling `KeyIndices` held in memory.
+    pub key_pass_peak: usize,
 }
 
 /// Writes a snapshot's state into a database that has no head, chunk by chunk, each chunk in
@@ -191,6 +227,8 @@ pub struct Bootstrap<'db> {
     /// whose commits are not synced, [`crate::Durability::Periodic`]).
     synced_at: Instant,
     bytes_at_sync: u64,
+    /// The most key-index entries a pass of [`Bootstrap::fill_key_indices`] holds.
+    key_pass_entries: usize,
 }
 
 impl std::fmt::Debug for Bootstrap<'_> {
@@ -257,6 +295,7 @@ impl StateDb {
             last_slot,
             synced_at: Instant::now(),
             bytes_at_sync: self.page_bytes_written(),
+            key_pass_entries: KEY_PASS_ENTRIES,
         })
     }
 
@@ -381,59 +420,90 @@ impl Bootstrap<'_> {
         Ok(())
     }
 
-    /// Fills `KeyIndices` (key to index) from `IndexedKeys`, in key order with MDBX append:
-    /// in passes over ranges of the key's first byte, each sorted in memory (at most
-    /// `KEY_PASS_ENTRIES` entries) and written in one transaction. Emptied first, so that a
-    /// finish interrupted here starts it again.
-    fn fill_key_indices(&mut self, index_len: u64) -> Result<(), StateDbError> {
+    /// The most key-index entries a pass of filling `KeyIndices` holds in memory (tests set
+    /// it small to see the bound hold).
+    #[doc(hidden)]
+    pub fn with_key_pass_entries(mut self, entries: usize) -> Self {
+        self.key_pass_entries = entries.max(1);
+        self
+    }
+
+    /// Fills `KeyIndices` (key to index) from `IndexedKeys`, in key order with MDBX append,
+    /// in passes that each hold at most [`KEY_PASS_ENTRIES`] entries: a pass scans
+    /// `IndexedKeys` and keeps, in a bounded max-heap, the smallest keys above the last one
+    /// the pass before wrote, then appends them in order in one transaction. The bound holds
+    /// whatever the keys: passes split by count, not by the keys' first byte (one contract's
+    /// slots, or many `0x00…` addresses, share a first byte). Each pass reads the table once,
+    /// as passes by byte range did. Emptied first, so that a finish interrupted here starts
+    /// it again. Returns the most entries a pass held.
+    fn fill_key_indices(&mut self, index_len: u64) -> Result<usize, StateDbError> {
         let dbs = *self.db.dbs();
         let txn = self.db.begin_rw("begin filling KeyIndices")?;
         txn.clear_db(dbs.get(Table::KeyIndices))
             .map_err(StateDbError::mdbx("clear KeyIndices"))?;
         txn.commit()
             .map_err(StateDbError::mdbx("commit clearing KeyIndices"))?;
-        let passes = index_len.div_ceil(KEY_PASS_ENTRIES).clamp(1, 256) as usize;
-        for pass in 0..passes {
-            let (lo, hi) = (256 * pass / passes, 256 * (pass + 1) / passes);
-            let mut entries: Vec<([u8; 52], u8, u64)> = Vec::new();
+        let bound = self.key_pass_entries;
+        let mut last: Option<KeyEntry> = None;
+        let (mut written, mut peak) = (0u64, 0usize);
+        loop {
+            let mut heap: std::collections::BinaryHeap<KeyEntry> =
+                std::collections::BinaryHeap::with_capacity(bound.min(1 << 16));
             {
                 let view = self.db.view()?;
                 view.scan(Table::IndexedKeys, |k, v| {
-                    if v.first()
-                        .is_some_and(|b| (lo..hi).contains(&usize::from(*b)))
-                    {
-                        let index = codec::decode_u64(Table::IndexedKeys, k, k)?;
-                        if v.len() > 52 {
-                            return Err(StateDbError::corrupt(
-                                Table::IndexedKeys.name(),
-                                k,
-                                "a key longer than 52 bytes",
-                            ));
-                        }
-                        let mut key = [0u8; 52];
-                        key[..v.len()].copy_from_slice(v);
-                        entries.push((key, v.len() as u8, index));
+                    if last.as_ref().is_some_and(|last| v <= last.key()) {
+                        return Ok(ControlFlow::Continue(()));
                     }
+                    if heap.len() == bound && heap.peek().is_some_and(|top| v >= top.key()) {
+                        return Ok(ControlFlow::Continue(()));
+                    }
+                    if v.len() > 52 {
+                        return Err(StateDbError::corrupt(
+                            Table::IndexedKeys.name(),
+                            k,
+                            "a key longer than 52 bytes",
+                        ));
+                    }
+                    let mut entry = KeyEntry {
+                        key: [0u8; 52],
+                        len: v.len() as u8,
+                        index: codec::decode_u64(Table::IndexedKeys, k, k)?,
+                    };
+                    entry.key[..v.len()].copy_from_slice(v);
+                    if heap.len() == bound {
+                        heap.pop();
+                    }
+                    heap.push(entry);
                     Ok(ControlFlow::Continue(()))
                 })?;
             }
-            entries.sort_unstable_by(|a, b| a.0[..a.1 as usize].cmp(&b.0[..b.1 as usize]));
-            let txn = self.db.begin_rw("begin filling KeyIndices")?;
-            {
-                let mut c = txn
-                    .cursor(dbs.get(Table::KeyIndices))
-                    .map_err(StateDbError::mdbx("open a KeyIndices cursor"))?;
-                for (key, len, index) in &entries {
-                    c.append(&key[..*len as usize], &index.to_be_bytes())
-                        .map_err(StateDbError::mdbx(
-                            "append to KeyIndices (a key indexed twice?)",
-                        ))?;
+            let full = heap.len() == bound;
+            peak = peak.max(heap.len());
+            let entries = heap.into_sorted_vec();
+            if !entries.is_empty() {
+                let txn = self.db.begin_rw("begin filling KeyIndices")?;
+                {
+                    let mut c = txn
+                        .cursor(dbs.get(Table::KeyIndices))
+                        .map_err(StateDbError::mdbx("open a KeyIndices cursor"))?;
+                    for entry in &entries {
+                        c.append(entry.key(), &entry.index.to_be_bytes()).map_err(
+                            StateDbError::mdbx("append to KeyIndices (a key indexed twice?)"),
+                        )?;
+                    }
                 }
+                txn.commit()
+                    .map_err(StateDbError::mdbx("commit a pass of KeyIndices"))?;
             }
-            txn.commit()
-                .map_err(StateDbError::mdbx("commit a pass of KeyIndices"))?;
+            written += entries.len() as u64;
+            last = entries.last().copied();
+            // A pass that did not fill its bound took every key left.
+            if !full || written >= index_len {
+                break;
+            }
         }
-        Ok(())
+        Ok(peak)
     }
 
     /// Computes the state root of everything written (storing the whole trie), then records
@@ -441,13 +511,17 @@ impl Bootstrap<'_> {
     /// forgets the progress, in one last transaction: until it commits, the database has no
     /// head and nothing of the snapshot is served. The caller has checked the state against
     /// the commitment in `header`.
+    ///
+    /// `ancestors` are headers of blocks before N, stored beside it (their hashes answer
+    /// BLOCKHASH at the blocks after N); the caller has checked that they chain to `header`.
     pub fn finish(
         mut self,
         header: &StoredHeader,
+        ancestors: &[StoredHeader],
         index_len: u64,
         lattice: Option<&LatticeHash>,
     ) -> Result<BootstrapOutcome, StateDbError> {
-        self.fill_key_indices(index_len)?;
+        let key_pass_peak = self.fill_key_indices(index_len)?;
         let dbs = *self.db.dbs();
         let txn = self.db.begin_rw("begin the bootstrap's last transaction")?;
         let start = Instant::now();
@@ -462,21 +536,20 @@ impl Bootstrap<'_> {
         let mut row = header.clone();
         row.state_root = Some(root.root);
         let mut buf = Vec::new();
-        codec::encode_header_row(&row, &mut buf);
-        txn.put(
-            dbs.get(Table::Headers),
-            codec::block_key(number),
-            &buf,
-            WriteFlags::empty(),
-        )
-        .map_err(StateDbError::mdbx("write Headers"))?;
-        txn.put(
-            dbs.get(Table::HeaderNumbers),
-            header.hash,
-            codec::block_key(number),
-            WriteFlags::empty(),
-        )
-        .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
+        for row in ancestors.iter().chain(std::iter::once(&row)) {
+            buf.clear();
+            codec::encode_header_row(row, &mut buf);
+            let key = codec::block_key(row.header.number);
+            txn.put(dbs.get(Table::Headers), key, &buf, WriteFlags::empty())
+                .map_err(StateDbError::mdbx("write Headers"))?;
+            txn.put(
+                dbs.get(Table::HeaderNumbers),
+                row.hash,
+                key,
+                WriteFlags::empty(),
+            )
+            .map_err(StateDbError::mdbx("write HeaderNumbers"))?;
+        }
         write_meta_tip(
             &dbs,
             &txn,
@@ -502,6 +575,7 @@ impl Bootstrap<'_> {
             tip,
             state_root: root.root,
             root_seconds,
+            key_pass_peak,
         })
     }
 }

@@ -131,6 +131,19 @@ impl<'db> StateView<'db> {
         slots: &[U256],
         overlay: &StateOverlay,
     ) -> Result<AccountProof, StateDbError> {
+        self.proof_through_until(address, slots, overlay, None)
+    }
+
+    /// [`Self::proof_through`] that stops with [`StateDbError::DeadlinePassed`] once
+    /// `deadline` passes: the walk recomputes the path of every key the overlay holds, which
+    /// at an old block of a long window is many, so the deadline is checked inside it.
+    pub fn proof_through_until(
+        &self,
+        address: &Address,
+        slots: &[U256],
+        overlay: &StateOverlay,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<AccountProof, StateDbError> {
         let dbs = self.db.dbs();
         let meta = read::meta(dbs, &self.txn)?;
         let tip = meta.head.ok_or(StateDbError::NotInitialized)?;
@@ -151,6 +164,7 @@ impl<'db> StateView<'db> {
             &overlay.hashed(),
             keccak256(address),
             &hashed_slots,
+            deadline,
         )?;
         let account = match overlay.account(address) {
             Some(state) => state,
@@ -296,7 +310,11 @@ macro_rules! impl_state_reads {
                 &self,
                 number: u64,
             ) -> Result<alloy_primitives::B256, $crate::StateDbError> {
-                Ok(self.block_hash(number)?.unwrap_or_default())
+                // revm asks only for the 256 blocks before the one executing, which a node
+                // holds (from its genesis, or its snapshot's ancestor headers on): a missing
+                // one is an error, never a zero hash that would differ from the sequencer's.
+                self.block_hash(number)?
+                    .ok_or($crate::StateDbError::MissingHeader(number))
             }
         }
     };

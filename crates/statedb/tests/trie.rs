@@ -313,4 +313,22 @@ fn many_accounts_keep_stored_nodes_small_and_proofs_short() {
         "{}",
         proof.account_proof.len()
     );
+
+    // A proof at the genesis through an overlay of the changed accounts, held to a deadline
+    // (issue 66, item 9): one that has passed stops the walk; one far off lets it through.
+    let overlay = overlay_to(&h.past[0], &h.model);
+    match view.proof_through_until(
+        &common::address(1000),
+        &[],
+        &overlay,
+        Some(std::time::Instant::now()),
+    ) {
+        Err(gigas_statedb::StateDbError::DeadlinePassed(_)) => {}
+        other => panic!("a walk past its deadline: {other:?}"),
+    }
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let proof = view
+        .proof_through_until(&common::address(1000), &[], &overlay, Some(far))
+        .unwrap();
+    assert_eq!(proof.state_root, h.past[0].root());
 }

@@ -14,8 +14,11 @@
 //! Wiped storage: a ChangeSet wipes an account's storage without listing the slots. Both
 //! sides count the slots of a wiped account as zero before the block (as the codec does),
 //! which is exact on a Gigas chain: it runs Cancun or later, where only an account created in
-//! the same transaction can be destroyed (EIP-6780) and creation over stored slots fails
-//! (EIP-7610), so a wiped account never held slots before its block. Were that ever false,
+//! the same transaction can be destroyed (EIP-6780), and no account a creation can land on
+//! (no code, nonce 0) holds slots: revm 43 does not check EIP-7610, but the only way to such
+//! an account is genesis storage, which the chain spec refuses (`gigas-chain`'s
+//! `ChainConfig::validate`). So a wiped account never held slots before its block. Were that
+//! ever false,
 //! the sequencer's and a follower's sums would still agree (both leave the same slots out),
 //! and a snapshot's would not: the manifest's check refuses it.
 

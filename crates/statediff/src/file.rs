@@ -90,19 +90,29 @@ fn decompress(
         }
         return Ok(payload.to_vec());
     }
+    decompress_one_frame(payload, declared).map_err(error)
+}
+
+/// Decompresses `payload`, which must be exactly one zstd frame of exactly `declared` bytes
+/// with nothing after it (no second frame, no skippable frame), with a window of at most
+/// 8 MiB. The output buffer grows with what the frame really produces (a length field
+/// reserves at most what the payload could hold uncompressed several times over), and
+/// reading stops one byte past `declared`: a hostile payload costs at most `declared + 1`
+/// bytes of output. What the state diffs and the snapshot chunks both decode.
+pub fn decompress_one_frame(payload: &[u8], declared: usize) -> Result<Vec<u8>, String> {
     let mut decoder = zstd::stream::read::Decoder::with_buffer(payload)
-        .map_err(|e| error(e.to_string()))?
+        .map_err(|e| e.to_string())?
         .single_frame();
     decoder
         .window_log_max(WINDOW_LOG_MAX)
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(declared.min(payload.len().saturating_mul(4) + 4096));
     (&mut decoder)
         .take(declared as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     if out.len() != declared {
-        return Err(error(format!(
+        return Err(format!(
             "decompresses to {}{} bytes, {declared} declared",
             if out.len() > declared {
                 "more than "
@@ -110,11 +120,11 @@ fn decompress(
                 ""
             },
             out.len().min(declared)
-        )));
+        ));
     }
     let rest = decoder.finish();
     if !rest.is_empty() {
-        return Err(error(format!("{} bytes after the zstd frame", rest.len())));
+        return Err(format!("{} bytes after the zstd frame", rest.len()));
     }
     Ok(out)
 }

@@ -32,8 +32,8 @@ pub use commitment::{
 };
 pub use error::{BodyError, BodyErrorKind, DiffError, DiffErrorKind, Section, StoreError};
 pub use file::{
-    BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC, FORMAT_VERSION,
-    MAX_CONTENT_LEN, MAX_HEADER_LEN,
+    decompress_one_frame, BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC,
+    FORMAT_VERSION, MAX_CONTENT_LEN, MAX_HEADER_LEN,
 };
 pub use hashed::HashedKeys;
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};

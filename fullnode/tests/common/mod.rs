@@ -240,6 +240,45 @@ fn eip1559(nonce: u64, to: TxKind, value: U256, gas: u64, input: Bytes) -> TxEip
     }
 }
 
+/// Creates a contract with `init` from dev account `index` and waits for its receipt (which
+/// must succeed): the contract's address and the block that holds the creation.
+pub async fn deploy(url: &str, index: u32, init: Bytes) -> (Address, u64) {
+    let deployer = dev_signer(index).expect("dev key");
+    let nonce = rpc_u256(
+        url,
+        "eth_getTransactionCount",
+        serde_json::json!([deployer.address(), "pending"]),
+    )
+    .await
+    .to::<u64>();
+    let raw = gigas_test_support::sign_raw(
+        &deployer,
+        eip1559(nonce, TxKind::Create, U256::ZERO, 200_000, init),
+    );
+    let answer = rpc(url, "eth_sendRawTransaction", serde_json::json!([raw])).await;
+    let hash = answer["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("deploy refused: {answer}"))
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let receipt = rpc(url, "eth_getTransactionReceipt", serde_json::json!([hash])).await;
+        if receipt["result"].is_object() {
+            assert_eq!(
+                receipt["result"]["status"], "0x1",
+                "deploy failed: {receipt}"
+            );
+            let block = receipt["result"]["blockNumber"]
+                .as_str()
+                .and_then(|n| u64::from_str_radix(n.trim_start_matches("0x"), 16).ok())
+                .expect("the receipt's block");
+            return (deployer.address().create(nonce), block);
+        }
+        assert!(Instant::now() < deadline, "no receipt for the deploy");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// What a load touched: accounts and (contract, slot) pairs.
 #[derive(Debug, Default, Clone)]
 pub struct Touched {
@@ -266,42 +305,7 @@ impl Load {
     /// one task per sender.
     pub async fn start(url: &str, senders: u32, seed: u64) -> Self {
         let deployer = dev_signer(5).expect("dev key");
-        let nonce = rpc_u256(
-            url,
-            "eth_getTransactionCount",
-            serde_json::json!([deployer.address(), "pending"]),
-        )
-        .await
-        .to::<u64>();
-        let raw = gigas_test_support::sign_raw(
-            &deployer,
-            eip1559(
-                nonce,
-                TxKind::Create,
-                U256::ZERO,
-                200_000,
-                store_init_code(),
-            ),
-        );
-        let answer = rpc(url, "eth_sendRawTransaction", serde_json::json!([raw])).await;
-        let hash = answer["result"]
-            .as_str()
-            .expect("deploy accepted")
-            .to_string();
-        let contract = deployer.address().create(nonce);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let receipt = rpc(url, "eth_getTransactionReceipt", serde_json::json!([hash])).await;
-            if receipt["result"].is_object() {
-                assert_eq!(
-                    receipt["result"]["status"], "0x1",
-                    "deploy failed: {receipt}"
-                );
-                break;
-            }
-            assert!(Instant::now() < deadline, "no receipt for the deploy");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let (contract, _) = deploy(url, 5, store_init_code()).await;
         let touched = Arc::new(Mutex::new(Touched::default()));
         touched.lock().unwrap().accounts.insert(contract);
         touched.lock().unwrap().accounts.insert(deployer.address());

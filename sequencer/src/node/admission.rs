@@ -75,6 +75,23 @@ impl Node {
         })
     }
 
+    /// The number of the sealed, unpublished block that holds transaction `hash`.
+    pub fn in_flight_block_of(&self, hash: B256) -> Option<u64> {
+        let pending = self
+            .pending
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        pending
+            .iter()
+            .find(|b| {
+                b.transactions
+                    .iter()
+                    .any(|tx| *tx.inner().tx_hash() == hash)
+            })
+            .map(|b| b.number)
+    }
+
     /// Whether the journal holds enough dead bytes (transactions no longer pooled: included,
     /// replaced, evicted) to be worth rewriting: more than twice the live bytes (what the pool
     /// holds) and more than 8 MiB. The journal then stays within about three times the pool.

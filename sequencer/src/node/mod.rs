@@ -225,6 +225,11 @@ const PIPELINE_DEPTH: usize = 3;
 /// The most blocks one history transaction commits.
 pub const MAX_GROUP: usize = 8;
 
+/// How long a submission whose journal write failed waits for the block that took its
+/// transaction to become durable before refusing it: many block times, so that only a
+/// committer that failed or a disk that stalled makes it refuse.
+const DURABLE_WAIT: Duration = Duration::from_secs(30);
+
 /// The running node's shared state. The block producer thread writes; RPC tasks read.
 pub struct Node {
     config: NodeConfig,
@@ -247,6 +252,9 @@ pub struct Node {
     metrics: NodeMetrics,
     registry: Mutex<Registry>,
     stop: AtomicBool,
+    /// Held by the committer over each group it commits; tests take it to keep sealed blocks
+    /// from becoming durable ([`Node::hold_commits`]).
+    commit_gate: Mutex<()>,
 }
 
 impl std::fmt::Debug for Node {
@@ -351,6 +359,7 @@ impl Node {
             metrics: NodeMetrics::default(),
             registry: Mutex::new(Registry::default()),
             stop: AtomicBool::new(false),
+            commit_gate: Mutex::new(()),
             config,
         });
         node.replay_journal(replay)?;
@@ -538,6 +547,14 @@ impl Node {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Keeps the committer from starting its next group (and so every sealed block from
+    /// becoming durable) while the guard lives, for tests of what is acknowledged before a
+    /// block is durable.
+    #[doc(hidden)]
+    pub fn hold_commits(&self) -> std::sync::MutexGuard<'_, ()> {
+        lock(&self.commit_gate)
+    }
+
     /// Accepts a raw signed transaction: recovers its sender off the caller's thread, checks
     /// it against the head state, adds it to the pool and makes it durable in the journal.
     /// Returns its hash only once it is journaled.
@@ -559,17 +576,41 @@ impl Node {
             tracing::error!(error = %e, "the transaction journal failed: transactions are refused until a restart");
             // Not durable, so not accepted: take it back out, alone (its sender's later
             // transactions were accepted and journaled). If a block took it first, it is as
-            // durable as that block: refusing it would tell the client a mined transaction
-            // was not accepted.
-            if !self.pool.withdraw(hash)
-                && (self.in_flight_transaction(hash).is_some()
-                    || self.history.transaction(hash).ok().flatten().is_some())
-            {
+            // durable as that block, once that block is: refusing it then would tell the
+            // client a mined transaction was not accepted, and answering before would
+            // acknowledge what a crash can still lose (the journal does not hold it).
+            if !self.pool.withdraw(hash) && self.wait_block_durable(hash).await {
                 return Ok(hash);
             }
             return Err(SubmitError::Journal(e));
         }
         Ok(hash)
+    }
+
+    /// Waits until the block that took transaction `hash` is durable and published, for at
+    /// most [`DURABLE_WAIT`]. False when no block holds it (it was replaced or evicted) or the
+    /// block did not become durable in time (the committer failed or stalled): the caller
+    /// must then refuse the transaction, since nothing durable holds it yet.
+    async fn wait_block_durable(&self, hash: B256) -> bool {
+        let deadline = tokio::time::Instant::now() + DURABLE_WAIT;
+        loop {
+            match self.in_flight_block_of(hash) {
+                // Published implies durable: the committer publishes a block after its
+                // history and its state are synced.
+                Some(number) if self.committed_through.load(Ordering::SeqCst) >= number => {
+                    return true
+                }
+                Some(_) => {}
+                // A block leaves the in-flight list only after it is published, so a
+                // transaction that is in neither was in no block.
+                None => return matches!(self.history.transaction_location(hash), Ok(Some(_))),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::error!(%hash, "the block holding a transaction whose journal write failed did not become durable in time; the transaction is refused");
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Asks the producer to stop after the block it is producing.

@@ -144,6 +144,7 @@ pub(super) struct Committer<'a> {
     committed_through: &'a AtomicU64,
     committed: &'a broadcast::Sender<Arc<CommittedBlock>>,
     metrics: &'a NodeMetrics,
+    gate: &'a Mutex<()>,
 }
 
 impl<'a> Committer<'a> {
@@ -155,6 +156,7 @@ impl<'a> Committer<'a> {
             committed_through: &node.committed_through,
             committed: &node.committed,
             metrics: &node.metrics,
+            gate: &node.commit_gate,
         }
     }
 
@@ -165,6 +167,7 @@ impl<'a> Committer<'a> {
         group: Vec<SealedBlock>,
         last_published: &mut Option<Instant>,
     ) -> Result<(), NodeError> {
+        let _gate = lock(self.gate);
         let t = Instant::now();
         let records: Vec<BlockRecord<'_>> = group
             .iter()

@@ -36,6 +36,11 @@ impl StateOverlay {
         self.accounts.is_empty() && self.slots.is_empty() && self.cleared.is_empty()
     }
 
+    /// How many keys it sets (accounts, slots and cleared storages).
+    pub fn len(&self) -> usize {
+        self.accounts.len() + self.slots.len() + self.cleared.len()
+    }
+
     /// The account's state in this state (`None`: it does not exist). The first value set
     /// for a key stays: a caller walking undo records from the oldest block sets each key to
     /// its oldest value.

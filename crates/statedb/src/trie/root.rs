@@ -164,6 +164,7 @@ pub(crate) fn prove<K: TransactionKind>(
     overlay: &TrieLayer,
     address: B256,
     slots: &[B256],
+    deadline: Option<std::time::Instant>,
 ) -> Result<Proven, StateDbError> {
     // Every overlaid key is a changed one: the walk recomputes its path from the leaves the
     // overlay serves.
@@ -191,7 +192,12 @@ pub(crate) fn prove<K: TransactionKind>(
     keys.extend_from_slice(slots);
     let storage = {
         let mut source = storage_source(address)?;
-        walk::run(&mut source, &PrefixSet::new(keys), targets.clone(), false)?
+        walk::run_until(
+            &mut source,
+            &PrefixSet::new(keys),
+            targets.clone(),
+            deadline,
+        )?
     };
     let mut known = B256Map::default();
     known.insert(address, storage.root);
@@ -200,7 +206,7 @@ pub(crate) fn prove<K: TransactionKind>(
     for (other, slots) in changed.storage {
         let run = {
             let mut source = storage_source(other)?;
-            walk::run(&mut source, &PrefixSet::new(slots), Vec::new(), false)?
+            walk::run_until(&mut source, &PrefixSet::new(slots), Vec::new(), deadline)?
         };
         known.insert(other, run.root);
         accounts.push(other);
@@ -215,7 +221,12 @@ pub(crate) fn prove<K: TransactionKind>(
             account_leaf,
             false,
         );
-        walk::run(&mut source, &PrefixSet::new(accounts), vec![target], false)?
+        walk::run_until(
+            &mut source,
+            &PrefixSet::new(accounts),
+            vec![target],
+            deadline,
+        )?
     };
     let nodes = |proof: &alloy_trie::proof::ProofNodes, target: &Nibbles| {
         proof

@@ -159,6 +159,23 @@ pub(crate) fn run<S: TrieSource>(
     run_spilling(source, changed, targets, updates, None)
 }
 
+/// [`run`] without updates that stops with [`StateDbError::DeadlinePassed`] once `deadline`
+/// passes (checked every [`DEADLINE_STEPS`] steps, the first included): proofs for RPC
+/// requests, whose walks grow with the keys changed since the block asked for.
+pub(crate) fn run_until<S: TrieSource>(
+    source: &mut S,
+    changed: &PrefixSet,
+    targets: Vec<Nibbles>,
+    deadline: Option<std::time::Instant>,
+) -> Result<TrieRun, StateDbError> {
+    walk(source, changed, targets, false, None, Memo::Off, deadline)
+}
+
+/// Steps of a walk between two readings of the clock against its deadline: a step is a node
+/// or a run of leaves, some microseconds, so the deadline is overrun by at most a millisecond
+/// or so.
+const DEADLINE_STEPS: u32 = 256;
+
 /// [`run`] with updates, through [`run_memo`] when the source remembers leaf hashes (a
 /// cache), else reading every leaf the walk needs: the one entry point of roots that store
 /// their nodes.
@@ -202,11 +219,12 @@ pub(crate) fn run_memo<S: TrieSource>(
         true,
         None,
         Memo::Feed(&mut fed),
+        None,
     )?;
     if fed.is_empty() || unfeed(&mut out.updates, &fed) {
         return Ok(out);
     }
-    let mut again = walk(source, changed, Vec::new(), true, None, Memo::Collect)?;
+    let mut again = walk(source, changed, Vec::new(), true, None, Memo::Collect, None)?;
     again.reread = true;
     Ok(again)
 }
@@ -272,7 +290,7 @@ pub(crate) fn run_spilling<S: TrieSource>(
     updates: bool,
     spill: Option<Spill<'_>>,
 ) -> Result<TrieRun, StateDbError> {
-    walk(source, changed, targets, updates, spill, Memo::Off)
+    walk(source, changed, targets, updates, spill, Memo::Off, None)
 }
 
 /// What a walk does with leaf hashes.
@@ -293,6 +311,7 @@ fn walk<S: TrieSource>(
     updates: bool,
     mut spill: Option<Spill<'_>>,
     mut memo: Memo<'_>,
+    deadline: Option<std::time::Instant>,
 ) -> Result<TrieRun, StateDbError> {
     if changed.is_empty() && targets.is_empty() {
         // Nothing changed: the stored root node carries the root.
@@ -327,7 +346,14 @@ fn walk<S: TrieSource>(
     let mut buf = Vec::with_capacity(128);
     let mut rlp = Vec::with_capacity(128);
     let (mut skipped, mut remembered) = (0, 0);
+    let mut steps = 0u32;
     while let Some(step) = walker.next(source)? {
+        if let Some(deadline) = deadline {
+            if steps % DEADLINE_STEPS == 0 && std::time::Instant::now() >= deadline {
+                return Err(StateDbError::DeadlinePassed("a trie walk"));
+            }
+            steps = steps.wrapping_add(1);
+        }
         match step {
             Step::Skip { path, hash, stored } => {
                 hb.add_branch(path, hash, stored);
