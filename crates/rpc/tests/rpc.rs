@@ -1356,7 +1356,23 @@ async fn readers_that_never_read_hold_bounded_memory_and_permits_only_until_cut(
     assert!(served, "the stuck answers were never cut");
     drop(stuck);
 
-    // HTTP/2 with prior knowledge is not spoken: no SETTINGS frame comes back.
+    assert_serving(addr);
+    handle.stop();
+}
+
+/// Issue 66, item 7: cleartext HTTP/2 (prior knowledge) was accepted on the port, 200
+/// streams a connection, each able to hold an answer. The port speaks HTTP/1.1 only: no
+/// SETTINGS frame comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_port_speaks_http1_only() {
+    use std::io::{Read, Write};
+
+    let handle = start(
+        config(),
+        TestBackend::new(1, SubscriptionBuffers::default()),
+    )
+    .await;
+    let addr = handle.local_addr();
     let answer = tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(addr).expect("connect");
         s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
