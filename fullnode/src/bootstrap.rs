@@ -49,6 +49,13 @@ pub struct BootstrapConfig {
     pub request_timeout: Duration,
     /// Draw a progress bar on standard error.
     pub progress_bar: bool,
+    /// Where the node fetches diffs after the snapshot (the sequencer or an archive): a
+    /// snapshot whose next diff it no longer keeps cannot be followed from, and is passed
+    /// over before anything is downloaded.
+    pub diff_source: Option<String>,
+    /// Where the manifests that could not be completed are remembered across restarts
+    /// ([`FailedManifests`]); `None`: for this run only.
+    pub failed_manifests: Option<std::path::PathBuf>,
 }
 
 impl BootstrapConfig {
@@ -61,6 +68,8 @@ impl BootstrapConfig {
             backoff: Duration::from_secs(1),
             request_timeout: Duration::from_secs(60),
             progress_bar: false,
+            diff_source: None,
+            failed_manifests: None,
         }
     }
 }
@@ -183,6 +192,9 @@ impl BootstrapMetrics {
 struct Sources {
     client: reqwest::Client,
     bases: Vec<String>,
+    /// Failed requests (timeouts, refused connections, errors) per source: a source that
+    /// fails is asked after the others for the next chunks.
+    strikes: Arc<Vec<std::sync::atomic::AtomicU32>>,
 }
 
 impl Sources {
@@ -228,19 +240,87 @@ impl Sources {
     }
 }
 
+impl Sources {
+    /// Counts a failed request against source `s`.
+    fn strike(&self, s: usize) {
+        if let Some(strikes) = self.strikes.get(s) {
+            strikes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the diff source still keeps the diff after block `block`, the first a node
+    /// bootstrapped at `block` fetches: `Err` with the reason when it does not (the sequencer
+    /// answers 410 for a diff its retention removed; a static server 404 for one below its
+    /// head), `Ok` when it does, will (not written yet), or cannot be asked (then the
+    /// fetcher finds out, as before).
+    async fn successor_kept(&self, diff_source: &str, block: u64) -> Result<(), String> {
+        let base = diff_source.trim_end_matches('/');
+        let next = block + 1;
+        let url = format!("{base}/diffs/{next}");
+        let status = match self.client.head(&url).send().await {
+            Ok(response) => response.status(),
+            Err(e) => {
+                warn!(url, error = %e, "cannot ask the diff source whether it keeps the diff after the snapshot");
+                return Ok(());
+            }
+        };
+        let gone = || {
+            format!(
+                "{base} no longer keeps diff {next}, the first after snapshot {block} (its \
+                 retention, `--diffs.retain`, removed it): a node bootstrapped there could \
+                 not follow on; use a newer snapshot or a diff source that keeps more"
+            )
+        };
+        match status {
+            s if s.is_success() || s == reqwest::StatusCode::NOT_MODIFIED => Ok(()),
+            reqwest::StatusCode::GONE => Err(gone()),
+            reqwest::StatusCode::NOT_FOUND => {
+                // Not written yet, or removed by a server that does not say 410: its head
+                // tells which.
+                let head = self
+                    .get(base, "/diffs/head", 1 << 16)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+                    .and_then(|v| v["number"].as_u64());
+                match head {
+                    Some(head) if head >= next => Err(gone()),
+                    _ => Ok(()),
+                }
+            }
+            other => {
+                warn!(
+                    url,
+                    status = other.as_u16(),
+                    "the diff source did not say whether it keeps the diff after the snapshot"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
 /// A chosen snapshot: its manifest, identity and the sources that serve it.
 struct Chosen {
     manifest: Manifest,
     id: B256,
     bytes: u64,
+    /// The sources whose head names it (asked first for its chunks).
+    serving: Vec<String>,
 }
 
-/// Finds the snapshot to write: the one under way in `db` if a source still serves it,
-/// else the newest one that checks out.
+/// Finds the snapshot to write: the one under way in `db` if a source still serves it and
+/// it has not failed, else the best of the snapshots the sources name: the manifest most
+/// sources name first (several sources agreeing is the strongest sign it can be completed),
+/// the newest among equals. Manifests in `failed` (ones that could not be completed before)
+/// are passed over, and so is a snapshot whose next diff the diff source no longer keeps.
 async fn choose(
     sources: &Sources,
     sequencer: Address,
     resume: Option<gigas_statedb::BootstrapProgress>,
+    failed: &FailedManifests,
+    diff_source: Option<&str>,
 ) -> Result<Chosen, BootstrapError> {
     let mut reasons = Vec::new();
     let mut fetched = 0u64;
@@ -268,15 +348,32 @@ async fn choose(
             Ok::<_, String>((manifest, manifest_id(&bytes), bytes.len() as u64))
         }
     };
-    if let Some(p) = resume {
+    let followable = |block: u64| async move {
+        match diff_source {
+            Some(diffs) => sources.successor_kept(diffs, block).await,
+            None => Ok(()),
+        }
+    };
+    if let Some(p) = resume.filter(|p| {
+        let skip = failed.contains(&p.manifest);
+        if skip {
+            warn!(block = p.block, manifest = %p.manifest, "the snapshot under way could not be completed before; taking another");
+        }
+        !skip
+    }) {
         for base in &sources.bases {
             match manifest_at(base.clone(), p.block).await {
                 Ok((manifest, id, bytes)) if id == p.manifest => {
+                    if let Err(e) = followable(p.block).await {
+                        reasons.push(e);
+                        break;
+                    }
                     info!(block = p.block, chunks_done = p.chunks_done, source = %base, "resuming the bootstrap");
                     return Ok(Chosen {
                         manifest,
                         id,
                         bytes: fetched + bytes,
+                        serving: vec![base.clone()],
                     });
                 }
                 Ok((_, _, bytes)) => {
@@ -289,33 +386,48 @@ async fn choose(
         warn!(block = p.block, reasons = %reasons.join("; "), "the snapshot being written is no longer served; starting over with the newest");
         reasons.clear();
     }
-    // The newest snapshot any source names, then older ones, until one checks out.
-    let mut heads: Vec<(u64, String)> = Vec::new();
+    let mut heads: Vec<(SnapshotHead, String)> = Vec::new();
     for base in &sources.bases {
         match sources.get(base, "/snapshots/head", 1 << 16).await {
             Ok(Some(bytes)) => match SnapshotHead::from_json(&bytes) {
-                Ok(head) => heads.push((head.number, base.clone())),
+                Ok(head) => heads.push((head, base.clone())),
                 Err(e) => reasons.push(format!("{base}: {e}")),
             },
             Ok(None) => reasons.push(format!("{base}: serves no snapshot")),
             Err(e) => reasons.push(e),
         }
     }
-    // Stable: among sources naming the same block, the order they were given in.
-    heads.sort_by_key(|h| std::cmp::Reverse(h.0));
-    for (block, base) in heads {
-        match manifest_at(base.clone(), block).await {
-            Ok((manifest, id, bytes)) => {
-                info!(block, source = %base, chunks = manifest.chunks.len(), accounts = manifest.accounts, slots = manifest.slots, "snapshot manifest checked against the sequencer's signature");
-                return Ok(Chosen {
-                    manifest,
-                    id,
-                    bytes: fetched + bytes,
-                });
-            }
-            Err(e) => {
-                warn!(block, source = %base, reason = %e, "snapshot manifest refused");
-                reasons.push(e);
+    for (head, serving) in candidates(&heads, failed, &mut reasons) {
+        let block = head.number;
+        for base in &serving {
+            match manifest_at(base.clone(), block).await {
+                Ok((manifest, id, bytes)) if id == head.manifest => {
+                    if let Err(e) = followable(block).await {
+                        warn!(block, reason = %e, "snapshot passed over");
+                        reasons.push(e);
+                        break;
+                    }
+                    info!(block, source = %base, sources = serving.len(), chunks = manifest.chunks.len(), accounts = manifest.accounts, slots = manifest.slots, "snapshot manifest checked against the sequencer's signature");
+                    return Ok(Chosen {
+                        manifest,
+                        id,
+                        bytes: fetched + bytes,
+                        serving,
+                    });
+                }
+                Ok((_, id, bytes)) => {
+                    fetched += bytes;
+                    let e = format!(
+                        "{base}: snapshot {block}'s manifest is {id}, not the {} its head names",
+                        head.manifest
+                    );
+                    warn!(block, source = %base, reason = %e, "snapshot manifest refused");
+                    reasons.push(e);
+                }
+                Err(e) => {
+                    warn!(block, source = %base, reason = %e, "snapshot manifest refused");
+                    reasons.push(e);
+                }
             }
         }
     }
@@ -326,9 +438,93 @@ async fn choose(
     }))
 }
 
+/// The snapshots the sources name, best first, with the sources naming each: by how many
+/// sources name the same manifest, then by block (newest first), then in the order the
+/// sources were given. Manifests in `failed` are left out (and said so in `reasons`).
+fn candidates(
+    heads: &[(SnapshotHead, String)],
+    failed: &FailedManifests,
+    reasons: &mut Vec<String>,
+) -> Vec<(SnapshotHead, Vec<String>)> {
+    let mut groups: Vec<(SnapshotHead, Vec<String>)> = Vec::new();
+    for (head, base) in heads {
+        if failed.contains(&head.manifest) {
+            reasons.push(format!(
+                "{base}: snapshot {} ({}) could not be completed before",
+                head.number, head.manifest
+            ));
+            continue;
+        }
+        match groups.iter_mut().find(|(h, _)| h == head) {
+            Some((_, bases)) => bases.push(base.clone()),
+            None => groups.push((*head, vec![base.clone()])),
+        }
+    }
+    // Stable: equals keep the sources' order.
+    groups.sort_by_key(|(head, bases)| {
+        (
+            std::cmp::Reverse(bases.len()),
+            std::cmp::Reverse(head.number),
+        )
+    });
+    groups
+}
+
+/// The manifests a bootstrap could not complete (a chunk no source served right, codes
+/// missing at the end), kept in a file beside the database so that a restart does not take
+/// them again: at most [`FailedManifests::MAX`], the oldest forgotten first.
+#[derive(Debug, Default)]
+pub struct FailedManifests {
+    path: Option<std::path::PathBuf>,
+    ids: Vec<B256>,
+}
+
+impl FailedManifests {
+    /// The most remembered.
+    pub const MAX: usize = 64;
+
+    /// Reads the list at `path` (none yet: empty; a line that does not parse is skipped).
+    pub fn load(path: Option<std::path::PathBuf>) -> Self {
+        let ids = path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|text| {
+                text.lines()
+                    .filter_map(|l| l.trim().parse::<B256>().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self { path, ids }
+    }
+
+    /// Whether manifest `id` failed before.
+    pub fn contains(&self, id: &B256) -> bool {
+        self.ids.contains(id)
+    }
+
+    /// Remembers manifest `id` (written at once; a failure to write is logged, and the
+    /// manifest is still passed over for the rest of this run).
+    pub fn add(&mut self, id: B256) {
+        if self.contains(&id) {
+            return;
+        }
+        self.ids.push(id);
+        if self.ids.len() > Self::MAX {
+            self.ids.remove(0);
+        }
+        if let Some(path) = &self.path {
+            let text: String = self.ids.iter().map(|id| format!("{id}\n")).collect();
+            if let Err(e) = std::fs::write(path, text) {
+                warn!(path = %path.display(), error = %e, "cannot write the list of snapshots that failed");
+            }
+        }
+    }
+}
+
 /// Fetches and checks one chunk, from the sources in turn.
 async fn fetch_chunk(
     sources: &Sources,
+    serving: &[String],
     manifest: &Arc<Manifest>,
     chunk: u32,
     config: &BootstrapConfig,
@@ -343,8 +539,18 @@ async fn fetch_chunk(
         if attempt > 0 {
             tokio::time::sleep(config.backoff * attempt).await;
         }
-        for i in 0..n {
-            let base = &sources.bases[(chunk as usize + i) % n];
+        // The sources whose head names the snapshot first, then by fewest failures, then
+        // in turn by chunk (so that chunks in flight spread over the sources).
+        let mut order: Vec<usize> = (0..sources.bases.len()).collect();
+        order.sort_by_key(|&s| {
+            (
+                !serving.contains(&sources.bases[s]),
+                sources.strikes[s].load(std::sync::atomic::Ordering::Relaxed),
+                (s + n - chunk as usize % n) % n,
+            )
+        });
+        for s in order {
+            let base = &sources.bases[s];
             let started = Instant::now();
             // One byte over the listed size tells a longer file from a right one.
             let got = sources
@@ -354,11 +560,13 @@ async fn fetch_chunk(
             let bytes = match got {
                 Ok(Some(bytes)) => bytes,
                 Ok(None) => {
-                    last[(chunk as usize + i) % n] = format!("{base}: not found");
+                    sources.strike(s);
+                    last[s] = format!("{base}: not found");
                     continue;
                 }
                 Err(e) => {
-                    last[(chunk as usize + i) % n] = e;
+                    sources.strike(s);
+                    last[s] = e;
                     continue;
                 }
             };
@@ -383,7 +591,8 @@ async fn fetch_chunk(
                         r.refused += 1;
                     }
                     warn!(chunk, source = %base, reason = %e, "snapshot chunk refused; asking the next source");
-                    last[(chunk as usize + i) % n] = format!("{base}: {e}");
+                    sources.strike(s);
+                    last[s] = format!("{base}: {e}");
                 }
             }
         }
@@ -409,17 +618,57 @@ pub async fn bootstrap(
         .connect_timeout(Duration::from_secs(5))
         .build()
         .map_err(|e| BootstrapError::Internal(e.to_string()))?;
+    let bases: Vec<String> = config
+        .sources
+        .iter()
+        .map(|s| s.trim_end_matches('/').to_string())
+        .collect();
     let sources = Sources {
         client,
-        bases: config
-            .sources
-            .iter()
-            .map(|s| s.trim_end_matches('/').to_string())
-            .collect(),
+        strikes: Arc::new(bases.iter().map(|_| Default::default()).collect()),
+        bases,
     };
-    metrics.phase.set(1);
-    let resume = db.bootstrap_progress().map_err(SnapshotError::from)?;
-    let chosen = choose(&sources, sequencer, resume).await?;
+    // A manifest that verifies can still be impossible to complete (shares moved between
+    // chunks, chunks no source serves): it is remembered, and the next candidate taken,
+    // until one completes or none is left.
+    let mut failed = FailedManifests::load(config.failed_manifests.clone());
+    loop {
+        metrics.phase.set(1);
+        let resume = db.bootstrap_progress().map_err(SnapshotError::from)?;
+        let chosen = choose(
+            &sources,
+            sequencer,
+            resume,
+            &failed,
+            config.diff_source.as_deref(),
+        )
+        .await?;
+        let (id, block) = (chosen.id, chosen.manifest.block());
+        match write_chosen(&db, &sources, chosen, &config, &metrics, &mut stop, start).await {
+            Err(
+                e @ (BootstrapError::Chunk { .. }
+                | BootstrapError::Snapshot(SnapshotError::Incomplete(_))),
+            ) => {
+                warn!(block, manifest = %id, error = %e, "this snapshot cannot be completed; it is remembered and another is taken");
+                failed.add(id);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Writes the chosen snapshot: its chunks fetched `config.concurrency` at a time and written
+/// in order by a writer thread, then the state's checks and root.
+async fn write_chosen(
+    db: &Arc<StateDb>,
+    sources: &Sources,
+    chosen: Chosen,
+    config: &BootstrapConfig,
+    metrics: &BootstrapMetrics,
+    stop: &mut watch::Receiver<bool>,
+    start: Instant,
+) -> Result<(ChainTip, BootstrapReport), BootstrapError> {
+    let serving = chosen.serving.clone();
     let report = Arc::new(std::sync::Mutex::new(BootstrapReport {
         block: chosen.manifest.block(),
         chunks: chosen.manifest.chunks.len() as u32,
@@ -497,13 +746,11 @@ pub async fn bootstrap(
     let chunks_started = Instant::now();
     let mut fetches = futures::stream::iter(first..total)
         .map(|chunk| {
-            let sources = &sources;
             let manifest = &manifest;
-            let config = &config;
-            let metrics = &metrics;
             let report = &report;
+            let serving = &serving;
             async move {
-                fetch_chunk(sources, manifest, chunk, config, metrics, report)
+                fetch_chunk(sources, serving, manifest, chunk, config, metrics, report)
                     .await
                     .map(|entries| (chunk, entries))
             }
@@ -562,4 +809,60 @@ pub async fn bootstrap(
         "bootstrapped from a snapshot; following from the next block"
     );
     Ok((outcome.tip, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(number: u64, manifest: u8) -> SnapshotHead {
+        SnapshotHead {
+            number,
+            manifest: B256::repeat_byte(manifest),
+        }
+    }
+
+    /// Issue 66, item 3: the manifest several sources name comes first, then the newest;
+    /// failed manifests are left out, and remembered across a restart.
+    #[test]
+    fn candidates_prefer_agreement_then_the_newest_and_skip_failed_manifests() {
+        let heads = vec![
+            (head(20, 1), "a".to_string()),
+            (head(16, 2), "b".to_string()),
+            (head(16, 2), "c".to_string()),
+            (head(24, 3), "d".to_string()),
+            (head(16, 4), "e".to_string()),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("failed");
+        let mut failed = FailedManifests::load(Some(path.clone()));
+        let mut reasons = Vec::new();
+        let order: Vec<(u64, Vec<String>)> = candidates(&heads, &failed, &mut reasons)
+            .into_iter()
+            .map(|(h, s)| (h.number, s))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (16, vec!["b".to_string(), "c".to_string()]),
+                (24, vec!["d".to_string()]),
+                (20, vec!["a".to_string()]),
+                (16, vec!["e".to_string()]),
+            ]
+        );
+        failed.add(B256::repeat_byte(2));
+        let again = FailedManifests::load(Some(path));
+        assert!(again.contains(&B256::repeat_byte(2)), "remembered on disk");
+        let order: Vec<u64> = candidates(&heads, &again, &mut reasons)
+            .into_iter()
+            .map(|(h, _)| h.number)
+            .collect();
+        assert_eq!(order, vec![24, 20, 16]);
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        let mut bounded = FailedManifests::default();
+        for i in 0..(FailedManifests::MAX + 5) {
+            bounded.add(B256::from(alloy_primitives::U256::from(i)));
+        }
+        assert_eq!(bounded.ids.len(), FailedManifests::MAX);
+    }
 }

@@ -169,9 +169,13 @@ impl FullNode {
         })? {
             Some(_) => crate::genesis::check_existing(&db, &config.chain, config.state_commitment)?,
             None if config.bootstrap.is_some() => {
-                let bootstrap = config.bootstrap.clone().unwrap_or_else(|| {
+                let mut bootstrap = config.bootstrap.clone().unwrap_or_else(|| {
                     crate::bootstrap::BootstrapConfig::new(vec![config.fetch.base.clone()])
                 });
+                // The diffs after the snapshot come from where the node follows.
+                bootstrap.diff_source = Some(config.fetch.base.clone());
+                bootstrap.failed_manifests =
+                    Some(config.datadir.join("bootstrap-failed-manifests"));
                 if !config.state_commitment {
                     return Err(NodeError::Bootstrap(crate::bootstrap::BootstrapError::NoSnapshot(
                         "a snapshot is checked against the state commitment:                          --bootstrap snapshot needs --state-commitment on"

@@ -509,3 +509,147 @@ async fn a_bootstrap_killed_part_way_serves_nothing_and_resumes_where_it_stopped
     common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
     assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
 }
+
+/// A copy of snapshot `block` under `to/snapshots/` whose manifest moves a share between
+/// chunks 0 and 1 (the shares still add up to the signed lattice hash, so it verifies) and
+/// whose head names that manifest: chunk 0 is refused from every source. Returns its
+/// identity.
+fn moved_shares_copy(from: &Path, to: &Path, block: u64) -> B256 {
+    let src = from.join(block.to_string());
+    let dst = to.join("snapshots").join(block.to_string());
+    std::fs::create_dir_all(&dst).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    let mut manifest =
+        gigas_snapshot::Manifest::decode(&std::fs::read(dst.join("manifest")).unwrap()).unwrap();
+    let moved =
+        gigas_primitives::LatticeHash::index_entry(99, &alloy_primitives::Address::ZERO, None);
+    manifest.chunks[0].share.add(&moved);
+    manifest.chunks[1].share.sub(&moved);
+    let bytes = manifest.encode();
+    std::fs::write(dst.join("manifest"), &bytes).unwrap();
+    let id = gigas_snapshot::manifest_id(&bytes);
+    let head = gigas_snapshot::SnapshotHead {
+        number: block,
+        manifest: id,
+    };
+    std::fs::write(to.join("snapshots").join("head"), head.to_json()).unwrap();
+    id
+}
+
+/// Issue 66, item 3: a manifest that verifies but cannot be completed ended the bootstrap,
+/// and every restart resumed it first. It is now remembered, and the next candidate taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_that_cannot_be_completed_is_remembered_and_another_taken() {
+    let mut setup = setup(41).await;
+    let block = setup.snapshot;
+    let snapshots = archive(setup.dir.path()).join("snapshots");
+    let bad_root = setup.dir.path().join("bad");
+    let forged = moved_shares_copy(&snapshots, &bad_root, block);
+    let (_nginx, good, bad) = serve_statically(
+        &setup.dir.path().join("nginx"),
+        &archive(setup.dir.path()),
+        &bad_root,
+    );
+    let boot_dir = setup.dir.path().join("fn-boot");
+    // The forged manifest's source first: both name the same block, so it is tried first.
+    let mut boot = Process::fullnode(
+        &boot_dir,
+        &setup.seq.url,
+        &[
+            "--bootstrap",
+            "snapshot",
+            "--snapshot-source",
+            &bad,
+            "--snapshot-source",
+            &good,
+            "--snapshot-attempts",
+            "1",
+        ],
+    );
+    let log = boot.log_text();
+    assert!(
+        log.contains("this snapshot cannot be completed"),
+        "the forged manifest was not given up:\n{log}"
+    );
+    assert!(log.contains("bootstrapped from a snapshot"), "{log}");
+    let remembered =
+        std::fs::read_to_string(boot_dir.join("bootstrap-failed-manifests")).unwrap_or_default();
+    assert!(
+        remembered.contains(&forged.to_string()),
+        "the failed manifest is remembered: {remembered:?}"
+    );
+    let target = head(&setup.seq.url).await;
+    common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
+    common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
+    assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
+}
+
+/// Issue 66, item 6: a snapshot whose next diff the diff source no longer keeps was
+/// downloaded whole, and the node then asked for the diff forever (HTTP 410). It is passed
+/// over before anything is downloaded, and with no other snapshot the node stops and says
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_whose_next_diff_is_gone_is_passed_over_before_downloading() {
+    let dir = tempfile::tempdir().unwrap();
+    let seq = Process::sequencer_with(&dir.path().join("seq"), &["--diffs.retain", "8"]);
+    let snapshots = archive(dir.path()).join("snapshots");
+    let snapshot_dir = snapshots.display().to_string();
+    let mut replay = Process::fullnode(
+        &dir.path().join("fn-replay"),
+        &seq.url,
+        &["--snapshot-every", "8", "--snapshot-dir", &snapshot_dir],
+    );
+    let mut block = 0;
+    common::wait_until(Duration::from_secs(60), "a snapshot", || {
+        block = gigas_snapshot::read_head(&snapshots)
+            .ok()
+            .flatten()
+            .map_or(0, |h| h.number);
+        block > 0
+    });
+    // No newer snapshot from now on; the sequencer's retention passes the snapshot.
+    replay.interrupt();
+    block = gigas_snapshot::read_head(&snapshots)
+        .unwrap()
+        .unwrap()
+        .number;
+    let gone = format!("{}/diffs/{}", seq.url, block + 1);
+    common::wait_until(
+        Duration::from_secs(60),
+        "diff N + 1 removed by retention",
+        || common::reqwest::blocking_status(&gone) == Some(410),
+    );
+
+    let boot_dir = dir.path().join("fn-boot");
+    let log = boot_dir.with_extension("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gigas-fullnode"))
+        .args(["--dev", "--sequencer", &seq.url, "--bootstrap", "snapshot"])
+        .args(["--datadir", &boot_dir.display().to_string()])
+        .args(["--http.port", "0"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(boot_dir.with_extension("err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    common::wait_until(Duration::from_secs(60), "the node to stop", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let text = std::fs::read_to_string(&log).unwrap_or_default()
+        + &std::fs::read_to_string(boot_dir.with_extension("err")).unwrap_or_default();
+    assert!(!status.unwrap().success(), "{text}");
+    assert!(
+        text.contains(&format!("no longer keeps diff {}", block + 1)),
+        "the node did not say why:\n{text}"
+    );
+    assert!(
+        !text.contains("snapshot manifest checked"),
+        "the snapshot was taken:\n{text}"
+    );
+}

@@ -87,13 +87,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
         if let Some(timer) = &mut this.first_byte {
             match read {
                 Poll::Ready(Ok(())) if buf.filled().len() > before => this.first_byte = None,
-                Poll::Pending => {
-                    if timer.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "no request within the first-request timeout",
-                        )));
-                    }
+                Poll::Pending if timer.as_mut().poll(cx).is_ready() => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no request within the first-request timeout",
+                    )));
                 }
                 _ => {}
             }

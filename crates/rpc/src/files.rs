@@ -117,6 +117,9 @@ pub fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
         .any(|candidate| candidate == tag || candidate == "*")
 }
 
+/// A piece being read on the blocking pool: the file back, and the piece.
+type Reading = JoinHandle<io::Result<(File, Vec<u8>)>>;
+
 /// A response body that reads a file [`PIECE`] bytes at a time on the blocking pool, each
 /// read started only when the connection asks for the next frame (so a client that does not
 /// read makes no reads and holds one piece at most). A file that ends before its length
@@ -126,7 +129,7 @@ pub fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
 pub struct FileBody {
     file: Option<File>,
     left: u64,
-    reading: Option<JoinHandle<io::Result<(File, Vec<u8>)>>>,
+    reading: Option<Reading>,
     permit: Option<OwnedSemaphorePermit>,
 }
 

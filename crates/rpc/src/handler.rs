@@ -832,11 +832,10 @@ impl<B: Backend> EthApiServer for EthRpc<B> {
                 let filter = Arc::new(filter);
                 self.forward(sink, rx, "logs", move |logs: Arc<Vec<Log>>| {
                     let filter = filter.clone();
-                    (0..logs.len()).filter_map(move |i| {
-                        filter
-                            .matches(&logs[i].inner)
-                            .then(|| SharedLog(logs.clone(), i))
-                    })
+                    let shared = logs.clone();
+                    (0..logs.len())
+                        .filter(move |&i| filter.matches(&shared[i].inner))
+                        .map(move |i| SharedLog(logs.clone(), i))
                 })
                 .await
             }

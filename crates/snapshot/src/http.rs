@@ -146,27 +146,27 @@ async fn file(
         }
         OpenFile::open(&path, b"")
     })
-    .await
-    .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))
-    .and_then(|opened| {
-        opened.map_err(|e| {
+    .await;
+    let opened = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(e)) => {
             tracing::error!(error = %e, "reading a snapshot file");
-            json_error(
+            return json_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "reading the snapshot failed",
-            )
-        })
-    });
+            );
+        }
+        Err(e) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
     match opened {
-        Ok(Some(file)) => file
+        Some(file) => file
             .respond(&headers, "application/octet-stream", Some(permit))
             .into_response(),
-        Ok(None) => json_error(
+        None => json_error(
             StatusCode::NOT_FOUND,
             &format!(
                 "no snapshot file {block}/{file} (pruned, or never written); see /snapshots/head"
             ),
         ),
-        Err(response) => response,
     }
 }

@@ -71,13 +71,19 @@ impl Process {
 
     /// A dev sequencer in `dir` on a free port.
     pub fn sequencer(dir: &Path) -> Self {
-        let args = vec![
+        Self::sequencer_with(dir, &[])
+    }
+
+    /// A dev sequencer in `dir` on a free port, with `extra` flags.
+    pub fn sequencer_with(dir: &Path, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = vec![
             "--dev".into(),
             "--http.port".into(),
             "0".into(),
             "--datadir".into(),
             dir.display().to_string(),
         ];
+        args.extend(extra.iter().map(|s| s.to_string()));
         Self::start(&sequencer_bin(), &args, &dir.with_extension("log"))
     }
 
@@ -169,8 +175,9 @@ impl Drop for Process {
 pub mod reqwest {
     use std::io::{Read, Write};
 
-    /// GET `url` (`http://host:port/path`) as text; `None` on any failure.
-    pub fn blocking_get(url: &str) -> Option<String> {
+    /// GET `url` (`http://host:port/path`): the status and the body as text; `None` on any
+    /// failure.
+    fn blocking(url: &str) -> Option<(u16, String)> {
         let rest = url.strip_prefix("http://")?;
         let (host, path) = rest
             .split_once('/')
@@ -182,8 +189,19 @@ pub mod reqwest {
         write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
         let mut text = String::new();
         stream.read_to_string(&mut text).ok()?;
-        text.split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_string())
+        let status = text.split(' ').nth(1)?.parse().ok()?;
+        let (_, body) = text.split_once("\r\n\r\n")?;
+        Some((status, body.to_string()))
+    }
+
+    /// GET `url` (`http://host:port/path`) as text; `None` on any failure.
+    pub fn blocking_get(url: &str) -> Option<String> {
+        blocking(url).map(|(_, body)| body)
+    }
+
+    /// The status of a GET of `url`; `None` on any failure.
+    pub fn blocking_status(url: &str) -> Option<u16> {
+        blocking(url).map(|(status, _)| status)
     }
 }
 

@@ -349,7 +349,7 @@ fn walk<S: TrieSource>(
     let mut steps = 0u32;
     while let Some(step) = walker.next(source)? {
         if let Some(deadline) = deadline {
-            if steps % DEADLINE_STEPS == 0 && std::time::Instant::now() >= deadline {
+            if steps.is_multiple_of(DEADLINE_STEPS) && std::time::Instant::now() >= deadline {
                 return Err(StateDbError::DeadlinePassed("a trie walk"));
             }
             steps = steps.wrapping_add(1);
