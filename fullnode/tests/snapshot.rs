@@ -177,17 +177,48 @@ fn serve_statically(
     (nginx, good, format!("http://127.0.0.1:{bad_port}"))
 }
 
+/// Copies snapshot `block`'s files from the snapshots directory `from` to
+/// `to/snapshots/block/`, which it returns.
+fn copy_snapshot_files(from: &Path, to: &Path, block: u64) -> PathBuf {
+    let dst = to.join("snapshots").join(block.to_string());
+    std::fs::create_dir_all(&dst).unwrap();
+    for entry in std::fs::read_dir(from.join(block.to_string())).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+    }
+    dst
+}
+
+/// A new node bootstrapping from the `bad` source first, then `good`, with `extra` flags.
+fn boot_from(setup: &Setup, bad: &str, good: &str, extra: &[&str]) -> (PathBuf, Process) {
+    let boot_dir = setup.dir.path().join("fn-boot");
+    let mut args = vec![
+        "--bootstrap",
+        "snapshot",
+        "--snapshot-source",
+        bad,
+        "--snapshot-source",
+        good,
+    ];
+    args.extend_from_slice(extra);
+    let boot = Process::fullnode(&boot_dir, &setup.seq.url, &args);
+    (boot_dir, boot)
+}
+
+/// The node follows the sequencer to its head and then holds what a node that replayed
+/// every diff holds.
+async fn follows_on_and_equals_the_replay(setup: &mut Setup, boot: &mut Process, dir: &Path) {
+    let target = head(&setup.seq.url).await;
+    common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
+    common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
+    assert_same_databases(setup, boot, dir).await;
+}
+
 /// A copy of snapshot `block` under `to/snapshots/` whose manifest's header is signed by
 /// another key, and whose chunks 0, 2 and 4 are flipped, cut short and missing (chunk `k`
 /// is asked of source `k mod 2` first: these come from the bad source first).
 fn damaged_copy(from: &Path, to: &Path, block: u64) {
-    let src = from.join(block.to_string());
-    let dst = to.join("snapshots").join(block.to_string());
-    std::fs::create_dir_all(&dst).unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
-    }
+    let dst = copy_snapshot_files(from, to, block);
     std::fs::copy(from.join("head"), to.join("snapshots").join("head")).unwrap();
     let mut manifest =
         gigas_snapshot::Manifest::decode(&std::fs::read(dst.join("manifest")).unwrap()).unwrap();
@@ -273,20 +304,7 @@ async fn a_node_bootstrapped_from_a_snapshot_equals_one_that_replayed_every_diff
         read_at > block && read_at <= before + 256,
         "block {read_at} reads block {before}'s hash"
     );
-    let boot_dir = setup.dir.path().join("fn-boot");
-    let mut boot = Process::fullnode(
-        &boot_dir,
-        &setup.seq.url,
-        &[
-            "--bootstrap",
-            "snapshot",
-            "--snapshot-source",
-            &bad,
-            "--snapshot-source",
-            &good,
-            "--verify-execution",
-        ],
-    );
+    let (boot_dir, mut boot) = boot_from(&setup, &bad, &good, &["--verify-execution"]);
     let log = boot.log_text();
     assert!(
         log.contains("snapshot manifest refused"),
@@ -504,10 +522,7 @@ async fn a_bootstrap_killed_part_way_serves_nothing_and_resumes_where_it_stopped
     let text = boot.log_text();
     assert!(text.contains("resuming the bootstrap"), "{text}");
     assert_eq!(boot.metric("gigas_fullnode_bootstrap_phase"), Some(4.0));
-    let target = head(&setup.seq.url).await;
-    common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
-    common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
-    assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
+    follows_on_and_equals_the_replay(&mut setup, &mut boot, &boot_dir).await;
 }
 
 /// A copy of snapshot `block` under `to/snapshots/` whose manifest moves a share between
@@ -515,13 +530,7 @@ async fn a_bootstrap_killed_part_way_serves_nothing_and_resumes_where_it_stopped
 /// whose head names that manifest: chunk 0 is refused from every source. Returns its
 /// identity.
 fn moved_shares_copy(from: &Path, to: &Path, block: u64) -> B256 {
-    let src = from.join(block.to_string());
-    let dst = to.join("snapshots").join(block.to_string());
-    std::fs::create_dir_all(&dst).unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
-    }
+    let dst = copy_snapshot_files(from, to, block);
     let mut manifest =
         gigas_snapshot::Manifest::decode(&std::fs::read(dst.join("manifest")).unwrap()).unwrap();
     let moved =
@@ -553,22 +562,8 @@ async fn a_manifest_that_cannot_be_completed_is_remembered_and_another_taken() {
         &archive(setup.dir.path()),
         &bad_root,
     );
-    let boot_dir = setup.dir.path().join("fn-boot");
     // The forged manifest's source first: both name the same block, so it is tried first.
-    let mut boot = Process::fullnode(
-        &boot_dir,
-        &setup.seq.url,
-        &[
-            "--bootstrap",
-            "snapshot",
-            "--snapshot-source",
-            &bad,
-            "--snapshot-source",
-            &good,
-            "--snapshot-attempts",
-            "1",
-        ],
-    );
+    let (boot_dir, mut boot) = boot_from(&setup, &bad, &good, &["--snapshot-attempts", "1"]);
     let log = boot.log_text();
     assert!(
         log.contains("this snapshot cannot be completed"),
@@ -581,10 +576,7 @@ async fn a_manifest_that_cannot_be_completed_is_remembered_and_another_taken() {
         remembered.contains(&forged.to_string()),
         "the failed manifest is remembered: {remembered:?}"
     );
-    let target = head(&setup.seq.url).await;
-    common::wait_for_block(&boot.url, target, Duration::from_secs(60)).await;
-    common::assert_same_state(&boot.url, &setup.seq.url, &setup.touched).await;
-    assert_same_databases(&mut setup, &mut boot, &boot_dir).await;
+    follows_on_and_equals_the_replay(&mut setup, &mut boot, &boot_dir).await;
 }
 
 /// Issue 66, item 6: a snapshot whose next diff the diff source no longer keeps was

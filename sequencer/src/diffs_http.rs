@@ -159,13 +159,15 @@ fn parse_number(raw: &str) -> Result<u64, HttpError> {
     })
 }
 
-async fn read_file(
-    diffs: &Arc<DiffArchive>,
-    kind: FileKind,
-    number: u64,
-) -> Result<Option<Vec<u8>>, Response> {
-    let diffs = diffs.clone();
-    tokio::task::spawn_blocking(move || diffs.archive().read(kind, number))
+/// Runs a read of the archive on the blocking pool; a failure is logged and answered 500.
+async fn blocking_read<T, E>(
+    read: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, Response>
+where
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    tokio::task::spawn_blocking(read)
         .await
         .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?
         .map_err(|e| {
@@ -177,6 +179,15 @@ async fn read_file(
         })
 }
 
+async fn read_file(
+    diffs: &Arc<DiffArchive>,
+    kind: FileKind,
+    number: u64,
+) -> Result<Option<Vec<u8>>, Response> {
+    let diffs = diffs.clone();
+    blocking_read(move || diffs.archive().read(kind, number)).await
+}
+
 /// Opens block `number`'s file of `kind` and computes its ETag, on the blocking pool.
 async fn open_file(
     diffs: &Arc<DiffArchive>,
@@ -184,16 +195,7 @@ async fn open_file(
     number: u64,
 ) -> Result<Option<OpenFile>, Response> {
     let path = diffs.archive().path(kind, number);
-    tokio::task::spawn_blocking(move || OpenFile::open(&path, b""))
-        .await
-        .map_err(|e| json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?
-        .map_err(|e| {
-            tracing::error!(error = %e, "reading the diff archive");
-            json_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "reading the archive failed",
-            )
-        })
+    blocking_read(move || OpenFile::open(&path, b"")).await
 }
 
 async fn file(

@@ -107,6 +107,20 @@ impl<'db> Restore<'db> {
         Ok(())
     }
 
+    /// Writes every chunk not written yet from the local snapshots directory `dir` (a copy
+    /// of a server's `snapshots/`), each checked with [`crate::verify_chunk`] first.
+    pub fn write_from_dir(&mut self, dir: &Path) -> Result<(), SnapshotError> {
+        let block = self.manifest.block();
+        while !self.complete() {
+            let chunk = self.next_chunk();
+            let path = dir.join(block.to_string()).join(chunk.to_string());
+            let bytes = std::fs::read(&path).map_err(SnapshotError::io(&path))?;
+            let entries = verify_chunk(&self.manifest, chunk, &bytes)?;
+            self.write(chunk, &entries)?;
+        }
+        Ok(())
+    }
+
     /// Checks what no single chunk shows, then computes the state root (storing the trie)
     /// and records block N as the head. Until this returns, the database has no head: no
     /// part of the snapshot is ever served as state.
@@ -207,12 +221,6 @@ pub fn restore_dir(
 ) -> Result<BootstrapOutcome, SnapshotError> {
     let (manifest, id) = read_manifest(dir, block, sequencer)?;
     let mut restore = Restore::start(db, manifest, id)?;
-    while !restore.complete() {
-        let chunk = restore.next_chunk();
-        let path = dir.join(block.to_string()).join(chunk.to_string());
-        let bytes = std::fs::read(&path).map_err(SnapshotError::io(&path))?;
-        let entries = verify_chunk(restore.manifest(), chunk, &bytes)?;
-        restore.write(chunk, &entries)?;
-    }
+    restore.write_from_dir(dir)?;
     restore.finish()
 }

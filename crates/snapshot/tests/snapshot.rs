@@ -656,17 +656,27 @@ fn snapshot_of_any(source: &Source, into: &Path) {
     write_snapshot(&view, into, small()).expect("snapshot written");
 }
 
+/// A source of `accounts` accounts after blocks `blocks`, its snapshot (in the returned
+/// directory), the snapshot's block and directory, and its manifest.
+fn snapshotted(
+    accounts: u64,
+    blocks: std::ops::Range<u64>,
+) -> (Source, tempfile::TempDir, u64, PathBuf, Manifest) {
+    let mut source = Source::new(accounts);
+    source.advance(blocks);
+    let snapshots = tempfile::tempdir().expect("temp dir");
+    let (block, dir) = snapshot_of(&source, snapshots.path());
+    let manifest =
+        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
+    (source, snapshots, block, dir, manifest)
+}
+
 /// Issue 66, item 1: a manifest that verifies could list a chunk of gigabytes (the node read
 /// and reserved up to the listed length, four chunks at once), and a chunk could carry bytes
 /// after its zstd frame (a second or skippable frame) that its entries do not account for.
 #[test]
 fn a_chunk_is_bounded_by_what_its_payload_compresses_to_and_is_one_zstd_frame() {
-    let mut source = Source::new(400);
-    source.advance(1..5);
-    let snapshots = tempfile::tempdir().expect("temp dir");
-    let (_block, dir) = snapshot_of(&source, snapshots.path());
-    let manifest =
-        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
+    let (source, _snapshots, _block, dir, manifest) = snapshotted(400, 1..5);
 
     // A chunk listed at 4 GiB, its payload at most 16 MiB.
     let mut forged = manifest.clone();
@@ -711,12 +721,7 @@ fn a_chunk_is_bounded_by_what_its_payload_compresses_to_and_is_one_zstd_frame() 
 /// this node's own snapshots.
 #[test]
 fn codes_no_account_names_are_not_written_and_more_codes_than_accounts_are_refused() {
-    let mut source = Source::new(400);
-    source.advance(1..5);
-    let snapshots = tempfile::tempdir().expect("temp dir");
-    let (block, dir) = snapshot_of(&source, snapshots.path());
-    let manifest =
-        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
+    let (source, snapshots, block, dir, manifest) = snapshotted(400, 1..5);
     let last_code = manifest
         .chunks
         .iter()
@@ -794,13 +799,8 @@ fn codes_no_account_names_are_not_written_and_more_codes_than_accounts_are_refus
 /// signed header by parent hashes, and the restored database holds them.
 #[test]
 fn the_256_headers_before_a_snapshot_come_with_it_chained_to_its_signed_header() {
-    let mut source = Source::new(200);
-    source.advance(1..300);
-    let snapshots = tempfile::tempdir().expect("temp dir");
-    let (block, dir) = snapshot_of(&source, snapshots.path());
+    let (source, snapshots, block, _dir, manifest) = snapshotted(200, 1..300);
     assert_eq!(block, 299);
-    let manifest =
-        Manifest::decode(&std::fs::read(dir.join("manifest")).expect("reads")).expect("decodes");
     assert_eq!(manifest.ancestors.len(), 256);
 
     let (_t, target) = fresh();
@@ -871,11 +871,8 @@ fn the_256_headers_before_a_snapshot_come_with_it_chained_to_its_signed_header()
 /// their address) landed in one pass far past its bound. Passes now split by count.
 #[test]
 fn the_key_index_fill_holds_its_bound_whatever_the_keys() {
-    let mut source = Source::new(400);
-    source.advance(1..30);
-    let snapshots = tempfile::tempdir().expect("temp dir");
-    let (block, dir) = snapshot_of(&source, snapshots.path());
-    let (manifest, id) = read_manifest(snapshots.path(), block, sequencer(&source)).expect("reads");
+    let (source, snapshots, _block, _dir, manifest) = snapshotted(400, 1..30);
+    let id = manifest_id(&manifest.encode());
     // Slots of five contracts among them: keys that share their first bytes.
     assert!(
         manifest.index_len > 100,
@@ -887,12 +884,7 @@ fn the_key_index_fill_holds_its_bound_whatever_the_keys() {
         let mut restore = Restore::start(&target, manifest.clone(), id)
             .expect("starts")
             .with_key_pass_entries(bound);
-        while !restore.complete() {
-            let chunk = restore.next_chunk();
-            let bytes = std::fs::read(dir.join(chunk.to_string())).expect("reads");
-            let entries = verify_chunk(restore.manifest(), chunk, &bytes).expect("checks");
-            restore.write(chunk, &entries).expect("writes");
-        }
+        restore.write_from_dir(snapshots.path()).expect("writes");
         let outcome = restore.finish().expect("finishes");
         assert!(
             outcome.key_pass_peak <= bound,
