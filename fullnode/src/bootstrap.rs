@@ -390,7 +390,14 @@ async fn choose(
     for base in &sources.bases {
         match sources.get(base, "/snapshots/head", 1 << 16).await {
             Ok(Some(bytes)) => match SnapshotHead::from_json(&bytes) {
-                Ok(head) => heads.push((head, base.clone())),
+                Ok(head) => {
+                    heads.push((head, base.clone()));
+                    // The older snapshots it still serves: the fallbacks when the newer
+                    // ones cannot be used.
+                    for older in SnapshotHead::older_from_json(&bytes) {
+                        heads.push((older, base.clone()));
+                    }
+                }
                 Err(e) => reasons.push(format!("{base}: {e}")),
             },
             Ok(None) => reasons.push(format!("{base}: serves no snapshot")),
@@ -859,6 +866,17 @@ mod tests {
             .collect();
         assert_eq!(order, vec![24, 20, 16]);
         assert_eq!(reasons.len(), 2, "{reasons:?}");
+        // A source's older snapshots are candidates after the newer ones it names.
+        let older = vec![
+            (head(24, 3), "d".to_string()),
+            (head(16, 4), "d".to_string()),
+            (head(8, 5), "d".to_string()),
+        ];
+        let order: Vec<u64> = candidates(&older, &FailedManifests::default(), &mut reasons)
+            .into_iter()
+            .map(|(h, _)| h.number)
+            .collect();
+        assert_eq!(order, vec![24, 16, 8]);
         let mut bounded = FailedManifests::default();
         for i in 0..(FailedManifests::MAX + 5) {
             bounded.add(B256::from(alloy_primitives::U256::from(i)));

@@ -83,11 +83,50 @@ pub struct SnapshotHead {
     pub manifest: B256,
 }
 
+/// The most older snapshots `DIR/head` names beside the newest.
+pub const MAX_OLDER: usize = 8;
+
 impl SnapshotHead {
     /// The JSON form.
     pub fn to_json(&self) -> String {
-        serde_json::json!({ "number": self.number, "manifest": self.manifest.to_string() })
-            .to_string()
+        self.to_json_with_older(&[])
+    }
+
+    /// The JSON form naming `older` snapshots too (newest first), which a new node falls back
+    /// to when the newest cannot be used: `{"number", "manifest", "older": [{"number",
+    /// "manifest"}, ...]}`.
+    pub fn to_json_with_older(&self, older: &[SnapshotHead]) -> String {
+        let older: Vec<serde_json::Value> = older
+            .iter()
+            .map(|h| serde_json::json!({ "number": h.number, "manifest": h.manifest.to_string() }))
+            .collect();
+        serde_json::json!({
+            "number": self.number,
+            "manifest": self.manifest.to_string(),
+            "older": older,
+        })
+        .to_string()
+    }
+
+    /// The older snapshots a `DIR/head` JSON names (none in a head written before they were
+    /// named, or when it names none); entries that do not parse are skipped, and at most
+    /// [`MAX_OLDER`] are taken.
+    pub fn older_from_json(bytes: &[u8]) -> Vec<SnapshotHead> {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+            return Vec::new();
+        };
+        value
+            .get("older")
+            .and_then(serde_json::Value::as_array)
+            .map(|older| {
+                older
+                    .iter()
+                    .filter_map(|v| serde_json::to_vec(v).ok())
+                    .filter_map(|v| Self::from_json(&v).ok())
+                    .take(MAX_OLDER)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Reads the JSON form.
@@ -390,8 +429,9 @@ pub fn write_snapshot(
     };
     let newest = read_head(dir).ok().flatten();
     if newest.is_none_or(|h| h.number < block) {
+        let older = older_snapshots(dir, block);
         let tmp = dir.join(".head.tmp");
-        write_synced(&tmp, head.to_json().as_bytes())?;
+        write_synced(&tmp, head.to_json_with_older(&older).as_bytes())?;
         fs::rename(&tmp, dir.join(HEAD_FILE)).map_err(SnapshotError::io(dir))?;
         sync_dir(dir)?;
     }
@@ -430,6 +470,26 @@ fn finish_kind(
         return Err(e);
     }
     cutter.cut(entries)
+}
+
+/// The snapshots under `dir` before `block`, newest first, at most [`MAX_OLDER`], each with
+/// its manifest's identity (one whose manifest cannot be read is left out: pruning may be
+/// removing it).
+fn older_snapshots(dir: &Path, block: u64) -> Vec<SnapshotHead> {
+    let blocks = list(dir).unwrap_or_default();
+    blocks
+        .iter()
+        .rev()
+        .filter(|&&n| n < block)
+        .filter_map(|&n| {
+            let bytes = fs::read(dir.join(n.to_string()).join("manifest")).ok()?;
+            Some(SnapshotHead {
+                number: n,
+                manifest: manifest_id(&bytes),
+            })
+        })
+        .take(MAX_OLDER)
+        .collect()
 }
 
 /// What `dir/head` names (`None` when no snapshot was written yet).

@@ -628,6 +628,19 @@ fn old_snapshots_are_pruned_by_count_and_the_head_names_the_newest() {
         source.advance(round * 2 + 1..round * 2 + 3);
         snapshot_of_any(&source, snapshots.path());
     }
+    // The head names the older snapshots too, newest first, each with its manifest's
+    // identity: a new node's fallbacks (issue 66, item 3).
+    let bytes = std::fs::read(snapshots.path().join("head")).expect("reads");
+    let older = gigas_snapshot::SnapshotHead::older_from_json(&bytes);
+    assert_eq!(
+        older.iter().map(|h| h.number).collect::<Vec<_>>(),
+        vec![6, 4, 2]
+    );
+    for h in &older {
+        let manifest = std::fs::read(snapshots.path().join(h.number.to_string()).join("manifest"))
+            .expect("reads");
+        assert_eq!(h.manifest, manifest_id(&manifest));
+    }
     std::fs::create_dir_all(snapshots.path().join(".99.partial")).expect("mkdir");
     let removed = gigas_snapshot::prune(snapshots.path(), 2).expect("prunes");
     assert_eq!(removed, vec![2, 4]);
