@@ -29,6 +29,13 @@ impl ClientAddr {
     }
 }
 
+/// Whether a client at `ip` is held to per-client bounds (connections, filters): every
+/// client but loopback ones, which are held only with `limit_loopback` (a proxy on the same
+/// host brings every remote client in from 127.0.0.1).
+pub fn held_to_client_bounds(ip: IpAddr, limit_loopback: bool) -> bool {
+    limit_loopback || !ip.to_canonical().is_loopback()
+}
+
 /// The client an address belongs to, as per-client bounds count: an IPv4 address on its own
 /// (an IPv4-mapped IPv6 address, as a dual-stack listener reports IPv4 peers, as that IPv4
 /// address), an IPv6 address by its /64 (with the rest zero). A host is given a whole /64
@@ -70,7 +77,7 @@ impl ClientLimits {
 
     /// Whether `ip` is held to the bound.
     pub fn applies_to(&self, ip: IpAddr) -> bool {
-        self.max_per_address > 0 && (self.limit_loopback || !ip.to_canonical().is_loopback())
+        self.max_per_address > 0 && held_to_client_bounds(ip, self.limit_loopback)
     }
 
     /// Takes one of the places of `ip`'s client ([`client_key`]: IPv6 addresses count by

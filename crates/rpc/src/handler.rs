@@ -887,7 +887,7 @@ impl<B: Backend> EthRpc<B> {
     /// loopback client and those are exempt.
     fn filter_owner(&self, ext: &Extensions) -> Option<std::net::IpAddr> {
         let client = ext.get::<ClientAddr>()?.ip();
-        (self.limits.limit_loopback || !client.is_loopback()).then_some(client)
+        crate::accept::held_to_client_bounds(client, self.limits.limit_loopback).then_some(client)
     }
 
     /// Pipes a broadcast channel into a subscription until the client unsubscribes or

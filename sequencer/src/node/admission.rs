@@ -60,6 +60,16 @@ impl Node {
     /// A transaction of a block that is sealed but not yet published (it has left the pool
     /// and is not yet readable from the history), for lookups by hash in that interval.
     pub fn in_flight_transaction(&self, hash: B256) -> Option<Recovered<TxEnvelope>> {
+        self.in_flight(hash).map(|(_, tx)| tx)
+    }
+
+    /// The number of the sealed, unpublished block that holds transaction `hash`.
+    pub fn in_flight_block_of(&self, hash: B256) -> Option<u64> {
+        self.in_flight(hash).map(|(number, _)| number)
+    }
+
+    /// The sealed, unpublished block holding transaction `hash`, and the transaction.
+    fn in_flight(&self, hash: B256) -> Option<(u64, Recovered<TxEnvelope>)> {
         let pending = self
             .pending
             .read()
@@ -71,25 +81,8 @@ impl Node {
             b.transactions
                 .iter()
                 .find(|tx| *tx.inner().tx_hash() == hash)
-                .cloned()
+                .map(|tx| (b.number, tx.clone()))
         })
-    }
-
-    /// The number of the sealed, unpublished block that holds transaction `hash`.
-    pub fn in_flight_block_of(&self, hash: B256) -> Option<u64> {
-        let pending = self
-            .pending
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        pending
-            .iter()
-            .find(|b| {
-                b.transactions
-                    .iter()
-                    .any(|tx| *tx.inner().tx_hash() == hash)
-            })
-            .map(|b| b.number)
     }
 
     /// Whether the journal holds enough dead bytes (transactions no longer pooled: included,
