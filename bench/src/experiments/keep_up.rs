@@ -83,6 +83,9 @@ pub struct KeepUpReport {
     /// The full node's CPU (user + system seconds per second, from /proc) over the load:
     /// what following costs it on the machine the sequencer shares.
     pub fullnode_cpu_cores: Option<f64>,
+    /// `eth_getProof` at the oldest block of the full node's state window, asked once a
+    /// second while the load ran (`--keep-up-proofs`).
+    pub proofs: Option<super::proofs::ProofReport>,
     /// Every sample.
     pub samples: Vec<LagSample>,
 }
@@ -141,7 +144,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         erc20: false,
     };
     let genesis_dir = genesis_cache_root(&bin).join(spec.dir_name());
-    let (_, chain) = ensure_genesis(
+    let (chain_config, chain) = ensure_genesis(
         Some(&bin),
         &genesis_dir,
         &spec,
@@ -280,6 +283,26 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
     let load = LoadCli::try_parse_from(&argv)
         .map_err(|e| eyre!("the load arguments: {e}"))?
         .args;
+    let probe = match args.keep_up_proofs {
+        0 => None,
+        full_window => {
+            // Account 0 is the Zipf distribution's most drawn: changed in nearly every block.
+            let bench = chain_config
+                .bench_accounts
+                .as_ref()
+                .ok_or_else(|| eyre!("{} has no benchmark accounts", chain.display()))?;
+            let hottest = gigas_chain::bench::read_addresses(bench)?
+                .first()
+                .copied()
+                .ok_or_else(|| eyre!("{} lists no benchmark accounts", bench.file.display()))?;
+            Some(super::proofs::ProofProbe::start(
+                &fullnode_url,
+                &metrics_url,
+                hottest,
+                full_window,
+            )?)
+        }
+    };
     let fullnode_pid = fullnode_guard.0.as_ref().map(Child::id);
     let cpu = || fullnode_pid.and_then(|pid| crate::load::metrics::process_cpu(Some(pid)));
     let (cpu_before, load_started) = (cpu(), Instant::now());
@@ -291,6 +314,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
         _ => None,
     };
     stop.store(true, Ordering::Relaxed);
+    let proofs = probe.map(super::proofs::ProofProbe::finish).transpose()?;
     let sampled = sampler.join();
     let report = load_result.wrap_err("the keep-up load")?;
     match sampled {
@@ -366,6 +390,7 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
             .value("gigas_fullnode_resident_bytes")
             .map(|v| v as u64),
         fullnode_cpu_cores,
+        proofs,
         samples,
     };
     if let Err(e) = super::chart::keep_up(&out_report, &out.join("lag.svg")) {
@@ -430,6 +455,9 @@ fn markdown(r: &KeepUpReport) -> String {
             .map_or_else(|| "-".to_string(), |c| format!("{c:.2}")),
         online_cores(),
     );
+    if let Some(proofs) = &r.proofs {
+        md += &super::proofs::markdown(proofs);
+    }
     md
 }
 

@@ -26,6 +26,7 @@
 mod chart;
 mod execution;
 mod keep_up;
+mod proofs;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,6 +51,7 @@ fn workload_arg(w: Workload) -> &'static str {
 
 pub use execution::{ExecutionPoint, ExecutionReport};
 pub use keep_up::KeepUpReport;
+pub use proofs::{ProofReport, ProofSample};
 
 /// One experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -117,6 +119,12 @@ pub struct ExperimentsArgs {
     /// settings under the same load.
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     pub keep_up_fullnode_arg: Vec<String>,
+    /// keep-up: once the full node's state window holds this many blocks (its
+    /// `--state-window`, 128 by default; 0: no probe), ask it once a second for
+    /// `eth_getProof` at the window's oldest block, the most expensive proof it serves, and
+    /// report how long each took and how many hit the execution timeout.
+    #[arg(long, value_name = "BLOCKS", default_value_t = 0)]
+    pub keep_up_proofs: u64,
     /// Where the reports go (one directory per experiment).
     #[arg(long, value_name = "DIR", default_value = "reports/experiments")]
     pub out: PathBuf,
