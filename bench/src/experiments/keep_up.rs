@@ -295,11 +295,15 @@ pub(super) fn run(args: &ExperimentsArgs, out: &Path) -> Result<KeepUpReport> {
                 .first()
                 .copied()
                 .ok_or_else(|| eyre!("{} lists no benchmark accounts", bench.file.display()))?;
+            let load_from = runtime
+                .block_on(Rpc::new(&sequencer.url, 1)?.block_number())
+                .wrap_err("reading the sequencer's head")?;
             Some(super::proofs::ProofProbe::start(
                 &fullnode_url,
                 &metrics_url,
                 hottest,
                 full_window,
+                load_from,
             )?)
         }
     };

@@ -74,12 +74,14 @@ pub(super) struct ProofProbe {
 
 impl ProofProbe {
     /// Starts probing the full node at `url` (its metrics at `metrics_url`) for proofs of
-    /// `address`; it waits for the window to hold `full_window` blocks first.
+    /// `address`; it waits for the window to hold `full_window` blocks, all after block
+    /// `load_from` (the sequencer's head when the load starts).
     pub(super) fn start(
         url: &str,
         metrics_url: &str,
         address: Address,
         full_window: u64,
+        load_from: u64,
     ) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let rpc = Rpc::new(url, 1)?;
@@ -92,10 +94,6 @@ impl ProofProbe {
                     .build()?;
                 let started = Instant::now();
                 let mut samples = Vec::new();
-                // The load starts with the probe: a window is full once its oldest block
-                // came after this head, so that every block in it carries the load's
-                // changes (the empty blocks before make cheap proofs).
-                let mut load_head = None;
                 while !stop.load(Ordering::Relaxed) {
                     let tick = Instant::now();
                     let window = runtime
@@ -106,11 +104,11 @@ impl ProofProbe {
                         })
                         .map_or(0, |w| w as u64);
                     let head = runtime.block_on(rpc.block_number()).ok();
-                    if load_head.is_none() {
-                        load_head = head;
-                    }
+                    // Full once its oldest block came after `load_from`, so that every
+                    // block in it carries the load's changes (the empty blocks before make
+                    // cheap proofs).
                     let oldest = head.map(|h| (h + 1).saturating_sub(window));
-                    let loaded = matches!((oldest, load_head), (Some(o), Some(l)) if o > l);
+                    let loaded = oldest.is_some_and(|o| o > load_from);
                     if let (Some(head), true) = (head, window >= full_window && loaded) {
                         let at = (head + 1 + MARGIN).saturating_sub(window);
                         let asked = Instant::now();
