@@ -112,10 +112,9 @@ impl ProofProbe {
                     if let (Some(head), true) = (head, window >= full_window && loaded) {
                         let at = (head + 1 + MARGIN).saturating_sub(window);
                         let asked = Instant::now();
-                        let answer: Result<Value> = runtime.block_on(rpc.call(
-                            "eth_getProof",
-                            json!([address, [], format!("{at:#x}")]),
-                        ));
+                        let answer: Result<Value> = runtime.block_on(
+                            rpc.call("eth_getProof", json!([address, [], format!("{at:#x}")])),
+                        );
                         let ms = asked.elapsed().as_secs_f64() * 1e3;
                         samples.push(ProofSample {
                             t: started.elapsed().as_secs_f64(),

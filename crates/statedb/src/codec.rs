@@ -16,8 +16,9 @@ use crate::error::StateDbError;
 use crate::tables::Table;
 use crate::types::StoredHeader;
 
-/// Bytes of a nibble path key: the packed nibbles padded to 32 bytes, then the count.
-pub(crate) const PATH_LEN: usize = 33;
+// Nibble path keys (packed nibbles padded to 32 bytes, then the count) are the trie
+// engine's: the stored nodes' byte order must be the order its walks seek in.
+pub(crate) use gigas_trie::keys::{encode_path, PATH_LEN};
 const SIGNATURE_LEN: usize = 65;
 const HAS_SIGNATURE: u8 = 1;
 const HAS_ROOT: u8 = 2;
@@ -109,16 +110,6 @@ pub(crate) fn decode_slot(
         B256::from_slice(&bytes[..32]),
         U256::from_be_slice(&bytes[32..]),
     ))
-}
-
-/// A nibble path as a key: packed nibbles padded with zeros to 32 bytes, then the nibble
-/// count. Byte order of these keys is the trie's pre-order (a path sorts before its
-/// extensions, siblings by nibble).
-pub(crate) fn encode_path(path: &Nibbles) -> [u8; PATH_LEN] {
-    let mut out = [0u8; PATH_LEN];
-    path.pack_to(&mut out[..32]);
-    out[32] = path.len() as u8;
-    out
 }
 
 pub(crate) fn decode_path(table: Table, key: &[u8], bytes: &[u8]) -> Result<Nibbles, StateDbError> {
@@ -359,19 +350,6 @@ pub(crate) fn decode_header_row(key: &[u8], bytes: &[u8]) -> Result<StoredHeader
     })
 }
 
-/// The 32-byte key at the start of a nibble prefix's range: the prefix padded with zeros.
-pub(crate) fn lower_key(path: &Nibbles) -> B256 {
-    let mut out = B256::ZERO;
-    path.pack_to(out.as_mut_slice());
-    out
-}
-
-/// The first 32-byte key after every key with this prefix; `None` when no key follows it
-/// (the prefix is all `f`, or empty).
-pub(crate) fn key_after(path: &Nibbles) -> Option<B256> {
-    path.increment().map(|next| lower_key(&next))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,14 +465,5 @@ mod tests {
         bad[1] = 0; // state mask loses the children the other masks name
         assert!(decode_node(Table::AccountsTrie, &[], &bad).is_err());
         assert!(decode_node(Table::AccountsTrie, &[], &buf[..buf.len() - 1]).is_err());
-    }
-
-    #[test]
-    fn key_ranges_of_prefixes() {
-        let p = Nibbles::from_nibbles([0xa, 0xb, 0xc]);
-        assert_eq!(lower_key(&p)[..2], [0xab, 0xc0]);
-        assert_eq!(key_after(&p).unwrap()[..2], [0xab, 0xd0]);
-        assert_eq!(key_after(&Nibbles::from_nibbles([0xf, 0xf])), None);
-        assert_eq!(key_after(&Nibbles::new()), None);
     }
 }

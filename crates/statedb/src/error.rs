@@ -148,6 +148,20 @@ pub enum StateDbError {
 
 impl DBErrorMarker for StateDbError {}
 
+/// The engine's failures keep the names this crate's callers match on (a walk's deadline is
+/// how the full node tells a request that ran out of time).
+impl From<gigas_trie::TrieError> for StateDbError {
+    fn from(e: gigas_trie::TrieError) -> Self {
+        use gigas_trie::TrieError;
+        match e {
+            TrieError::Invariant { what } => Self::Invariant { what },
+            TrieError::ThreadPanicked => Self::RootThreadPanicked,
+            TrieError::Unloaded { path } => Self::SparseTrieUnloaded { path },
+            TrieError::DeadlinePassed(what) => Self::DeadlinePassed(what),
+        }
+    }
+}
+
 impl From<gigas_mdbx::OpenError> for StateDbError {
     fn from(error: gigas_mdbx::OpenError) -> Self {
         <Self as StoreError>::from_open(error)

@@ -80,7 +80,7 @@
 //! Incremental, as reth's: the keys changed since the last root (prefix sets) name the paths
 //! to recompute; a walk over the stored branch nodes feeds alloy-trie's `HashBuilder` the
 //! stored hash of every unchanged subtrie and the leaves of changed ones, and stores the
-//! branch nodes it returns (see `trie::walk`). Changed storage tries first, then the account
+//! branch nodes it returns (see `gigas_trie::walk`). Changed storage tries first, then the account
 //! trie. `root_every: K` computes a root after every block whose number is a multiple of K
 //! (the changed keys of blocks in between are kept in `TrieChanged*` across commits); K = 0
 //! turns the trie off: nothing is tracked, `Meta` marks the trie stale, and the next root
@@ -107,7 +107,7 @@
 //! upkeep costs more than the hot B-tree searches and hashes it saves.
 //!
 //! The writer can also hold the account trie itself in memory across layered roots
-//! (`trie::sparse`, [`WriterOptions`]'s `sparse_trie_bytes`): sixteen parts, one per first
+//! (`gigas_trie::sparse`, [`WriterOptions`]'s `sparse_trie_bytes`): sixteen parts, one per first
 //! nibble, each changed account set in its part on one of the root's threads and only the
 //! changed paths re-hashed, a depth at a time so that a depth's encodings are hashed
 //! together (eight Keccak states side by side where the CPU has AVX-512,
@@ -212,12 +212,12 @@ mod writer;
 pub use ahead::{AheadState, AheadStats};
 pub use db::StateDb;
 pub use error::StateDbError;
+pub use gigas_trie::SparseTrieStats;
 pub use metrics::StateDbMetrics;
 pub use snapshot::{Bootstrap, BootstrapOutcome, BootstrapProgress, SnapshotEntries};
 pub use tables::{Dup, Table, SCHEMA_VERSION};
 pub use trie::cache::TrieCacheStats;
 pub use trie::overlay::StateOverlay;
-pub use trie::sparse::SparseTrieStats;
 pub use types::{
     page_size_for_memory, sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability,
     GenesisBlock, GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions,

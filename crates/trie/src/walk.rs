@@ -29,8 +29,8 @@ use alloy_trie::nodes::LeafNodeRef;
 use alloy_trie::proof::{ProofNodes, ProofRetainer};
 use alloy_trie::{BranchNodeCompact, HashBuilder, Nibbles, TrieMask};
 
-use crate::keys::{key_after, lower_key};
 use crate::error::TrieError;
+use crate::keys::{key_after, lower_key};
 use crate::prefix::PrefixSet;
 
 /// Where one trie's stored nodes and leaves come from.
@@ -90,7 +90,6 @@ impl LeafHashes {
     }
 
     /// One leaf child's hash.
-    #[cfg(test)]
     pub fn single(nibble: u8, hash: B256) -> Self {
         Self {
             mask: 1 << nibble,
@@ -209,10 +208,7 @@ pub fn run_updates<S: TrieSource>(
 /// node (its last branch child went), or no longer a branch (a deletion merged its
 /// children), the given hash stood where the trie has no such child: the walk is done again
 /// without remembered hashes, which gives the true root and updates.
-pub fn run_memo<S: TrieSource>(
-    source: &mut S,
-    changed: &PrefixSet,
-) -> Result<TrieRun, S::Error> {
+pub fn run_memo<S: TrieSource>(source: &mut S, changed: &PrefixSet) -> Result<TrieRun, S::Error> {
     let mut fed = Vec::new();
     let mut out = walk(
         source,
@@ -272,6 +268,9 @@ fn unfeed(updates: &mut [(Nibbles, BranchNodeCompact)], fed: &[Nibbles]) -> bool
     true
 }
 
+/// Where a spill sends finished branch nodes, sorted by path.
+pub type SpillTo<'a, E> = &'a mut dyn FnMut(&[(Nibbles, BranchNodeCompact)]) -> Result<(), E>;
+
 /// Branch nodes a rebuild holds before handing them to its spill (about 200 bytes each).
 pub const SPILL_NODES: usize = 1 << 16;
 
@@ -279,11 +278,12 @@ pub const SPILL_NODES: usize = 1 << 16;
 /// holds at most `every` of them in memory ([`SPILL_NODES`] in production; tests spill
 /// often). Only for walks over a trie with nothing stored (nothing is removed, and a node
 /// is finished once).
+#[allow(missing_debug_implementations)] // holds a closure
 pub struct Spill<'a, E> {
     /// Nodes held before they are handed over.
     pub every: usize,
     /// Takes finished nodes, sorted by path.
-    pub to: &'a mut dyn FnMut(&[(Nibbles, BranchNodeCompact)]) -> Result<(), E>,
+    pub to: SpillTo<'a, E>,
 }
 
 /// [`run`], handing finished branch nodes to `spill` whenever `spill.every` are held.
@@ -788,8 +788,7 @@ mod tests {
                 assert!(memo.leaves < out.leaves, "round {round}");
             }
             for path in &out.removed {
-                trie.nodes
-                    .remove(crate::keys::encode_path(path).as_slice());
+                trie.nodes.remove(crate::keys::encode_path(path).as_slice());
                 trie.kept.remove(path);
             }
             // As the writer's cache keeps them: with the stored nodes they describe.

@@ -8,7 +8,7 @@
 //! the write transaction, so a root computed through it is the root computed without it.
 //!
 //! **What is cached:** the answer to "the first stored node under this path" (the walk's
-//! only question, [`crate::trie::walk::TrieSource::seek_node`]), found or not found, per
+//! only question, [`gigas_trie::walk::TrieSource::seek_node`]), found or not found, per
 //! trie (the account trie, and each account's storage trie).
 //!
 //! **Kept exact by:** every write of trie nodes goes through [`NodeMap::written`], which
@@ -17,7 +17,7 @@
 //! rebuild or a discarded group drops everything.
 //!
 //! **Kept with each node:** the hashes of its leaf children as the last walk that entered it
-//! knew them ([`crate::trie::walk::run_memo`]): a stored node keeps hashes for its branch
+//! knew them ([`gigas_trie::walk::run_memo`]): a stored node keeps hashes for its branch
 //! children only, so without them every root reads and hashes again each sibling leaf of
 //! each changed key. They stay true until a key under the node changes, and then the walk
 //! enters the node and they are replaced with it.
@@ -34,7 +34,7 @@ use alloy_primitives::B256;
 use alloy_trie::{BranchNodeCompact, Nibbles};
 
 use crate::error::StateDbError;
-use crate::trie::walk::{LeafHashes, TrieRun, TrieSource};
+use gigas_trie::walk::{LeafHashes, TrieRun, TrieSource};
 
 /// One trie's stored node, as a seek under a path finds it.
 pub(crate) type Found = Option<(Nibbles, BranchNodeCompact)>;
@@ -426,8 +426,9 @@ impl<S, C> CachedSource<S, C> {
     }
 }
 
-impl<S: TrieSource, C: NodeCache> TrieSource for CachedSource<S, C> {
+impl<S: TrieSource<Error = StateDbError>, C: NodeCache> TrieSource for CachedSource<S, C> {
     type Leaf = S::Leaf;
+    type Error = StateDbError;
 
     fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         self.stash = None;

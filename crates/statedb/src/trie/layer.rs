@@ -24,7 +24,7 @@ use gigas_primitives::AccountState;
 use crate::error::StateDbError;
 use crate::trie::cache::Found;
 use crate::trie::root::RootOutcome;
-use crate::trie::walk::{TrieRun, TrieSource};
+use gigas_trie::walk::{TrieRun, TrieSource};
 
 mod parallel;
 
@@ -171,7 +171,7 @@ fn prune_nodes(nodes: &mut NodeLayer, committed: &NodeLayer) {
 }
 
 /// A source that can find the first stored node at or after a path, whatever its prefix.
-pub(crate) trait NodesFrom: TrieSource {
+pub(crate) trait NodesFrom: TrieSource<Error = StateDbError> {
     fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError>;
 }
 
@@ -183,7 +183,7 @@ fn successor(path: &Nibbles) -> Nibbles {
 }
 
 /// A committed trie (`inner`) with the layer's nodes and leaves (values `V`) laid over it.
-pub(crate) struct Layered<'l, S: TrieSource, V> {
+pub(crate) struct Layered<'l, S: TrieSource<Error = StateDbError>, V> {
     inner: S,
     nodes: &'l NodeLayer,
     leaves: &'l BTreeMap<B256, V>,
@@ -197,7 +197,7 @@ pub(crate) struct Layered<'l, S: TrieSource, V> {
     next: Option<(B256, Option<S::Leaf>)>,
 }
 
-impl<'l, S: TrieSource, V> Layered<'l, S, V> {
+impl<'l, S: TrieSource<Error = StateDbError>, V> Layered<'l, S, V> {
     pub(crate) fn new(
         inner: S,
         nodes: &'l NodeLayer,
@@ -265,6 +265,7 @@ impl<'l, S: TrieSource, V> Layered<'l, S, V> {
 
 impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
     type Leaf = S::Leaf;
+    type Error = StateDbError;
 
     fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         let layer = self
@@ -349,6 +350,7 @@ mod tests {
 
     impl TrieSource for Committed {
         type Leaf = U256;
+        type Error = StateDbError;
 
         fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
             Ok(self

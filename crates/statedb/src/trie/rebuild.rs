@@ -34,13 +34,20 @@ use signet_libmdbx::{Cursor, Environment, Ro};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::Table;
-use crate::trie::prefix::PrefixSet;
 use crate::trie::root::RootOutcome;
 use crate::trie::store::{
     clear, cursor, hashed_key, put_account_nodes, put_storage_nodes, write_account_trie,
     AccountSource, Discard, StorageRoots, StorageSource, StoredRoots,
 };
-use crate::trie::walk::{self, TrieSource, SPILL_NODES};
+use gigas_trie::walk::{self, Spill, TrieSource};
+use gigas_trie::PrefixSet;
+
+/// Branch nodes a rebuild holds before writing them (about 200 bytes each); the tests spill
+/// often so that a small trie crosses the bound.
+#[cfg(not(test))]
+pub(crate) const SPILL_NODES: usize = walk::SPILL_NODES;
+#[cfg(test)]
+pub(crate) const SPILL_NODES: usize = 16;
 
 /// Storage tries with at least this many slots are split into parts; smaller ones are
 /// computed whole by the account part that reaches them (a part per 4,096 slots: below that
@@ -310,7 +317,10 @@ fn whole_storage_root(
         &PrefixSet::default(),
         Vec::new(),
         true,
-        Some(&mut spill),
+        Some(Spill {
+            every: SPILL_NODES,
+            to: &mut spill,
+        }),
     )?;
     if !run.updates.is_empty() {
         ctx.send(Write::Storage(*address, run.updates))?;
@@ -353,7 +363,7 @@ fn split_storage_root(ctx: &Ctx<'_>, address: &B256) -> Result<(B256, u64, bool)
 /// The subtrie under the root's child `nibble`: its leaves hashed by a builder over the keys
 /// after their first nibble, its nodes handed to `send` under their full paths as they
 /// finish (at most [`SPILL_NODES`] held).
-fn part<S: TrieSource>(
+fn part<S: TrieSource<Error = StateDbError>>(
     source: &mut S,
     nibble: u8,
     leaves: &mut u64,
@@ -446,7 +456,10 @@ fn serial_account_trie(dbs: &Dbs, txn: &RwTxUnsync) -> Result<B256, StateDbError
         &PrefixSet::all(),
         Vec::new(),
         true,
-        Some(&mut spill),
+        Some(Spill {
+            every: SPILL_NODES,
+            to: &mut spill,
+        }),
     )?;
     write_account_trie(dbs, txn, &run)?;
     Ok(run.root)

@@ -15,12 +15,12 @@ use crate::read::Dbs;
 use crate::tables::Table;
 use crate::trie::cache::{CachedSource, OwnerNodes, TrieCache};
 use crate::trie::layer::{account_leaf, slot_leaf, Layered, StorageLayer, TrieLayer};
-use crate::trie::prefix::PrefixSet;
 use crate::trie::store::{
     clear, put_account_nodes, write_account_trie, write_storage_trie, AccountSource, ChangedKeys,
     Discard, StorageSource, StoredRoots, WriteTo,
 };
-use crate::trie::walk;
+use gigas_trie::walk;
+use gigas_trie::PrefixSet;
 
 /// What a root computation did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -122,7 +122,10 @@ pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, S
             &PrefixSet::all(),
             Vec::new(),
             true,
-            Some(&mut spill),
+            Some(walk::Spill {
+                every: crate::trie::rebuild::SPILL_NODES,
+                to: &mut spill,
+            }),
         )?;
         (run, source.roots.computed, source.roots.leaves)
     };

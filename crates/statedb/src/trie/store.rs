@@ -21,9 +21,9 @@ use crate::read::Dbs;
 use crate::tables::Table;
 use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes};
 use crate::trie::layer::NodesFrom;
-use crate::trie::prefix::PrefixSet;
-use crate::trie::walk::{self, TrieRun, TrieSource};
 use crate::writer::put_or_delete;
+use gigas_trie::walk::{self, TrieRun, TrieSource};
+use gigas_trie::PrefixSet;
 
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 
@@ -116,6 +116,7 @@ impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
 
 impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R> {
     type Leaf = AccountState;
+    type Error = StateDbError;
 
     fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         match self.nodes.as_mut() {
@@ -228,6 +229,7 @@ impl<K: TransactionKind> NodesFrom for StorageSource<'_, K> {
 
 impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
     type Leaf = U256;
+    type Error = StateDbError;
 
     fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
         if self.nodes.is_none() {
@@ -415,7 +417,10 @@ impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K,
             let sink = &mut self.sink;
             let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| sink.spill(address, nodes);
             // Only a rebuild (no stored nodes read) may write nodes before the walk ends.
-            let spill: Option<walk::Spill<'_>> = (updates && !self.use_nodes).then_some(&mut spill);
+            let spill = (updates && !self.use_nodes).then_some(walk::Spill {
+                every: crate::trie::rebuild::SPILL_NODES,
+                to: &mut spill,
+            });
             walk::run_spilling(
                 &mut source,
                 &PrefixSet::default(),

@@ -31,11 +31,11 @@ use crate::tables::Table;
 use crate::trie::cache::{TrieCache, TrieCacheStats};
 use crate::trie::layer::{self, LayeredRoot, Parallelism, TrieLayer};
 use crate::trie::root::{self, RootOutcome};
-use crate::trie::sparse::{SparseAccounts, SparseTrieStats};
 use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
 use crate::writeback::Writeback;
+use gigas_trie::sparse::{SparseAccounts, SparseTrieStats};
 
 mod background;
 mod durable;

@@ -65,10 +65,7 @@ impl SparseAccounts {
     }
 
     /// Records the root node a root assembled (`None`: it is not stored), for the drain.
-    pub fn set_root_node(
-        &self,
-        node: Option<BranchNodeCompact>,
-    ) -> Result<(), TrieError> {
+    pub fn set_root_node(&self, node: Option<BranchNodeCompact>) -> Result<(), TrieError> {
         *self
             .root_node
             .lock()
@@ -111,11 +108,7 @@ impl SparseAccounts {
             let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
             let mut all = work()?;
             for helper in helpers {
-                all.extend(
-                    helper
-                        .join()
-                        .map_err(|_| TrieError::ThreadPanicked)??,
-                );
+                all.extend(helper.join().map_err(|_| TrieError::ThreadPanicked)??);
             }
             Ok::<_, TrieError>(all)
         })?;
@@ -188,10 +181,7 @@ impl SparseAccounts {
     }
 
     /// The part of first nibble `nibble`, locked.
-    pub fn part(
-        &self,
-        nibble: u8,
-    ) -> Result<std::sync::MutexGuard<'_, SparseTrie>, TrieError> {
+    pub fn part(&self, nibble: u8) -> Result<std::sync::MutexGuard<'_, SparseTrie>, TrieError> {
         self.parts[usize::from(nibble)]
             .lock()
             .map_err(|_| TrieError::ThreadPanicked)

@@ -33,8 +33,8 @@ use alloy_trie::nodes::{BranchNodeRef, ExtensionNodeRef, LeafNodeRef, RlpNode};
 use alloy_trie::{BranchNodeCompact, Nibbles, TrieMask};
 use gigas_primitives::keccak::keccak256_each;
 
-use crate::keys::lower_key;
 use crate::error::TrieError;
+use crate::keys::lower_key;
 use crate::walk::TrieSource;
 
 mod accounts;
@@ -304,6 +304,11 @@ impl SparseTrie {
     /// Loaded nodes.
     pub fn len(&self) -> usize {
         self.nodes.len() - self.free.len()
+    }
+
+    /// Whether it holds no node.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Starts a root: what it changes is recorded as changed by it.
@@ -1271,9 +1276,7 @@ impl SparseTrie {
                             branch: *branch,
                             stored: *stored,
                         },
-                        Slot::Unknown { .. } => {
-                            return Err(TrieError::Unloaded { path: below() })
-                        }
+                        Slot::Unknown { .. } => return Err(TrieError::Unloaded { path: below() }),
                         Slot::Node(c) => {
                             let child = &self.nodes[*c];
                             Info {

@@ -25,11 +25,11 @@ use super::{account_leaf, slot_leaf, Layered, StorageLayer, TrieLayer};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::trie::cache::{CachedSource, OwnerNodes, StorageNodes, TrieCache};
-use crate::trie::prefix::PrefixSet;
 use crate::trie::root::RootOutcome;
-use crate::trie::sparse::{Emitted, SparseAccounts};
 use crate::trie::store::{AccountSource, ChangedKeys, StorageRoots, StorageSource, StoredRoots};
-use crate::trie::walk::{self, TrieRun, TrieSource};
+use gigas_trie::sparse::{Emitted, SparseAccounts};
+use gigas_trie::walk::{self, TrieRun, TrieSource};
+use gigas_trie::PrefixSet;
 
 /// Storage roots for the account walk: those computed by this root (`known`), else over
 /// the layer for an account whose storage the group changed, else from the committed trie.
@@ -418,7 +418,7 @@ fn sparse_account_root(
 }
 
 /// Loads the stored branch nodes of the account trie into `sparse` ahead of any root
-/// ([`crate::trie::sparse::SparseTrie::preload`]), each of its sixteen parts a job on
+/// ([`gigas_trie::sparse::SparseTrie::preload`]), each of its sixteen parts a job on
 /// `parallelism`'s threads, until the parts hold `max_bytes` together. The trie must
 /// describe the last commit with `layer` over it and no root may be running (its parts are
 /// locked one at a time, as a root's jobs lock them). Returns the leaves read.

@@ -1,0 +1,25 @@
+//! gigas-trie: the Ethereum state trie (Merkle-Patricia) engine both nodes use.
+//!
+//! **Owns:** which subtries a root must recompute ([`PrefixSet`]); the incremental walk that
+//! recomputes only changed paths over stored branch nodes and reads every other subtrie's
+//! hash from them, which is also how rebuilds and EIP-1186 proofs are computed ([`walk`]);
+//! the sparse trie held in memory across roots, re-hashing changed nodes a depth at a time
+//! ([`sparse`]); and the byte keys under which stored nodes sort in the trie's pre-order
+//! ([`keys`]). Stored nodes are reth's `BranchNodeCompact` and hashing is `alloy-trie`'s
+//! `HashBuilder`, so every root agrees with a from-scratch `alloy-trie` root.
+//!
+//! **Must not:** know where nodes and leaves are stored. A store gives them through
+//! [`TrieSource`] (ordered seeks over its branch nodes and hashed leaves), with its own error
+//! type; the full node's MDBX state (`gigas-statedb`) is one such store, and the sequencer
+//! keeps its own without linking the full node's.
+
+pub mod error;
+pub mod keys;
+pub mod prefix;
+pub mod sparse;
+pub mod walk;
+
+pub use error::TrieError;
+pub use prefix::PrefixSet;
+pub use sparse::{Drained, Emitted, SparseAccounts, SparseTrie, SparseTrieStats};
+pub use walk::{LeafHashes, Spill, TrieRun, TrieSource};
