@@ -123,6 +123,29 @@ fn merged(rounds: &[Round]) -> StackProfile {
         .expect("call stacks were on")
 }
 
+/// Rounds of the synthetic workload until the sampler has seen enough of the work (a
+/// loaded machine gives fewer samples per round), at most 40.
+fn measure_enough(workload: &Workload) -> Vec<Round> {
+    let mut rounds: Vec<Round> = Vec::new();
+    while rounds.len() < 40 {
+        rounds.extend(
+            workload
+                .measure(2, Duration::from_micros(2), |_, _| {})
+                .expect("measures"),
+        );
+        let samples: u64 = merged(&rounds)
+            .nodes()
+            .iter()
+            .flat_map(|n| n.activities.values())
+            .map(|t| t.samples)
+            .sum();
+        if samples >= 5_000 {
+            break;
+        }
+    }
+    rounds
+}
+
 #[test]
 fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
     let _one_at_a_time = exclusive();
@@ -146,25 +169,7 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
         receipts_checked: false,
         mismatches: Vec::new(),
     }];
-    // Rounds until the sampler has seen enough of the work (a loaded machine gives fewer
-    // samples per round), at most 40.
-    let mut rounds: Vec<Round> = Vec::new();
-    while rounds.len() < 40 {
-        rounds.extend(
-            workload
-                .measure(2, Duration::from_micros(2), |_, _| {})
-                .expect("measures"),
-        );
-        let samples: u64 = merged(&rounds)
-            .nodes()
-            .iter()
-            .flat_map(|n| n.activities.values())
-            .map(|t| t.samples)
-            .sum();
-        if samples >= 5_000 {
-            break;
-        }
-    }
+    let rounds = measure_enough(&workload);
     let profile = merged(&rounds);
 
     // The shape: block → tx 0 → A → B → C, B entered twice and C twice, nothing else.
@@ -220,17 +225,35 @@ fn a_known_call_tree_gives_its_stacks_calls_gas_and_shares() {
         rounds.len()
     );
     let self_time: f64 = costs.iter().map(|c| c.self_time).sum();
+    // The shares are the median of three independent measurements: a VM that stalls the
+    // replay for milliseconds moves one measurement's shares by several points (seen once
+    // on a loaded 2-vCPU VM: 0.29 for 0.2), and cannot move two of three the same way.
+    let others: Vec<Vec<gigas_profiler::stacks::CodeCost>> = (0..2)
+        .map(|_| merged(&measure_enough(&workload)).code_costs(true, &Filter::default(), &identity))
+        .collect();
     for (code, selector, expected) in [(A, SEL_A, 0.2), (B, SEL_B, 0.4), (C, SEL_C, 0.4)] {
+        let share_in = |costs: &[gigas_profiler::stacks::CodeCost]| {
+            let all: u64 = costs.iter().map(|c| c.self_samples).sum();
+            let cost = costs
+                .iter()
+                .find(|c| c.code == code && c.selector == Some(selector))
+                .expect("a row per frame");
+            (cost.self_samples as f64 / all as f64, all)
+        };
+        let mut shares: Vec<(f64, u64)> = std::iter::once(share_in(&costs))
+            .chain(others.iter().map(|c| share_in(c)))
+            .collect();
+        shares.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let (share, samples) = shares[1];
+        let sigma = (expected * (1.0 - expected) / samples as f64).sqrt();
+        assert!(
+            (share - expected).abs() <= 4.0 * sigma + 0.03,
+            "{code}: median self share {share:.3} of {shares:?}, expected {expected} (σ {sigma:.4}, {samples} samples)"
+        );
         let cost = costs
             .iter()
             .find(|c| c.code == code && c.selector == Some(selector))
             .expect("a row per frame");
-        let share = cost.self_samples as f64 / in_frames as f64;
-        let sigma = (expected * (1.0 - expected) / in_frames as f64).sqrt();
-        assert!(
-            (share - expected).abs() <= 4.0 * sigma + 0.03,
-            "{code}: self share {share:.3}, expected {expected} (σ {sigma:.4}, {in_frames} samples)"
-        );
         // Its top activities are the loop's opcodes.
         let top = gigas_profiler::calls::activity_name(cost.activities[0].0);
         assert!(
