@@ -16,15 +16,7 @@ use std::time::{Duration, Instant};
 use common::{head, Load, Process};
 use gigas_statedb::{StateDb, StateDbOptions};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use gigas_test_support::XorShift as Rng;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_random_points_the_full_node_converges_to_the_sequencers_state() {
@@ -72,9 +64,9 @@ async fn killed_at_random_points_the_full_node_converges_to_the_sequencers_state
         // After a long stop (every fifth kill) the node has blocks to catch up: kill it
         // within the first tens of milliseconds, while it applies them.
         let wait = if point % 5 == 0 && point > 0 {
-            Duration::from_millis(rng.next() % 40)
+            Duration::from_millis(rng.next_u64() % 40)
         } else {
-            Duration::from_millis(50 + rng.next() % 600)
+            Duration::from_millis(50 + rng.next_u64() % 600)
         };
         tokio::time::sleep(wait).await;
         reported_before_kill = head(&node.url).await;

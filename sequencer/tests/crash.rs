@@ -29,15 +29,7 @@ struct Accepted {
     nonce: u64,
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use gigas_test_support::XorShift as Rng;
 
 fn transfer(signer: &PrivateKeySigner, nonce: u64, to: Address) -> Bytes {
     let tx = TxEip1559 {
@@ -147,7 +139,7 @@ async fn sigkill_under_load_loses_nothing() {
             })
             .collect();
         // Watch blocks while the load runs, then kill at a random instant.
-        let kill_at = Instant::now() + Duration::from_millis(50 + rng.next() % 700);
+        let kill_at = Instant::now() + Duration::from_millis(50 + rng.next_u64() % 700);
         while Instant::now() < kill_at {
             if let Ok(Some(block)) = provider.get_block_by_number(BlockNumberOrTag::Latest).await {
                 let h = &block.header;
@@ -158,7 +150,7 @@ async fn sigkill_under_load_loses_nothing() {
                     h.number
                 );
             }
-            tokio::time::sleep(Duration::from_millis(5 + rng.next() % 20)).await;
+            tokio::time::sleep(Duration::from_millis(5 + rng.next_u64() % 20)).await;
         }
         node.kill();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -267,3 +267,19 @@ pub fn init_code(runtime: &[u8]) -> Vec<u8> {
     code.extend_from_slice(runtime);
     code
 }
+
+/// A xorshift64 generator: reproducible draws from a seed for tests that pick kill points,
+/// keys or values at random (a failure prints its seed, and the seed gives it back). The
+/// seed must not be zero.
+#[derive(Debug, Clone)]
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// The next draw.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}

@@ -17,6 +17,8 @@ pub mod error;
 pub mod keys;
 pub mod prefix;
 pub mod sparse;
+#[cfg(test)]
+mod testing;
 pub mod walk;
 
 pub use error::TrieError;

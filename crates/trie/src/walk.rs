@@ -678,77 +678,10 @@ mod tests {
     //! The walk against alloy-trie's own root over an in-memory trie, through rounds of
     //! random changes with the stored nodes carried from round to round.
 
-    use std::collections::BTreeMap;
-
     use alloy_primitives::{keccak256, U256};
 
     use super::*;
-
-    #[derive(Default)]
-    struct Memory {
-        nodes: BTreeMap<Vec<u8>, (Nibbles, BranchNodeCompact)>,
-        leaves: BTreeMap<B256, U256>,
-        at: Option<B256>,
-        /// Leaf hashes kept with nodes, by node path.
-        kept: BTreeMap<Nibbles, LeafHashes>,
-        /// What the last node seek found kept.
-        stash: Option<LeafHashes>,
-    }
-
-    impl TrieSource for Memory {
-        type Leaf = U256;
-        type Error = TrieError;
-
-        fn seek_node(
-            &mut self,
-            path: &Nibbles,
-        ) -> Result<Option<(Nibbles, BranchNodeCompact)>, TrieError> {
-            let key = crate::keys::encode_path(path).to_vec();
-            let found = self.nodes.range(key..).next().map(|(_, v)| v.clone());
-            let found = found.filter(|(found, _)| found.starts_with(path));
-            self.stash = found.as_ref().and_then(|(p, _)| self.kept.get(p).cloned());
-            Ok(found)
-        }
-
-        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, TrieError> {
-            let found = self.leaves.range(*key..).next().map(|(k, v)| (*k, *v));
-            self.at = found.map(|f| f.0);
-            Ok(found)
-        }
-
-        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, TrieError> {
-            let Some(at) = self.at else { return Ok(None) };
-            let found = self
-                .leaves
-                .range((std::ops::Bound::Excluded(at), std::ops::Bound::Unbounded))
-                .next()
-                .map(|(k, v)| (*k, *v));
-            self.at = found.map(|f| f.0);
-            Ok(found)
-        }
-
-        fn leaf_value(
-            &mut self,
-            _: &B256,
-            leaf: &U256,
-            out: &mut Vec<u8>,
-        ) -> Result<(), TrieError> {
-            alloy_rlp::Encodable::encode(leaf, out);
-            Ok(())
-        }
-
-        fn take_leaf_hashes(&mut self) -> Option<LeafHashes> {
-            self.stash.take()
-        }
-    }
-
-    fn reference(leaves: &BTreeMap<B256, U256>) -> B256 {
-        let mut hb = HashBuilder::default();
-        for (k, v) in leaves {
-            hb.add_leaf(Nibbles::unpack(k), &alloy_rlp::encode(v));
-        }
-        hb.root()
-    }
+    use crate::testing::{reference, Memory};
 
     #[test]
     fn incremental_roots_match_from_scratch_roots() {
@@ -788,7 +721,7 @@ mod tests {
                 assert!(memo.leaves < out.leaves, "round {round}");
             }
             for path in &out.removed {
-                trie.nodes.remove(crate::keys::encode_path(path).as_slice());
+                trie.nodes.remove(path);
                 trie.kept.remove(path);
             }
             // As the writer's cache keeps them: with the stored nodes they describe.
@@ -798,8 +731,7 @@ mod tests {
                 }
             }
             for (path, node) in out.updates {
-                trie.nodes
-                    .insert(crate::keys::encode_path(&path).to_vec(), (path, node));
+                trie.nodes.insert(path, node);
             }
             if round > 0 && count < 50 {
                 assert!(out.skipped > 0, "round {round} skipped nothing");
@@ -823,10 +755,7 @@ mod tests {
             spilled.extend_from_slice(nodes);
             Ok(())
         };
-        let mut bare = Memory {
-            leaves: trie.leaves.clone(),
-            ..Memory::default()
-        };
+        let mut bare = Memory::with_leaves(trie.leaves.clone());
         let all = PrefixSet::all();
         let spill = Spill {
             every: 16,
@@ -839,7 +768,7 @@ mod tests {
         spilled.extend(out.updates);
         spilled.sort_unstable_by_key(|n| n.0);
         assert_eq!(spilled, whole.updates);
-        let stored: Vec<_> = trie.nodes.values().cloned().collect();
+        let stored: Vec<_> = trie.nodes.iter().map(|(p, n)| (*p, n.clone())).collect();
         assert_eq!(
             stored, whole.updates,
             "incremental and rebuilt nodes differ"

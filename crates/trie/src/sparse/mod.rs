@@ -1498,84 +1498,14 @@ mod tests {
     //! The trie held in memory against a walk's root and stored nodes, through rounds of
     //! random changes with the stored nodes carried from round to round.
 
-    use std::collections::BTreeMap;
-
     use alloy_primitives::{keccak256, U256};
-    use alloy_trie::HashBuilder;
 
     use super::*;
     use crate::prefix::PrefixSet;
+    use crate::testing::{reference, Memory};
     use crate::walk;
 
-    #[derive(Default)]
-    struct Memory {
-        nodes: BTreeMap<Nibbles, BranchNodeCompact>,
-        leaves: BTreeMap<B256, U256>,
-        at: Option<B256>,
-    }
-
-    impl TrieSource for Memory {
-        type Leaf = U256;
-        type Error = TrieError;
-
-        fn seek_node(
-            &mut self,
-            path: &Nibbles,
-        ) -> Result<Option<(Nibbles, BranchNodeCompact)>, TrieError> {
-            Ok(self
-                .nodes
-                .range(*path..)
-                .next()
-                .filter(|(p, _)| p.starts_with(path))
-                .map(|(p, n)| (*p, n.clone())))
-        }
-
-        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, TrieError> {
-            let found = self.leaves.range(*key..).next().map(|(k, v)| (*k, *v));
-            self.at = found.map(|f| f.0);
-            Ok(found)
-        }
-
-        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, TrieError> {
-            let Some(at) = self.at else { return Ok(None) };
-            let found = self
-                .leaves
-                .range((std::ops::Bound::Excluded(at), std::ops::Bound::Unbounded))
-                .next()
-                .map(|(k, v)| (*k, *v));
-            self.at = found.map(|f| f.0);
-            Ok(found)
-        }
-
-        fn leaf_value(
-            &mut self,
-            _: &B256,
-            leaf: &U256,
-            out: &mut Vec<u8>,
-        ) -> Result<(), TrieError> {
-            alloy_rlp::Encodable::encode(leaf, out);
-            Ok(())
-        }
-    }
-
-    fn reference(leaves: &BTreeMap<B256, U256>) -> B256 {
-        let mut hb = HashBuilder::default();
-        for (k, v) in leaves {
-            hb.add_leaf(Nibbles::unpack(k), &alloy_rlp::encode(v));
-        }
-        hb.root()
-    }
-
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use gigas_test_support::XorShift as Rng;
 
     /// Rounds of random sets and deletions over a small key space (so that deletions
     /// collapse branches and inserts split leaves and extensions), the trie kept across
@@ -1601,16 +1531,16 @@ mod tests {
             let count = if round == 0 {
                 first
             } else {
-                1 + rng.next() % 60
+                1 + rng.next_u64() % 60
             };
             let mut changed = Vec::new();
             for _ in 0..count {
-                let key = keccak256((rng.next() % keys).to_be_bytes());
+                let key = keccak256((rng.next_u64() % keys).to_be_bytes());
                 changed.push(key);
-                if rng.next().is_multiple_of(3) {
+                if rng.next_u64().is_multiple_of(3) {
                     mem.leaves.remove(&key);
                 } else {
-                    mem.leaves.insert(key, U256::from(rng.next() % 1000 + 1));
+                    mem.leaves.insert(key, U256::from(rng.next_u64() % 1000 + 1));
                 }
             }
             let set = PrefixSet::new(changed.clone());
@@ -1729,7 +1659,7 @@ mod tests {
         for i in 0..keys {
             mem.leaves.insert(
                 keccak256(i.to_be_bytes()),
-                U256::from(rng.next() % 1000 + 1),
+                U256::from(rng.next_u64() % 1000 + 1),
             );
         }
         let built = walk::run(&mut mem, &PrefixSet::all(), Vec::new(), true).unwrap();
