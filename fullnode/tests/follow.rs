@@ -1,8 +1,9 @@
 //! A sequencer and a full node on loopback under a load of signed transactions stay
 //! identical: every account and slot the load touched, the block hashes (which commit to the
 //! chained state checksum), and the full node's MPT root recomputed from scratch from its
-//! plain state equals the root it kept incrementally. A second node re-executes every block
-//! (`--verify-execution`) and agrees with every diff.
+//! plain state equals the root it kept incrementally, as does the sequencer's state hashed
+//! from scratch from its own store (`gigas-sequencer state-root`). A second node re-executes
+//! every block (`--verify-execution`) and agrees with every diff.
 
 mod common;
 
@@ -15,7 +16,7 @@ use gigas_statedb::{StateDb, StateDbOptions};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_node_under_load_matches_the_sequencer() {
     let dir = tempfile::tempdir().unwrap();
-    let seq = Process::sequencer(&dir.path().join("seq"));
+    let mut seq = Process::sequencer(&dir.path().join("seq"));
     // Small groups and a root every block, as a dev node; the catch-up uses ranges and the
     // push (the node starts before the load). Its account trie is loaded at start.
     let mut node = Process::fullnode(
@@ -140,6 +141,49 @@ async fn a_full_node_under_load_matches_the_sequencer() {
         .unwrap()
         .parse()
         .unwrap();
+
+    // The sequencer's own state, read from its store once it stopped and hashed from scratch
+    // (`gigas-sequencer state-root`), has the root the full node kept for the same state
+    // (the blocks after the load are empty: they change nothing).
+    let roots = rpc(
+        &node.url,
+        "gigas_getStateRoot",
+        serde_json::json!([format!("{n:#x}")]),
+    )
+    .await;
+    let kept: B256 = roots["result"]["stateRoot"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no root at block {n}: {roots}"))
+        .parse()
+        .unwrap();
+    seq.interrupt();
+    let out = std::process::Command::new(common::sequencer_bin())
+        .args(["state-root", "--datadir"])
+        .arg(dir.path().join("seq"))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "state-root failed: {printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "block N: state root 0x… (A accounts, S slots, T s)"
+    let (block, root) = printed
+        .trim()
+        .strip_prefix("block ")
+        .and_then(|rest| rest.split_once(": state root "))
+        .unwrap_or_else(|| panic!("unexpected state-root output: {printed}"));
+    let block: u64 = block.parse().unwrap();
+    let root: B256 = root.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(
+        block >= target,
+        "the sequencer's store is at {block}, below {target}"
+    );
+    assert_eq!(
+        root, kept,
+        "the sequencer's state at block {block} from scratch against the full node's root at {n}"
+    );
 
     // The root kept incrementally equals one recomputed from scratch from the plain state.
     node.interrupt();

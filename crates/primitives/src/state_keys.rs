@@ -142,6 +142,46 @@ pub enum LayoutError {
     /// A slot count that the writes would take below zero.
     #[error("account {0} stores fewer slots than the ChangeSet deletes")]
     SlotCount(Address),
+    /// A key that is none of the layout's: not an account, slot or code key of its length.
+    #[error("a key of {len} bytes starting with {first:#04x} is not an account, slot or code key")]
+    Key {
+        /// Its first byte.
+        first: u8,
+        /// Its length.
+        len: usize,
+    },
+}
+
+/// A stored entry as the layout reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateEntry {
+    /// An account.
+    Account(Address, StoredAccount),
+    /// A non-zero storage slot: address, slot, value.
+    Slot(Address, U256, U256),
+    /// A bytecode, by its hash.
+    Code(B256),
+}
+
+/// Reads one stored key and value of the layout.
+pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<StateEntry, LayoutError> {
+    let address = || Address::from_slice(&key[1..21]);
+    match (key.first(), key.len()) {
+        (Some(&ACCOUNT_PREFIX), 21) => Ok(StateEntry::Account(
+            address(),
+            StoredAccount::decode(value)?,
+        )),
+        (Some(&SLOT_PREFIX), 53) => Ok(StateEntry::Slot(
+            address(),
+            U256::from_be_slice(&key[21..]),
+            decode_slot(value)?,
+        )),
+        (Some(&CODE_PREFIX), 33) => Ok(StateEntry::Code(B256::from_slice(&key[1..]))),
+        (first, len) => Err(LayoutError::Key {
+            first: first.copied().unwrap_or(0),
+            len,
+        }),
+    }
 }
 
 /// One write of a batch: put `key` to `Some(value)`, or delete it.

@@ -158,6 +158,9 @@ impl From<gigas_trie::TrieError> for StateDbError {
             TrieError::ThreadPanicked => Self::RootThreadPanicked,
             TrieError::Unloaded { path } => Self::SparseTrieUnloaded { path },
             TrieError::DeadlinePassed(what) => Self::DeadlinePassed(what),
+            TrieError::SlotsWithoutAccount { address } => Self::Invariant {
+                what: format!("storage under {address}, which has no account"),
+            },
         }
     }
 }

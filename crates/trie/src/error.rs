@@ -1,6 +1,7 @@
 //! What the trie engine itself can fail with; a source's own errors are its own type
 //! ([`crate::TrieSource::Error`]), which takes these in.
 
+use alloy_primitives::Address;
 use alloy_trie::Nibbles;
 
 /// A failure of the engine, not of the storage under it.
@@ -21,6 +22,13 @@ pub enum TrieError {
     Unloaded {
         /// The subtrie's path.
         path: Nibbles,
+    },
+    /// A state given to a root from scratch has slots under an address with no account: the
+    /// store it was read from is inconsistent.
+    #[error("the state has storage under {address}, which has no account")]
+    SlotsWithoutAccount {
+        /// The address.
+        address: Address,
     },
     /// A walk ran past the deadline it was given.
     #[error("{0}: stopped at its deadline")]

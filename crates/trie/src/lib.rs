@@ -4,8 +4,9 @@
 //! recomputes only changed paths over stored branch nodes and reads every other subtrie's
 //! hash from them, which is also how rebuilds and EIP-1186 proofs are computed ([`walk`]);
 //! the sparse trie held in memory across roots, re-hashing changed nodes a depth at a time
-//! ([`sparse`]); and the byte keys under which stored nodes sort in the trie's pre-order
-//! ([`keys`]). Stored nodes are reth's `BranchNodeCompact` and hashing is `alloy-trie`'s
+//! ([`sparse`]); the byte keys under which stored nodes sort in the trie's pre-order
+//! ([`keys`]); and the root from scratch that incremental roots are held to ([`scratch`]).
+//! Stored nodes are reth's `BranchNodeCompact` and hashing is `alloy-trie`'s
 //! `HashBuilder`, so every root agrees with a from-scratch `alloy-trie` root.
 //!
 //! **Must not:** know where nodes and leaves are stored. A store gives them through
@@ -16,6 +17,7 @@
 pub mod error;
 pub mod keys;
 pub mod prefix;
+pub mod scratch;
 pub mod sparse;
 #[cfg(test)]
 mod testing;
@@ -23,5 +25,6 @@ pub mod walk;
 
 pub use error::TrieError;
 pub use prefix::PrefixSet;
+pub use scratch::ScratchState;
 pub use sparse::{Drained, Emitted, SparseAccounts, SparseTrie, SparseTrieStats};
 pub use walk::{LeafHashes, Spill, TrieRun, TrieSource};

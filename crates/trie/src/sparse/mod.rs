@@ -1540,7 +1540,8 @@ mod tests {
                 if rng.next_u64().is_multiple_of(3) {
                     mem.leaves.remove(&key);
                 } else {
-                    mem.leaves.insert(key, U256::from(rng.next_u64() % 1000 + 1));
+                    mem.leaves
+                        .insert(key, U256::from(rng.next_u64() % 1000 + 1));
                 }
             }
             let set = PrefixSet::new(changed.clone());
