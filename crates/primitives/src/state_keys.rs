@@ -339,6 +339,44 @@ mod tests {
     use crate::changeset::ChangeSetBuilder;
     use std::collections::BTreeMap;
 
+    #[test]
+    fn entries_read_back_as_written_and_foreign_keys_are_refused() {
+        let who = Address::repeat_byte(7);
+        let stored = StoredAccount {
+            state: AccountState {
+                nonce: 3,
+                balance: U256::from(9),
+                code_hash: B256::repeat_byte(1),
+            },
+            slots: 2,
+        };
+        assert_eq!(
+            decode_entry(&account_key(&who), &stored.encode()),
+            Ok(StateEntry::Account(who, stored))
+        );
+        let slot = U256::from(0x1234);
+        let value = U256::from(5).to_be_bytes::<32>();
+        assert_eq!(
+            decode_entry(&slot_key(&who, &slot), &value),
+            Ok(StateEntry::Slot(who, slot, U256::from(5)))
+        );
+        let hash = B256::repeat_byte(2);
+        assert_eq!(
+            decode_entry(&code_key(&hash), b"code"),
+            Ok(StateEntry::Code(hash))
+        );
+        assert_eq!(
+            decode_entry(b"x123", b""),
+            Err(LayoutError::Key {
+                first: b'x',
+                len: 4
+            })
+        );
+        // The right prefix at the wrong length is not that kind of key.
+        assert!(decode_entry(&account_key(&who)[..20], &stored.encode()).is_err());
+        assert!(decode_entry(&account_key(&who), &[0u8; 79]).is_err());
+    }
+
     /// A store in a map, counting prefix scans.
     #[derive(Default)]
     struct Map {
