@@ -163,7 +163,7 @@ pub struct WriterOptions {
     /// (In the transaction, before layered roots: 7 % slower with a commit per 64 blocks.)
     pub trie_cache_bytes: usize,
     /// Bytes of the account trie the writer keeps in memory across layered roots, with
-    /// every loaded node's encoding (the sparse trie, [`crate::trie`]'s `sparse` module): a
+    /// every loaded node's encoding (the sparse trie, [`gigas_trie::sparse`]): a
     /// root then sets each changed account in it and re-hashes only the changed paths,
     /// instead of walking the stored nodes and re-reading every changed account's sibling
     /// leaves. The least recently changed subtries are folded back into hashes beyond it.

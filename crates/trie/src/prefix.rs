@@ -64,10 +64,10 @@ impl PrefixSet {
     }
 
     /// The children of the node at `path` under which some key changed, as a mask by
-    /// nibble: bit `n` is set exactly when [`PrefixSet::contains_prefix`] holds for `path`
-    /// followed by `n`. One search and a scan of the keys under `path`, for the sixteen
-    /// questions a walk asks at each node it enters (the keys under a node are scanned
-    /// once per level, so a walk's masks cost one pass over the keys per trie level).
+    /// nibble: bit `n` is set exactly when a key here starts with `path` followed by `n`.
+    /// One search and a scan of the keys under `path`, for the sixteen questions a walk
+    /// asks at each node it enters (the keys under a node are scanned once per level, so a
+    /// walk's masks cost one pass over the keys per trie level).
     pub fn child_mask(&self, path: &Nibbles) -> u16 {
         if self.all {
             return u16::MAX;

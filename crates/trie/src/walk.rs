@@ -175,7 +175,7 @@ pub fn run_until<S: TrieSource>(
 /// Steps of a walk between two readings of the clock against its deadline: a step is a node
 /// or a run of leaves, some microseconds, so the deadline is overrun by at most a millisecond
 /// or so.
-const DEADLINE_STEPS: u32 = 256;
+pub const DEADLINE_STEPS: u32 = 256;
 
 /// [`run`] with updates, through [`run_memo`] when the source remembers leaf hashes (a
 /// cache), else reading every leaf the walk needs: the one entry point of roots that store

@@ -9,7 +9,7 @@
 //! nodes it passed, bottom up; every other subtrie answers with the encoding it kept.
 //!
 //! **Revealed on demand, from the stored trie.** A subtrie the trie has not seen is a
-//! [`Slot::Stub`]: its hash as its stored parent gives it. A key whose path enters a stub
+//! stub: its hash as its stored parent gives it. A key whose path enters a stub
 //! loads it: its stored branch node (with the hashes of its branch children as stubs), and
 //! its other children from the leaves under them, which it hashes once. So the first root
 //! after a start costs what a walk costs; later ones touch what is already loaded.
