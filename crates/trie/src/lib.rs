@@ -11,8 +11,10 @@
 //!
 //! **Must not:** know where nodes and leaves are stored. A store gives them through
 //! [`TrieSource`] (ordered seeks over its branch nodes and hashed leaves), with its own error
-//! type; the full node's MDBX state (`gigas-statedb`) is one such store, and the sequencer
-//! keeps its own without linking the full node's.
+//! type. The full node's MDBX state (`gigas-statedb`) is one such store; the engine is apart
+//! from it so that the sequencer can keep a store of its own without linking the full
+//! node's. Today the sequencer uses only [`scratch`], to compute its state's root from
+//! scratch (`gigas-sequencer state-root`).
 
 pub mod error;
 pub mod keys;
