@@ -298,14 +298,27 @@ fn state_root(args: StateRootArgs) -> eyre::Result<()> {
                 dir.display()
             )
         })?;
-    let scratch = crate::state::scratch_root(&vilmo)
+    let bar = indicatif::ProgressBar::new(vilmo.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "reading the state {bar:40} {pos}/{len} entries ({eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let state = crate::state::scratch_state(&vilmo, |read| bar.set_position(read))
         .wrap_err_with(|| format!("reading the state in {}", dir.display()))?;
+    bar.finish_and_clear();
+    let (accounts, slots) = (state.accounts(), state.slots());
+    let spinner = indicatif::ProgressBar::new_spinner()
+        .with_message(format!("hashing {accounts} accounts and {slots} slots"));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let root = state
+        .root()
+        .wrap_err_with(|| format!("the state in {} makes no trie", dir.display()))?;
+    spinner.finish_and_clear();
     println!(
-        "block {}: state root {} ({} accounts, {} slots, {:.1} s)",
-        scratch.block,
-        scratch.root,
-        scratch.accounts,
-        scratch.slots,
+        "block {}: state root {root} ({accounts} accounts, {slots} slots, {:.1} s)",
+        crate::state::vilmo_block(&vilmo),
         started.elapsed().as_secs_f64()
     );
     Ok(())
