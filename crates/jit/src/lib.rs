@@ -52,7 +52,7 @@
 //! | 8 MiB | 0.97x | 7.6 (31) | 323 | 1.9 | 250 |
 //!
 //! On these blocks compiled code barely beats the interpreter at any budget (the code before
-//! this cache gave 0.96x and 0.99x in the same session, 5 rounds), so the ratio alone cannot
+//! this cache gave 0.96x and 0.99x in the same sitting, 5 rounds), so the ratio alone cannot
 //! choose; what does is how much of the compiled work survives. Down to 32 MiB the replay is
 //! as fast as without a limit and compiles no more per pass; at 16 MiB the frames that run
 //! compiled collapse to a tenth and evicted contracts are compiled again every pass. 64 MiB
