@@ -389,14 +389,12 @@ async fn choose(
     let mut heads: Vec<(SnapshotHead, String)> = Vec::new();
     for base in &sources.bases {
         match sources.get(base, "/snapshots/head", 1 << 16).await {
-            Ok(Some(bytes)) => match SnapshotHead::from_json(&bytes) {
-                Ok(head) => {
+            Ok(Some(bytes)) => match SnapshotHead::from_json_with_older(&bytes) {
+                Ok((head, older)) => {
                     heads.push((head, base.clone()));
                     // The older snapshots it still serves: the fallbacks when the newer
                     // ones cannot be used.
-                    for older in SnapshotHead::older_from_json(&bytes) {
-                        heads.push((older, base.clone()));
-                    }
+                    heads.extend(older.into_iter().map(|h| (h, base.clone())));
                 }
                 Err(e) => reasons.push(format!("{base}: {e}")),
             },

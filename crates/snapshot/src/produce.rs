@@ -96,43 +96,42 @@ impl SnapshotHead {
     /// to when the newest cannot be used: `{"number", "manifest", "older": [{"number",
     /// "manifest"}, ...]}`.
     pub fn to_json_with_older(&self, older: &[SnapshotHead]) -> String {
-        let older: Vec<serde_json::Value> = older
-            .iter()
-            .map(|h| serde_json::json!({ "number": h.number, "manifest": h.manifest.to_string() }))
-            .collect();
-        serde_json::json!({
-            "number": self.number,
-            "manifest": self.manifest.to_string(),
-            "older": older,
-        })
-        .to_string()
+        let mut value = self.to_value();
+        value["older"] = older.iter().copied().map(Self::to_value).collect();
+        value.to_string()
     }
 
-    /// The older snapshots a `DIR/head` JSON names (none in a head written before they were
-    /// named, or when it names none); entries that do not parse are skipped, and at most
+    /// Reads the JSON form.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
+        Self::from_json_with_older(bytes).map(|(head, _)| head)
+    }
+
+    /// Reads the JSON form with the older snapshots it names (none in a head written before
+    /// they were named); older entries that do not parse are skipped, and at most
     /// [`MAX_OLDER`] are taken.
-    pub fn older_from_json(bytes: &[u8]) -> Vec<SnapshotHead> {
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-            return Vec::new();
-        };
-        value
+    pub fn from_json_with_older(bytes: &[u8]) -> Result<(Self, Vec<Self>), String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("snapshots/head: {e}"))?;
+        let head = Self::from_value(&value)?;
+        let older = value
             .get("older")
             .and_then(serde_json::Value::as_array)
             .map(|older| {
                 older
                     .iter()
-                    .filter_map(|v| serde_json::to_vec(v).ok())
-                    .filter_map(|v| Self::from_json(&v).ok())
+                    .filter_map(|v| Self::from_value(v).ok())
                     .take(MAX_OLDER)
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        Ok((head, older))
     }
 
-    /// Reads the JSON form.
-    pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| format!("snapshots/head: {e}"))?;
+    fn to_value(self) -> serde_json::Value {
+        serde_json::json!({ "number": self.number, "manifest": self.manifest.to_string() })
+    }
+
+    fn from_value(value: &serde_json::Value) -> Result<Self, String> {
         let number = value
             .get("number")
             .and_then(serde_json::Value::as_u64)

@@ -631,7 +631,7 @@ fn old_snapshots_are_pruned_by_count_and_the_head_names_the_newest() {
     // The head names the older snapshots too, newest first, each with its manifest's
     // identity: a new node's fallbacks (issue 66, item 3).
     let bytes = std::fs::read(snapshots.path().join("head")).expect("reads");
-    let older = gigas_snapshot::SnapshotHead::older_from_json(&bytes);
+    let (_, older) = gigas_snapshot::SnapshotHead::from_json_with_older(&bytes).expect("parses");
     assert_eq!(
         older.iter().map(|h| h.number).collect::<Vec<_>>(),
         vec![6, 4, 2]
