@@ -53,7 +53,7 @@ use alloy_primitives::{keccak256, Address, B256, U256};
 
 use crate::changeset::AccountState;
 use crate::keystream;
-use crate::state_keys::{decode_slot, LayoutError, StoredAccount, ACCOUNT_PREFIX, SLOT_PREFIX};
+use crate::state_keys::{decode_entry, LayoutError, StateEntry};
 
 /// Lanes of a lattice hash: 2,048 bytes of `u16`.
 pub const LANES: usize = 1024;
@@ -316,19 +316,15 @@ impl LatticeHash {
     /// account or a slot; `None` for a bytecode (not an element) or a key of no known kind.
     /// Lets a store in that layout (the sequencer's Vilmo) be summed from its entries.
     pub fn of_entry(key: &[u8], value: &[u8]) -> Result<Option<Self>, LayoutError> {
-        match (key.first(), key.len()) {
-            (Some(&ACCOUNT_PREFIX), 21) => {
-                let address = Address::from_slice(&key[1..]);
-                let stored = StoredAccount::decode(value)?;
+        match decode_entry(key, value) {
+            Ok(StateEntry::Account(address, stored)) => {
                 Ok(Some(Self::account(&address, &stored.state)))
             }
-            (Some(&SLOT_PREFIX), 53) => {
-                let address = Address::from_slice(&key[1..21]);
-                let slot = U256::from_be_slice(&key[21..]);
-                let value = decode_slot(value)?;
+            Ok(StateEntry::Slot(address, slot, value)) => {
                 Ok((!value.is_zero()).then(|| Self::slot(&address, &slot, &value)))
             }
-            _ => Ok(None),
+            Ok(StateEntry::Code(_)) | Err(LayoutError::Key { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
