@@ -15,9 +15,10 @@ use crate::error::StateDbError;
 use crate::metrics::StateDbMetrics;
 use crate::read::Dbs;
 use crate::tables::{Table, DROPPED_IN_V2, META_SCHEMA_VERSION, SCHEMA_VERSION};
-use crate::types::{Durability, StateDbOptions, TableStats, WriterOptions};
+use crate::types::{AnyTable, Durability, StateDbOptions, TableStats, WriterOptions};
 use crate::view::StateView;
 use crate::writer::StateWriter;
+use gigas_triedb::{TrieDbs, TrieTable};
 
 /// The full node's state in MDBX. `Send + Sync`: read views may be taken on any thread while
 /// one [`StateWriter`] applies blocks (each view is an MVCC snapshot of the last commit).
@@ -140,15 +141,14 @@ impl StateDb {
                 "state database upgraded from layout version 1: the tables by address are emptied (the hashed tables hold the same state)"
             );
         }
-        let dbs = Dbs(gigas_mdbx::open_tables(
-            &env,
-            dir,
-            Table::Meta,
-            META_SCHEMA_VERSION,
-            SCHEMA_VERSION,
-        )?
-        .try_into()
-        .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?);
+        let state =
+            gigas_mdbx::open_tables(&env, dir, Table::Meta, META_SCHEMA_VERSION, SCHEMA_VERSION)?
+                .try_into()
+                .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?;
+        let dbs = Dbs {
+            state,
+            trie: TrieDbs::open(&env, dir)?,
+        };
 
         let db = Self {
             env,
@@ -318,8 +318,32 @@ impl StateDb {
 
     /// Rows and pages of every table.
     pub fn table_stats(&self) -> Result<Vec<TableStats>, StateDbError> {
-        gigas_mdbx::table_stats(&self.env, &self.dbs.0)
-            .map_err(StateDbError::mdbx("read table statistics"))
+        let read = StateDbError::mdbx;
+        let own = gigas_mdbx::table_stats::<Table>(&self.env, &self.dbs.state)
+            .map_err(read("read table statistics"))?;
+        let trie = gigas_mdbx::table_stats::<TrieTable>(
+            &self.env,
+            &TrieTable::ALL
+                .iter()
+                .map(|t| self.dbs.trie.get(*t))
+                .collect::<Vec<_>>(),
+        )
+        .map_err(read("read the trie tables' statistics"))?;
+        fn stats<T>(s: gigas_mdbx::TableStats<T>, table: AnyTable) -> TableStats {
+            TableStats {
+                table,
+                entries: s.entries,
+                branch_pages: s.branch_pages,
+                leaf_pages: s.leaf_pages,
+                overflow_pages: s.overflow_pages,
+                bytes: s.bytes,
+            }
+        }
+        Ok(own
+            .into_iter()
+            .map(|s| stats(s, AnyTable::State(s.table)))
+            .chain(trie.into_iter().map(|s| stats(s, AnyTable::Trie(s.table))))
+            .collect())
     }
 
     /// Updates the size and page gauges (done after every commit; best effort).

@@ -148,20 +148,28 @@ pub enum StateDbError {
 
 impl DBErrorMarker for StateDbError {}
 
-/// The engine's failures keep the names this crate's callers match on (a walk's deadline is
-/// how the full node tells a request that ran out of time).
+/// The trie store's failures keep the names this crate's callers match on (a walk's deadline
+/// is how the full node tells a request that ran out of time).
+impl From<gigas_triedb::TrieDbError> for StateDbError {
+    fn from(e: gigas_triedb::TrieDbError) -> Self {
+        use gigas_triedb::TrieDbError;
+        match e {
+            TrieDbError::Open(e) => Self::Open(e),
+            TrieDbError::Mdbx { op, source } => Self::Mdbx { op, source },
+            TrieDbError::Corrupt { table, key, reason } => Self::Corrupt { table, key, reason },
+            TrieDbError::Invariant { what } => Self::Invariant { what },
+            TrieDbError::RebuildWriterStopped => Self::RebuildWriterStopped,
+            TrieDbError::RootThreadPanicked => Self::RootThreadPanicked,
+            TrieDbError::SparseTrieUnloaded { path } => Self::SparseTrieUnloaded { path },
+            TrieDbError::DeadlinePassed(what) => Self::DeadlinePassed(what),
+        }
+    }
+}
+
+/// The engine's failures, through the trie store's names.
 impl From<gigas_trie::TrieError> for StateDbError {
     fn from(e: gigas_trie::TrieError) -> Self {
-        use gigas_trie::TrieError;
-        match e {
-            TrieError::Invariant { what } => Self::Invariant { what },
-            TrieError::ThreadPanicked => Self::RootThreadPanicked,
-            TrieError::Unloaded { path } => Self::SparseTrieUnloaded { path },
-            TrieError::DeadlinePassed(what) => Self::DeadlinePassed(what),
-            TrieError::SlotsWithoutAccount { address } => Self::Invariant {
-                what: format!("storage under {address}, which has no account"),
-            },
-        }
+        gigas_triedb::TrieDbError::from(e).into()
     }
 }
 

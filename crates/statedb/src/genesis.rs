@@ -16,8 +16,8 @@ use crate::db::{write_meta_tip, StateDb};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::{Table, META_SCHEMA_VERSION};
-use crate::trie::rebuild;
 use crate::types::{GenesisBlock, GenesisEntry, GenesisOutcome, StoredHeader};
+use gigas_triedb::rebuild;
 
 type GenesisAccount = (Address, AccountState, Option<Bytes>);
 
@@ -146,7 +146,7 @@ impl StateDb {
         txn.commit()
             .map_err(StateDbError::mdbx("commit the genesis state"))?;
         let txn = begin()?;
-        let root = rebuild::rebuild_root(self.env(), &dbs, &txn, rebuild::SPLIT_SLOTS)?;
+        let root = rebuild::rebuild_root(self.env(), dbs.trie(), &txn, rebuild::SPLIT_SLOTS)?;
         outcome.state_root = root.root;
         let header = genesis.header;
         let tip = ChainTip {
@@ -214,6 +214,7 @@ pub(crate) fn clear_all(dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError>
                 .map_err(StateDbError::mdbx("clear a table"))?;
         }
     }
+    gigas_triedb::store::clear(dbs.trie(), txn, &gigas_triedb::tables::STATE_TABLES)?;
     let meta = dbs.get(Table::Meta);
     let mut names = Vec::new();
     {
@@ -255,12 +256,8 @@ fn write_chunk(
         .collect();
     drop(accounts);
     hashed.sort_unstable_by_key(|a| a.0);
-    let hashed_db = dbs.get(Table::HashedAccounts);
-    for (h, state) in &hashed {
-        codec::encode_account(state, &mut buf);
-        txn.put(hashed_db, h, &buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write HashedAccounts"))?;
-    }
+    let trie = dbs.trie();
+    gigas_triedb::rows::put_accounts(trie, txn, &hashed, &mut buf)?;
     drop(hashed);
 
     let mut hashed: Vec<(B256, B256, U256)> = slots
@@ -269,38 +266,10 @@ fn write_chunk(
         .collect();
     drop(slots);
     hashed.sort_unstable_by_key(|s| (s.0, s.1));
-    write_slots(
+    Ok(gigas_triedb::rows::put_slots(
+        trie,
         txn,
-        dbs,
-        Table::HashedStorages,
-        hashed.iter().map(|(a, s, v)| (a.to_vec(), *s, *v)),
+        hashed.into_iter(),
         &mut buf,
-    )
-}
-
-/// Puts storage entries, replacing one for the same slot (a slot named twice in the genesis,
-/// or in two chunks, ends with the later value).
-fn write_slots(
-    txn: &RwTxUnsync,
-    dbs: &Dbs,
-    table: Table,
-    entries: impl Iterator<Item = (Vec<u8>, B256, U256)>,
-    buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
-    let mut c = txn
-        .cursor(dbs.get(table))
-        .map_err(StateDbError::mdbx("open a storage cursor"))?;
-    for (owner, key, value) in entries {
-        let found: Option<Cow<'_, [u8]>> = c
-            .get_both_range(&owner, key.as_slice())
-            .map_err(StateDbError::read(table.name()))?;
-        if found.is_some_and(|v| v.starts_with(key.as_slice())) {
-            c.del()
-                .map_err(StateDbError::mdbx("replace a genesis slot"))?;
-        }
-        codec::encode_slot(&key, &value, buf);
-        c.put(&owner, buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write a genesis slot"))?;
-    }
-    Ok(())
+    )?)
 }

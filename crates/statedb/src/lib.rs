@@ -19,37 +19,23 @@
 //!
 //! # Tables
 //!
-//! Declared once, in [`tables`] ([`Table::ALL`]), after reth's
+//! Declared once, in [`tables`] ([`Table::ALL`]) and `gigas_triedb::tables`, after reth's
 //! (`crates/storage/db-api/src/tables/mod.rs`). Integers in keys are big-endian (byte order is
 //! numeric order), `‖` is concatenation.
 //!
 //! | table | key | value | dup |
 //! |---|---|---|---|
 //! | `Bytecodes` | code hash (32) | code | |
-//! | `HashedAccounts` | keccak(address) (32) | compact account | |
-//! | `HashedStorages` | keccak(address) (32) | keccak(slot) (32) ‖ trimmed value | DUPSORT |
-//! | `AccountsTrie` | nibble path (33) | branch node | |
-//! | `StoragesTrie` | keccak(address) (32) | nibble path (33) ‖ branch node | DUPSORT |
-//! | `TrieChangedAccounts` | keccak(address) (32) | flags (1) | |
-//! | `TrieChangedStorages` | keccak(address) (32) | keccak(slot) (32) | DUPSORT, DUPFIXED |
 //! | `IndexedKeys` | index: u64 | address (20) or address ‖ slot (52) | |
 //! | `KeyIndices` | address (20) or address ‖ slot (52) | index: u64 | |
 //! | `Headers` | block: u64 | hash ‖ flags ‖ [signature (65)] ‖ [MPT root (32)] ‖ [state commitment (32 ‖ 65)] ‖ header RLP | |
 //! | `HeaderNumbers` | hash (32) | block: u64 | |
 //! | `Meta` | name | `schema_version`, `head`, `last_root`, `trie`, `index_len`, `lattice` (the state commitment's sum at the head, when kept), `bootstrap` (a snapshot being written: its block, manifest hash and chunks done) | |
 //!
-//! - **Compact account:** nonce length (1) ‖ nonce ‖ balance length (1) ‖ balance ‖ code
-//!   hash (32, only for an account with code), integers without leading zeros: 14 bytes for
-//!   a typical account instead of 72, which is page cache on a small machine. **Trimmed
-//!   value:** a slot's value without leading zeros; zero values are never stored.
-//! - **Nibble path:** the packed nibbles padded to 32 bytes, then the nibble count. Byte order
-//!   of these keys is the trie's pre-order (a path before its extensions, siblings by
-//!   nibble), so a cursor seek finds the first stored node at or under a path.
-//! - **Branch node:** reth's `BranchNodeCompact`: state, tree and hash masks (2 bytes each),
-//!   the hashes the hash mask names, and the root hash on the node at the empty path.
-//! - Storage is DUPSORT so that a wipe (an account destroyed, perhaps re-created, in a block)
-//!   deletes all of an account's slots, hashed slots and storage-trie nodes in one call each,
-//!   without knowing which slots it had.
+//! The state itself, its hashed accounts and slots and the trie's branch nodes, is in the
+//! trie tables of `gigas_triedb` (`HashedAccounts`, `HashedStorages`, `AccountsTrie`,
+//! `StoragesTrie`, the changed-key tables and `TrieMeta`), opened in the same environment:
+//! the sequencer keeps the same tables in a store of its own.
 //!
 //! # Writing: groups
 //!
@@ -98,7 +84,7 @@
 //! keccak (5 % of a profile). Keccak is alloy-primitives' `asm-keccak`, as reth's.
 //!
 //! The writer can keep stored nodes in memory across roots, each with its leaf children's
-//! hashes as the last walk that entered it knew them (`trie::cache`, [`WriterOptions`]'s
+//! hashes as the last walk that entered it knew them (`gigas_triedb::cache`, [`WriterOptions`]'s
 //! `trie_cache_bytes`, off by default): a root then seeks most nodes in a hash map and
 //! feeds unchanged sibling leaves to the hash builder by their kept hash. It describes the
 //! trie as the writer sees it (the last commit with the open group over it), so layered
@@ -118,7 +104,7 @@
 //! instead of putting every root's nodes into the layer; past its budget, the subtries no
 //! root changed since the last drain fold back into their hashes.
 //!
-//! Roots are *layered* (`trie::layer`,
+//! Roots are *layered* (`gigas_triedb::layer`,
 //! [`WriterOptions`]'s `layered_roots` and `root_threads`): the open group's hashed leaves
 //! and the branch nodes its roots change stay in memory and are written once, sorted, at the
 //! group's commit; a root reads the last commit through read transactions of its own with
@@ -194,7 +180,6 @@ mod ahead;
 mod codec;
 mod db;
 mod error;
-mod flush;
 mod genesis;
 mod metrics;
 mod persist;
@@ -202,7 +187,6 @@ mod read;
 mod rows;
 mod snapshot;
 pub mod tables;
-mod trie;
 mod types;
 mod view;
 mod warm;
@@ -213,14 +197,15 @@ pub use ahead::{AheadState, AheadStats};
 pub use db::StateDb;
 pub use error::StateDbError;
 pub use gigas_trie::SparseTrieStats;
+pub use gigas_triedb::cache::TrieCacheStats;
+pub use gigas_triedb::overlay::StateOverlay;
+pub use gigas_triedb::{TrieDbError, TrieTable};
 pub use metrics::StateDbMetrics;
 pub use snapshot::{Bootstrap, BootstrapOutcome, BootstrapProgress, SnapshotEntries};
 pub use tables::{Dup, Table, SCHEMA_VERSION};
-pub use trie::cache::TrieCacheStats;
-pub use trie::overlay::StateOverlay;
 pub use types::{
-    page_size_for_memory, sparse_trie_budget, AccountProof, BlockToApply, CommitInfo, Durability,
-    GenesisBlock, GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions,
+    page_size_for_memory, sparse_trie_budget, AccountProof, AnyTable, BlockToApply, CommitInfo,
+    Durability, GenesisBlock, GenesisEntry, GenesisOutcome, HashedWrites, RootInfo, StateDbOptions,
     StorageProof, StoredHeader, SyncSchedule, TableStats, WriterOptions, DEFAULT_MAX_DIRTY_BYTES,
     DEFAULT_MAX_GROUP_BYTES, DEFAULT_ROOT_SPLIT_MIN_ACCOUNTS, DEFAULT_SPARSE_TRIE_BYTES,
     DEFAULT_TRIE_CACHE_BYTES, LARGE_PAGE_BYTES, LARGE_PAGE_MIN_MEMORY, MIN_SPARSE_TRIE_BYTES,

@@ -16,7 +16,7 @@
 //! layer laid over it, see the same state whether the commit has landed yet or not: the
 //! layer then holds everything the commit holds, and a later write wins over both. When the
 //! commit lands, the writer renews its read transaction and drops from its layer what the
-//! commit now holds with the same value ([`crate::trie::layer::TrieLayer::prune_committed`]).
+//! commit now holds with the same value ([`gigas_triedb::layer::TrieLayer::prune_committed`]).
 //! Its rows (code, key index, headers) are read from the handed-over set until then.
 //!
 //! [`WriterOptions::commit_thread`]: crate::WriterOptions::commit_thread
@@ -29,12 +29,12 @@ use signet_libmdbx::Environment;
 
 use crate::db::write_meta_tip;
 use crate::error::StateDbError;
-use crate::flush;
 use crate::read::Dbs;
 use crate::rows::GroupRows;
-use crate::trie::layer::TrieLayer;
-use crate::trie::store::{self, ChangedKeys};
 use gigas_statediff::ChainTip;
+use gigas_triedb::flush;
+use gigas_triedb::layer::TrieLayer;
+use gigas_triedb::store::{self, ChangedKeys};
 
 /// What the database says at a commit (`Meta`): the last commit's, or what the next one
 /// will say.
@@ -105,13 +105,13 @@ pub(crate) fn persist(
     let txn = env.begin_rw_unsync().map_err(StateDbError::mdbx(
         "begin the commit thread's write transaction",
     ))?;
-    let written = flush::write_layer(dbs, &txn, &handoff.layer, None, true)?;
+    let written = flush::write_layer(dbs.trie(), &txn, &handoff.layer, None, true)?;
     handoff.rows.write(dbs, &txn)?;
     if handoff.clear_changed {
-        store::clear_changed(dbs, &txn)?;
+        store::clear_changed(dbs.trie(), &txn)?;
     }
     if !handoff.changed.is_empty() {
-        store::persist_changed(dbs, &txn, &handoff.changed)?;
+        store::persist_changed(dbs.trie(), &txn, &handoff.changed)?;
     }
     handoff.meta.write(dbs, &txn)?;
     let write_seconds = start.elapsed().as_secs_f64();

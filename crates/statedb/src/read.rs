@@ -12,16 +12,33 @@ use signet_libmdbx::{Database, TransactionKind};
 
 use crate::codec::{self, block_key};
 use crate::error::StateDbError;
-use crate::tables::{Table, META_HEAD, META_INDEX_LEN, META_LAST_ROOT, META_TRIE};
-use crate::types::StoredHeader;
+use gigas_triedb::TrieDbs;
 
-/// The table handles of one environment.
+use crate::tables::{Table, META_HEAD, META_INDEX_LEN, META_LAST_ROOT, META_TRIE};
+use crate::types::{AnyTable, StoredHeader};
+
+/// The table handles of one environment: the state database's own and the trie's.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Dbs(pub(crate) [Database; Table::COUNT]);
+pub(crate) struct Dbs {
+    pub(crate) state: [Database; Table::COUNT],
+    pub(crate) trie: TrieDbs,
+}
 
 impl Dbs {
     pub(crate) fn get(&self, table: Table) -> Database {
-        self.0[table.slot()]
+        self.state[table.slot()]
+    }
+
+    pub(crate) fn trie(&self) -> &TrieDbs {
+        &self.trie
+    }
+
+    /// The handle of a table of either set.
+    pub(crate) fn any(&self, table: impl Into<AnyTable>) -> Database {
+        match table.into() {
+            AnyTable::State(t) => self.get(t),
+            AnyTable::Trie(t) => self.trie.get(t),
+        }
     }
 }
 
@@ -51,9 +68,7 @@ pub(crate) fn hashed_account<K: TransactionKind>(
     txn: &Tx<K>,
     hashed: &B256,
 ) -> Result<Option<AccountState>, StateDbError> {
-    get(dbs, txn, Table::HashedAccounts, hashed.as_slice())?
-        .map(|v| codec::decode_account(Table::HashedAccounts, hashed.as_slice(), &v))
-        .transpose()
+    Ok(gigas_triedb::rows::hashed_account(dbs.trie(), txn, hashed)?)
 }
 
 /// A slot's value by address and slot (zero when it is not stored).
@@ -78,19 +93,12 @@ pub(crate) fn hashed_slot<K: TransactionKind>(
     hashed_address: &B256,
     hashed_slot: &B256,
 ) -> Result<U256, StateDbError> {
-    let table = Table::HashedStorages;
-    let mut cursor = txn
-        .cursor(dbs.get(table))
-        .map_err(StateDbError::mdbx("open a HashedStorages cursor"))?;
-    let found: Option<Cow<'_, [u8]>> = cursor
-        .get_both_range(hashed_address.as_slice(), hashed_slot.as_slice())
-        .map_err(StateDbError::read(table.name()))?;
-    match found {
-        Some(row) if row.starts_with(hashed_slot.as_slice()) => {
-            Ok(codec::decode_slot(table, hashed_address.as_slice(), &row)?.1)
-        }
-        _ => Ok(U256::ZERO),
-    }
+    Ok(gigas_triedb::rows::hashed_slot(
+        dbs.trie(),
+        txn,
+        hashed_address,
+        hashed_slot,
+    )?)
 }
 
 pub(crate) fn code<K: TransactionKind>(

@@ -2,7 +2,7 @@
 //! commit (or an idle write) puts them into the write transaction in key order.
 //!
 //! Owns: those rows and their reads. Must not: hold state (accounts, slots) or trie nodes,
-//! which the hashed layer ([`crate::trie::layer::TrieLayer`]) holds.
+//! which the hashed layer ([`gigas_triedb::layer::TrieLayer`]) holds.
 //!
 //! Why: with these rows out of the transaction, everything the writer's reads need of the
 //! open group is in memory, so that its reads of older blocks can come from any snapshot of

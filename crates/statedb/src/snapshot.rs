@@ -23,13 +23,16 @@ use crate::db::{write_meta_tip, StateDb, WriteLock};
 use crate::error::StateDbError;
 use crate::read::Dbs;
 use crate::tables::{Table, META_BOOTSTRAP};
-use crate::trie::rebuild;
+use crate::types::AnyTable;
 use crate::types::StoredHeader;
 use crate::view::StateView;
+use gigas_triedb::rebuild;
+use gigas_triedb::TrieTable;
 
 type Row<'a> = Option<(Cow<'a, [u8]>, Cow<'a, [u8]>)>;
 
-fn hashed_key(table: Table, bytes: &[u8]) -> Result<B256, StateDbError> {
+fn hashed_key(table: impl Into<AnyTable>, bytes: &[u8]) -> Result<B256, StateDbError> {
+    let table = table.into();
     <[u8; 32]>::try_from(bytes)
         .map(B256::from)
         .map_err(|_| StateDbError::corrupt(table.name(), bytes, "key is not 32 bytes"))
@@ -41,7 +44,7 @@ impl StateView<'_> {
         &self,
         mut f: impl FnMut(&B256, &AccountState) -> ControlFlow<()>,
     ) -> Result<(), StateDbError> {
-        let table = Table::HashedAccounts;
+        let table = TrieTable::HashedAccounts;
         self.scan(table, |k, v| {
             let key = hashed_key(table, k)?;
             Ok(f(&key, &codec::decode_account(table, k, v)?))
@@ -53,7 +56,7 @@ impl StateView<'_> {
         &self,
         mut f: impl FnMut(&B256, &B256, &U256) -> ControlFlow<()>,
     ) -> Result<(), StateDbError> {
-        let table = Table::HashedStorages;
+        let table = TrieTable::HashedStorages;
         self.scan(table, |k, v| {
             let address = hashed_key(table, k)?;
             let (slot, value) = codec::decode_slot(table, k, v)?;
@@ -84,12 +87,13 @@ impl StateView<'_> {
 
     fn scan(
         &self,
-        table: Table,
+        table: impl Into<AnyTable>,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<ControlFlow<()>, StateDbError>,
     ) -> Result<(), StateDbError> {
+        let table = table.into();
         let mut c = self
             .txn()
-            .cursor(self.dbs().get(table))
+            .cursor(self.dbs().any(table))
             .map_err(StateDbError::mdbx("open a scan cursor"))?;
         let mut row: Row<'_> = c.first().map_err(StateDbError::read(table.name()))?;
         while let Some((k, v)) = row {
@@ -277,13 +281,13 @@ impl StateDb {
             let view = self.view()?;
             let mut c = view
                 .txn()
-                .cursor(self.dbs().get(Table::HashedStorages))
+                .cursor(self.dbs().any(TrieTable::HashedStorages))
                 .map_err(StateDbError::mdbx("open a HashedStorages cursor"))?;
             let row: Row<'_> = c.last().map_err(StateDbError::read("HashedStorages"))?;
             match row {
                 Some((k, v)) => {
-                    let (slot, _) = codec::decode_slot(Table::HashedStorages, &k, &v)?;
-                    Some((hashed_key(Table::HashedStorages, &k)?, slot))
+                    let (slot, _) = codec::decode_slot(TrieTable::HashedStorages, &k, &v)?;
+                    Some((hashed_key(TrieTable::HashedStorages, &k)?, slot))
                 }
                 None => None,
             }
@@ -347,7 +351,7 @@ impl Bootstrap<'_> {
         match entries {
             SnapshotEntries::Accounts(accounts) => {
                 let mut c = txn
-                    .cursor(dbs.get(Table::HashedAccounts))
+                    .cursor(dbs.any(TrieTable::HashedAccounts))
                     .map_err(append("open a HashedAccounts cursor"))?;
                 for (key, state) in accounts {
                     codec::encode_account(state, &mut buf);
@@ -357,7 +361,7 @@ impl Bootstrap<'_> {
             }
             SnapshotEntries::Slots(slots) => {
                 let mut c = txn
-                    .cursor(dbs.get(Table::HashedStorages))
+                    .cursor(dbs.any(TrieTable::HashedStorages))
                     .map_err(append("open a HashedStorages cursor"))?;
                 for (address, slot, value) in slots {
                     codec::encode_slot(slot, value, &mut buf);
@@ -525,7 +529,7 @@ impl Bootstrap<'_> {
         let dbs = *self.db.dbs();
         let txn = self.db.begin_rw("begin the bootstrap's last transaction")?;
         let start = Instant::now();
-        let root = rebuild::rebuild_root(self.db.env(), &dbs, &txn, rebuild::SPLIT_SLOTS)?;
+        let root = rebuild::rebuild_root(self.db.env(), dbs.trie(), &txn, rebuild::SPLIT_SLOTS)?;
         let root_seconds = start.elapsed().as_secs_f64();
         let number = header.header.number;
         let tip = ChainTip {

@@ -1,5 +1,6 @@
 //! Every table of the state database, declared once: name, key and value layout, duplicate
-//! flags.
+//! flags. The state itself (hashed accounts and slots, the trie's branch nodes) is in the
+//! trie tables of `gigas_triedb`, opened in the same environment.
 //!
 //! The layouts are byte layouts: `u64` is big-endian so that MDBX's byte order is numeric
 //! order, `‖` is concatenation, "compact account" and "trimmed" are defined in the crate
@@ -24,43 +25,6 @@ gigas_mdbx::tables! {
             key: "code hash (32)",
             value: "code",
             dup: No
-        },
-        /// Accounts by keccak(address): the leaves of the account trie, in trie order.
-        HashedAccounts {
-            key: "keccak(address) (32)",
-            value: "compact account",
-            dup: No
-        },
-        /// Non-zero slots by keccak(address), one duplicate per keccak(slot): the leaves of each
-        /// storage trie, in trie order.
-        HashedStorages {
-            key: "keccak(address) (32)",
-            value: "keccak(slot) (32) ‖ trimmed value",
-            dup: Sorted
-        },
-        /// Branch nodes of the account trie by nibble path (reth's `AccountsTrie`).
-        AccountsTrie {
-            key: "nibble path (33)",
-            value: "branch node",
-            dup: No
-        },
-        /// Branch nodes of each storage trie (reth's `StoragesTrie`), one duplicate per path.
-        StoragesTrie {
-            key: "keccak(address) (32)",
-            value: "nibble path (33) ‖ branch node",
-            dup: Sorted
-        },
-        /// Accounts changed since the last computed root, which the next root recomputes.
-        TrieChangedAccounts {
-            key: "keccak(address) (32)",
-            value: "flags (1): bit 0 storage changed",
-            dup: No
-        },
-        /// Slots changed since the last computed root.
-        TrieChangedStorages {
-            key: "keccak(address) (32)",
-            value: "keccak(slot) (32)",
-            dup: Fixed
         },
         /// The state-diff enumeration index, index to key (`KeyIndex::key_at`).
         IndexedKeys {

@@ -516,4 +516,35 @@ pub struct AccountProof {
 }
 
 /// Entries and size of one table.
-pub type TableStats = gigas_mdbx::TableStats<crate::tables::Table>;
+pub type TableStats = gigas_mdbx::TableStats<AnyTable>;
+
+/// A table of the state database's environment: its own, or one of the trie's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnyTable {
+    /// The state database's own ([`crate::Table`]).
+    State(crate::tables::Table),
+    /// The trie's ([`gigas_triedb::TrieTable`]).
+    Trie(gigas_triedb::TrieTable),
+}
+
+impl From<crate::tables::Table> for AnyTable {
+    fn from(table: crate::tables::Table) -> Self {
+        Self::State(table)
+    }
+}
+
+impl From<gigas_triedb::TrieTable> for AnyTable {
+    fn from(table: gigas_triedb::TrieTable) -> Self {
+        Self::Trie(table)
+    }
+}
+
+impl AnyTable {
+    /// The table's name in the environment.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::State(t) => t.name(),
+            Self::Trie(t) => t.name(),
+        }
+    }
+}

@@ -11,9 +11,9 @@ use signet_libmdbx::tx::aliases::RoTxUnsync;
 use crate::db::StateDb;
 use crate::error::StateDbError;
 use crate::read;
-use crate::trie::overlay::StateOverlay;
-use crate::trie::{root, store};
 use crate::types::{AccountProof, StorageProof, StoredHeader};
+use gigas_triedb::overlay::StateOverlay;
+use gigas_triedb::{root, store};
 
 /// A consistent snapshot of the last commit. `Send` (not `Sync`): take one per request, on
 /// the thread that uses it; it pins the snapshot's pages while it lives.
@@ -152,13 +152,13 @@ impl<'db> StateView<'db> {
                 last_root: meta.last_root.map_or(0, |r| r.0),
             });
         }
-        let changed = store::load_changed(dbs, &self.txn)?;
+        let changed = store::load_changed(dbs.trie(), &self.txn)?;
         let hashed_slots: Vec<B256> = slots
             .iter()
             .map(|s| keccak256(s.to_be_bytes::<32>()))
             .collect();
         let proven = root::prove(
-            dbs,
+            dbs.trie(),
             &self.txn,
             changed,
             &overlay.hashed(),
@@ -200,7 +200,7 @@ impl<'db> StateView<'db> {
     /// The state root recomputed from the hashed tables alone, ignoring every stored trie
     /// node: a check on the incremental root (it reads the whole state).
     pub fn state_root_from_scratch(&self) -> Result<B256, StateDbError> {
-        root::root_from_scratch(self.db.dbs(), &self.txn)
+        Ok(root::root_from_scratch(self.db.dbs().trie(), &self.txn)?)
     }
 }
 

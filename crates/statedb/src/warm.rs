@@ -17,8 +17,8 @@ use signet_libmdbx::{Cursor, Ro};
 
 use crate::codec;
 use crate::error::StateDbError;
-use crate::tables::Table;
 use crate::view::StateView;
+use gigas_triedb::TrieTable;
 
 /// Levels of a key's trie path sought: the upper ones are hot anyway, and over 10M
 /// accounts the account trie's stored nodes end about seven nibbles down.
@@ -38,9 +38,12 @@ pub struct Warmed {
     pub slots: u64,
 }
 
-fn cursor<'tx>(view: &'tx StateView<'_>, table: Table) -> Result<Cursor<'tx, Ro>, StateDbError> {
+fn cursor<'tx>(
+    view: &'tx StateView<'_>,
+    table: TrieTable,
+) -> Result<Cursor<'tx, Ro>, StateDbError> {
     view.txn()
-        .cursor(view.dbs().get(table))
+        .cursor(view.dbs().trie().get(table))
         .map_err(StateDbError::mdbx("open a cursor"))
 }
 
@@ -62,8 +65,8 @@ impl StateView<'_> {
         accounts.dedup();
         slots.sort_unstable();
         slots.dedup();
-        let mut hashed = cursor(self, Table::HashedAccounts)?;
-        let mut nodes = cursor(self, Table::AccountsTrie)?;
+        let mut hashed = cursor(self, TrieTable::HashedAccounts)?;
+        let mut nodes = cursor(self, TrieTable::AccountsTrie)?;
         for h in &accounts {
             let _: Row<'_> = hashed
                 .set_range(h.as_slice())
@@ -75,8 +78,8 @@ impl StateView<'_> {
                     .map_err(StateDbError::read("AccountsTrie"))?;
             }
         }
-        let mut hashed = cursor(self, Table::HashedStorages)?;
-        let mut nodes = cursor(self, Table::StoragesTrie)?;
+        let mut hashed = cursor(self, TrieTable::HashedStorages)?;
+        let mut nodes = cursor(self, TrieTable::StoragesTrie)?;
         for (h, hs) in &slots {
             let _: Option<Cow<'_, [u8]>> = hashed
                 .get_both_range(h.as_slice(), hs.as_slice())

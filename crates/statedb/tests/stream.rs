@@ -329,7 +329,10 @@ fn stream_of(
             .filter(|t| {
                 matches!(
                     t.table,
-                    gigas_statedb::Table::AccountsTrie | gigas_statedb::Table::StoragesTrie
+                    gigas_statedb::AnyTable::Trie(
+                        gigas_statedb::TrieTable::AccountsTrie
+                            | gigas_statedb::TrieTable::StoragesTrie
+                    )
                 )
             })
             .map(|t| t.entries)

@@ -6,7 +6,6 @@
 //! points, `background` the writer's side of the commit thread.
 
 use gigas_mdbx::StoreError as _;
-use std::borrow::Cow;
 use std::fmt;
 use std::fs::File;
 use std::sync::Arc;
@@ -17,32 +16,33 @@ use gigas_primitives::{AccountState, ChangeSet};
 use gigas_statediff::{ChainTip, HashedKeys, StateKey};
 use signet_libmdbx::tx::aliases::{RoTxUnsync, RwTxUnsync};
 use signet_libmdbx::tx::Tx;
-use signet_libmdbx::{Cursor, Rw, WriteFlags};
+use signet_libmdbx::{Cursor, Rw};
 use tracing::{debug, warn};
 
-use crate::codec;
 use crate::db::{StateDb, WriteLock};
 use crate::error::StateDbError;
-use crate::flush::{self, put_hashed_account, PendingKeys};
 use crate::persist::{self, Handoff, Persisted, Snapshot};
 use crate::read::{self, Dbs};
 use crate::rows::GroupRows;
 use crate::tables::Table;
-use crate::trie::cache::{TrieCache, TrieCacheStats};
-use crate::trie::layer::{self, LayeredRoot, Parallelism, TrieLayer};
-use crate::trie::root::{self, RootOutcome};
-use crate::trie::store::{self, ChangedKeys};
 use crate::types::{BlockToApply, CommitInfo, HashedWrites, RootInfo, StoredHeader, WriterOptions};
 use crate::view::impl_state_reads;
 use crate::writeback::Writeback;
 use gigas_trie::sparse::{SparseAccounts, SparseTrieStats};
+use gigas_triedb::cache::{TrieCache, TrieCacheStats};
+use gigas_triedb::flush::{self, PendingKeys};
+use gigas_triedb::layer::{self, LayeredRoot, Parallelism, TrieLayer};
+use gigas_triedb::root::{self, RootOutcome};
+use gigas_triedb::rows::{self, put_hashed_account};
+use gigas_triedb::store::{self, ChangedKeys};
+use gigas_triedb::TrieTable;
 
 mod background;
 mod durable;
 mod roots;
 mod writes;
 
-pub(crate) use writes::{cursor, delete_dups, put_or_delete, put_slot};
+pub(crate) use writes::cursor;
 
 /// Most threads a root runs on, whatever [`WriterOptions::root_threads`] asks.
 const MAX_ROOT_THREADS: usize = 64;
@@ -219,7 +219,7 @@ impl<'db> StateWriter<'db> {
         // The keys changed since the last root stay in memory across commits; the tables
         // hold them only for a restart.
         let changed = match &reader {
-            Some(reader) => store::load_changed(db.dbs(), reader)?,
+            Some(reader) => store::load_changed(db.dbs().trie(), reader)?,
             None => ChangedKeys::default(),
         };
         let snapshot = Snapshot {
@@ -322,7 +322,7 @@ impl<'db> StateWriter<'db> {
         let max_bytes = max_bytes.min(self.sparse.budget() / 4 * 3);
         let result = layer::preload_sparse_accounts(
             self.db.env(),
-            self.db.dbs(),
+            self.db.dbs().trie(),
             &self.hashed,
             self.parallelism(),
             &self.sparse,
@@ -575,7 +575,7 @@ impl<'db> StateWriter<'db> {
     /// last root as the changed-key tables hold them (after a discard).
     fn begin_background_reads(&mut self) -> Result<(), StateDbError> {
         let reader = self.begin_reader()?;
-        self.changed = store::load_changed(self.db.dbs(), &reader)?;
+        self.changed = store::load_changed(self.db.dbs().trie(), &reader)?;
         self.changed_stored = !self.changed.is_empty();
         self.reader = Some(reader);
         Ok(())
@@ -717,7 +717,7 @@ impl<'db> StateWriter<'db> {
         {
             let (dbs, txn) = self.reads()?;
             if self.current.trie_valid && !self.changed.is_empty() {
-                store::persist_changed(dbs, txn, &self.changed)?;
+                store::persist_changed(dbs.trie(), txn, &self.changed)?;
             }
             self.current.write(dbs, txn)?;
         }

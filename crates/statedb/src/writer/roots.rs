@@ -17,7 +17,11 @@ impl StateWriter<'_> {
         let block = self.current.tip.number;
         let changed = self.take_changed()?;
         let layer = Arc::new(std::mem::take(&mut self.hashed));
-        let (env, dbs, parallelism) = (self.db.env().clone(), *self.db.dbs(), self.parallelism());
+        let (env, dbs, parallelism) = (
+            self.db.env().clone(),
+            *self.db.dbs().trie(),
+            self.parallelism(),
+        );
         let (root_layer, sparse) = (Arc::clone(&layer), Arc::clone(&self.sparse));
         let handle = std::thread::Builder::new()
             .name("gigas-root".into())
@@ -31,6 +35,7 @@ impl StateWriter<'_> {
                     None,
                     Some(&sparse),
                 )
+                .map_err(StateDbError::from)
             });
         let handle = match handle {
             Ok(handle) => handle,
@@ -130,14 +135,14 @@ impl StateWriter<'_> {
             return Ok(pending);
         }
         let (dbs, txn) = self.reads()?;
-        let mut changed = store::load_changed(dbs, txn)?;
+        let mut changed = store::load_changed(dbs.trie(), txn)?;
         changed.merge(pending);
-        store::clear_changed(dbs, txn)?;
+        store::clear_changed(dbs.trie(), txn)?;
         Ok(changed)
     }
 
     /// Whether roots run over the last commit and the open group's changes in memory
-    /// ([`crate::trie::layer`]), on [`WriterOptions::root_threads`] threads, instead of
+    /// ([`gigas_triedb::layer`]), on [`WriterOptions::root_threads`] threads, instead of
     /// inside the write transaction: whenever the hashed writes wait for the commit. The
     /// trie cache describes the trie as the writer sees it either way (the layer over the
     /// last commit, or the transaction, which hold the same nodes once the layer is
@@ -183,7 +188,7 @@ impl StateWriter<'_> {
             let cache = cached.then_some(&self.trie_cache);
             let root = layer::layered_root(
                 self.db.env(),
-                self.db.dbs(),
+                self.db.dbs().trie(),
                 &self.hashed,
                 changed,
                 self.parallelism(),
@@ -200,7 +205,7 @@ impl StateWriter<'_> {
         } else {
             let pending = std::mem::take(&mut self.changed);
             // Not `reads()`: the cache is borrowed beside the transaction.
-            let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
+            let (dbs, txn) = (self.db.dbs().trie(), open_txn(&self.txn)?);
             if rebuilt {
                 self.trie_cache.clear();
                 root::rebuild_root(dbs, txn)?

@@ -13,64 +13,6 @@ pub(crate) fn cursor<'tx>(
         .map_err(StateDbError::mdbx("open a cursor"))
 }
 
-/// Writes one storage entry (`key` is the slot or its hash) under `owner`: replaces the
-/// duplicate for the same key, or deletes it for a zero value.
-pub(crate) fn put_slot(
-    c: &mut Cursor<'_, Rw>,
-    table: Table,
-    owner: &[u8],
-    key: &B256,
-    value: &U256,
-    known_absent: bool,
-    buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
-    if !known_absent {
-        let found: Option<Cow<'_, [u8]>> = c
-            .get_both_range(owner, key.as_slice())
-            .map_err(StateDbError::read(table.name()))?;
-        if found.is_some_and(|v| v.starts_with(key.as_slice())) {
-            c.del()
-                .map_err(StateDbError::mdbx("delete a storage entry"))?;
-        }
-    }
-    if !value.is_zero() {
-        codec::encode_slot(key, value, buf);
-        c.put(owner, buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write a storage entry"))?;
-    }
-    Ok(())
-}
-
-/// Writes `value` under `key` through `c` (a cursor of a table without duplicates), or
-/// deletes the key for `None`; `ops` names the write and the delete for errors. A run of
-/// sorted keys through one cursor lets MDBX search from the cursor's page before walking
-/// down from the root.
-pub(crate) fn put_or_delete(
-    c: &mut Cursor<'_, Rw>,
-    key: &[u8],
-    value: Option<&[u8]>,
-    ops: (&'static str, &'static str),
-) -> Result<(), StateDbError> {
-    let (write, delete) = ops;
-    match value {
-        Some(value) => c
-            .put(key, value, WriteFlags::empty())
-            .map_err(StateDbError::mdbx(write)),
-        None => {
-            let found: Option<Cow<'_, [u8]>> = c.set(key).map_err(StateDbError::read(delete))?;
-            if found.is_some() {
-                c.del().map_err(StateDbError::mdbx(delete))?;
-            }
-            Ok(())
-        }
-    }
-}
-
-pub(crate) fn delete_dups(c: &mut Cursor<'_, Rw>, key: &[u8]) -> Result<(), StateDbError> {
-    c.del_all_dups_of(key)
-        .map_err(StateDbError::mdbx("delete an account's storage"))
-}
-
 impl StateWriter<'_> {
     pub(super) fn write_codes(&mut self, changes: &ChangeSet) {
         for (hash, code) in changes.bytecodes() {
@@ -146,22 +88,23 @@ impl StateWriter<'_> {
                 }
                 let (dbs, txn) = self.reads()?;
                 let buf = &mut Vec::with_capacity(128);
-                let mut accounts = cursor(dbs, txn, Table::HashedAccounts)?;
-                let mut storage = cursor(dbs, txn, Table::HashedStorages)?;
-                let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
+                let trie_dbs = dbs.trie();
+                let mut accounts = rows::cursor(trie_dbs, txn, TrieTable::HashedAccounts)?;
+                let mut storage = rows::cursor(trie_dbs, txn, TrieTable::HashedStorages)?;
+                let mut trie = rows::cursor(trie_dbs, txn, TrieTable::StoragesTrie)?;
                 for (h, state, wiped) in hashed_accounts {
                     if wiped {
-                        delete_dups(&mut storage, h.as_slice())?;
+                        rows::delete_dups(&mut storage, h.as_slice())?;
                         if tracking {
-                            delete_dups(&mut trie, h.as_slice())?;
+                            rows::delete_dups(&mut trie, h.as_slice())?;
                         }
                     }
                     put_hashed_account(&mut accounts, &h, state.as_ref(), buf)?;
                 }
                 for (h, s, value) in hashed_slots {
-                    put_slot(
+                    rows::put_slot(
                         &mut storage,
-                        Table::HashedStorages,
+                        TrieTable::HashedStorages,
                         h.as_slice(),
                         &s,
                         &value,
@@ -207,10 +150,19 @@ impl StateWriter<'_> {
         let start = Instant::now();
         let tracking = self.current.trie_valid;
         let (dbs, txn) = (self.db.dbs(), open_txn(&self.txn)?);
-        let mut written =
-            flush::write_layer(dbs, txn, &self.hashed, self.pending.as_ref(), tracking)?;
+        let mut written = flush::write_layer(
+            dbs.trie(),
+            txn,
+            &self.hashed,
+            self.pending.as_ref(),
+            tracking,
+        )?;
         // After the layer's: newer than any node a walk put there.
-        store::write_account_nodes(dbs, txn, drained.iter().map(|(path, node)| (path, node)))?;
+        store::write_account_nodes(
+            dbs.trie(),
+            txn,
+            drained.iter().map(|(path, node)| (path, node)),
+        )?;
         written.entries += drained.len() as u64;
         if keep {
             self.hashed.account_nodes.extend(drained);

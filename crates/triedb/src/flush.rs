@@ -1,6 +1,6 @@
 //! Writing the open group's state changes, held in memory ([`TrieLayer`]), into the write
 //! transaction: at the commit (or before a root inside the transaction), and, while a
-//! follower waits for its next block ([`crate::StateWriter::flush_idle`]), those changed
+//! follower waits for its next block (the full node's `StateWriter::flush_idle`), those changed
 //! since the last such write.
 //!
 //! **Why between blocks.** Over 10M accounts a group of 32 blocks changes about 140,000
@@ -20,22 +20,19 @@ use alloy_primitives::map::B256Map;
 use alloy_primitives::B256;
 use alloy_trie::Nibbles;
 use signet_libmdbx::tx::aliases::RwTxUnsync;
-use signet_libmdbx::{Cursor, Rw};
 
-use crate::codec;
-use crate::error::StateDbError;
-use crate::read::Dbs;
-use crate::tables::Table;
-use crate::trie::layer::{LayeredRoot, TrieLayer};
-use crate::trie::store;
-use crate::writer::{cursor, delete_dups, put_or_delete, put_slot};
+use crate::error::TrieDbError;
+use crate::layer::{LayeredRoot, TrieLayer};
+use crate::rows::{cursor, delete_dups, put_hashed_account, put_slot};
+use crate::store;
+use crate::tables::{TrieDbs, TrieTable};
 
 /// The layer's keys changed since the last idle write, so that the next one writes only
 /// those. A writer tracks them only once an idle write happened in the group: until then
 /// the whole layer is unwritten and nothing needs tracking (a follower catching up, which is
 /// never idle, pays nothing).
 #[derive(Debug, Default)]
-pub(crate) struct PendingKeys {
+pub struct PendingKeys {
     accounts: BTreeSet<B256>,
     account_nodes: BTreeSet<Nibbles>,
     storage: B256Map<PendingStorage>,
@@ -51,12 +48,13 @@ struct PendingStorage {
 }
 
 impl PendingKeys {
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no key changed since the last idle write.
+    pub fn is_empty(&self) -> bool {
         self.accounts.is_empty() && self.account_nodes.is_empty() && self.storage.is_empty()
     }
 
     /// An account changed (`wiped`: with its storage).
-    pub(crate) fn account(&mut self, h: B256, wiped: bool) {
+    pub fn account(&mut self, h: B256, wiped: bool) {
         self.accounts.insert(h);
         if wiped {
             let storage = self.storage.entry(h).or_default();
@@ -67,12 +65,12 @@ impl PendingKeys {
     }
 
     /// A slot changed.
-    pub(crate) fn slot(&mut self, h: B256, slot: B256) {
+    pub fn slot(&mut self, h: B256, slot: B256) {
         self.storage.entry(h).or_default().slots.insert(slot);
     }
 
     /// The trie nodes a root replaced or removed.
-    pub(crate) fn root(&mut self, root: &LayeredRoot) {
+    pub fn root(&mut self, root: &LayeredRoot) {
         let run = &root.accounts;
         self.account_nodes.extend(run.removed.iter().copied());
         self.account_nodes
@@ -87,28 +85,28 @@ impl PendingKeys {
 
 /// What a write put into the transaction.
 #[derive(Debug, Default)]
-pub(crate) struct Written {
+pub struct Written {
     /// Accounts, slots and trie nodes written.
-    pub(crate) entries: u64,
+    pub entries: u64,
     /// Accounts whose stored storage trie it deleted (a wipe).
-    pub(crate) wiped: Vec<B256>,
+    pub wiped: Vec<B256>,
 }
 
 /// Writes `layer` into `txn`, in key order: all of it (`only: None`), or the entries of the
 /// keys in `only`. `tracking`: the trie tables follow the hashed tables (a wipe deletes the
 /// account's stored storage trie too).
-pub(crate) fn write_layer(
-    dbs: &Dbs,
+pub fn write_layer(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     layer: &TrieLayer,
     only: Option<&PendingKeys>,
     tracking: bool,
-) -> Result<Written, StateDbError> {
+) -> Result<Written, TrieDbError> {
     let mut written = Written::default();
     let buf = &mut Vec::with_capacity(128);
     // One cursor for the whole sorted run: MDBX searches from its page first, and only
     // walks down from the root when the key lies beyond it.
-    let mut accounts_cursor = cursor(dbs, txn, Table::HashedAccounts)?;
+    let mut accounts_cursor = cursor(dbs, txn, TrieTable::HashedAccounts)?;
     let mut put_account = |h: &B256, state: &Option<gigas_primitives::AccountState>| {
         written.entries += 1;
         put_hashed_account(&mut accounts_cursor, h, state.as_ref(), buf)
@@ -138,8 +136,8 @@ pub(crate) fn write_layer(
         }
     }
 
-    let mut slots_cursor = cursor(dbs, txn, Table::HashedStorages)?;
-    let mut trie = cursor(dbs, txn, Table::StoragesTrie)?;
+    let mut slots_cursor = cursor(dbs, txn, TrieTable::HashedStorages)?;
+    let mut trie = cursor(dbs, txn, TrieTable::StoragesTrie)?;
     let mut accounts: Vec<&B256> = match only {
         None => layer.storage.keys().collect(),
         Some(only) => only.storage.keys().collect(),
@@ -167,7 +165,7 @@ pub(crate) fn write_layer(
                     let value = layer_entry(storage.slots.get(s), "slot")?;
                     put_slot(
                         &mut slots_cursor,
-                        Table::HashedStorages,
+                        TrieTable::HashedStorages,
                         h.as_slice(),
                         s,
                         value,
@@ -191,7 +189,7 @@ pub(crate) fn write_layer(
                 for (s, value) in &storage.slots {
                     put_slot(
                         &mut slots_cursor,
-                        Table::HashedStorages,
+                        TrieTable::HashedStorages,
                         h.as_slice(),
                         s,
                         value,
@@ -208,27 +206,8 @@ pub(crate) fn write_layer(
 }
 
 /// A pending key's entry in the layer, which holds every key changed since the commit.
-fn layer_entry<T>(entry: Option<T>, what: &str) -> Result<T, StateDbError> {
-    entry.ok_or_else(|| StateDbError::Invariant {
+fn layer_entry<T>(entry: Option<T>, what: &str) -> Result<T, TrieDbError> {
+    entry.ok_or_else(|| TrieDbError::Invariant {
         what: format!("a pending {what} is missing from the open group's layer"),
     })
-}
-
-/// Writes or deletes (`None`) the hashed account `h` through `c`, a `HashedAccounts` cursor.
-pub(crate) fn put_hashed_account(
-    c: &mut Cursor<'_, Rw>,
-    h: &B256,
-    state: Option<&gigas_primitives::AccountState>,
-    buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
-    let value = state.map(|state| {
-        codec::encode_account(state, buf);
-        buf.as_slice()
-    });
-    put_or_delete(
-        c,
-        h.as_slice(),
-        value,
-        ("write HashedAccounts", "delete from HashedAccounts"),
-    )
 }

@@ -33,11 +33,11 @@ use alloy_primitives::map::{B256Map, HashMap};
 use alloy_primitives::B256;
 use alloy_trie::{BranchNodeCompact, Nibbles};
 
-use crate::error::StateDbError;
+use crate::error::TrieDbError;
 use gigas_trie::walk::{LeafHashes, TrieRun, TrieSource};
 
 /// One trie's stored node, as a seek under a path finds it.
-pub(crate) type Found = Option<(Nibbles, BranchNodeCompact)>;
+pub type Found = Option<(Nibbles, BranchNodeCompact)>;
 
 #[derive(Debug)]
 struct Cached {
@@ -82,7 +82,7 @@ pub struct TrieCacheStats {
 
 /// One trie's cached seeks.
 #[derive(Debug, Default)]
-pub(crate) struct NodeMap {
+pub struct NodeMap {
     entries: HashMap<Nibbles, Cached>,
     bytes: usize,
     epoch: u32,
@@ -92,7 +92,7 @@ pub(crate) struct NodeMap {
 
 impl NodeMap {
     /// The cached answer for `path`, with the found node's leaf hashes, if any.
-    pub(crate) fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
+    pub fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
         match self.entries.get_mut(path) {
             Some(entry) => {
                 entry.used = self.epoch;
@@ -107,7 +107,7 @@ impl NodeMap {
     }
 
     /// Records what a seek under `path` found in MDBX.
-    pub(crate) fn insert(&mut self, path: Nibbles, found: Found) {
+    pub fn insert(&mut self, path: Nibbles, found: Found) {
         self.put(path, found, None);
     }
 
@@ -135,7 +135,7 @@ impl NodeMap {
     /// knew for them (sorted by path): the answer for a path changes only if a changed node
     /// lies under it, so the answers of every prefix of a changed path go, and each stored
     /// node answers for its own path.
-    pub(crate) fn written(
+    pub fn written(
         &mut self,
         removed: &[Nibbles],
         updates: &[(Nibbles, BranchNodeCompact)],
@@ -194,7 +194,7 @@ impl NodeMap {
 
 /// Each account's storage trie's cached seeks.
 #[derive(Debug, Default)]
-pub(crate) struct StorageNodes {
+pub struct StorageNodes {
     owners: B256Map<NodeMap>,
     /// Bytes of every owner's map as of its last change through this type.
     bytes: usize,
@@ -205,11 +205,7 @@ pub(crate) struct StorageNodes {
 
 impl StorageNodes {
     /// The cached answer for `path` in `owner`'s storage trie, if any.
-    pub(crate) fn get(
-        &mut self,
-        owner: &B256,
-        path: &Nibbles,
-    ) -> Option<(Found, Option<LeafHashes>)> {
+    pub fn get(&mut self, owner: &B256, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)> {
         let found = self.owners.get_mut(owner).and_then(|map| {
             map.epoch = self.epoch;
             map.get(path)
@@ -222,7 +218,7 @@ impl StorageNodes {
     }
 
     /// Records what a seek under `path` in `owner`'s storage trie found in MDBX.
-    pub(crate) fn insert(&mut self, owner: B256, path: Nibbles, found: Found) {
+    pub fn insert(&mut self, owner: B256, path: Nibbles, found: Found) {
         let map = self.owners.entry(owner).or_default();
         map.epoch = self.epoch;
         let before = map.bytes;
@@ -231,7 +227,7 @@ impl StorageNodes {
     }
 
     /// [`NodeMap::written`] for `owner`'s storage trie.
-    pub(crate) fn written(
+    pub fn written(
         &mut self,
         owner: &B256,
         removed: &[Nibbles],
@@ -249,7 +245,7 @@ impl StorageNodes {
     }
 
     /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
-    pub(crate) fn forget(&mut self, owner: &B256) {
+    pub fn forget(&mut self, owner: &B256) {
         if let Some(map) = self.owners.remove(owner) {
             self.bytes -= map.bytes;
         }
@@ -276,7 +272,7 @@ const ACCOUNT_SHARDS: usize = 17;
 /// The account trie's cached seeks, in shards by the path's first nibble (the root path in
 /// a shard of its own), each behind its own lock: a root splits the account trie under its
 /// root node and walks each first nibble on its own thread
-/// ([`crate::trie::layer`]), so each thread takes one shard's lock and the root's, and
+/// ([`crate::layer`]), so each thread takes one shard's lock and the root's, and
 /// never waits on another's.
 #[derive(Debug)]
 pub(crate) struct AccountNodes {
@@ -367,7 +363,7 @@ impl AccountNodes {
 }
 
 /// Where a [`CachedSource`] keeps its answers: one trie's map.
-pub(crate) trait NodeCache {
+pub trait NodeCache {
     /// The cached answer for `path`, with the found node's leaf hashes, if any.
     fn get(&mut self, path: &Nibbles) -> Option<(Found, Option<LeafHashes>)>;
     /// Records what a seek under `path` found in the source.
@@ -386,8 +382,8 @@ impl NodeCache for &AccountNodes {
 
 /// One account's storage trie in the shared storage map.
 pub(crate) struct OwnerNodes<'a> {
-    pub(crate) storage: &'a Mutex<StorageNodes>,
-    pub(crate) owner: B256,
+    pub storage: &'a Mutex<StorageNodes>,
+    pub owner: B256,
 }
 
 impl NodeCache for OwnerNodes<'_> {
@@ -426,11 +422,11 @@ impl<S, C> CachedSource<S, C> {
     }
 }
 
-impl<S: TrieSource<Error = StateDbError>, C: NodeCache> TrieSource for CachedSource<S, C> {
+impl<S: TrieSource<Error = TrieDbError>, C: NodeCache> TrieSource for CachedSource<S, C> {
     type Leaf = S::Leaf;
-    type Error = StateDbError;
+    type Error = TrieDbError;
 
-    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, TrieDbError> {
         self.stash = None;
         let Some(cache) = self.cache.as_mut() else {
             return self.inner.seek_node(path);
@@ -444,11 +440,11 @@ impl<S: TrieSource<Error = StateDbError>, C: NodeCache> TrieSource for CachedSou
         Ok(found)
     }
 
-    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, S::Leaf)>, TrieDbError> {
         self.inner.seek_leaf(key)
     }
 
-    fn next_leaf(&mut self) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+    fn next_leaf(&mut self) -> Result<Option<(B256, S::Leaf)>, TrieDbError> {
         self.inner.next_leaf()
     }
 
@@ -457,7 +453,7 @@ impl<S: TrieSource<Error = StateDbError>, C: NodeCache> TrieSource for CachedSou
         key: &B256,
         leaf: &S::Leaf,
         out: &mut Vec<u8>,
-    ) -> Result<(), StateDbError> {
+    ) -> Result<(), TrieDbError> {
         self.inner.leaf_value(key, leaf, out)
     }
 
@@ -478,7 +474,7 @@ impl<S: TrieSource<Error = StateDbError>, C: NodeCache> TrieSource for CachedSou
 /// threads of one root through locks ([`AccountNodes`]; the storage map behind one lock,
 /// each storage walk holding it only for a lookup).
 #[derive(Debug)]
-pub(crate) struct TrieCache {
+pub struct TrieCache {
     pub(crate) accounts: AccountNodes,
     pub(crate) storage: Mutex<StorageNodes>,
     budget: usize,
@@ -488,7 +484,7 @@ pub(crate) struct TrieCache {
 
 impl TrieCache {
     /// An empty cache holding at most `budget` bytes (0: off).
-    pub(crate) fn new(budget: usize) -> Self {
+    pub fn new(budget: usize) -> Self {
         Self {
             accounts: AccountNodes::default(),
             storage: Mutex::default(),
@@ -499,12 +495,12 @@ impl TrieCache {
     }
 
     /// Whether seeks should go through the cache at all.
-    pub(crate) fn enabled(&self) -> bool {
+    pub fn enabled(&self) -> bool {
         self.budget > 0
     }
 
     /// The storage tries' map.
-    pub(crate) fn storage(&self) -> MutexGuard<'_, StorageNodes> {
+    pub fn storage(&self) -> MutexGuard<'_, StorageNodes> {
         lock(&self.storage)
     }
 
@@ -514,7 +510,7 @@ impl TrieCache {
     }
 
     /// The storage tries' map, when the cache is on.
-    pub(crate) fn storage_nodes(&self) -> Option<&Mutex<StorageNodes>> {
+    pub fn storage_nodes(&self) -> Option<&Mutex<StorageNodes>> {
         self.enabled().then_some(&self.storage)
     }
 
@@ -522,7 +518,7 @@ impl TrieCache {
     /// account trie (`None`). Each changed path's answer goes and the walk's nodes, with
     /// the leaf hashes it knew, answer for their paths ([`NodeMap::written`]). Nothing
     /// when the cache is off.
-    pub(crate) fn walked(&self, owner: Option<&B256>, run: &TrieRun) {
+    pub fn walked(&self, owner: Option<&B256>, run: &TrieRun) {
         if !self.enabled() {
             return;
         }
@@ -534,12 +530,12 @@ impl TrieCache {
     }
 
     /// `owner`'s storage trie was deleted whole (the account's storage was wiped).
-    pub(crate) fn forget_storage(&self, owner: &B256) {
+    pub fn forget_storage(&self, owner: &B256) {
         self.storage().forget(owner);
     }
 
     /// Starts a root: what it uses is marked with a new epoch.
-    pub(crate) fn begin_root(&mut self) {
+    pub fn begin_root(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
         let epoch = self.epoch;
         self.accounts.each(|map| map.epoch = epoch);
@@ -548,7 +544,7 @@ impl TrieCache {
 
     /// Drops everything: the stored nodes changed in ways the cache did not follow (a
     /// rebuild, a discarded write transaction).
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.accounts.each(NodeMap::clear);
         self.storage().clear();
     }
@@ -561,7 +557,7 @@ impl TrieCache {
 
     /// Evicts the entries unused for the most roots until at most three quarters of the
     /// budget is held, if the budget is exceeded. Returns how many went.
-    pub(crate) fn enforce_budget(&mut self) -> u64 {
+    pub fn enforce_budget(&mut self) -> u64 {
         if self.bytes() <= self.budget {
             return 0;
         }
@@ -623,7 +619,7 @@ impl TrieCache {
     }
 
     /// Counters and sizes.
-    pub(crate) fn stats(&self) -> TrieCacheStats {
+    pub fn stats(&self) -> TrieCacheStats {
         let mut stats = TrieCacheStats {
             evicted: self.evicted,
             ..TrieCacheStats::default()

@@ -4,7 +4,7 @@
 //!
 //! The walk needs no new machinery for it. Every overlaid key joins the changed-key set, so
 //! the walk recomputes exactly the paths that lead to them and reads their leaves, which a
-//! [`Layered`](crate::trie::layer::Layered) source serves from the overlay (as a
+//! [`Layered`](crate::layer::Layered) source serves from the overlay (as a
 //! [`TrieLayer`] of leaves only) merged with the hashed tables; every other
 //! subtrie is the same in both states, so its stored hash holds. The root that comes out is
 //! the past block's state root, which the caller checks against the one stored with the
@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use alloy_primitives::{keccak256, Address, U256};
 use gigas_primitives::AccountState;
 
-use crate::trie::layer::TrieLayer;
+use crate::layer::TrieLayer;
 
 /// A state described as the committed state with some keys set to other values.
 #[derive(Debug, Clone, Default)]
@@ -75,7 +75,7 @@ impl StateOverlay {
 
     /// The overlay by hashed keys, as a layer of leaves over the committed trie (a cleared
     /// account's committed slots and storage trie hidden).
-    pub(crate) fn hashed(&self) -> TrieLayer {
+    pub fn hashed(&self) -> TrieLayer {
         let mut layer = TrieLayer::default();
         for (address, state) in &self.accounts {
             layer.accounts.insert(keccak256(address), *state);

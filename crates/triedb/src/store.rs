@@ -15,30 +15,22 @@ use signet_libmdbx::tx::aliases::RwTxUnsync;
 use signet_libmdbx::tx::Tx;
 use signet_libmdbx::{Cursor, MdbxError, TransactionKind, WriteFlags};
 
+use crate::cache::{CachedSource, Found, OwnerNodes, StorageNodes};
 use crate::codec::{self, PATH_LEN};
-use crate::error::StateDbError;
-use crate::read::Dbs;
-use crate::tables::Table;
-use crate::trie::cache::{CachedSource, Found, OwnerNodes, StorageNodes};
-use crate::trie::layer::NodesFrom;
-use crate::writer::put_or_delete;
+use crate::error::TrieDbError;
+use crate::layer::NodesFrom;
+pub use crate::rows::cursor;
+use crate::rows::put_or_delete;
+use crate::tables::TrieDbs;
+use crate::tables::TrieTable;
 use gigas_trie::walk::{self, TrieRun, TrieSource};
 use gigas_trie::PrefixSet;
 
 type Row<'tx> = Option<(Cow<'tx, [u8]>, Cow<'tx, [u8]>)>;
 
-pub(crate) fn cursor<'tx, K: TransactionKind>(
-    dbs: &Dbs,
-    txn: &'tx Tx<K>,
-    table: Table,
-) -> Result<Cursor<'tx, K>, StateDbError> {
-    txn.cursor(dbs.get(table))
-        .map_err(StateDbError::mdbx("open a cursor"))
-}
-
-pub(crate) fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError> {
+pub(crate) fn hashed_key(table: TrieTable, key: &[u8]) -> Result<B256, TrieDbError> {
     if key.len() != 32 {
-        return Err(StateDbError::corrupt(
+        return Err(TrieDbError::corrupt(
             table.name(),
             key,
             "key is not 32 bytes",
@@ -48,12 +40,12 @@ pub(crate) fn hashed_key(table: Table, key: &[u8]) -> Result<B256, StateDbError>
 }
 
 /// The account trie's stored root node, if any.
-pub(crate) fn stored_account_root<K: TransactionKind>(
-    dbs: &Dbs,
+pub fn stored_account_root<K: TransactionKind>(
+    dbs: &TrieDbs,
     txn: &Tx<K>,
-) -> Result<Option<BranchNodeCompact>, StateDbError> {
+) -> Result<Option<BranchNodeCompact>, TrieDbError> {
     let top = Nibbles::new();
-    let found = seek_account_node(&mut cursor(dbs, txn, Table::AccountsTrie)?, &top)?;
+    let found = seek_account_node(&mut cursor(dbs, txn, TrieTable::AccountsTrie)?, &top)?;
     Ok(found
         .filter(|(path, _)| path.is_empty())
         .map(|(_, node)| node))
@@ -63,13 +55,13 @@ pub(crate) fn stored_account_root<K: TransactionKind>(
 fn seek_account_node<K: TransactionKind>(
     nodes: &mut Cursor<'_, K>,
     path: &Nibbles,
-) -> Result<Found, StateDbError> {
-    let table = Table::AccountsTrie;
+) -> Result<Found, TrieDbError> {
+    let table = TrieTable::AccountsTrie;
     let row: Row<'_> = nodes
         .set_range(&codec::encode_path(path))
-        .map_err(StateDbError::read(table.name()))?;
+        .map_err(TrieDbError::read(table.name()))?;
     let found = row
-        .map(|(k, v)| -> Result<_, StateDbError> {
+        .map(|(k, v)| -> Result<_, TrieDbError> {
             Ok((
                 codec::decode_path(table, &k, &k)?,
                 codec::decode_node(table, &k, &v)?,
@@ -84,30 +76,30 @@ fn seek_account_node<K: TransactionKind>(
 pub(crate) struct AccountSource<'tx, K: TransactionKind, R> {
     nodes: Option<Cursor<'tx, K>>,
     leaves: Cursor<'tx, K>,
-    pub(crate) roots: R,
+    pub roots: R,
 }
 
 impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
     pub(crate) fn new(
-        dbs: &Dbs,
+        dbs: &TrieDbs,
         txn: &'tx Tx<K>,
         use_nodes: bool,
         roots: R,
-    ) -> Result<Self, StateDbError> {
+    ) -> Result<Self, TrieDbError> {
         Ok(Self {
             nodes: use_nodes
-                .then(|| cursor(dbs, txn, Table::AccountsTrie))
+                .then(|| cursor(dbs, txn, TrieTable::AccountsTrie))
                 .transpose()?,
-            leaves: cursor(dbs, txn, Table::HashedAccounts)?,
+            leaves: cursor(dbs, txn, TrieTable::HashedAccounts)?,
             roots,
         })
     }
 
-    fn leaf(row: Row<'_>) -> Result<Option<(B256, AccountState)>, StateDbError> {
+    fn leaf(row: Row<'_>) -> Result<Option<(B256, AccountState)>, TrieDbError> {
         row.map(|(k, v)| {
             Ok((
-                hashed_key(Table::HashedAccounts, &k)?,
-                codec::decode_account(Table::HashedAccounts, &k, &v)?,
+                hashed_key(TrieTable::HashedAccounts, &k)?,
+                codec::decode_account(TrieTable::HashedAccounts, &k, &v)?,
             ))
         })
         .transpose()
@@ -116,28 +108,28 @@ impl<'tx, K: TransactionKind, R> AccountSource<'tx, K, R> {
 
 impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R> {
     type Leaf = AccountState;
-    type Error = StateDbError;
+    type Error = TrieDbError;
 
-    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, TrieDbError> {
         match self.nodes.as_mut() {
             Some(nodes) => seek_account_node(nodes, path),
             None => Ok(None),
         }
     }
 
-    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, AccountState)>, StateDbError> {
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, AccountState)>, TrieDbError> {
         let row: Row<'_> = self
             .leaves
             .set_range(key.as_slice())
-            .map_err(StateDbError::read("HashedAccounts"))?;
+            .map_err(TrieDbError::read("HashedAccounts"))?;
         Self::leaf(row)
     }
 
-    fn next_leaf(&mut self) -> Result<Option<(B256, AccountState)>, StateDbError> {
+    fn next_leaf(&mut self) -> Result<Option<(B256, AccountState)>, TrieDbError> {
         let row: Row<'_> = self
             .leaves
             .next()
-            .map_err(StateDbError::read("HashedAccounts"))?;
+            .map_err(TrieDbError::read("HashedAccounts"))?;
         Self::leaf(row)
     }
 
@@ -146,7 +138,7 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R>
         key: &B256,
         leaf: &AccountState,
         out: &mut Vec<u8>,
-    ) -> Result<(), StateDbError> {
+    ) -> Result<(), TrieDbError> {
         let storage_root = self.roots.storage_root(key)?;
         TrieAccount::new(leaf.nonce, leaf.balance, storage_root, leaf.code_hash).encode(out);
         Ok(())
@@ -154,15 +146,15 @@ impl<K: TransactionKind, R: StorageRoots> TrieSource for AccountSource<'_, K, R>
 }
 
 impl<K: TransactionKind, R: StorageRoots> NodesFrom for AccountSource<'_, K, R> {
-    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, TrieDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
-        let table = Table::AccountsTrie;
+        let table = TrieTable::AccountsTrie;
         let row: Row<'_> = nodes
             .set_range(&codec::encode_path(from))
-            .map_err(StateDbError::read(table.name()))?;
-        row.map(|(k, v)| -> Result<_, StateDbError> {
+            .map_err(TrieDbError::read(table.name()))?;
+        row.map(|(k, v)| -> Result<_, TrieDbError> {
             Ok((
                 codec::decode_path(table, &k, &k)?,
                 codec::decode_node(table, &k, &v)?,
@@ -181,43 +173,43 @@ pub(crate) struct StorageSource<'tx, K: TransactionKind> {
 
 impl<'tx, K: TransactionKind> StorageSource<'tx, K> {
     pub(crate) fn new(
-        dbs: &Dbs,
+        dbs: &TrieDbs,
         txn: &'tx Tx<K>,
         address: B256,
         use_nodes: bool,
-    ) -> Result<Self, StateDbError> {
+    ) -> Result<Self, TrieDbError> {
         Ok(Self {
             address,
             nodes: use_nodes
-                .then(|| cursor(dbs, txn, Table::StoragesTrie))
+                .then(|| cursor(dbs, txn, TrieTable::StoragesTrie))
                 .transpose()?,
-            leaves: cursor(dbs, txn, Table::HashedStorages)?,
+            leaves: cursor(dbs, txn, TrieTable::HashedStorages)?,
         })
     }
 
-    fn seek_stored(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_stored(&mut self, path: &Nibbles) -> Result<Found, TrieDbError> {
         Ok(self
             .seek_node_from(path)?
             .filter(|(found, _)| found.starts_with(path)))
     }
 
-    fn leaf(&self, row: Option<Cow<'_, [u8]>>) -> Result<Option<(B256, U256)>, StateDbError> {
-        row.map(|v| codec::decode_slot(Table::HashedStorages, self.address.as_slice(), &v))
+    fn leaf(&self, row: Option<Cow<'_, [u8]>>) -> Result<Option<(B256, U256)>, TrieDbError> {
+        row.map(|v| codec::decode_slot(TrieTable::HashedStorages, self.address.as_slice(), &v))
             .transpose()
     }
 }
 
 impl<K: TransactionKind> NodesFrom for StorageSource<'_, K> {
-    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, TrieDbError> {
         let Some(nodes) = self.nodes.as_mut() else {
             return Ok(None);
         };
-        let table = Table::StoragesTrie;
+        let table = TrieTable::StoragesTrie;
         let row: Option<Cow<'_, [u8]>> = nodes
             .get_both_range(self.address.as_slice(), &codec::encode_path(from))
-            .map_err(StateDbError::read(table.name()))?;
+            .map_err(TrieDbError::read(table.name()))?;
         let key = self.address.as_slice();
-        row.map(|v| -> Result<_, StateDbError> {
+        row.map(|v| -> Result<_, TrieDbError> {
             Ok((
                 codec::decode_path(table, key, &v)?,
                 codec::decode_node(table, key, &v[PATH_LEN..])?,
@@ -229,28 +221,28 @@ impl<K: TransactionKind> NodesFrom for StorageSource<'_, K> {
 
 impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
     type Leaf = U256;
-    type Error = StateDbError;
+    type Error = TrieDbError;
 
-    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, TrieDbError> {
         if self.nodes.is_none() {
             return Ok(None);
         }
         self.seek_stored(path)
     }
 
-    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, TrieDbError> {
         let row: Option<Cow<'_, [u8]>> = self
             .leaves
             .get_both_range(self.address.as_slice(), key.as_slice())
-            .map_err(StateDbError::read("HashedStorages"))?;
+            .map_err(TrieDbError::read("HashedStorages"))?;
         self.leaf(row)
     }
 
-    fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, StateDbError> {
+    fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, TrieDbError> {
         let row: Option<((), Cow<'_, [u8]>)> = self
             .leaves
             .next_dup()
-            .map_err(StateDbError::read("HashedStorages"))?;
+            .map_err(TrieDbError::read("HashedStorages"))?;
         self.leaf(row.map(|(_, v)| v))
     }
 
@@ -259,7 +251,7 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
         _key: &B256,
         leaf: &U256,
         out: &mut Vec<u8>,
-    ) -> Result<(), StateDbError> {
+    ) -> Result<(), TrieDbError> {
         leaf.encode(out);
         Ok(())
     }
@@ -267,19 +259,21 @@ impl<K: TransactionKind> TrieSource for StorageSource<'_, K> {
 
 /// Storage roots for the account trie's leaves.
 pub(crate) trait StorageRoots {
-    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError>;
+    fn storage_root(&mut self, address: &B256) -> Result<B256, TrieDbError>;
 }
 
 /// What happens to the storage tries computed for the account walk's leaves.
-pub(crate) trait StorageSink {
+pub trait StorageSink {
+    /// Whether the walks must collect their changed nodes for [`StorageSink::store`].
     fn wants_updates(&self) -> bool;
-    fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), StateDbError>;
+    /// Takes one storage trie's finished walk.
+    fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), TrieDbError>;
     /// Finished nodes of a storage trie being rebuilt, before its walk ends.
     fn spill(
         &mut self,
         address: &B256,
         nodes: &[(Nibbles, BranchNodeCompact)],
-    ) -> Result<(), StateDbError>;
+    ) -> Result<(), TrieDbError>;
 }
 
 /// Keeps nothing: the stored tries already describe these accounts.
@@ -290,19 +284,19 @@ impl StorageSink for Discard {
         false
     }
 
-    fn store(&mut self, _: &B256, _: &TrieRun) -> Result<(), StateDbError> {
+    fn store(&mut self, _: &B256, _: &TrieRun) -> Result<(), TrieDbError> {
         Ok(())
     }
 
-    fn spill(&mut self, _: &B256, _: &[(Nibbles, BranchNodeCompact)]) -> Result<(), StateDbError> {
+    fn spill(&mut self, _: &B256, _: &[(Nibbles, BranchNodeCompact)]) -> Result<(), TrieDbError> {
         Ok(())
     }
 }
 
 /// Writes each storage trie's nodes (a rebuild).
 pub(crate) struct WriteTo<'tx> {
-    pub(crate) dbs: Dbs,
-    pub(crate) txn: &'tx RwTxUnsync,
+    pub dbs: TrieDbs,
+    pub txn: &'tx RwTxUnsync,
 }
 
 impl StorageSink for WriteTo<'_> {
@@ -310,7 +304,7 @@ impl StorageSink for WriteTo<'_> {
         true
     }
 
-    fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), StateDbError> {
+    fn store(&mut self, address: &B256, run: &TrieRun) -> Result<(), TrieDbError> {
         write_storage_trie(&self.dbs, self.txn, address, run)
     }
 
@@ -318,7 +312,7 @@ impl StorageSink for WriteTo<'_> {
         &mut self,
         address: &B256,
         nodes: &[(Nibbles, BranchNodeCompact)],
-    ) -> Result<(), StateDbError> {
+    ) -> Result<(), TrieDbError> {
         put_storage_nodes(&self.dbs, self.txn, address, nodes)
     }
 }
@@ -326,7 +320,7 @@ impl StorageSink for WriteTo<'_> {
 /// Storage roots computed in this run (`known`), else the stored root node's hash, else
 /// computed from the account's slots (an account without slots: the empty root).
 pub(crate) struct StoredRoots<'a, 'tx, K: TransactionKind, W> {
-    dbs: Dbs,
+    dbs: TrieDbs,
     txn: &'tx Tx<K>,
     known: &'a B256Map<B256>,
     /// `HashedStorages`, to find whether an account has slots.
@@ -337,24 +331,24 @@ pub(crate) struct StoredRoots<'a, 'tx, K: TransactionKind, W> {
     cache: Option<&'a Mutex<StorageNodes>>,
     sink: W,
     /// Storage tries walked for roots not `known`.
-    pub(crate) computed: u64,
+    pub computed: u64,
     /// Leaves those walks hashed.
-    pub(crate) leaves: u64,
+    pub leaves: u64,
 }
 
 impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
     pub(crate) fn new(
-        dbs: &Dbs,
+        dbs: &TrieDbs,
         txn: &'tx Tx<K>,
         known: &'a B256Map<B256>,
         use_nodes: bool,
         sink: W,
-    ) -> Result<Self, StateDbError> {
+    ) -> Result<Self, TrieDbError> {
         Ok(Self {
             dbs: *dbs,
             txn,
             known,
-            probe: cursor(dbs, txn, Table::HashedStorages)?,
+            probe: cursor(dbs, txn, TrieTable::HashedStorages)?,
             probe_at: None,
             use_nodes,
             cache: None,
@@ -376,7 +370,7 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
         self.known.get(address).copied()
     }
 
-    fn has_slots(&mut self, address: &B256) -> Result<bool, StateDbError> {
+    fn has_slots(&mut self, address: &B256) -> Result<bool, TrieDbError> {
         // Leaves come in key order, so the last probe usually answers without a seek: an
         // account without storage costs nothing.
         if let Some((low, next)) = self.probe_at {
@@ -387,9 +381,9 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
         let row: Option<(Cow<'_, [u8]>, ())> = self
             .probe
             .set_range(address.as_slice())
-            .map_err(StateDbError::read("HashedStorages"))?;
+            .map_err(TrieDbError::read("HashedStorages"))?;
         let next = row
-            .map(|(k, ())| hashed_key(Table::HashedStorages, &k))
+            .map(|(k, ())| hashed_key(TrieTable::HashedStorages, &k))
             .transpose()?;
         self.probe_at = Some((*address, next));
         Ok(next == Some(*address))
@@ -397,7 +391,7 @@ impl<'a, 'tx, K: TransactionKind, W: StorageSink> StoredRoots<'a, 'tx, K, W> {
 }
 
 impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K, W> {
-    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, TrieDbError> {
         if let Some(root) = self.known.get(address) {
             return Ok(*root);
         }
@@ -418,7 +412,7 @@ impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K,
             let mut spill = |nodes: &[(Nibbles, BranchNodeCompact)]| sink.spill(address, nodes);
             // Only a rebuild (no stored nodes read) may write nodes before the walk ends.
             let spill = (updates && !self.use_nodes).then_some(walk::Spill {
-                every: crate::trie::rebuild::SPILL_NODES,
+                every: crate::rebuild::SPILL_NODES,
                 to: &mut spill,
             });
             walk::run_spilling(
@@ -437,32 +431,32 @@ impl<K: TransactionKind, W: StorageSink> StorageRoots for StoredRoots<'_, '_, K,
 }
 
 /// Replaces the account trie nodes a walk entered with its updates.
-pub(crate) fn write_account_trie(
-    dbs: &Dbs,
+pub fn write_account_trie(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     run: &TrieRun,
-) -> Result<(), StateDbError> {
-    let db = dbs.get(Table::AccountsTrie);
+) -> Result<(), TrieDbError> {
+    let db = dbs.get(TrieTable::AccountsTrie);
     for path in &run.removed {
         if run.updates.binary_search_by(|u| u.0.cmp(path)).is_err() {
             txn.del(db, codec::encode_path(path), None)
-                .map_err(StateDbError::mdbx("delete from AccountsTrie"))?;
+                .map_err(TrieDbError::mdbx("delete from AccountsTrie"))?;
         }
     }
     put_account_nodes(dbs, txn, &run.updates)
 }
 
 /// Replaces the storage trie nodes of `address` a walk entered with its updates.
-pub(crate) fn write_storage_trie(
-    dbs: &Dbs,
+pub fn write_storage_trie(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     address: &B256,
     run: &TrieRun,
-) -> Result<(), StateDbError> {
+) -> Result<(), TrieDbError> {
     if run.removed.is_empty() && run.updates.is_empty() {
         return Ok(());
     }
-    let mut c = cursor(dbs, txn, Table::StoragesTrie)?;
+    let mut c = cursor(dbs, txn, TrieTable::StoragesTrie)?;
     for path in &run.removed {
         delete_storage_node(&mut c, address, path)?;
     }
@@ -476,26 +470,26 @@ fn delete_storage_node(
     c: &mut Cursor<'_, signet_libmdbx::Rw>,
     address: &B256,
     path: &Nibbles,
-) -> Result<(), StateDbError> {
+) -> Result<(), TrieDbError> {
     let key = codec::encode_path(path);
     let found: Option<Cow<'_, [u8]>> = c
         .get_both_range(address.as_slice(), &key)
-        .map_err(StateDbError::read("StoragesTrie"))?;
+        .map_err(TrieDbError::read("StoragesTrie"))?;
     if found.is_some_and(|v| v.starts_with(&key)) {
         c.del()
-            .map_err(StateDbError::mdbx("delete from StoragesTrie"))?;
+            .map_err(TrieDbError::mdbx("delete from StoragesTrie"))?;
     }
     Ok(())
 }
 
 /// Stores storage trie nodes of `address`, replacing any at the same paths.
-pub(crate) fn put_storage_nodes(
-    dbs: &Dbs,
+pub fn put_storage_nodes(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     address: &B256,
     nodes: &[(Nibbles, BranchNodeCompact)],
-) -> Result<(), StateDbError> {
-    let mut c = cursor(dbs, txn, Table::StoragesTrie)?;
+) -> Result<(), TrieDbError> {
+    let mut c = cursor(dbs, txn, TrieTable::StoragesTrie)?;
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
         put_storage_node(&mut c, address, path, Some(node), &mut buf)?;
@@ -510,26 +504,26 @@ fn put_storage_node(
     path: &Nibbles,
     node: Option<&BranchNodeCompact>,
     buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
+) -> Result<(), TrieDbError> {
     delete_storage_node(c, address, path)?;
     if let Some(node) = node {
         buf.clear();
         buf.extend_from_slice(&codec::encode_path(path));
         codec::encode_node(node, buf);
         c.put(address.as_slice(), &*buf, WriteFlags::empty())
-            .map_err(StateDbError::mdbx("write StoragesTrie"))?;
+            .map_err(TrieDbError::mdbx("write StoragesTrie"))?;
     }
     Ok(())
 }
 
 /// Writes a layer's account trie nodes: each stored, or deleted where the layer removed it.
-pub(crate) fn write_account_nodes<'a>(
-    dbs: &Dbs,
+pub fn write_account_nodes<'a>(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     nodes: impl IntoIterator<Item = (&'a Nibbles, &'a Option<BranchNodeCompact>)>,
-) -> Result<(), StateDbError> {
+) -> Result<(), TrieDbError> {
     // One cursor for the run (in path order): MDBX searches from its page first.
-    let mut c = cursor(dbs, txn, Table::AccountsTrie)?;
+    let mut c = cursor(dbs, txn, TrieTable::AccountsTrie)?;
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
         let value = node.as_ref().map(|node| {
@@ -548,11 +542,11 @@ pub(crate) fn write_account_nodes<'a>(
 }
 
 /// Writes a layer's storage trie nodes of `address` through `c` (a `StoragesTrie` cursor).
-pub(crate) fn write_storage_nodes<'a>(
+pub fn write_storage_nodes<'a>(
     c: &mut Cursor<'_, signet_libmdbx::Rw>,
     address: &B256,
     nodes: impl IntoIterator<Item = (&'a Nibbles, &'a Option<BranchNodeCompact>)>,
-) -> Result<(), StateDbError> {
+) -> Result<(), TrieDbError> {
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
         put_storage_node(c, address, path, node.as_ref(), &mut buf)?;
@@ -561,21 +555,24 @@ pub(crate) fn write_storage_nodes<'a>(
 }
 
 /// Empties the changed-key tables (a root took their keys).
-pub(crate) fn clear_changed(dbs: &Dbs, txn: &RwTxUnsync) -> Result<(), StateDbError> {
+pub fn clear_changed(dbs: &TrieDbs, txn: &RwTxUnsync) -> Result<(), TrieDbError> {
     clear(
         dbs,
         txn,
-        &[Table::TrieChangedAccounts, Table::TrieChangedStorages],
+        &[
+            TrieTable::TrieChangedAccounts,
+            TrieTable::TrieChangedStorages,
+        ],
     )
 }
 
 /// Stores account trie nodes, replacing any at the same paths.
-pub(crate) fn put_account_nodes(
-    dbs: &Dbs,
+pub fn put_account_nodes(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     nodes: &[(Nibbles, BranchNodeCompact)],
-) -> Result<(), StateDbError> {
-    let db = dbs.get(Table::AccountsTrie);
+) -> Result<(), TrieDbError> {
+    let db = dbs.get(TrieTable::AccountsTrie);
     let mut buf = Vec::with_capacity(600);
     for (path, node) in nodes {
         put_account_node(txn, db, path, Some(node), &mut buf)?;
@@ -590,51 +587,56 @@ fn put_account_node(
     path: &Nibbles,
     node: Option<&BranchNodeCompact>,
     buf: &mut Vec<u8>,
-) -> Result<(), StateDbError> {
+) -> Result<(), TrieDbError> {
     match node {
         Some(node) => {
             buf.clear();
             codec::encode_node(node, buf);
             txn.put(db, codec::encode_path(path), &*buf, WriteFlags::empty())
-                .map_err(StateDbError::mdbx("write AccountsTrie"))
+                .map_err(TrieDbError::mdbx("write AccountsTrie"))
         }
         None => txn
             .del(db, codec::encode_path(path), None)
             .map(|_| ())
-            .map_err(StateDbError::mdbx("delete from AccountsTrie")),
+            .map_err(TrieDbError::mdbx("delete from AccountsTrie")),
     }
 }
 
 /// Hashed keys changed since the last root.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ChangedKeys {
+pub struct ChangedKeys {
     /// Accounts whose leaf changed (their state, or their storage root).
-    pub(crate) accounts: B256Set,
+    pub accounts: B256Set,
     /// Accounts whose storage changed, with the slots (a wiped account may list none: its
     /// stored trie is gone, so all of it is recomputed).
-    pub(crate) storage: B256Map<Vec<B256>>,
+    pub storage: B256Map<Vec<B256>>,
 }
 
 impl ChangedKeys {
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
         self.accounts.is_empty() && self.storage.is_empty()
     }
 
-    pub(crate) fn clear(&mut self) {
+    /// Forgets every key.
+    pub fn clear(&mut self) {
         self.accounts.clear();
         self.storage.clear();
     }
 
-    pub(crate) fn account(&mut self, address: B256) {
+    /// An account's leaf changed.
+    pub fn account(&mut self, address: B256) {
         self.accounts.insert(address);
     }
 
-    pub(crate) fn storage_of(&mut self, address: B256) -> &mut Vec<B256> {
+    /// An account's storage changed: its slot list, to push the changed slots to.
+    pub fn storage_of(&mut self, address: B256) -> &mut Vec<B256> {
         self.accounts.insert(address);
         self.storage.entry(address).or_default()
     }
 
-    pub(crate) fn merge(&mut self, other: ChangedKeys) {
+    /// Takes in the keys `other` changed (later changes over these).
+    pub fn merge(&mut self, other: ChangedKeys) {
         self.accounts.extend(other.accounts);
         for (address, slots) in other.storage {
             self.storage_of(address).extend(slots);
@@ -645,14 +647,14 @@ impl ChangedKeys {
 const STORAGE_CHANGED: u8 = 1;
 
 /// The changed keys the committed state carries (a root was not computed at its head).
-pub(crate) fn load_changed<K: TransactionKind>(
-    dbs: &Dbs,
+pub fn load_changed<K: TransactionKind>(
+    dbs: &TrieDbs,
     txn: &Tx<K>,
-) -> Result<ChangedKeys, StateDbError> {
+) -> Result<ChangedKeys, TrieDbError> {
     let mut out = ChangedKeys::default();
-    let table = Table::TrieChangedAccounts;
+    let table = TrieTable::TrieChangedAccounts;
     let mut c = cursor(dbs, txn, table)?;
-    let mut row: Row<'_> = c.first().map_err(StateDbError::read(table.name()))?;
+    let mut row: Row<'_> = c.first().map_err(TrieDbError::read(table.name()))?;
     while let Some((k, flags)) = row {
         let address = hashed_key(table, &k)?;
         if flags.first().is_some_and(|f| f & STORAGE_CHANGED != 0) {
@@ -660,27 +662,27 @@ pub(crate) fn load_changed<K: TransactionKind>(
         } else {
             out.account(address);
         }
-        row = c.next().map_err(StateDbError::read(table.name()))?;
+        row = c.next().map_err(TrieDbError::read(table.name()))?;
     }
-    let table = Table::TrieChangedStorages;
+    let table = TrieTable::TrieChangedStorages;
     let mut c = cursor(dbs, txn, table)?;
-    let mut row: Row<'_> = c.first().map_err(StateDbError::read(table.name()))?;
+    let mut row: Row<'_> = c.first().map_err(TrieDbError::read(table.name()))?;
     while let Some((k, slot)) = row {
         let address = hashed_key(table, &k)?;
         let slot = hashed_key(table, &slot)?;
         out.storage_of(address).push(slot);
-        row = c.next().map_err(StateDbError::read(table.name()))?;
+        row = c.next().map_err(TrieDbError::read(table.name()))?;
     }
     Ok(out)
 }
 
 /// Adds `changed` to the changed-key tables, for a root after the commit.
-pub(crate) fn persist_changed(
-    dbs: &Dbs,
+pub fn persist_changed(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     changed: &ChangedKeys,
-) -> Result<(), StateDbError> {
-    let accounts_db = dbs.get(Table::TrieChangedAccounts);
+) -> Result<(), TrieDbError> {
+    let accounts_db = dbs.get(TrieTable::TrieChangedAccounts);
     let mut accounts: Vec<&B256> = changed.accounts.iter().collect();
     accounts.sort_unstable();
     for address in accounts {
@@ -693,27 +695,28 @@ pub(crate) fn persist_changed(
         };
         match txn.put(accounts_db, address, [flags], write) {
             Ok(()) | Err(MdbxError::KeyExist) => {}
-            Err(e) => return Err(StateDbError::mdbx("write TrieChangedAccounts")(e)),
+            Err(e) => return Err(TrieDbError::mdbx("write TrieChangedAccounts")(e)),
         }
     }
-    let slots_db = dbs.get(Table::TrieChangedStorages);
+    let slots_db = dbs.get(TrieTable::TrieChangedStorages);
     let mut storage: Vec<(&B256, &Vec<B256>)> = changed.storage.iter().collect();
     storage.sort_unstable_by_key(|(a, _)| **a);
     for (address, slots) in storage {
         for slot in slots {
             match txn.put(slots_db, address, slot, WriteFlags::NO_DUP_DATA) {
                 Ok(()) | Err(MdbxError::KeyExist) => {}
-                Err(e) => return Err(StateDbError::mdbx("write TrieChangedStorages")(e)),
+                Err(e) => return Err(TrieDbError::mdbx("write TrieChangedStorages")(e)),
             }
         }
     }
     Ok(())
 }
 
-pub(crate) fn clear(dbs: &Dbs, txn: &RwTxUnsync, tables: &[Table]) -> Result<(), StateDbError> {
+/// Empties `tables`.
+pub fn clear(dbs: &TrieDbs, txn: &RwTxUnsync, tables: &[TrieTable]) -> Result<(), TrieDbError> {
     for table in tables {
         txn.clear_db(dbs.get(*table))
-            .map_err(StateDbError::mdbx("clear a trie table"))?;
+            .map_err(TrieDbError::mdbx("clear a trie table"))?;
     }
     Ok(())
 }

@@ -31,14 +31,14 @@ use rayon::prelude::*;
 use signet_libmdbx::tx::aliases::{RoTxUnsync, RwTxUnsync};
 use signet_libmdbx::{Cursor, Environment, Ro};
 
-use crate::error::StateDbError;
-use crate::read::Dbs;
-use crate::tables::Table;
-use crate::trie::root::RootOutcome;
-use crate::trie::store::{
+use crate::error::TrieDbError;
+use crate::root::RootOutcome;
+use crate::store::{
     clear, cursor, hashed_key, put_account_nodes, put_storage_nodes, write_account_trie,
     AccountSource, Discard, StorageRoots, StorageSource, StoredRoots,
 };
+use crate::tables::TrieDbs;
+use crate::tables::TrieTable;
 use gigas_trie::walk::{self, Spill, TrieSource};
 use gigas_trie::PrefixSet;
 
@@ -52,7 +52,7 @@ pub(crate) const SPILL_NODES: usize = 16;
 /// Storage tries with at least this many slots are split into parts; smaller ones are
 /// computed whole by the account part that reaches them (a part per 4,096 slots: below that
 /// the threads' start costs more than it saves).
-pub(crate) const SPLIT_SLOTS: u64 = 1 << 16;
+pub const SPLIT_SLOTS: u64 = 1 << 16;
 
 /// Messages the writer may hold unwritten: each is at most [`SPILL_NODES`] nodes (about
 /// 13 MB), so this bounds the rebuild's memory beside the parts' own.
@@ -106,53 +106,53 @@ impl Counts {
 /// What the parts share.
 struct Ctx<'e> {
     env: &'e Environment,
-    dbs: Dbs,
+    dbs: TrieDbs,
     split: u64,
     out: SyncSender<Write>,
 }
 
 impl Ctx<'_> {
-    fn begin(&self) -> Result<RoTxUnsync, StateDbError> {
-        self.env.begin_ro_unsync().map_err(StateDbError::mdbx(
+    fn begin(&self) -> Result<RoTxUnsync, TrieDbError> {
+        self.env.begin_ro_unsync().map_err(TrieDbError::mdbx(
             "begin a read transaction for a trie part",
         ))
     }
 
-    fn send(&self, write: Write) -> Result<(), StateDbError> {
+    fn send(&self, write: Write) -> Result<(), TrieDbError> {
         // The writer stops early only on an error of its own, which the caller reports.
         self.out
             .send(write)
-            .map_err(|_| StateDbError::RebuildWriterStopped)
+            .map_err(|_| TrieDbError::RebuildWriterStopped)
     }
 }
 
 /// Rebuilds both tries from the hashed tables of the last commit, on rayon's pool, storing
 /// every node through `txn` (which must hold no hashed-state writes of its own). Storage
 /// tries of at least `split` slots are split too.
-pub(crate) fn rebuild_root(
+pub fn rebuild_root(
     env: &Environment,
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     split: u64,
-) -> Result<RootOutcome, StateDbError> {
+) -> Result<RootOutcome, TrieDbError> {
     rebuild(env, dbs, txn, split).map(|(outcome, _, _)| outcome)
 }
 
 /// [`rebuild_root`], also saying whether the account trie was split, and the parts' counts.
 fn rebuild(
     env: &Environment,
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     split: u64,
-) -> Result<(RootOutcome, bool, Counts), StateDbError> {
+) -> Result<(RootOutcome, bool, Counts), TrieDbError> {
     clear(
         dbs,
         txn,
         &[
-            Table::AccountsTrie,
-            Table::StoragesTrie,
-            Table::TrieChangedAccounts,
-            Table::TrieChangedStorages,
+            TrieTable::AccountsTrie,
+            TrieTable::StoragesTrie,
+            TrieTable::TrieChangedAccounts,
+            TrieTable::TrieChangedStorages,
         ],
     )?;
     let (out, queue) = sync_channel(QUEUED_WRITES);
@@ -170,9 +170,9 @@ fn rebuild(
                 Write::Accounts(nodes) => put_account_nodes(dbs, txn, &nodes),
                 Write::Storage(address, nodes) => put_storage_nodes(dbs, txn, &address, &nodes),
                 Write::ClearStorage(address) => txn
-                    .del(dbs.get(Table::StoragesTrie), address, None)
+                    .del(dbs.get(TrieTable::StoragesTrie), address, None)
                     .map(|_| ())
-                    .map_err(StateDbError::mdbx("clear a storage trie's parts")),
+                    .map_err(TrieDbError::mdbx("clear a storage trie's parts")),
             };
             if written.is_err() {
                 break;
@@ -182,7 +182,7 @@ fn rebuild(
         drop(queue);
         (parts.join(), written)
     });
-    let computed = computed.map_err(|_| StateDbError::RootThreadPanicked);
+    let computed = computed.map_err(|_| TrieDbError::RootThreadPanicked);
     written?;
     let (root, counts) = computed??;
     let split_accounts = root.is_some();
@@ -190,7 +190,7 @@ fn rebuild(
         Some(root) => root,
         None => {
             tracing::debug!("the account trie's parts do not split it; rebuilt serially");
-            clear(dbs, txn, &[Table::AccountsTrie])?;
+            clear(dbs, txn, &[TrieTable::AccountsTrie])?;
             serial_account_trie(dbs, txn)?
         }
     };
@@ -205,11 +205,11 @@ fn rebuild(
 }
 
 /// The account trie's parts and, where they split it, its root (its nodes sent).
-fn compute(ctx: &Ctx<'_>) -> Result<(Option<B256>, Counts), StateDbError> {
+fn compute(ctx: &Ctx<'_>) -> Result<(Option<B256>, Counts), TrieDbError> {
     let parts = (0..16u8)
         .into_par_iter()
         .map(|nibble| account_part(ctx, nibble))
-        .collect::<Result<Vec<_>, StateDbError>>()?;
+        .collect::<Result<Vec<_>, TrieDbError>>()?;
     let counts = parts
         .iter()
         .fold(Counts::default(), |sum, (_, counts)| sum.add(*counts));
@@ -223,12 +223,12 @@ fn compute(ctx: &Ctx<'_>) -> Result<(Option<B256>, Counts), StateDbError> {
     Ok((Some(root), counts))
 }
 
-fn account_part(ctx: &Ctx<'_>, nibble: u8) -> Result<(Part, Counts), StateDbError> {
+fn account_part(ctx: &Ctx<'_>, nibble: u8) -> Result<(Part, Counts), TrieDbError> {
     let txn = ctx.begin()?;
     let roots = PartRoots {
         ctx,
         txn: &txn,
-        probe: cursor(&ctx.dbs, &txn, Table::HashedStorages)?,
+        probe: cursor(&ctx.dbs, &txn, TrieTable::HashedStorages)?,
         probe_at: None,
         counts: Counts::default(),
     };
@@ -255,7 +255,7 @@ struct PartRoots<'c, 'e, 'tx> {
 }
 
 impl PartRoots<'_, '_, '_> {
-    fn slots(&mut self, address: &B256) -> Result<u64, StateDbError> {
+    fn slots(&mut self, address: &B256) -> Result<u64, TrieDbError> {
         // Leaves come in key order: the last probe answers for every account up to the next
         // one with slots, without a seek.
         if let Some((low, next)) = self.probe_at {
@@ -266,14 +266,14 @@ impl PartRoots<'_, '_, '_> {
         let row: Option<(Cow<'_, [u8]>, ())> = self
             .probe
             .set_range(address.as_slice())
-            .map_err(StateDbError::read("HashedStorages"))?;
+            .map_err(TrieDbError::read("HashedStorages"))?;
         let next = match row {
             Some((key, ())) => {
-                let owner = hashed_key(Table::HashedStorages, &key)?;
+                let owner = hashed_key(TrieTable::HashedStorages, &key)?;
                 let count = self
                     .probe
                     .dup_count()
-                    .map_err(StateDbError::mdbx("count an account's slots"))?;
+                    .map_err(TrieDbError::mdbx("count an account's slots"))?;
                 Some((owner, count as u64))
             }
             None => None,
@@ -284,7 +284,7 @@ impl PartRoots<'_, '_, '_> {
 }
 
 impl StorageRoots for PartRoots<'_, '_, '_> {
-    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, TrieDbError> {
         let slots = self.slots(address)?;
         if slots == 0 {
             return Ok(EMPTY_ROOT_HASH);
@@ -308,7 +308,7 @@ fn whole_storage_root(
     ctx: &Ctx<'_>,
     txn: &RoTxUnsync,
     address: &B256,
-) -> Result<(B256, u64), StateDbError> {
+) -> Result<(B256, u64), TrieDbError> {
     let mut source = StorageSource::new(&ctx.dbs, txn, *address, false)?;
     let mut spill =
         |nodes: &[(Nibbles, BranchNodeCompact)]| ctx.send(Write::Storage(*address, nodes.to_vec()));
@@ -330,7 +330,7 @@ fn whole_storage_root(
 
 /// One storage trie computed in parts, its nodes sent: its root, leaves, and whether the
 /// parts split it (else it was computed again whole).
-fn split_storage_root(ctx: &Ctx<'_>, address: &B256) -> Result<(B256, u64, bool), StateDbError> {
+fn split_storage_root(ctx: &Ctx<'_>, address: &B256) -> Result<(B256, u64, bool), TrieDbError> {
     let parts = (0..16u8)
         .into_par_iter()
         .map(|nibble| {
@@ -342,7 +342,7 @@ fn split_storage_root(ctx: &Ctx<'_>, address: &B256) -> Result<(B256, u64, bool)
             })?;
             Ok((part, leaves))
         })
-        .collect::<Result<Vec<_>, StateDbError>>()?;
+        .collect::<Result<Vec<_>, TrieDbError>>()?;
     let tops: Vec<Part> = parts.iter().map(|(part, _)| *part).collect();
     match combine(&tops) {
         Some((root, nodes)) => {
@@ -363,12 +363,12 @@ fn split_storage_root(ctx: &Ctx<'_>, address: &B256) -> Result<(B256, u64, bool)
 /// The subtrie under the root's child `nibble`: its leaves hashed by a builder over the keys
 /// after their first nibble, its nodes handed to `send` under their full paths as they
 /// finish (at most [`SPILL_NODES`] held).
-fn part<S: TrieSource<Error = StateDbError>>(
+fn part<S: TrieSource<Error = TrieDbError>>(
     source: &mut S,
     nibble: u8,
     leaves: &mut u64,
-    mut send: impl FnMut(Nodes) -> Result<(), StateDbError>,
-) -> Result<Part, StateDbError> {
+    mut send: impl FnMut(Nodes) -> Result<(), TrieDbError>,
+) -> Result<Part, TrieDbError> {
     let prefix = Nibbles::from_nibbles_unchecked([nibble]);
     let mut from = B256::ZERO;
     from.0[0] = nibble << 4;
@@ -446,7 +446,7 @@ fn combine(parts: &[Part]) -> Option<(B256, Nodes)> {
 
 /// The account trie rebuilt on this thread over the storage tries already stored (their
 /// root nodes give the roots; a trie too small to store one is read again).
-fn serial_account_trie(dbs: &Dbs, txn: &RwTxUnsync) -> Result<B256, StateDbError> {
+fn serial_account_trie(dbs: &TrieDbs, txn: &RwTxUnsync) -> Result<B256, TrieDbError> {
     let known = B256Map::default();
     let roots = StoredRoots::new(dbs, txn, &known, true, Discard)?;
     let mut source = AccountSource::new(dbs, txn, false, roots)?;
@@ -471,39 +471,79 @@ mod tests {
     //! root and the same stored nodes, row for row, where the parts split the tries and where
     //! they do not (tiny tries, keys that share their first nibbles).
 
-    use alloy_consensus::Header;
     use alloy_primitives::{keccak256, Address, U256};
+    use gigas_primitives::AccountState;
+    use gigas_trie::ScratchState;
 
     use super::*;
-    use crate::db::StateDb;
-    use crate::trie::root;
-    use crate::types::{GenesisBlock, GenesisEntry};
-    use crate::StateDbOptions;
+    use crate::root;
+    use crate::rows;
 
-    fn open(dir: &std::path::Path) -> StateDb {
-        let options = StateDbOptions {
-            max_size_bytes: 1 << 30,
-            growth_step_bytes: 16 << 20,
-            ..StateDbOptions::default()
-        };
-        StateDb::open(dir, options).unwrap()
+    /// A genesis entry: an account (address, nonce) or a slot (owner, slot, value).
+    enum Entry {
+        Account(Address, u64),
+        Slot(Address, U256, u64),
     }
 
-    fn account(address: Address, nonce: u64) -> GenesisEntry {
-        GenesisEntry::Account {
-            address,
+    fn account(address: Address, nonce: u64) -> Entry {
+        Entry::Account(address, nonce)
+    }
+
+    fn slot(address: Address, slot: U256, value: u64) -> Entry {
+        Entry::Slot(address, slot, value)
+    }
+
+    fn state(nonce: u64) -> AccountState {
+        AccountState {
             nonce,
             balance: U256::from(nonce * 7 + 1),
-            code: None,
+            code_hash: alloy_primitives::KECCAK256_EMPTY,
         }
     }
 
-    fn slot(address: Address, slot: U256, value: u64) -> GenesisEntry {
-        GenesisEntry::Slot {
-            address,
-            slot,
-            value: U256::from(value),
+    /// A trie environment in `dir` holding `entries` as its leaves, and their root computed
+    /// from scratch (alloy-trie's).
+    fn load(dir: &std::path::Path, entries: Vec<Entry>) -> (Environment, TrieDbs, B256) {
+        let options = gigas_mdbx::EnvOptions {
+            max_size_bytes: 1 << 30,
+            growth_step_bytes: 16 << 20,
+            page_size: None,
+            max_readers: 64,
+            sync_mode: signet_libmdbx::SyncMode::SafeNoSync,
+            readahead: false,
+            write_map: false,
+            autosync_period: None,
+            max_dirty_pages: None,
+        };
+        let env = gigas_mdbx::open_env(dir, &options).unwrap();
+        let dbs = TrieDbs::open(&env, dir).unwrap();
+        let mut scratch = ScratchState::new();
+        let mut accounts = Vec::new();
+        let mut slots = Vec::new();
+        for entry in entries {
+            match entry {
+                Entry::Account(address, nonce) => {
+                    scratch.account(address, state(nonce));
+                    accounts.push((keccak256(address), state(nonce)));
+                }
+                Entry::Slot(address, s, value) => {
+                    scratch.slot(address, s, U256::from(value));
+                    slots.push((
+                        keccak256(address),
+                        keccak256(s.to_be_bytes::<32>()),
+                        U256::from(value),
+                    ));
+                }
+            }
         }
+        accounts.sort_unstable_by_key(|a| a.0);
+        slots.sort_unstable_by_key(|s| (s.0, s.1));
+        let txn = env.begin_rw_unsync().unwrap();
+        let buf = &mut Vec::new();
+        rows::put_accounts(&dbs, &txn, &accounts, buf).unwrap();
+        rows::put_slots(&dbs, &txn, slots.into_iter(), buf).unwrap();
+        txn.commit().unwrap();
+        (env, dbs, scratch.root().unwrap())
     }
 
     /// Addresses from `start` on whose hashed key begins with `prefix`'s nibbles.
@@ -529,8 +569,8 @@ mod tests {
 
     type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
-    fn rows(db: &StateDb, txn: &RwTxUnsync, table: Table) -> Rows {
-        let mut c = cursor(db.dbs(), txn, table).unwrap();
+    fn rows(dbs: &TrieDbs, txn: &RwTxUnsync, table: TrieTable) -> Rows {
+        let mut c = cursor(dbs, txn, table).unwrap();
         let mut out = Vec::new();
         let mut row: Option<(Vec<u8>, Vec<u8>)> = c.first().unwrap();
         while let Some(r) = row {
@@ -543,54 +583,39 @@ mod tests {
     /// Writes `entries` as a genesis, rebuilds both ways (each in a transaction then
     /// dropped), asserts they agree, and returns whether the parallel one split the account
     /// trie, and its counts.
-    fn compare(entries: Vec<GenesisEntry>, split: u64) -> (bool, Counts) {
+    fn compare(entries: Vec<Entry>, split: u64) -> (bool, Counts) {
         let dir = tempfile::tempdir().unwrap();
-        let db = open(dir.path());
-        let genesis = Header::default();
-        let outcome = db
-            .apply_genesis(
-                GenesisBlock {
-                    header: &genesis,
-                    hash: genesis.hash_slow(),
-                    signature: None,
-                    commitment: None,
-                },
-                entries.into_iter().map(Ok::<_, std::io::Error>),
-                500,
-            )
-            .unwrap();
+        let (env, dbs, scratch_root) = load(dir.path(), entries);
         let dump = |txn: &RwTxUnsync| {
             (
-                rows(&db, txn, Table::AccountsTrie),
-                rows(&db, txn, Table::StoragesTrie),
+                rows(&dbs, txn, TrieTable::AccountsTrie),
+                rows(&dbs, txn, TrieTable::StoragesTrie),
             )
         };
-        let txn = db.env().begin_rw_unsync().unwrap();
-        let serial = root::rebuild_root(db.dbs(), &txn).unwrap();
+        let txn = env.begin_rw_unsync().unwrap();
+        let serial = root::rebuild_root(&dbs, &txn).unwrap();
         let serial_rows = dump(&txn);
         drop(txn);
-        let txn = db.env().begin_rw_unsync().unwrap();
-        let (parallel, split_accounts, counts) = rebuild(db.env(), db.dbs(), &txn, split).unwrap();
+        let txn = env.begin_rw_unsync().unwrap();
+        let (parallel, split_accounts, counts) = rebuild(&env, &dbs, &txn, split).unwrap();
         let parallel_rows = dump(&txn);
         drop(txn);
         assert_eq!(parallel.root, serial.root);
-        assert_eq!(outcome.state_root, serial.root);
+        assert_eq!(scratch_root, serial.root);
         assert_eq!(parallel.leaves, serial.leaves);
         assert_eq!(parallel.storage_tries, serial.storage_tries);
         assert_eq!(parallel_rows.0.len(), serial_rows.0.len());
         assert_eq!(parallel_rows.0, serial_rows.0, "account trie nodes");
         assert_eq!(parallel_rows.1.len(), serial_rows.1.len());
         assert_eq!(parallel_rows.1, serial_rows.1, "storage trie nodes");
-        assert_eq!(
-            db.view().unwrap().state_root_from_scratch().unwrap(),
-            serial.root
-        );
+        let txn = env.begin_ro_unsync().unwrap();
+        assert_eq!(root::root_from_scratch(&dbs, &txn).unwrap(), serial.root);
         (split_accounts, counts)
     }
 
     #[test]
     fn many_accounts_and_storage_tries_split_and_match_the_serial_rebuild() {
-        let mut entries: Vec<GenesisEntry> = (0..3000u64)
+        let mut entries: Vec<Entry> = (0..3000u64)
             .map(|n| account(Address::left_padding_from(&n.to_be_bytes()), n))
             .collect();
         // Storage tries of every size: the large ones are split (split = 400), the small ones
@@ -639,7 +664,7 @@ mod tests {
 
         // Storage tries split where their parts allow it, and computed again whole where
         // they do not: slots sharing two nibbles, a few slots, slots under one nibble.
-        let mut entries: Vec<GenesisEntry> = (0..2000u64)
+        let mut entries: Vec<Entry> = (0..2000u64)
             .map(|n| account(Address::left_padding_from(&n.to_be_bytes()), n))
             .collect();
         let owners = [

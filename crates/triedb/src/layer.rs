@@ -21,37 +21,38 @@ use alloy_primitives::{B256, U256};
 use alloy_trie::{BranchNodeCompact, Nibbles};
 use gigas_primitives::AccountState;
 
-use crate::error::StateDbError;
-use crate::trie::cache::Found;
-use crate::trie::root::RootOutcome;
+use crate::cache::Found;
+use crate::error::TrieDbError;
+use crate::root::RootOutcome;
 use gigas_trie::walk::{TrieRun, TrieSource};
 
 mod parallel;
 
-pub(crate) use parallel::{layered_root, preload_sparse_accounts, LayeredRoot, Parallelism};
+pub use parallel::{layered_root, preload_sparse_accounts, LayeredRoot, Parallelism};
 
 /// Branch nodes changed since the last commit, by path (`None`: removed).
-pub(crate) type NodeLayer = BTreeMap<Nibbles, Option<BranchNodeCompact>>;
+pub type NodeLayer = BTreeMap<Nibbles, Option<BranchNodeCompact>>;
 
 /// One account's storage changed since the last commit.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct StorageLayer {
+pub struct StorageLayer {
     /// The committed slots and storage trie are gone (self-destruct): only what is here.
-    pub(crate) wiped: bool,
+    pub wiped: bool,
     /// Hashed slot to value (zero: the slot is empty).
-    pub(crate) slots: BTreeMap<B256, U256>,
+    pub slots: BTreeMap<B256, U256>,
     /// The storage trie's branch nodes.
-    pub(crate) nodes: NodeLayer,
+    pub nodes: NodeLayer,
 }
 
 /// The hashed tables' and trie tables' changes of the open group.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct TrieLayer {
+pub struct TrieLayer {
     /// Hashed account to state (`None`: the account does not exist).
-    pub(crate) accounts: BTreeMap<B256, Option<AccountState>>,
+    pub accounts: BTreeMap<B256, Option<AccountState>>,
     /// The account trie's branch nodes.
-    pub(crate) account_nodes: NodeLayer,
-    pub(crate) storage: B256Map<StorageLayer>,
+    pub account_nodes: NodeLayer,
+    /// Each changed account's storage: its slots and storage trie nodes.
+    pub storage: B256Map<StorageLayer>,
 }
 
 /// Heap bytes per layer entry, estimated: key and value with a B-tree's share of node
@@ -62,13 +63,14 @@ const NODE_ENTRY_BYTES: u64 = 400;
 const STORAGE_ENTRY_BYTES: u64 = 120;
 
 impl TrieLayer {
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether it holds no change.
+    pub fn is_empty(&self) -> bool {
         self.accounts.is_empty() && self.account_nodes.is_empty() && self.storage.is_empty()
     }
 
     /// The memory it holds, estimated from its entry counts (a pass over the accounts with
     /// storage changes, none for plain transfers).
-    pub(crate) fn approx_bytes(&self) -> u64 {
+    pub fn approx_bytes(&self) -> u64 {
         let storage: u64 = self
             .storage
             .values()
@@ -104,7 +106,7 @@ impl TrieLayer {
     /// Lays `later` (the writes made after this layer was taken for a root running
     /// meanwhile) over this one: its values win, and a storage it wiped hides this one's
     /// slots and nodes of that account.
-    pub(crate) fn absorb(&mut self, later: TrieLayer) {
+    pub fn absorb(&mut self, later: TrieLayer) {
         self.accounts.extend(later.accounts);
         self.account_nodes.extend(later.account_nodes);
         for (address, storage) in later.storage {
@@ -122,7 +124,7 @@ impl TrieLayer {
     /// value: a read of the commit finds it there. What was written again since with
     /// another value stays, and so does a wiped storage unless nothing was written under
     /// it since (its wipe hides the commit's slots).
-    pub(crate) fn prune_committed(&mut self, committed: &TrieLayer) {
+    pub fn prune_committed(&mut self, committed: &TrieLayer) {
         for (h, state) in &committed.accounts {
             if self.accounts.get(h) == Some(state) {
                 self.accounts.remove(h);
@@ -152,7 +154,7 @@ impl TrieLayer {
     }
 
     /// Takes in the nodes a root computed, and returns what it did.
-    pub(crate) fn record_root(&mut self, root: LayeredRoot) -> (RootOutcome, bool) {
+    pub fn record_root(&mut self, root: LayeredRoot) -> (RootOutcome, bool) {
         for (address, run) in root.storage {
             Self::record(&mut self.storage.entry(address).or_default().nodes, run);
         }
@@ -171,8 +173,8 @@ fn prune_nodes(nodes: &mut NodeLayer, committed: &NodeLayer) {
 }
 
 /// A source that can find the first stored node at or after a path, whatever its prefix.
-pub(crate) trait NodesFrom: TrieSource<Error = StateDbError> {
-    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError>;
+pub(crate) trait NodesFrom: TrieSource<Error = TrieDbError> {
+    fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, TrieDbError>;
 }
 
 /// The path right after `path` in path order (its first possible descendant).
@@ -183,7 +185,7 @@ fn successor(path: &Nibbles) -> Nibbles {
 }
 
 /// A committed trie (`inner`) with the layer's nodes and leaves (values `V`) laid over it.
-pub(crate) struct Layered<'l, S: TrieSource<Error = StateDbError>, V> {
+pub(crate) struct Layered<'l, S: TrieSource<Error = TrieDbError>, V> {
     inner: S,
     nodes: &'l NodeLayer,
     leaves: &'l BTreeMap<B256, V>,
@@ -197,7 +199,7 @@ pub(crate) struct Layered<'l, S: TrieSource<Error = StateDbError>, V> {
     next: Option<(B256, Option<S::Leaf>)>,
 }
 
-impl<'l, S: TrieSource<Error = StateDbError>, V> Layered<'l, S, V> {
+impl<'l, S: TrieSource<Error = TrieDbError>, V> Layered<'l, S, V> {
     pub(crate) fn new(
         inner: S,
         nodes: &'l NodeLayer,
@@ -227,7 +229,7 @@ impl<'l, S: TrieSource<Error = StateDbError>, V> Layered<'l, S, V> {
             .map(|(k, v)| (*k, (self.leaf)(v)))
     }
 
-    fn advance_inner(&mut self) -> Result<(), StateDbError> {
+    fn advance_inner(&mut self) -> Result<(), TrieDbError> {
         self.pending = if self.hidden {
             None
         } else {
@@ -236,7 +238,7 @@ impl<'l, S: TrieSource<Error = StateDbError>, V> Layered<'l, S, V> {
         Ok(())
     }
 
-    fn merged(&mut self) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+    fn merged(&mut self) -> Result<Option<(B256, S::Leaf)>, TrieDbError> {
         loop {
             let layer_first = match (&self.pending, &self.next) {
                 (None, None) => return Ok(None),
@@ -265,9 +267,9 @@ impl<'l, S: TrieSource<Error = StateDbError>, V> Layered<'l, S, V> {
 
 impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
     type Leaf = S::Leaf;
-    type Error = StateDbError;
+    type Error = TrieDbError;
 
-    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+    fn seek_node(&mut self, path: &Nibbles) -> Result<Found, TrieDbError> {
         let layer = self
             .nodes
             .range(*path..)
@@ -298,7 +300,7 @@ impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
         }
     }
 
-    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+    fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, S::Leaf)>, TrieDbError> {
         self.pending = if self.hidden {
             None
         } else {
@@ -308,7 +310,7 @@ impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
         self.merged()
     }
 
-    fn next_leaf(&mut self) -> Result<Option<(B256, S::Leaf)>, StateDbError> {
+    fn next_leaf(&mut self) -> Result<Option<(B256, S::Leaf)>, TrieDbError> {
         self.merged()
     }
 
@@ -317,18 +319,18 @@ impl<S: NodesFrom, V> TrieSource for Layered<'_, S, V> {
         key: &B256,
         leaf: &S::Leaf,
         out: &mut Vec<u8>,
-    ) -> Result<(), StateDbError> {
+    ) -> Result<(), TrieDbError> {
         self.inner.leaf_value(key, leaf, out)
     }
 }
 
 /// A layer's account value as a leaf.
-pub(crate) fn account_leaf(state: &Option<AccountState>) -> Option<AccountState> {
+pub fn account_leaf(state: &Option<AccountState>) -> Option<AccountState> {
     *state
 }
 
 /// A layer's slot value as a leaf (zero: no leaf).
-pub(crate) fn slot_leaf(value: &U256) -> Option<U256> {
+pub fn slot_leaf(value: &U256) -> Option<U256> {
     (!value.is_zero()).then_some(*value)
 }
 
@@ -350,21 +352,21 @@ mod tests {
 
     impl TrieSource for Committed {
         type Leaf = U256;
-        type Error = StateDbError;
+        type Error = TrieDbError;
 
-        fn seek_node(&mut self, path: &Nibbles) -> Result<Found, StateDbError> {
+        fn seek_node(&mut self, path: &Nibbles) -> Result<Found, TrieDbError> {
             Ok(self
                 .seek_node_from(path)?
                 .filter(|(k, _)| k.starts_with(path)))
         }
 
-        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, StateDbError> {
+        fn seek_leaf(&mut self, key: &B256) -> Result<Option<(B256, U256)>, TrieDbError> {
             let found = self.leaves.range(*key..).next().map(|(k, v)| (*k, *v));
             self.at = found.map(|(k, _)| k);
             Ok(found)
         }
 
-        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, StateDbError> {
+        fn next_leaf(&mut self) -> Result<Option<(B256, U256)>, TrieDbError> {
             let Some(at) = self.at else { return Ok(None) };
             let found = self
                 .leaves
@@ -375,13 +377,13 @@ mod tests {
             Ok(found)
         }
 
-        fn leaf_value(&mut self, _: &B256, _: &U256, _: &mut Vec<u8>) -> Result<(), StateDbError> {
+        fn leaf_value(&mut self, _: &B256, _: &U256, _: &mut Vec<u8>) -> Result<(), TrieDbError> {
             Ok(())
         }
     }
 
     impl NodesFrom for Committed {
-        fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, StateDbError> {
+        fn seek_node_from(&mut self, from: &Nibbles) -> Result<Found, TrieDbError> {
             Ok(self
                 .nodes
                 .range(*from..)

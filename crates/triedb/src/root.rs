@@ -1,7 +1,7 @@
 //! The entry points of the trie over MDBX: the incremental root inside the write
 //! transaction, the rebuild, the root from scratch (a check), and proofs. The sources and
-//! the node writes they use are in [`crate::trie::store`]; roots over the open group held in
-//! memory are in [`crate::trie::layer`].
+//! the node writes they use are in [`crate::store`]; roots over the open group held in
+//! memory are in [`crate::layer`].
 
 use alloy_primitives::map::B256Map;
 use alloy_primitives::{Bytes, B256};
@@ -10,42 +10,47 @@ use signet_libmdbx::tx::aliases::RwTxUnsync;
 use signet_libmdbx::tx::Tx;
 use signet_libmdbx::TransactionKind;
 
-use crate::error::StateDbError;
-use crate::read::Dbs;
-use crate::tables::Table;
-use crate::trie::cache::{CachedSource, OwnerNodes, TrieCache};
-use crate::trie::layer::{account_leaf, slot_leaf, Layered, StorageLayer, TrieLayer};
-use crate::trie::store::{
+use crate::cache::{CachedSource, OwnerNodes, TrieCache};
+use crate::error::TrieDbError;
+use crate::layer::{account_leaf, slot_leaf, Layered, StorageLayer, TrieLayer};
+use crate::store::{
     clear, put_account_nodes, write_account_trie, write_storage_trie, AccountSource, ChangedKeys,
     Discard, StorageSource, StoredRoots, WriteTo,
 };
+use crate::tables::TrieDbs;
+use crate::tables::TrieTable;
 use gigas_trie::walk;
 use gigas_trie::PrefixSet;
 
 /// What a root computation did.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RootOutcome {
-    pub(crate) root: B256,
-    pub(crate) changed_accounts: u64,
-    pub(crate) storage_tries: u64,
-    pub(crate) leaves: u64,
-    pub(crate) skipped: u64,
+pub struct RootOutcome {
+    /// The state root.
+    pub root: B256,
+    /// Accounts whose leaf the walk recomputed.
+    pub changed_accounts: u64,
+    /// Storage tries it walked.
+    pub storage_tries: u64,
+    /// Leaves it read.
+    pub leaves: u64,
+    /// Subtries it took from their stored hash without descending.
+    pub skipped: u64,
     /// Leaves taken from their remembered hash.
-    pub(crate) remembered: u64,
+    pub remembered: u64,
     /// Walks done again without remembered hashes.
-    pub(crate) rereads: u64,
+    pub rereads: u64,
 }
 
 /// The incremental root: recomputes the storage tries and account leaves `changed` names,
 /// stores the new nodes, and empties the changed-key tables (whose contents `changed` must
 /// already hold). Stored nodes are sought through `cache` (which must describe the
 /// transaction's nodes, and is kept so) unless it is off.
-pub(crate) fn update_root(
-    dbs: &Dbs,
+pub fn update_root(
+    dbs: &TrieDbs,
     txn: &RwTxUnsync,
     changed: ChangedKeys,
     cache: &TrieCache,
-) -> Result<RootOutcome, StateDbError> {
+) -> Result<RootOutcome, TrieDbError> {
     let mut out = RootOutcome::default();
     let mut storage: Vec<(B256, Vec<B256>)> = changed.storage.into_iter().collect();
     storage.sort_unstable_by_key(|(a, _)| *a);
@@ -87,7 +92,10 @@ pub(crate) fn update_root(
     clear(
         dbs,
         txn,
-        &[Table::TrieChangedAccounts, Table::TrieChangedStorages],
+        &[
+            TrieTable::TrieChangedAccounts,
+            TrieTable::TrieChangedStorages,
+        ],
     )?;
     out.root = run.root;
     out.changed_accounts = set.len() as u64;
@@ -101,15 +109,15 @@ pub(crate) fn update_root(
 
 /// Rebuilds both tries from the hashed tables: clears every trie table, computes all of it
 /// and stores every node.
-pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, StateDbError> {
+pub fn rebuild_root(dbs: &TrieDbs, txn: &RwTxUnsync) -> Result<RootOutcome, TrieDbError> {
     clear(
         dbs,
         txn,
         &[
-            Table::AccountsTrie,
-            Table::StoragesTrie,
-            Table::TrieChangedAccounts,
-            Table::TrieChangedStorages,
+            TrieTable::AccountsTrie,
+            TrieTable::StoragesTrie,
+            TrieTable::TrieChangedAccounts,
+            TrieTable::TrieChangedStorages,
         ],
     )?;
     let known = B256Map::default();
@@ -123,7 +131,7 @@ pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, S
             Vec::new(),
             true,
             Some(walk::Spill {
-                every: crate::trie::rebuild::SPILL_NODES,
+                every: crate::rebuild::SPILL_NODES,
                 to: &mut spill,
             }),
         )?;
@@ -141,10 +149,10 @@ pub(crate) fn rebuild_root(dbs: &Dbs, txn: &RwTxUnsync) -> Result<RootOutcome, S
 
 /// The root from the hashed tables alone, ignoring every stored node (a check on the
 /// incremental root).
-pub(crate) fn root_from_scratch<K: TransactionKind>(
-    dbs: &Dbs,
+pub fn root_from_scratch<K: TransactionKind>(
+    dbs: &TrieDbs,
     txn: &Tx<K>,
-) -> Result<B256, StateDbError> {
+) -> Result<B256, TrieDbError> {
     let known = B256Map::default();
     let roots = StoredRoots::new(dbs, txn, &known, false, Discard)?;
     let mut source = AccountSource::new(dbs, txn, false, roots)?;
@@ -153,22 +161,31 @@ pub(crate) fn root_from_scratch<K: TransactionKind>(
 
 /// Proof nodes of one account and some of its slots, against the state the transaction sees
 /// (`changed`: what the committed state changed since its last root).
-pub(crate) struct Proven {
-    pub(crate) state_root: B256,
-    pub(crate) storage_root: B256,
-    pub(crate) account_proof: Vec<Bytes>,
-    pub(crate) storage_proofs: Vec<Vec<Bytes>>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proven {
+    /// The state root the proofs lead from.
+    pub state_root: B256,
+    /// The account's storage root.
+    pub storage_root: B256,
+    /// The account trie's nodes from the root to the account's leaf (or to where it would
+    /// be), RLP-encoded.
+    pub account_proof: Vec<Bytes>,
+    /// For each slot asked, in order, the storage trie's nodes from its root.
+    pub storage_proofs: Vec<Vec<Bytes>>,
 }
 
-pub(crate) fn prove<K: TransactionKind>(
-    dbs: &Dbs,
+/// Proves `address` (hashed) and its `slots` (hashed) against the state `txn` sees with
+/// `overlay` laid over it; `changed`: what that state changed since its stored nodes were
+/// last brought up to date. Stops with [`TrieDbError::DeadlinePassed`] at `deadline`.
+pub fn prove<K: TransactionKind>(
+    dbs: &TrieDbs,
     txn: &Tx<K>,
     mut changed: ChangedKeys,
     overlay: &TrieLayer,
     address: B256,
     slots: &[B256],
     deadline: Option<std::time::Instant>,
-) -> Result<Proven, StateDbError> {
+) -> Result<Proven, TrieDbError> {
     // Every overlaid key is a changed one: the walk recomputes its path from the leaves the
     // overlay serves.
     for account in overlay.accounts.keys() {
@@ -180,7 +197,7 @@ pub(crate) fn prove<K: TransactionKind>(
             .extend(storage.slots.keys().copied());
     }
     let no_slots = StorageLayer::default();
-    let storage_source = |account: B256| -> Result<_, StateDbError> {
+    let storage_source = |account: B256| -> Result<_, TrieDbError> {
         let over = overlay.storage.get(&account).unwrap_or(&no_slots);
         Ok(Layered::new(
             StorageSource::new(dbs, txn, account, true)?,

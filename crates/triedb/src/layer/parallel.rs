@@ -22,11 +22,11 @@ use signet_libmdbx::tx::Tx;
 use signet_libmdbx::{Environment, Ro, TransactionKind};
 
 use super::{account_leaf, slot_leaf, Layered, StorageLayer, TrieLayer};
-use crate::error::StateDbError;
-use crate::read::Dbs;
-use crate::trie::cache::{CachedSource, OwnerNodes, StorageNodes, TrieCache};
-use crate::trie::root::RootOutcome;
-use crate::trie::store::{AccountSource, ChangedKeys, StorageRoots, StorageSource, StoredRoots};
+use crate::cache::{CachedSource, OwnerNodes, StorageNodes, TrieCache};
+use crate::error::TrieDbError;
+use crate::root::RootOutcome;
+use crate::store::{AccountSource, ChangedKeys, StorageRoots, StorageSource, StoredRoots};
+use crate::tables::TrieDbs;
 use gigas_trie::sparse::{Emitted, SparseAccounts};
 use gigas_trie::walk::{self, TrieRun, TrieSource};
 use gigas_trie::PrefixSet;
@@ -34,11 +34,11 @@ use gigas_trie::PrefixSet;
 /// Storage roots for the account walk: those computed by this root (`known`), else over
 /// the layer for an account whose storage the group changed, else from the committed trie.
 struct LayeredRoots<'a, 'tx, K: TransactionKind> {
-    dbs: Dbs,
+    dbs: TrieDbs,
     txn: &'tx Tx<K>,
     layer: &'a TrieLayer,
     cache: Option<&'a Mutex<StorageNodes>>,
-    committed: StoredRoots<'a, 'tx, K, crate::trie::store::Discard>,
+    committed: StoredRoots<'a, 'tx, K, crate::store::Discard>,
     computed: u64,
     leaves: u64,
 }
@@ -50,19 +50,18 @@ type AccountsOverLayer<'a, 'tx, K> =
     Layered<'a, AccountSource<'tx, K, LayeredRoots<'a, 'tx, K>>, Option<AccountState>>;
 
 fn accounts_over_layer<'a, 'tx, K: TransactionKind>(
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     txn: &'tx Tx<K>,
     layer: &'a TrieLayer,
     known: &'a B256Map<B256>,
     cache: Option<&'a Mutex<StorageNodes>>,
-) -> Result<AccountsOverLayer<'a, 'tx, K>, StateDbError> {
+) -> Result<AccountsOverLayer<'a, 'tx, K>, TrieDbError> {
     let roots = LayeredRoots {
         dbs: *dbs,
         txn,
         layer,
         cache,
-        committed: StoredRoots::new(dbs, txn, known, true, crate::trie::store::Discard)?
-            .cached(cache),
+        committed: StoredRoots::new(dbs, txn, known, true, crate::store::Discard)?.cached(cache),
         computed: 0,
         leaves: 0,
     };
@@ -86,7 +85,7 @@ impl<K: TransactionKind> LayeredRoots<'_, '_, K> {
 }
 
 impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
-    fn storage_root(&mut self, address: &B256) -> Result<B256, StateDbError> {
+    fn storage_root(&mut self, address: &B256) -> Result<B256, TrieDbError> {
         if let Some(root) = self.committed.known(address) {
             return Ok(root);
         }
@@ -114,14 +113,14 @@ impl<K: TransactionKind> StorageRoots for LayeredRoots<'_, '_, K> {
 
 /// Walks one account's storage trie over the layer, its node seeks through `cache`.
 fn storage_walk<K: TransactionKind>(
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     txn: &Tx<K>,
     address: &B256,
     storage: &StorageLayer,
     changed: &PrefixSet,
     updates: bool,
     cache: Option<OwnerNodes<'_>>,
-) -> Result<TrieRun, StateDbError> {
+) -> Result<TrieRun, TrieDbError> {
     let layered = Layered::new(
         StorageSource::new(dbs, txn, *address, true)?,
         &storage.nodes,
@@ -140,13 +139,13 @@ fn storage_walk<K: TransactionKind>(
 /// The account trie, over the layer, with storage roots from `known` or found as needed,
 /// its node seeks through `cache`.
 fn account_walk<K: TransactionKind>(
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     txn: &Tx<K>,
     layer: &TrieLayer,
     known: &B256Map<B256>,
     changed: &PrefixSet,
     cache: Option<&TrieCache>,
-) -> Result<(TrieRun, u64, u64), StateDbError> {
+) -> Result<(TrieRun, u64, u64), TrieDbError> {
     let layered = accounts_over_layer(dbs, txn, layer, known, cache.map(|c| &c.storage))?;
     let mut source = CachedSource::new(layered, cache.map(|c| &c.accounts));
     let run = walk::run_updates(&mut source, changed)?;
@@ -156,20 +155,21 @@ fn account_walk<K: TransactionKind>(
 
 /// What a layered root computed: the root, and the nodes to take into the layer.
 #[derive(Debug, Default)]
-pub(crate) struct LayeredRoot {
-    pub(crate) outcome: RootOutcome,
+pub struct LayeredRoot {
+    /// The root and what computing it cost.
+    pub outcome: RootOutcome,
     /// Each changed storage trie's walk, by account.
-    pub(crate) storage: Vec<(B256, TrieRun)>,
+    pub storage: Vec<(B256, TrieRun)>,
     /// The account trie's walk (its root, updates and removed nodes).
-    pub(crate) accounts: TrieRun,
+    pub accounts: TrieRun,
     /// The account trie was split under its root node and walked on several threads.
-    pub(crate) split: bool,
+    pub split: bool,
 }
 
 impl LayeredRoot {
     /// Tells the cache the nodes this root changes (before they go into the layer), with
     /// the leaf hashes the walks knew.
-    pub(crate) fn update_cache(&self, cache: &TrieCache) {
+    pub fn update_cache(&self, cache: &TrieCache) {
         for (address, run) in &self.storage {
             cache.walked(Some(address), run);
         }
@@ -179,15 +179,15 @@ impl LayeredRoot {
 
 /// How a layered root spreads its work.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Parallelism {
+pub struct Parallelism {
     /// Threads, the caller's included.
-    pub(crate) threads: usize,
+    pub threads: usize,
     /// Fewest changed accounts for which the account trie is split.
-    pub(crate) min_split_accounts: usize,
+    pub min_split_accounts: usize,
 }
 
 /// One piece of a root, given a read transaction at the last commit and its index.
-type Job<'a, T> = dyn Fn(&Tx<Ro>, usize) -> Result<T, StateDbError> + Sync + 'a;
+type Job<'a, T> = dyn Fn(&Tx<Ro>, usize) -> Result<T, TrieDbError> + Sync + 'a;
 
 /// Runs `job(i)` for `i in 0..jobs` on `threads` threads (the caller's one of them), each
 /// thread with one read transaction of its own, and returns the results in job order.
@@ -196,16 +196,16 @@ fn run_jobs<T: Send>(
     jobs: usize,
     threads: usize,
     job: &Job<'_, T>,
-) -> Result<Vec<T>, StateDbError> {
+) -> Result<Vec<T>, TrieDbError> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<T>>> = Mutex::new((0..jobs).map(|_| None).collect());
-    let work = || -> Result<(), StateDbError> {
+    let work = || -> Result<(), TrieDbError> {
         if next.load(Ordering::Relaxed) >= jobs {
             return Ok(());
         }
         let txn = env
             .begin_ro_unsync()
-            .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+            .map_err(TrieDbError::mdbx("begin a read transaction for a root"))?;
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= jobs {
@@ -224,19 +224,19 @@ fn run_jobs<T: Send>(
         for helper in helpers {
             let joined = helper
                 .join()
-                .unwrap_or_else(|_| Err(StateDbError::RootThreadPanicked));
+                .unwrap_or(Err(TrieDbError::RootThreadPanicked));
             outcome = outcome.and(joined);
         }
         outcome
     })?;
     let results = results
         .into_inner()
-        .map_err(|_| StateDbError::RootThreadPanicked)?;
+        .map_err(|_| TrieDbError::RootThreadPanicked)?;
     results
         .into_iter()
         .map(|r| {
             // Every job ran, or the first error returned above.
-            r.ok_or(StateDbError::RootThreadPanicked)
+            r.ok_or(TrieDbError::RootThreadPanicked)
         })
         .collect()
 }
@@ -244,15 +244,15 @@ fn run_jobs<T: Send>(
 /// The root of the last commit with `layer` over it, recomputing what `changed` names,
 /// its node seeks through `cache` when given (which must describe the last commit with
 /// `layer` over it; [`LayeredRoot::update_cache`] keeps it so).
-pub(crate) fn layered_root(
+pub fn layered_root(
     env: &Environment,
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     layer: &TrieLayer,
     changed: ChangedKeys,
     parallelism: Parallelism,
     cache: Option<&TrieCache>,
     sparse: Option<&SparseAccounts>,
-) -> Result<LayeredRoot, StateDbError> {
+) -> Result<LayeredRoot, TrieDbError> {
     let mut out = LayeredRoot::default();
     let mut storage: Vec<(B256, PrefixSet)> = changed
         .storage
@@ -318,7 +318,7 @@ pub(crate) fn layered_root(
         None => {
             let txn = env
                 .begin_ro_unsync()
-                .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+                .map_err(TrieDbError::mdbx("begin a read transaction for a root"))?;
             account_walk(dbs, &txn, layer, &known, &set, cache)?
         }
     };
@@ -339,17 +339,17 @@ pub(crate) fn layered_root(
 /// lifted).
 fn sparse_account_root(
     env: &Environment,
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     layer: &TrieLayer,
     known: &B256Map<B256>,
     set: &PrefixSet,
     parallelism: Parallelism,
     sparse: &SparseAccounts,
-) -> Result<(TrieRun, u64, u64), StateDbError> {
+) -> Result<(TrieRun, u64, u64), TrieDbError> {
     if !sparse.ready() {
         let txn = env
             .begin_ro_unsync()
-            .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+            .map_err(TrieDbError::mdbx("begin a read transaction for a root"))?;
         sparse.set_up(root_node(dbs, &txn, layer)?.as_ref())?;
     }
     let now = sparse.next_root();
@@ -422,16 +422,16 @@ fn sparse_account_root(
 /// `parallelism`'s threads, until the parts hold `max_bytes` together. The trie must
 /// describe the last commit with `layer` over it and no root may be running (its parts are
 /// locked one at a time, as a root's jobs lock them). Returns the leaves read.
-pub(crate) fn preload_sparse_accounts(
+pub fn preload_sparse_accounts(
     env: &Environment,
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     layer: &TrieLayer,
     parallelism: Parallelism,
     sparse: &SparseAccounts,
     max_bytes: usize,
-) -> Result<u64, StateDbError> {
+) -> Result<u64, TrieDbError> {
     if !sparse.ready() {
-        let txn = env.begin_ro_unsync().map_err(StateDbError::mdbx(
+        let txn = env.begin_ro_unsync().map_err(TrieDbError::mdbx(
             "begin a read transaction to load the trie",
         ))?;
         sparse.set_up(root_node(dbs, &txn, layer)?.as_ref())?;
@@ -456,13 +456,13 @@ pub(crate) fn preload_sparse_accounts(
 
 /// The account trie's root node as the layer has it, else as committed.
 fn root_node<K: TransactionKind>(
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     txn: &Tx<K>,
     layer: &TrieLayer,
-) -> Result<Option<BranchNodeCompact>, StateDbError> {
+) -> Result<Option<BranchNodeCompact>, TrieDbError> {
     match layer.account_nodes.get(&Nibbles::new()) {
         Some(node) => Ok(node.clone()),
-        None => crate::trie::store::stored_account_root(dbs, txn),
+        None => crate::store::stored_account_root(dbs, txn),
     }
 }
 
@@ -481,17 +481,17 @@ struct Child {
 /// split cannot hold and the whole trie must be walked instead.
 fn split_account_walk(
     env: &Environment,
-    dbs: &Dbs,
+    dbs: &TrieDbs,
     layer: &TrieLayer,
     known: &B256Map<B256>,
     set: &PrefixSet,
     threads: usize,
     cache: Option<&TrieCache>,
-) -> Result<Option<(TrieRun, u64, u64)>, StateDbError> {
+) -> Result<Option<(TrieRun, u64, u64)>, TrieDbError> {
     let old = {
         let txn = env
             .begin_ro_unsync()
-            .map_err(StateDbError::mdbx("begin a read transaction for a root"))?;
+            .map_err(TrieDbError::mdbx("begin a read transaction for a root"))?;
         root_node(dbs, &txn, layer)?
     };
     let Some(old) = old else {
