@@ -162,6 +162,8 @@ impl From<gigas_triedb::TrieDbError> for StateDbError {
             TrieDbError::RootThreadPanicked => Self::RootThreadPanicked,
             TrieDbError::SparseTrieUnloaded { path } => Self::SparseTrieUnloaded { path },
             TrieDbError::DeadlinePassed(what) => Self::DeadlinePassed(what),
+            TrieDbError::NotNext { expected, got } => Self::NotNext { expected, got },
+            TrieDbError::NoGenesis => Self::NotInitialized,
         }
     }
 }

@@ -48,6 +48,17 @@ pub enum TrieDbError {
         /// The subtrie's path.
         path: alloy_trie::Nibbles,
     },
+    /// A block that does not follow the store's head.
+    #[error("block {got} is not the next block of the state trie: expected {expected}")]
+    NotNext {
+        /// The number the next block must have.
+        expected: u64,
+        /// The number given.
+        got: u64,
+    },
+    /// The store holds no state yet: a genesis (or a reset) comes first.
+    #[error("the state trie holds no state yet: write a genesis first")]
+    NoGenesis,
     /// Work given a deadline (a proof for an RPC request) passed it and stopped.
     #[error("{0}: stopped at its deadline")]
     DeadlinePassed(&'static str),

@@ -13,6 +13,8 @@
 //!   over it, on several threads; [`flush`]: writing such a group into a transaction.
 //! - [`root`]: roots and proofs inside one transaction; [`rebuild`]: the trie from the
 //!   leaves alone (parallel); [`overlay`]: a view's pending changes over a commit.
+//! - [`trie_store`]: a trie in an environment of its own, kept block by block with its
+//!   commits on a thread of their own (the sequencer's).
 //!
 //! # Tables
 //!
@@ -54,9 +56,13 @@ pub mod root;
 pub mod rows;
 pub mod store;
 pub mod tables;
+pub mod trie_store;
 
 pub use error::TrieDbError;
 pub use tables::{TrieDbs, TrieTable};
+pub use trie_store::{
+    BlockRoot, CommitGate, HashedChanges, TrieCommitStats, TrieHead, TrieStore, TrieStoreOptions,
+};
 
 #[cfg(test)]
 mod tests {
