@@ -14,6 +14,9 @@ use gigas_test_support::XorShift;
 use gigas_trie::ScratchState;
 use gigas_triedb::{HashedChanges, TrieDbError, TrieStore, TrieStoreOptions};
 
+/// Hashed accounts and hashed slots, as [`TrieStore::reset`] takes them.
+type HashedState = (Vec<(B256, AccountState)>, Vec<(B256, B256, U256)>);
+
 /// The state as a plain map: address to (account, slots).
 #[derive(Clone, Default)]
 struct Model(BTreeMap<Address, (AccountState, BTreeMap<U256, U256>)>);
@@ -30,7 +33,7 @@ impl Model {
         scratch.root().expect("scratch root")
     }
 
-    fn hashed(&self) -> (Vec<(B256, AccountState)>, Vec<(B256, B256, U256)>) {
+    fn hashed(&self) -> HashedState {
         let mut accounts = Vec::new();
         let mut slots = Vec::new();
         for (address, (state, storage)) in &self.0 {
@@ -81,7 +84,7 @@ fn block(rng: &mut XorShift, model: &mut Model, next_account: &mut u64) -> Chang
         // Storage on a few owners, so that storage tries grow deep enough to split.
         let a = existing[(rng.next_u64() % existing.len().min(8) as u64) as usize];
         let slot = U256::from(rng.next_u64() % 400);
-        let value = if rng.next_u64() % 4 == 0 {
+        let value = if rng.next_u64().is_multiple_of(4) {
             U256::ZERO
         } else {
             U256::from(rng.next_u64())
@@ -95,9 +98,9 @@ fn block(rng: &mut XorShift, model: &mut Model, next_account: &mut u64) -> Chang
         b.account(a, entry.0, false);
         b.slot(a, slot, value);
     }
-    if rng.next_u64() % 5 == 0 {
+    if rng.next_u64().is_multiple_of(5) {
         let a = pick(rng);
-        if rng.next_u64() % 2 == 0 {
+        if rng.next_u64().is_multiple_of(2) {
             model.0.remove(&a);
             b.destroyed(a);
         } else {
@@ -169,7 +172,7 @@ fn run_stream(seed: u64, sparse: bool) {
         );
         blocks.push(changes);
         models.push(model.clone());
-        if number % 13 == 0 {
+        if number.is_multiple_of(13) {
             // A restart: the store comes back at its last commit, and the blocks after it
             // replay to the same roots.
             drop(store);
