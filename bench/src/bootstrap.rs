@@ -334,6 +334,7 @@ fn source(args: &BootstrapArgs, dir: &Path) -> Result<SourceFigures> {
             hash,
             signature: Some(signed.signature),
             commitment: Some(signed.commitment),
+            verify_root: false,
         },
         entries,
         1 << 20,

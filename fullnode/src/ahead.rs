@@ -76,6 +76,13 @@ impl AheadServing {
         self.log.committed_through(head, self.sync)
     }
 
+    /// The writer discarded every block above `head` (its last commit): their records and
+    /// log go.
+    pub fn discard_after(&mut self, head: u64) -> Result<(), WalError> {
+        self.window.discard_after(head);
+        self.log.discard_after(head)
+    }
+
     /// Approximate bytes of the records above the last commit.
     pub fn bytes(&self) -> usize {
         self.window.ahead_bytes()

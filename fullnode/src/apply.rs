@@ -67,7 +67,7 @@ impl ApplyTimings {
 
     fn add_verify(&mut self, t: &VerifyTimings) {
         self.decode += t.parse;
-        self.verify += t.signature + t.checksum + t.commitment;
+        self.verify += t.signature + t.commitment;
         self.read += t.decode;
     }
 }
@@ -103,7 +103,6 @@ pub fn rejection_reason(kind: &DiffErrorKind) -> &'static str {
         DiffErrorKind::NotNext { .. } => "not_next",
         DiffErrorKind::WrongParent { .. } => "wrong_parent",
         DiffErrorKind::WrongSigner { .. } => "wrong_signer",
-        DiffErrorKind::Checksum { .. } => "checksum",
         DiffErrorKind::Truncated { .. } => "truncated",
         DiffErrorKind::Crc { .. } => "crc",
         DiffErrorKind::Body(_) => "body",

@@ -650,9 +650,15 @@ pub async fn bootstrap(
         .await?;
         let (id, block) = (chosen.id, chosen.manifest.block());
         match write_chosen(&db, &sources, chosen, &config, &metrics, &mut stop, start).await {
+            // A state whose root is not the signed header's (its chunks added up to the
+            // signed lattice hash, so its sequencer signed two commitments that disagree)
+            // is refused like one that cannot be completed.
             Err(
                 e @ (BootstrapError::Chunk { .. }
-                | BootstrapError::Snapshot(SnapshotError::Incomplete(_))),
+                | BootstrapError::Snapshot(SnapshotError::Incomplete(_))
+                | BootstrapError::Snapshot(SnapshotError::Store(
+                    gigas_statedb::StateDbError::StateRootMismatch { .. },
+                ))),
             ) => {
                 warn!(block, manifest = %id, error = %e, "this snapshot cannot be completed; it is remembered and another is taken");
                 failed.add(id);

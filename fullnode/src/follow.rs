@@ -304,6 +304,49 @@ impl ApplyLoop<'_> {
 
     fn run(&mut self) -> Result<(), FollowError> {
         loop {
+            match self.follow() {
+                Err(e) => match root_mismatch(&e) {
+                    Some((block, header, computed)) => {
+                        self.root_mismatch(block, header, computed)?;
+                    }
+                    None => return Err(e),
+                },
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    /// A block whose state root, computed here after applying it, is not its signed header's
+    /// (from a block's write, a root landing, or a commit): the writer discarded its open
+    /// group, the blocks after the last commit, so what was served of them goes too (the
+    /// head served goes back to the last commit) and the blocks are fetched again after the
+    /// backoff. The node does not go past the block; a source that serves another copy (or
+    /// a corrected sequencer) lets it on.
+    fn root_mismatch(
+        &mut self,
+        block: u64,
+        header: alloy_primitives::B256,
+        computed: alloy_primitives::B256,
+    ) -> Result<(), FollowError> {
+        self.stage = None;
+        let tip = self.applier.tip();
+        if let Some(ahead) = self.ahead.as_mut() {
+            ahead.discard_after(tip.number)?;
+        }
+        self.serve(tip);
+        self.report_uncommitted();
+        self.hold(
+            block,
+            "state_root",
+            format!(
+                "invalid merkle root (remote: {header} local: {computed}): the state after \
+                 the block is not the one its header commits to"
+            ),
+        )
+    }
+
+    fn follow(&mut self) -> Result<(), FollowError> {
+        loop {
             if *self.io.stop.borrow() {
                 return Ok(());
             }
@@ -494,7 +537,7 @@ impl ApplyLoop<'_> {
                 let t = d.timings;
                 self.metrics
                     .verify_seconds
-                    .observe(t.parse + t.signature + t.decode + t.checksum + t.commitment);
+                    .observe(t.parse + t.signature + t.decode + t.commitment);
                 d.result
             }
             None => {
@@ -660,6 +703,22 @@ impl ApplyLoop<'_> {
             epoch: self.epoch,
             next,
         });
+    }
+}
+
+/// The block and both roots of a state root mismatch, wherever it surfaced.
+fn root_mismatch(e: &FollowError) -> Option<(u64, alloy_primitives::B256, alloy_primitives::B256)> {
+    let store = match e {
+        FollowError::Store(e) | FollowError::Apply(ApplyError::Store(e)) => e,
+        _ => return None,
+    };
+    match store {
+        StateDbError::StateRootMismatch {
+            block,
+            header,
+            computed,
+        } => Some((*block, *header, *computed)),
+        _ => None,
     }
 }
 

@@ -4,7 +4,6 @@
 
 use alloy_primitives::Address;
 use gigas_chain::ChainConfig;
-use gigas_primitives::genesis_checksum;
 use gigas_statedb::{GenesisBlock, GenesisEntry, GenesisOutcome, StateDb, StateDbError};
 use gigas_statediff::{ChainTip, DiffFile};
 
@@ -35,7 +34,8 @@ pub fn sequencer_address(chain: &ChainConfig) -> Result<Address, GenesisError> {
 }
 
 /// Writes the genesis state of `chain` into an empty `db`, after checking that `diff0` (the
-/// sequencer's block 0) is signed by the sequencer and commits to exactly that state.
+/// sequencer's block 0) is signed by the sequencer; its state root must be the header's
+/// `stateRoot` (else [`StateDbError::StateRootMismatch`], and no head is recorded).
 /// Returns the tip and what was written.
 pub fn initialize(
     db: &StateDb,
@@ -60,19 +60,8 @@ pub fn initialize(
             "it is signed by {signer}, the chain spec's sequencer is {sequencer}"
         )));
     }
-    // The genesis checksum is a digest of every write, so the whole list is built once here
-    // (a few hundred bytes an account); the database gets the state in chunks below.
-    let writes = chain
-        .genesis_writes()
-        .map_err(|e| GenesisError::Chain(e.to_string()))?;
-    let expected = genesis_checksum(&writes);
-    drop(writes);
-    if expected != header.state_root {
-        return Err(GenesisError::Mismatch(format!(
-            "its state checksum is {}, the chain spec's genesis state gives {expected}",
-            header.state_root
-        )));
-    }
+    // The genesis state's root is checked as it is written (`verify_root`): the database
+    // records no head unless the chain spec's genesis state gives the header's stateRoot.
     // The genesis state written must be the one the sequencer signed: its lattice is the
     // base every later commitment is checked from (the database refuses a different sum).
     let lattice = if commitment {
@@ -100,6 +89,7 @@ pub fn initialize(
             hash,
             signature: Some(file.signature),
             commitment: lattice,
+            verify_root: true,
         },
         genesis_entries(chain)?,
         1 << 20,

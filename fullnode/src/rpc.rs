@@ -13,8 +13,8 @@
 //! computed; `eth_call` and `eth_estimateGas` run revm over the view through `gigas-evm`,
 //! configured as the sequencer configures its calls. Blocks are the headers the database holds,
 //! as signed (the full node keeps no bodies: a block with transactions is refused, its header
-//! served by `eth_getHeaderByNumber`); the MPT root is `gigas_getStateRoot`'s (see
-//! [`rpc_header`]).
+//! served by `eth_getHeaderByNumber`); the header's `stateRoot` is the MPT root this node
+//! computed and checked (see [`rpc_header`]).
 //!
 //! **What it refuses.** Writes (`eth_sendRawTransaction`) and history (transactions, receipts,
 //! logs, traces) with an error that names the sequencer's URL: a wallet pointed at the full
@@ -92,9 +92,8 @@ fn store(e: StateDbError) -> RpcError {
 
 /// The RPC header of a stored header: the sequencer's header exactly as it signed it, so that
 /// `hash == keccak(rlp(header))` and both nodes answer the same block alike. Its `stateRoot`
-/// is the sequencer's chained state checksum; the Ethereum state root this node computed
-/// after the block (the root `eth_getProof` proves against) is `gigas_getStateRoot`'s
-/// answer ([`gigas_rpc::StateRoots`]).
+/// is the Ethereum state root after the block, which this node checked against its own
+/// before applying the block (the root `eth_getProof` proves against).
 ///
 /// `size` is left out: it is the block's length, and the node does not hold the bodies of
 /// blocks with transactions.
@@ -414,19 +413,6 @@ impl Backend for FullNodeBackend {
     fn header(&self, number: u64) -> Result<Option<RpcHeader>, RpcError> {
         let view = self.db.view().map_err(store)?;
         Ok(self.header_at(&view, number)?.map(|s| rpc_header(&s)))
-    }
-
-    /// Block `number`'s signed state checksum and the MPT root this node computed after it.
-    fn state_root(&self, number: u64) -> Result<Option<gigas_rpc::StateRoots>, RpcError> {
-        let view = self.db.view().map_err(store)?;
-        Ok(self
-            .header_at(&view, number)?
-            .map(|stored| gigas_rpc::StateRoots {
-                number: alloy_primitives::U64::from(number),
-                hash: stored.hash,
-                state_checksum: stored.header.state_root,
-                state_root: stored.state_root,
-            }))
     }
 
     fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {

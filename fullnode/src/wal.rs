@@ -216,6 +216,24 @@ impl AppliedLog {
         Ok(())
     }
 
+    /// Drops the records of blocks after `head` (applied, then discarded by the writer):
+    /// the file is cut where the first of them starts.
+    pub fn discard_after(&mut self, head: u64) -> Result<(), WalError> {
+        let Some(&(_, from)) = self.offsets.iter().find(|(number, _)| *number > head) else {
+            return Ok(());
+        };
+        let io = |what| {
+            let path = self.path.clone();
+            move |source| WalError::Io { path, what, source }
+        };
+        self.file.set_len(from).map_err(io("truncate"))?;
+        self.file.seek(SeekFrom::Start(from)).map_err(io("seek"))?;
+        self.len = from;
+        self.offsets.retain(|(number, _)| *number <= head);
+        self.records = self.offsets.len() as u64;
+        Ok(())
+    }
+
     /// Empties the log (every record in it is committed).
     pub fn clear(&mut self) -> Result<(), WalError> {
         if self.len == 0 {
@@ -311,6 +329,11 @@ pub fn recover(
                 warn!(block = record.number, error = %e, "a logged block failed verification; it is fetched again");
                 break;
             }
+            // The writer discarded the blocks replayed so far with it: all are fetched again.
+            Err(ApplyError::Store(e @ gigas_statedb::StateDbError::StateRootMismatch { .. })) => {
+                warn!(block = record.number, error = %e, "a logged block's state root is not its header's; the logged blocks are fetched again");
+                break;
+            }
             Err(source) => {
                 return Err(WalError::Apply {
                     block: record.number,
@@ -319,7 +342,13 @@ pub fn recover(
             }
         }
     }
-    applier.commit()?;
+    match applier.commit() {
+        Ok(_) => {}
+        Err(e @ gigas_statedb::StateDbError::StateRootMismatch { .. }) => {
+            warn!(error = %e, "a logged block's state root is not its header's; the logged blocks are fetched again");
+        }
+        Err(e) => return Err(e.into()),
+    }
     let tip = applier.committed_tip();
     drop(applier);
     log.clear()?;

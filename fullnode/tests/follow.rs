@@ -197,7 +197,7 @@ async fn a_full_node_under_load_matches_the_sequencer() {
     );
     if tip.number == n {
         assert_eq!(
-            tip.state_checksum, checksum,
+            tip.state_root, checksum,
             "the chained state checksum at block {n}"
         );
     }

@@ -36,7 +36,7 @@ fn eth(n: u64) -> U256 {
 }
 
 /// The state as the test wrote it, to compute the state root independently.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Model {
     accounts: BTreeMap<Address, AccountState>,
     storage: BTreeMap<Address, BTreeMap<U256, U256>>,
@@ -177,7 +177,12 @@ impl Chain {
                 .or_default()
                 .insert(U256::from(slot), U256::from(value));
         }
-        let h0 = header(B256::ZERO, 0, chain);
+        // Headers carry the true state root, as the sequencer signs them: the writer checks
+        // its own against it.
+        let h0 = Header {
+            state_root: model.root(),
+            ..header(B256::ZERO, 0, chain)
+        };
         let hash0 = h0.hash_slow();
         let outcome = db
             .apply_genesis(
@@ -186,6 +191,7 @@ impl Chain {
                     hash: hash0,
                     signature: None,
                     commitment: None,
+                    verify_root: true,
                 },
                 entries.into_iter().map(Ok::<_, std::convert::Infallible>),
                 1000,
@@ -203,7 +209,12 @@ impl Chain {
     /// Applies and commits the next block with `changes`; returns its number and hash.
     fn block(&mut self, chain: &ChainConfig, changes: ChangeSet) -> (u64, B256) {
         let (parent, parent_hash) = self.headers.last().cloned().unwrap();
-        let h = header(parent_hash, parent.number + 1, chain);
+        let mut after = self.model.clone();
+        after.apply(&changes);
+        let h = Header {
+            state_root: after.root(),
+            ..header(parent_hash, parent.number + 1, chain)
+        };
         let hash = h.hash_slow();
         let mut writer = self.db.writer(WriterOptions::default()).unwrap();
         let root = writer
@@ -402,7 +413,7 @@ async fn every_method_answers_from_the_head_state() {
     assert!(beyond.contains("header not found"), "{beyond}");
 
     // Headers as the sequencer signed them: keccak(rlp(header)) is the hash, and the
-    // stateRoot field is the sequencer's checksum on both nodes (issue 29, finding 16).
+    // stateRoot field is the Ethereum state root on both nodes.
     let latest: alloy_rpc_types_eth::Header = provider
         .client()
         .request("eth_getHeaderByNumber", (BlockNumberOrTag::Latest,))
@@ -417,15 +428,16 @@ async fn every_method_answers_from_the_head_state() {
     );
     assert_eq!(latest.inner, c.headers[3].0);
     assert_eq!(latest.parent_hash, hash2);
-    // The Ethereum state root of the same state, which the header does not carry.
+    // gigas_getStateRoot: an alias of the header's stateRoot.
     let roots: gigas_rpc::StateRoots = provider
         .client()
         .request("gigas_getStateRoot", (BlockNumberOrTag::Latest,))
         .await
         .unwrap();
     assert_eq!(roots.hash, hash3);
-    assert_eq!(roots.state_checksum, c.headers[3].0.state_root);
-    assert_eq!(roots.state_root, Some(model.root()));
+    assert_eq!(roots.state_root, c.headers[3].0.state_root);
+    assert_eq!(roots.state_root, model.root());
+    assert_eq!(latest.state_root, model.root());
     // A block with transactions: the node holds no bodies, so it refuses instead of an
     // empty list, and says where the header and the transactions are.
     let with_txs = error_text(provider.get_block_by_number(BlockNumberOrTag::Latest).await);
@@ -466,9 +478,9 @@ async fn every_method_answers_from_the_head_state() {
     );
     assert!(full.contains(SEQUENCER_URL), "{full}");
 
-    // Proofs, verified with alloy-trie against the root gigas_getStateRoot gives.
-    let root = model.root();
-    assert_eq!(roots.state_root, Some(root));
+    // Proofs, verified with alloy-trie against the header's stateRoot.
+    let root = latest.state_root;
+    assert_eq!(roots.state_root, root);
     let absent_slot = U256::from(0xdead);
     let keys: Vec<B256> = [U256::ZERO, U256::from(5), U256::from(3), absent_slot]
         .into_iter()
@@ -676,8 +688,11 @@ async fn a_block_is_found_by_hash_at_any_depth() {
             })
             .unwrap();
         let mut parent = hashes[0];
+        // Empty blocks: the state, and its root, stay the genesis'.
+        let root = c.model.root();
         for number in 1..=1_100u64 {
             let h = Header {
+                state_root: root,
                 transactions_root: alloy_trie::EMPTY_ROOT_HASH,
                 gas_used: 0,
                 ..header(parent, number, &chain)

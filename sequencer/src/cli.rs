@@ -207,6 +207,17 @@ struct RunArgs {
     #[arg(long = "history.index-sync-period", default_value = "10s", value_name = "DURATION",
           value_parser = parse_duration)]
     history_index_sync_period: Duration,
+    /// Memory for the account trie held across blocks' state roots, in MiB (0: every root
+    /// walks the trie stored in DATADIR/trie through the page cache). Over 10M accounts the
+    /// whole account trie is about 800 MiB; past the budget the subtries no recent block
+    /// changed fold back into hashes.
+    #[arg(long = "trie.memory-mib", default_value_t = gigas_sequencer_default_trie_mib(), value_name = "MIB")]
+    trie_memory_mib: u64,
+    /// Blocks per commit of the state trie to DATADIR/trie: a restart replays at most about
+    /// twice this many blocks from the history (each a state root, a few ms).
+    #[arg(long = "trie.commit-blocks", default_value_t = 64, value_name = "BLOCKS",
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    trie_commit_blocks: u64,
     #[command(flatten)]
     rpc: gigas_rpc_eth::RpcArgs,
     /// Directory of the state-diff archive (diffs/N, blocks/N), served at /diffs and /blocks
@@ -230,6 +241,11 @@ struct RunArgs {
     state_commitment: bool,
     #[command(flatten)]
     memory: gigas_cgroup::MemoryLimitArgs,
+}
+
+/// `--trie.memory-mib` by default.
+const fn gigas_sequencer_default_trie_mib() -> u64 {
+    (crate::node::DEFAULT_TRIE_MEMORY_BYTES >> 20) as u64
 }
 
 /// Gives the memory freed so far back to the kernel. Opening a new chain writes its whole
@@ -484,6 +500,9 @@ fn run(args: RunArgs) -> eyre::Result<()> {
     config.state_history_blocks = args.state_history;
     config.history_index_batch = args.history_index_batch as usize;
     config.history_index_sync_period = args.history_index_sync_period;
+    config.trie_memory_bytes =
+        usize::try_from(args.trie_memory_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    config.trie_commit_blocks = args.trie_commit_blocks;
 
     let node = Node::open(config)
         .wrap_err_with(|| format!("opening the node in {}", datadir.display()))?;

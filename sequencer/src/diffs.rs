@@ -583,7 +583,7 @@ impl DiffWriter {
                 shared.set_head(ArchiveHead {
                     number: prev,
                     hash: sealed.hash,
-                    state_checksum: sealed.header.state_root,
+                    state_root: sealed.header.state_root,
                 });
             }
         }
@@ -838,7 +838,7 @@ impl DiffWriter {
         self.shared.set_head(ArchiveHead {
             number,
             hash,
-            state_checksum: header.state_root,
+            state_root: header.state_root,
         });
         if let Some(head) = self.shared.head() {
             archive.write_head(&head)?;

@@ -5,7 +5,7 @@
 //! | `GET /diffs/{n}` | the diff file of block `n`; immutable |
 //! | `GET /blocks/{n}` | block `n`'s transactions and receipts; immutable |
 //! | `GET /diffs?from=A&to=B` | diffs `A..=B` in one body, each as its length (u32 LE) then its bytes; immutable when `B` is produced, else clipped to the head and not cached |
-//! | `GET /diffs/head` | JSON `{number, hash, stateChecksum}`; never cached |
+//! | `GET /diffs/head` | JSON `{number, hash, stateRoot}`; never cached |
 //! | `GET /diffs/stream?from=N` (WebSocket) | one binary message per diff, from `N` (default: the next one) on, in order |
 //! | `GET /snapshots/head`, `/snapshots/{n}/manifest`, `/snapshots/{n}/{k}` | state snapshots from the archive's `snapshots/` ([`gigas_snapshot::http`]) |
 //!

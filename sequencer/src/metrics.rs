@@ -14,8 +14,10 @@ pub enum Stage {
     Select,
     /// Executing them (Block-STM or sequential, with the JIT).
     Execute,
-    /// Receipts, roots, the header and its signature.
+    /// Receipts, the transactions' and receipts' roots, the header and its signature.
     Seal,
+    /// The state root: the block's changes into the state trie, and its root.
+    Root,
     /// Writing the block to the chain history (its block log, appended and synced).
     CommitHistory,
     /// Writing the ChangeSet to Vilmo (durable).
@@ -26,9 +28,10 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in order.
-    pub const ALL: [Stage; 6] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Select,
         Stage::Execute,
+        Stage::Root,
         Stage::Seal,
         Stage::CommitHistory,
         Stage::CommitState,
@@ -41,6 +44,7 @@ impl Stage {
             Stage::Select => "select",
             Stage::Execute => "execute",
             Stage::Seal => "seal",
+            Stage::Root => "state_root",
             Stage::CommitHistory => "commit_history",
             Stage::CommitState => "commit_state",
             Stage::Publish => "publish",
@@ -84,6 +88,8 @@ pub struct NodeMetrics {
     pub blocks: Counter,
     /// Blocks per history group commit.
     pub commit_group_blocks: Histogram,
+    /// Trie leaves the blocks' state roots read.
+    pub root_leaves: Counter,
 }
 
 impl Default for NodeMetrics {
@@ -99,6 +105,7 @@ impl Default for NodeMetrics {
             transactions_dropped: Counter::default(),
             blocks: Counter::default(),
             commit_group_blocks: Histogram::new(exponential_buckets(1.0, 2.0, 5)),
+            root_leaves: Counter::default(),
         }
     }
 }

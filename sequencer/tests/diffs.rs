@@ -180,7 +180,7 @@ async fn a_follower_reproduces_the_chain_from_the_published_files() {
             .unwrap();
         assert_eq!(hash, block.header.hash, "block {n}: the follower's hash");
         assert_eq!(
-            follower.tip.state_checksum, block.header.state_root,
+            follower.tip.state_root, block.header.state_root,
             "block {n}: the follower's checksum chain"
         );
         // The transactions-and-receipts file belongs to the same header.
@@ -352,7 +352,7 @@ async fn the_archive_speaks_plain_cacheable_http() {
     let head: serde_json::Value = head.json().await.unwrap();
     let number = head["number"].as_u64().unwrap();
     assert!(head["hash"].as_str().unwrap().starts_with("0x"));
-    assert!(head["stateChecksum"].as_str().unwrap().starts_with("0x"));
+    assert!(head["stateRoot"].as_str().unwrap().starts_with("0x"));
 
     let future = http
         .get(format!("{}/diffs/{}", node.url, number + 100_000))

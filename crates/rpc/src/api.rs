@@ -294,9 +294,8 @@ pub trait RpcModulesApi {
 /// The `gigas_` namespace: what only Gigas nodes answer.
 #[rpc(server, namespace = "gigas")]
 pub trait GigasApi {
-    /// `gigas_getStateRoot`: a block's signed state checksum and the Ethereum state root
-    /// (MPT) of the same state, which the header does not carry (see
-    /// [`crate::StateRoots`]); a full node answers, the sequencer refuses.
+    /// `gigas_getStateRoot`: a block's hash and state root, an alias of
+    /// `eth_getBlockByNumber(n).stateRoot` (see [`crate::StateRoots`]).
     #[method(name = "getStateRoot")]
     async fn state_root(&self, block: BlockNumberOrTag) -> RpcResult<Option<crate::StateRoots>>;
 }

@@ -96,16 +96,14 @@ pub trait Backend: Send + Sync + 'static {
     fn header(&self, number: u64) -> Result<Option<Header>, RpcError> {
         Ok(self.block(number, false)?.map(|block| block.header))
     }
-    /// `gigas_getStateRoot`: block `number`'s signed state checksum and the Ethereum state
-    /// root (MPT) a node computed after it. The default refuses: a node that keeps no trie
-    /// (the sequencer) has no root to give.
+    /// `gigas_getStateRoot`: block `number`'s hash and state root (its header's, an alias of
+    /// `eth_getBlockByNumber(n).stateRoot`).
     fn state_root(&self, number: u64) -> Result<Option<StateRoots>, RpcError> {
-        let _ = number;
-        Err(RpcError::ResourceNotFound(
-            "gigas_getStateRoot: this node keeps no state trie, so it computes no Ethereum \
-             state root; ask a gigas-fullnode"
-                .into(),
-        ))
+        Ok(self.header(number)?.map(|header| StateRoots {
+            number: alloy_primitives::U64::from(number),
+            hash: header.hash_slow(),
+            state_root: header.state_root,
+        }))
     }
     /// How many transactions block `number` holds; the default builds the block.
     fn block_transaction_count(&self, number: u64) -> Result<Option<u64>, RpcError> {
@@ -399,15 +397,13 @@ impl SubscriptionHub {
     }
 }
 
-/// `gigas_getStateRoot`'s answer: what a block's header commits to and the Ethereum state root
-/// of the same state.
+/// `gigas_getStateRoot`'s answer: a block's number, hash and state root.
 ///
-/// A Gigas header's `stateRoot` field holds the sequencer's chained state checksum (what it
-/// signs, cheap to compute at every block); the block hash is `keccak(rlp(header))` over that
-/// header, on every node. A full node also computes the Ethereum state root (MPT) of the state
-/// after the block, every `--root-every` blocks: that root, against which `eth_getProof`'s
-/// proofs verify, is given here rather than in the header, so that the header stays the one
-/// the sequencer signed.
+/// The header's `stateRoot` is the Ethereum state root (MPT) after the block, which the
+/// sequencer computes for every block and signs, and which every follower checks against its
+/// own: `eth_getProof` verifies against it, as on Ethereum. This method is an alias of
+/// `eth_getBlockByNumber(n).stateRoot`, kept for tools written against the Gigas whose
+/// headers carried a state checksum instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StateRoots {
@@ -415,10 +411,8 @@ pub struct StateRoots {
     pub number: alloy_primitives::U64,
     /// The block's hash (the signed header's).
     pub hash: B256,
-    /// The header's `stateRoot` field: the sequencer's chained state checksum.
-    pub state_checksum: B256,
-    /// The Ethereum state root (MPT) after the block, if the node computed one at it.
-    pub state_root: Option<B256>,
+    /// The header's `stateRoot`: the Ethereum state root after the block.
+    pub state_root: B256,
 }
 
 /// One transaction's entry in geth's `debug_traceBlockByNumber(n, {"tracer":"prestateTracer"})`

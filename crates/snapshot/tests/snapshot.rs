@@ -148,6 +148,7 @@ impl Source {
                     hash,
                     signature: Some(signature),
                     commitment: Some(commitment),
+                    verify_root: false,
                 },
                 entries.into_iter().map(Ok::<_, std::io::Error>),
                 1000,

@@ -70,7 +70,7 @@ pub(crate) fn encode_tip(tip: &ChainTip) -> [u8; 72] {
     let mut out = [0u8; 72];
     out[..8].copy_from_slice(&tip.number.to_be_bytes());
     out[8..40].copy_from_slice(tip.hash.as_slice());
-    out[40..].copy_from_slice(tip.state_checksum.as_slice());
+    out[40..].copy_from_slice(tip.state_root.as_slice());
     out
 }
 
@@ -85,7 +85,7 @@ pub(crate) fn decode_tip(key: &[u8], bytes: &[u8]) -> Result<ChainTip, StateDbEr
     Ok(ChainTip {
         number: u64::from_be_bytes(bytes[..8].try_into().unwrap_or_default()),
         hash: B256::from_slice(&bytes[8..40]),
-        state_checksum: B256::from_slice(&bytes[40..]),
+        state_root: B256::from_slice(&bytes[40..]),
     })
 }
 

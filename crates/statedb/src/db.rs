@@ -427,6 +427,7 @@ mod tests {
                 hash,
                 signature: None,
                 commitment: None,
+                verify_root: false,
             },
             std::iter::empty::<Result<GenesisEntry, std::io::Error>>(),
             16,
@@ -500,6 +501,7 @@ mod tests {
                     false,
                 ),
             }),
+            verify_root: false,
         };
         let e = db
             .apply_genesis(block(Some(LatticeHash::zero().checksum())), account(), 16)
@@ -552,7 +554,12 @@ mod tests {
                 .unwrap();
         };
         {
-            let mut writer = db.writer(WriterOptions::default()).unwrap();
+            let mut writer = db
+                .writer(WriterOptions {
+                    verify_roots: false,
+                    ..WriterOptions::default()
+                })
+                .unwrap();
             assert_eq!(writer.lattice(), Some(&element));
             apply(&mut writer, 0, Some(&sums[0]));
             apply(&mut writer, 1, Some(&sums[1]));
@@ -567,7 +574,12 @@ mod tests {
         assert_eq!(view.tip().unwrap().unwrap().number, 2);
         assert_eq!(view.lattice().unwrap(), Some(sums[1].clone()));
         drop(view);
-        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        let mut writer = db
+            .writer(WriterOptions {
+                verify_roots: false,
+                ..WriterOptions::default()
+            })
+            .unwrap();
         apply(&mut writer, 2, None);
         writer.commit().unwrap();
         drop(writer);
@@ -585,7 +597,12 @@ mod tests {
             let db = StateDb::open(dir.path(), options.clone()).unwrap();
             let mut parent = empty_genesis(&db);
             hashes.push(parent);
-            let mut writer = db.writer(WriterOptions::default()).unwrap();
+            let mut writer = db
+                .writer(WriterOptions {
+                    verify_roots: false,
+                    ..WriterOptions::default()
+                })
+                .unwrap();
             for number in 1..=20 {
                 let header = Header {
                     number,
@@ -639,7 +656,12 @@ mod tests {
         let genesis_hash = empty_genesis(&db);
         let mut parent = genesis_hash;
         let base = db.view().unwrap().index_len().unwrap();
-        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        let mut writer = db
+            .writer(WriterOptions {
+                verify_roots: false,
+                ..WriterOptions::default()
+            })
+            .unwrap();
         let mut blocks = Vec::new();
         let mut keys = Vec::new();
         let mut codes = Vec::new();

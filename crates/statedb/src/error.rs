@@ -126,6 +126,18 @@ pub enum StateDbError {
     /// BLOCKHASH asked for a block whose header the database does not hold.
     #[error("block {0}'s header is not in the database (BLOCKHASH needs the 256 before the block executing)")]
     MissingHeader(u64),
+    /// The state root computed after a block is not the one its signed header carries: the
+    /// block's changes (or this node's state) are wrong. The open group is discarded;
+    /// nothing of it was committed. geth's words.
+    #[error("invalid merkle root at block {block} (remote: {header} local: {computed})")]
+    StateRootMismatch {
+        /// The block.
+        block: u64,
+        /// The header's `stateRoot`.
+        header: B256,
+        /// The root of this database's state after the block.
+        computed: B256,
+    },
     /// Work given a deadline (a proof for an RPC request) passed it and stopped.
     #[error("{0}: stopped at its deadline")]
     DeadlinePassed(&'static str),

@@ -147,12 +147,19 @@ impl StateDb {
             .map_err(StateDbError::mdbx("commit the genesis state"))?;
         let txn = begin()?;
         let root = rebuild::rebuild_root(self.env(), dbs.trie(), &txn, rebuild::SPLIT_SLOTS)?;
+        if genesis.verify_root && root.root != genesis.header.state_root {
+            return Err(StateDbError::StateRootMismatch {
+                block: genesis.header.number,
+                header: genesis.header.state_root,
+                computed: root.root,
+            });
+        }
         outcome.state_root = root.root;
         let header = genesis.header;
         let tip = ChainTip {
             number: header.number,
             hash: genesis.hash,
-            state_checksum: header.state_root,
+            state_root: header.state_root,
         };
         let mut buf = Vec::new();
         codec::encode_header_row(

@@ -16,6 +16,8 @@ pub struct StateDbMetrics {
     pub groups_committed: Counter,
     /// Groups discarded (an error in a group, or a writer dropped with an open group).
     pub groups_discarded: Counter,
+    /// Blocks whose computed state root was not their header's (refused).
+    pub root_mismatches: Counter,
     /// Seconds per block to write its changes into the open transaction.
     pub apply_seconds: Histogram,
     /// Seconds per group from its first write to the start of its commit.
@@ -71,6 +73,7 @@ impl Default for StateDbMetrics {
             state_changes_applied: Counter::default(),
             groups_committed: Counter::default(),
             groups_discarded: Counter::default(),
+            root_mismatches: Counter::default(),
             apply_seconds: seconds(),
             write_txn_seconds: seconds(),
             hashed_flush_seconds: seconds(),
@@ -140,6 +143,11 @@ impl StateDbMetrics {
             "groups_discarded",
             "Groups discarded before their commit",
             self.groups_discarded.clone(),
+        );
+        sub.register(
+            "root_mismatches",
+            "Blocks refused because the state root computed after them was not their header's",
+            self.root_mismatches.clone(),
         );
         sub.register(
             "apply_seconds",

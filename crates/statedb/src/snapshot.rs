@@ -532,10 +532,19 @@ impl Bootstrap<'_> {
         let root = rebuild::rebuild_root(self.db.env(), dbs.trie(), &txn, rebuild::SPLIT_SLOTS)?;
         let root_seconds = start.elapsed().as_secs_f64();
         let number = header.header.number;
+        // The state written must be the one the signed header commits to; until this
+        // transaction commits the database has no head, and a refused snapshot leaves it so.
+        if root.root != header.header.state_root {
+            return Err(StateDbError::StateRootMismatch {
+                block: number,
+                header: header.header.state_root,
+                computed: root.root,
+            });
+        }
         let tip = ChainTip {
             number,
             hash: header.hash,
-            state_checksum: header.header.state_root,
+            state_root: header.header.state_root,
         };
         let mut row = header.clone();
         row.state_root = Some(root.root);

@@ -136,6 +136,11 @@ pub struct WriterOptions {
     /// Compute the MPT root after every block whose number is a multiple of this; 0 turns
     /// the trie off (the next root then rebuilds it from the hashed tables).
     pub root_every: u64,
+    /// Refuse a block whose computed root is not its header's `stateRoot`
+    /// ([`crate::StateDbError::StateRootMismatch`], the open group discarded). Every root the
+    /// writer computes is checked: with `root_every` 1, every block. Off only for callers
+    /// whose headers carry something else (tests of the store's own mechanics).
+    pub verify_roots: bool,
     /// [`crate::StateWriter::should_commit`] once the open group holds this many blocks.
     pub max_group_blocks: u64,
     /// [`crate::StateWriter::should_commit`] once the open group's first block was applied
@@ -299,6 +304,7 @@ impl Default for WriterOptions {
     fn default() -> Self {
         Self {
             root_every: 1,
+            verify_roots: true,
             max_group_blocks: 1,
             max_group_age: Duration::from_millis(500),
             max_group_bytes: DEFAULT_MAX_GROUP_BYTES,
@@ -317,7 +323,8 @@ impl Default for WriterOptions {
 /// A header as the database keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredHeader {
-    /// The header (its `state_root` is the sequencer's chained state checksum).
+    /// The header (its `state_root` is the Ethereum state root after the block, as the
+    /// sequencer signed it).
     pub header: Header,
     /// Its hash.
     pub hash: B256,
@@ -373,7 +380,8 @@ impl<'a> From<&'a VerifiedDiff> for BlockToApply<'a> {
 /// The genesis block as the chain file gives it.
 #[derive(Debug, Clone, Copy)]
 pub struct GenesisBlock<'a> {
-    /// The genesis header (number 0 by convention; its `state_root` is the genesis checksum).
+    /// The genesis header (number 0 by convention; its `state_root` is the genesis state's
+    /// root).
     pub header: &'a Header,
     /// Its hash.
     pub hash: B256,
@@ -383,6 +391,9 @@ pub struct GenesisBlock<'a> {
     /// state's lattice hash is summed while it is written (seconds for millions of accounts)
     /// and must give its checksum, or no head is recorded. `None`: not kept.
     pub commitment: Option<StateCommitment>,
+    /// Refuse the genesis (no head recorded) unless the root computed over the state written
+    /// is the header's `stateRoot` ([`crate::StateDbError::StateRootMismatch`]).
+    pub verify_root: bool,
 }
 
 /// One item of a genesis stream. Each address has at most one `Account` entry, and a slot

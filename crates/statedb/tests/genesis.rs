@@ -6,7 +6,7 @@ mod common;
 use alloy_primitives::{keccak256, Bytes, KECCAK256_EMPTY, U256};
 use common::{address, open, random_model, Chain, Model, Rng};
 use gigas_primitives::AccountState;
-use gigas_statedb::{GenesisEntry, StateDbError, WriterOptions};
+use gigas_statedb::{GenesisEntry, StateDbError};
 
 #[test]
 fn a_chunked_genesis_gives_the_model_s_state_and_root() {
@@ -86,7 +86,7 @@ fn an_interrupted_genesis_is_cleared_by_the_next() {
         let db = open(dir.path());
         // Nothing applies before a genesis.
         assert!(matches!(
-            db.writer(WriterOptions::default()),
+            db.writer(common::synthetic_headers()),
             Err(StateDbError::NotInitialized)
         ));
         let entries = first

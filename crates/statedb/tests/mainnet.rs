@@ -108,7 +108,7 @@ fn mainnet_changesets_over_their_pre_state_give_alloy_trie_s_root() {
                 // Through the trie in memory the root runs on while the writer returns,
                 // and the commit waits for it.
                 overlap_roots: sparse,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         let mut apply_and_commit = |header, hash, changes: &ChangeSet, keys| {

@@ -129,7 +129,7 @@ fn a_power_loss_comes_back_at_the_last_durable_point_and_converges() {
         .writer(WriterOptions {
             root_every: 1,
             max_group_blocks: 1,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     let mut blocks = Vec::new();
@@ -190,7 +190,7 @@ fn a_power_loss_with_commits_on_their_own_thread_comes_back_at_the_last_durable_
             overlap_roots: true,
             commit_thread: true,
             root_threads: 2,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     assert!(writer.commits_in_background());
@@ -318,7 +318,7 @@ fn power_loss_trials(
             .writer(WriterOptions {
                 root_every: 1,
                 max_group_blocks: 8,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         let mut root = B256::ZERO;
@@ -364,7 +364,7 @@ fn a_background_writeback_makes_its_point_mid_group_and_survives_a_power_loss() 
         .writer(WriterOptions {
             root_every: 1,
             max_group_blocks: 3,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     // The state after each block, the genesis first.
@@ -437,7 +437,7 @@ fn durable_points_come_on_the_schedule() {
     let options = scheduled(Duration::from_secs(3600), 64 * PAGE as u64, false);
     let db = StateDb::open(dir.path(), options).unwrap();
     apply_genesis(&db, &chain, &model, 500);
-    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    let mut writer = db.writer(common::synthetic_headers()).unwrap();
     let mut synced = Vec::new();
     for number in 1..=40u64 {
         let changes = consistent(random_changes(&mut rng, &model, 500, number), &model);
@@ -462,7 +462,7 @@ fn durable_points_come_on_the_schedule() {
     drop(writer);
     drop(db);
     let db = StateDb::open(dir.path(), scheduled(Duration::ZERO, u64::MAX, false)).unwrap();
-    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    let mut writer = db.writer(common::synthetic_headers()).unwrap();
     let changes = consistent(random_changes(&mut rng, &model, 500, 41), &model);
     let keys = new_keys(&mut index, &model, &changes);
     let (header, hash) = chain.next(&changes);

@@ -176,12 +176,12 @@ fn apply_throughput_by_setting() {
         max_group_blocks: 50,
         max_group_age: std::time::Duration::from_secs(3600),
         hashed_writes,
-        ..WriterOptions::default()
+        ..common::synthetic_headers()
     };
     let live = WriterOptions {
         root_every: 1,
         max_group_blocks: 1,
-        ..WriterOptions::default()
+        ..common::synthetic_headers()
     };
     println!(
         "{blocks} blocks of {transfers} Zipf transfers per configuration, {accounts} accounts"

@@ -101,7 +101,7 @@ fn stream(hashed_writes: HashedWrites, seed: u64, trie_cache_bytes: usize) {
         WriterOptions {
             hashed_writes,
             trie_cache_bytes,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         seed,
     );
@@ -356,7 +356,7 @@ fn stream_of(
             root_every: 1,
             trie_cache_bytes: 0,
             sparse_trie_bytes: 0,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     for _ in 0..5 {
@@ -393,7 +393,7 @@ fn key_hashes_that_do_not_fit_the_block_are_refused_and_leave_no_trace() {
     let mut writer = db
         .writer(WriterOptions {
             root_every: 1,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     run.step(&mut writer);
@@ -449,7 +449,7 @@ fn the_account_trie_loaded_ahead_gives_the_same_roots() {
                 overlap_roots: false,
                 root_threads: 4,
                 sparse_trie_bytes: budget,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         let first = writer
@@ -498,7 +498,7 @@ fn random_stream_layered_roots_split_across_threads() {
         WriterOptions {
             root_threads: 4,
             root_split_min_accounts: 1,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         3,
     );
@@ -515,7 +515,7 @@ fn random_stream_layered_roots_through_the_trie_cache_split_across_threads() {
             root_threads: 4,
             root_split_min_accounts: 1,
             trie_cache_bytes: 64 << 20,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         9,
     );
@@ -530,7 +530,7 @@ fn random_stream_layered_roots_split_through_an_evicting_trie_cache_with_idle_wr
             root_threads: 4,
             root_split_min_accounts: 1,
             trie_cache_bytes: TINY_CACHE,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         10,
         50,
@@ -582,7 +582,7 @@ fn random_stream_commits_on_their_own_thread() {
                 sparse_trie_bytes: budget,
                 overlap_roots: true,
                 commit_thread: true,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             },
             seed,
             20,
@@ -604,7 +604,7 @@ fn tiny_tries_through_the_trie_in_memory() {
                 root_split_min_accounts: 1,
                 sparse_trie_bytes: 64 << 20,
                 overlap_roots: true,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             },
             Run::with_accounts(seed, accounts),
             30,
@@ -626,7 +626,7 @@ fn stream_sparse(
             root_threads: 4,
             root_split_min_accounts: 1,
             sparse_trie_bytes: budget,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         seed,
         50,
@@ -644,7 +644,7 @@ fn random_stream_roots_in_the_transaction_through_the_trie_cache() {
         WriterOptions {
             layered_roots: false,
             trie_cache_bytes: 64 << 20,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         11,
     );
@@ -656,7 +656,7 @@ fn random_stream_layered_roots_on_one_thread() {
     let splits = stream_with(
         WriterOptions {
             root_threads: 1,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         4,
     );
@@ -669,7 +669,7 @@ fn random_stream_roots_in_the_transaction() {
     stream_with(
         WriterOptions {
             layered_roots: false,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         6,
     );
@@ -681,7 +681,7 @@ fn random_stream_roots_in_the_transaction() {
 /// equals it, and the committed trie nodes are a genesis's of the final state.
 #[test]
 fn random_stream_with_idle_writes_between_blocks() {
-    stream_idle(WriterOptions::default(), 7, 50);
+    stream_idle(common::synthetic_headers(), 7, 50);
 }
 
 /// The same with roots inside the write transaction, which write everything first.
@@ -690,7 +690,7 @@ fn random_stream_with_idle_writes_and_roots_in_the_transaction() {
     stream_idle(
         WriterOptions {
             layered_roots: false,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         },
         8,
         50,
@@ -718,7 +718,7 @@ fn roots_every_k_blocks_survive_restarts_and_the_trie_off_is_rebuilt() {
             .writer(WriterOptions {
                 root_every: 3,
                 max_group_blocks: 2,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         for _ in 0..5 {
@@ -747,7 +747,7 @@ fn roots_every_k_blocks_survive_restarts_and_the_trie_off_is_rebuilt() {
             .writer(WriterOptions {
                 root_every: 0,
                 max_group_blocks: 3,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         for _ in 0..7 {
@@ -762,7 +762,7 @@ fn roots_every_k_blocks_survive_restarts_and_the_trie_off_is_rebuilt() {
         db.view().unwrap().proof(&address(1), &[]),
         Err(StateDbError::TrieStale { .. })
     ));
-    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    let mut writer = db.writer(common::synthetic_headers()).unwrap();
     let root = run.step(&mut writer).expect("root_every 1");
     assert_eq!(root, run.model.root());
     assert_eq!(db.metrics().trie_rebuilds.get(), 1);
@@ -784,7 +784,7 @@ fn a_group_never_committed_leaves_the_previous_head() {
     {
         let db = open(dir.path());
         apply_genesis(&db, &run.chain, &run.model, 50);
-        let mut writer = db.writer(WriterOptions::default()).unwrap();
+        let mut writer = db.writer(common::synthetic_headers()).unwrap();
         for _ in 0..3 {
             run.step(&mut writer);
             writer.commit().unwrap();
@@ -815,7 +815,7 @@ fn a_group_never_committed_leaves_the_previous_head() {
     assert!(view.header(committed_tip.number + 1).unwrap().is_none());
     drop(view);
     // A new writer starts from the committed head, and an explicit discard does the same.
-    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    let mut writer = db.writer(common::synthetic_headers()).unwrap();
     assert_eq!(writer.tip(), committed_tip);
     let resume = |seed| Run {
         rng: Rng::new(seed),
@@ -869,7 +869,7 @@ fn blocks_that_do_not_follow_the_tip_change_nothing() {
     let db = open(dir.path());
     let mut run = Run::new(5);
     apply_genesis(&db, &run.chain, &run.model, 1000);
-    let mut writer = db.writer(WriterOptions::default()).unwrap();
+    let mut writer = db.writer(common::synthetic_headers()).unwrap();
     run.step(&mut writer);
     let tip = writer.tip();
     let changes = gigas_primitives::ChangeSet::default();
@@ -896,7 +896,7 @@ fn blocks_that_do_not_follow_the_tip_change_nothing() {
     assert_eq!(db.head().unwrap(), Some(tip));
     // One writer at a time.
     assert!(matches!(
-        db.writer(WriterOptions::default()),
+        db.writer(common::synthetic_headers()),
         Err(StateDbError::WriterBusy)
     ));
 
@@ -922,7 +922,7 @@ fn blocks_that_do_not_follow_the_tip_change_nothing() {
         .writer(WriterOptions {
             max_group_blocks: 100,
             max_group_age: std::time::Duration::ZERO,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     assert!(!writer.should_commit());
@@ -956,7 +956,7 @@ fn a_group_is_bounded_by_the_memory_its_changes_hold() {
                 max_group_blocks: 1000,
                 max_group_age: std::time::Duration::from_secs(3600),
                 max_group_bytes,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         for _ in 0..5 {
@@ -989,7 +989,7 @@ fn the_trie_in_memory_beyond_its_budget_counts_toward_the_group_bound() {
                 sparse_trie_bytes,
                 root_threads: 2,
                 overlap_roots: true,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         for _ in 0..3 {
@@ -1050,7 +1050,7 @@ fn a_failed_commit_on_the_commit_thread_discards_both_groups() {
             sparse_trie_bytes: 64 << 20,
             overlap_roots: true,
             commit_thread: true,
-            ..WriterOptions::default()
+            ..common::synthetic_headers()
         })
         .unwrap();
     assert!(writer.commits_in_background());
@@ -1118,7 +1118,7 @@ fn blocks_decoded_ahead_of_the_writer_across_commits_decode_exactly() {
                 sparse_trie_bytes: if commit_thread { 64 << 20 } else { 0 },
                 overlap_roots: commit_thread,
                 commit_thread,
-                ..WriterOptions::default()
+                ..common::synthetic_headers()
             })
             .unwrap();
         assert_eq!(writer.commits_in_background(), commit_thread);

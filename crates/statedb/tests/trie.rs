@@ -11,7 +11,7 @@ use alloy_trie::proof::verify_proof;
 use alloy_trie::{Nibbles, EMPTY_ROOT_HASH};
 use common::{apply_genesis, block, new_keys, open, Chain, Model};
 use gigas_primitives::{AccountState, ChangeSet, ChangeSetBuilder};
-use gigas_statedb::{StateDb, StateOverlay, StateView, WriterOptions};
+use gigas_statedb::{StateDb, StateOverlay, StateView};
 use gigas_statediff::MemoryKeyIndex;
 
 fn acct(nonce: u64, balance: u64) -> AccountState {
@@ -109,7 +109,7 @@ impl Harness {
     fn apply(&mut self, changes: ChangeSet) {
         let keys = new_keys(&mut self.index, &self.model, &changes);
         let (header, hash) = self.chain.next(&changes);
-        let mut writer = self.db.writer(WriterOptions::default()).unwrap();
+        let mut writer = self.db.writer(common::synthetic_headers()).unwrap();
         let root = writer
             .apply(block(&header, hash, &changes, &keys))
             .unwrap()
@@ -288,7 +288,7 @@ fn many_accounts_keep_stored_nodes_small_and_proofs_short() {
     let changes = b.build();
     let keys = new_keys(&mut h.index, &h.model, &changes);
     let (header, hash) = h.chain.next(&changes);
-    let mut writer = h.db.writer(WriterOptions::default()).unwrap();
+    let mut writer = h.db.writer(common::synthetic_headers()).unwrap();
     let root = writer
         .apply(block(&header, hash, &changes, &keys))
         .unwrap()

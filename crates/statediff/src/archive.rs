@@ -4,7 +4,7 @@
 //! ```text
 //! DIR/diffs/N     the state diff of block N (a [`crate::DiffFile`]), never rewritten
 //! DIR/blocks/N    block N's transactions and receipts (a [`crate::BlockFile`])
-//! DIR/diffs/head  JSON {number, hash, stateChecksum} of the newest diff (rewritten each block)
+//! DIR/diffs/head  JSON {number, hash, stateRoot} of the newest diff (rewritten each block)
 //! DIR/snapshots/  state snapshots, written by a full node (`gigas-snapshot`)
 //! DIR/keys.log    the writer's enumeration-index log (not published)
 //! DIR/lattice     the writer's state-commitment mark (not published; [`LatticeMark`])
@@ -111,15 +111,15 @@ pub struct ArchiveHead {
     /// Block hash.
     pub hash: alloy_primitives::B256,
     /// The header's chained state checksum.
-    pub state_checksum: alloy_primitives::B256,
+    pub state_root: alloy_primitives::B256,
 }
 
 impl ArchiveHead {
-    /// The JSON the head file holds: `{"number":N,"hash":"0x..","stateChecksum":"0x.."}`.
+    /// The JSON the head file holds: `{"number":N,"hash":"0x..","stateRoot":"0x.."}`.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"number\":{},\"hash\":\"{}\",\"stateChecksum\":\"{}\"}}",
-            self.number, self.hash, self.state_checksum
+            "{{\"number\":{},\"hash\":\"{}\",\"stateRoot\":\"{}\"}}",
+            self.number, self.hash, self.state_root
         )
     }
 }

@@ -174,7 +174,7 @@ pub enum DiffErrorKind {
         expected: [u8; 3],
     },
     /// A format version this build does not read.
-    #[error("format version {0} is not supported (this build reads version 1)")]
+    #[error("format version {0} is not supported (this build reads version 2; version 1 files come from a sequencer whose headers carried a state checksum instead of the state root: follow a chain started by this build)")]
     Version(u8),
     /// Flags with unknown bits.
     #[error("flags {flags:#04x} at byte {at} are invalid")]
@@ -282,14 +282,6 @@ pub enum DiffErrorKind {
         expected: Address,
         /// Who signed (`None` when the signature recovers to no key).
         recovered: Option<Address>,
-    },
-    /// The decoded changes do not give the header's state checksum.
-    #[error("state checksum {computed} of the decoded changes is not the header's {header}")]
-    Checksum {
-        /// The header's `state_root`.
-        header: B256,
-        /// What the changes give.
-        computed: B256,
     },
     /// A block file's contents do not match the header it is checked against.
     #[error("{what} {found} does not match the header's {expected}")]

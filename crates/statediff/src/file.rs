@@ -19,7 +19,7 @@ pub const DIFF_MAGIC: [u8; 3] = *b"GSD";
 /// The block file's magic.
 pub const BLOCK_MAGIC: [u8; 3] = *b"GSB";
 /// The format version this build writes and reads (both files and the body).
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 /// The largest header accepted (RLP bytes). A header is about 600 bytes; `extra_data` is
 /// the only field of variable length.
 pub const MAX_HEADER_LEN: u32 = 64 * 1024;

@@ -302,6 +302,18 @@ impl MemoryState {
         sum
     }
 
+    /// Every account, in no order.
+    pub fn accounts(&self) -> impl Iterator<Item = (&Address, &AccountState)> {
+        self.accounts.iter()
+    }
+
+    /// Every non-zero slot (address, slot, value), in no order.
+    pub fn slots(&self) -> impl Iterator<Item = (&Address, &U256, &U256)> {
+        self.storage
+            .iter()
+            .flat_map(|(address, slots)| slots.iter().map(move |(s, v)| (address, s, v)))
+    }
+
     /// Number of accounts.
     pub fn account_count(&self) -> usize {
         self.accounts.len()

@@ -363,21 +363,8 @@ fn forgeries_and_gaps_are_refused_with_their_reason() {
     );
     println!("{e}");
 
-    // A bad checksum: the sequencer signed a header whose state checksum the changes do
-    // not give (here, the checksum of other changes).
-    let (header, signature) = seal(&common::sequencer(), &chain[1].header, &chain[4].changes);
-    let forged = encode_diff(
-        &header,
-        &signature,
-        &p.changes,
-        &p.index,
-        &p.state,
-        &Compression::default(),
-    )
-    .unwrap();
-    let e = verify(p, &forged.bytes).unwrap_err();
-    assert!(matches!(e.kind, DiffErrorKind::Checksum { .. }), "{e}");
-    println!("{e}");
+    // A header signed with a root its changes do not give decodes here: the follower's
+    // own root refuses it once it applied the changes (gigas-fullnode's tests).
 
     // The frame's number and the header's differ.
     let mut bytes = p.bytes.clone();
@@ -397,13 +384,17 @@ fn forgeries_and_gaps_are_refused_with_their_reason() {
     let e = verify(p, &bytes).unwrap_err();
     assert!(matches!(e.kind, DiffErrorKind::Signature { .. }), "{e}");
 
-    // Not a diff file at all, and a future version.
-    let e = verify(p, b"GSB\x01 a block file, not a diff").unwrap_err();
+    // Not a diff file at all, a future version, and version 1 (headers with a state
+    // checksum instead of the state root).
+    let e = verify(p, b"GSB\x02 a block file, not a diff").unwrap_err();
     assert!(matches!(e.kind, DiffErrorKind::Magic { .. }), "{e}");
-    let mut bytes = p.bytes.clone();
-    bytes[3] = 2;
-    let e = verify(p, &bytes).unwrap_err();
-    assert_eq!(e.kind, DiffErrorKind::Version(2));
+    for version in [3, 1] {
+        let mut bytes = p.bytes.clone();
+        bytes[3] = version;
+        let e = verify(p, &bytes).unwrap_err();
+        assert_eq!(e.kind, DiffErrorKind::Version(version));
+        assert!(e.to_string().contains("reads version 2"), "{e}");
+    }
 }
 
 #[test]

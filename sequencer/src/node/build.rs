@@ -62,9 +62,16 @@ impl Node {
                 break Err(e);
             }
         };
-        // Whatever was handed to the committer is committed before the producer returns.
+        // Whatever was handed to the committer is committed before the producer returns,
+        // then the state trie up to it (its commit waits for nothing once the committer has
+        // published the head; after a failure it gives up and the next start replays).
         let finished = pipeline.finish();
-        result.and(finished)
+        self.stop.store(true, Ordering::SeqCst);
+        let trie = lock(&self.trie).flush().map_err(|source| NodeError::Trie {
+            dir: self.config.datadir.join(TRIE_DIR),
+            source,
+        });
+        result.and(finished).and(trie)
     }
 
     /// Takes the transactions the block left out (invalid where they stood: a nonce or a
@@ -190,8 +197,22 @@ impl Node {
         let envelopes: Vec<&TxEnvelope> = transactions.iter().map(|t| t.inner()).collect();
         let transactions_root = alloy_consensus::proofs::calculate_transaction_root(&envelopes);
         let changeset = outcome.changes.encode();
-        let checksum = state_checksum(&parent.header.state_root, &changeset);
-        header.state_root = checksum;
+        // The seal's time goes on after the root (the header needs it).
+        let sealing = seconds(t);
+
+        let t = Instant::now();
+        let hashed = gigas_triedb::HashedChanges::of(&outcome.changes);
+        let root = lock(&self.trie)
+            .apply(number, &hashed)
+            .map_err(|source| NodeError::Root {
+                block: number,
+                source,
+            })?;
+        self.metrics.stage(Stage::Root, seconds(t));
+        self.metrics.root_leaves.inc_by(root.leaves);
+
+        let t = Instant::now();
+        header.state_root = root.head.root;
         header.transactions_root = transactions_root;
         header.receipts_root = receipts_root;
         header.logs_bloom = logs_bloom;
@@ -214,7 +235,7 @@ impl Node {
         let prior = PriorValues::capture(&outcome.changes, &db)
             .map_err(|e| NodeError::Prior(number, e.to_string()))?;
         drop(vilmo);
-        self.metrics.stage(Stage::Seal, seconds(t));
+        self.metrics.stage(Stage::Seal, sealing + seconds(t));
 
         let sealed = HeadBlock {
             header,

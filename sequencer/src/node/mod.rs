@@ -23,7 +23,7 @@ use gigas_evm::receipts::receipts_root_and_bloom;
 use gigas_evm::{PreparedBlock, PreparedTx};
 use gigas_history::{BlockRecord, History, HistoryOptions, SealedHeader};
 use gigas_primitives::state_keys::{changeset_writes, Write};
-use gigas_primitives::{genesis_checksum, state_checksum, ChainSpec, ChangeSet};
+use gigas_primitives::{ChainSpec, ChangeSet};
 use gigas_statediff::PriorValues;
 use gigas_txpool::{HeadAccounts, Journal, PoolConfig, Recoverer, TxPool};
 use gigas_vilmo::{Batch, Options as VilmoOptions, Vilmo};
@@ -39,13 +39,15 @@ mod admission;
 mod build;
 mod persist;
 mod recovery;
+mod trie;
 
-pub use recovery::genesis;
+pub use recovery::{genesis, genesis_block};
 // The phases call each other's helpers; each module takes the others' through `super::*`.
 use admission::*;
 use build::*;
 use persist::*;
 use recovery::*;
+use trie::*;
 
 /// What the genesis block's extra data says.
 pub const EXTRA_DATA: &[u8] = b"gigas";
@@ -90,6 +92,22 @@ pub enum NodeError {
     /// Reading the values a block's changes replace failed.
     #[error("reading the prior state of block {0}: {1}")]
     Prior(u64, String),
+    /// The state trie (`DATADIR/trie`) failed.
+    #[error("state trie in {dir}: {source}")]
+    Trie {
+        /// Its directory.
+        dir: PathBuf,
+        /// What failed.
+        source: gigas_triedb::TrieDbError,
+    },
+    /// A block's state root could not be computed.
+    #[error("the state root of block {block}: {source}")]
+    Root {
+        /// The block.
+        block: u64,
+        /// What failed.
+        source: gigas_triedb::TrieDbError,
+    },
     /// The committer thread could not start, or stopped without saying why.
     #[error("block pipeline: {0}")]
     Pipeline(String),
@@ -146,6 +164,12 @@ pub struct NodeConfig {
     pub history_index_batch: usize,
     /// How often the history's indexer makes its index durable (zero: every batch).
     pub history_index_sync_period: Duration,
+    /// Heap bytes of the account trie held in memory across blocks' roots (0: every root
+    /// walks the stored trie). Over 10M accounts all of it is about 800 MiB.
+    pub trie_memory_bytes: usize,
+    /// Blocks per commit of the state trie to `DATADIR/trie` (what a restart replays at
+    /// most, plus the commit under way).
+    pub trie_commit_blocks: u64,
 }
 
 impl NodeConfig {
@@ -169,6 +193,8 @@ impl NodeConfig {
             state_history_blocks: 10_000,
             history_index_batch: HistoryOptions::default().index_min_blocks,
             history_index_sync_period: HistoryOptions::default().index_sync_period,
+            trie_memory_bytes: DEFAULT_TRIE_MEMORY_BYTES,
+            trie_commit_blocks: gigas_triedb::TrieStoreOptions::default().commit_blocks,
         }
     }
 }
@@ -218,6 +244,10 @@ pub struct CommittedBlock {
     pub prior: PriorValues,
 }
 
+/// [`NodeConfig::trie_memory_bytes`] by default: the whole account trie over 10M accounts
+/// (about 800 MiB) with room for its growth.
+pub const DEFAULT_TRIE_MEMORY_BYTES: usize = 1 << 30;
+
 /// How many sealed blocks may wait for the committer: the producer stops at this many, so a
 /// slow disk bounds the memory the pipeline holds and the latency it adds.
 const PIPELINE_DEPTH: usize = 3;
@@ -241,8 +271,11 @@ pub struct Node {
     journal: Journal,
     recoverer: Recoverer,
     head: RwLock<HeadBlock>,
-    /// The newest block in Vilmo and published (the committer's progress).
-    committed_through: AtomicU64,
+    /// The newest block in Vilmo and published (the committer's progress; shared with the
+    /// state trie's commit gate).
+    committed_through: Arc<AtomicU64>,
+    /// The state trie: the producer computes each block's root with it.
+    trie: Mutex<gigas_triedb::TrieStore>,
     /// The blocks sealed and not yet committed, as the producer last saw them: submissions
     /// check nonces against the tip they make.
     pending: RwLock<Arc<Vec<Arc<crate::state::PendingBlock>>>>,
@@ -251,7 +284,7 @@ pub struct Node {
     blockstm: BlockStmMetrics,
     metrics: NodeMetrics,
     registry: Mutex<Registry>,
-    stop: AtomicBool,
+    stop: Arc<AtomicBool>,
     /// Held by the committer over each group it commits; tests take it to keep sealed blocks
     /// from becoming durable ([`Node::hold_commits`]).
     commit_gate: Mutex<()>,
@@ -304,7 +337,13 @@ impl Node {
                 ..HistoryOptions::default()
             },
         )?;
-        let head = recover(&config, &signer, &mut vilmo, &history)?;
+        check_layout(&config.datadir, &history)?;
+        let mut trie = open_trie(&config)?;
+        let head = recover(&config, &signer, &mut vilmo, &history, &mut trie)?;
+        recover_trie(&config, &mut trie, &vilmo, &history, &head)?;
+        let committed_through = Arc::new(AtomicU64::new(head.header.number));
+        let stop = Arc::new(AtomicBool::new(false));
+        trie.set_gate(commit_gate(committed_through.clone(), stop.clone()));
         let pool = TxPool::new(PoolConfig {
             max_txs: config.pool_max_txs,
             max_per_sender: config.pool_max_per_sender,
@@ -350,7 +389,8 @@ impl Node {
             pool,
             journal,
             recoverer,
-            committed_through: AtomicU64::new(head.header.number),
+            committed_through,
+            trie: Mutex::new(trie),
             head: RwLock::new(head),
             pending: RwLock::new(Arc::new(Vec::new())),
             committed,
@@ -358,7 +398,7 @@ impl Node {
             blockstm: BlockStmMetrics::default(),
             metrics: NodeMetrics::default(),
             registry: Mutex::new(Registry::default()),
-            stop: AtomicBool::new(false),
+            stop,
             commit_gate: Mutex::new(()),
             config,
         });

@@ -3,23 +3,90 @@
 
 use super::*;
 
-/// The genesis block of `chain` with its state writes.
+/// The genesis block of `chain` whose state has root `state_root`.
+pub fn genesis_block(
+    chain: &ChainConfig,
+    signer: &PrivateKeySigner,
+    state_root: B256,
+) -> Result<HeadBlock, NodeError> {
+    let header = Header {
+        beneficiary: signer.address(),
+        state_root,
+        timestamp: chain.genesis_timestamp,
+        base_fee_per_gas: Some(chain.base_fee.initial),
+        ..header_template(chain)
+    };
+    seal(signer, header)
+}
+
+/// The genesis block of `chain` with its state writes, its root computed from scratch.
 pub fn genesis(
     chain: &ChainConfig,
     signer: &PrivateKeySigner,
 ) -> Result<(HeadBlock, Vec<Write>), NodeError> {
     let writes = chain.genesis_writes()?;
-    let header = Header {
-        beneficiary: signer.address(),
-        state_root: genesis_checksum(&writes),
-        timestamp: chain.genesis_timestamp,
-        base_fee_per_gas: Some(chain.base_fee.initial),
-        ..header_template(chain)
-    };
-    Ok((seal(signer, header)?, writes))
+    let root = genesis_root(&writes)?;
+    Ok((genesis_block(chain, signer, root)?, writes))
 }
 
 pub(super) const FINGERPRINT_FILE: &str = "genesis.fingerprint";
+
+/// `DATADIR/layout.version`: the data directory's layout, one decimal number.
+pub(super) const LAYOUT_FILE: &str = "layout.version";
+
+/// The layout this build writes and reads. Version 2: headers carry the Ethereum state root
+/// (the trie in `DATADIR/trie`); version 1 (no file) carried a chained ChangeSet checksum.
+pub(super) const DATADIR_LAYOUT: u32 = 2;
+
+/// Refuses a data directory of another layout; marks a new one (an empty history) with
+/// this build's.
+pub(super) fn check_layout(dir: &std::path::Path, history: &History) -> Result<(), NodeError> {
+    let path = dir.join(LAYOUT_FILE);
+    let found = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(
+            text.trim()
+                .parse::<u32>()
+                .map_err(|_| NodeError::Inconsistent {
+                    dir: dir.to_path_buf(),
+                    message: format!(
+                        "{} does not hold a layout version: {text:?}",
+                        path.display()
+                    ),
+                })?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(NodeError::Inconsistent {
+                dir: dir.to_path_buf(),
+                message: format!("cannot read {}: {e}", path.display()),
+            })
+        }
+    };
+    let fresh = history.head()?.is_none();
+    match found {
+        Some(DATADIR_LAYOUT) => Ok(()),
+        None if fresh => {
+            let tmp = dir.join(format!("{LAYOUT_FILE}.tmp"));
+            std::fs::write(&tmp, format!("{DATADIR_LAYOUT}\n"))
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| NodeError::Inconsistent {
+                    dir: dir.to_path_buf(),
+                    message: format!("cannot write {}: {e}", path.display()),
+                })
+        }
+        found => Err(NodeError::Inconsistent {
+            dir: dir.to_path_buf(),
+            message: format!(
+                "it holds a chain of data directory layout {} and this build reads layout \
+                 {DATADIR_LAYOUT}, whose headers carry the Ethereum state root instead of a \
+                 state checksum: its blocks cannot be served as they are. Start the chain \
+                 again in an empty --datadir (full nodes following it start again too), or \
+                 run the build that created it",
+                found.unwrap_or(1)
+            ),
+        }),
+    }
+}
 
 /// `genesis.fingerprint`: the chain spec's genesis fingerprint and the genesis hash, hex, one
 /// per line.
@@ -58,6 +125,7 @@ pub(super) fn recover(
     signer: &PrivateKeySigner,
     vilmo: &mut Vilmo,
     history: &History,
+    trie: &mut gigas_triedb::TrieStore,
 ) -> Result<HeadBlock, NodeError> {
     let dir = &config.datadir;
     let inconsistent = |message: String| NodeError::Inconsistent {
@@ -72,7 +140,16 @@ pub(super) fn recover(
                  remove the directory to start a new chain"
             )));
         }
-        let (genesis, writes) = genesis(&config.chain, signer)?;
+        // The trie first: a crash before the history holds the genesis starts over.
+        let writes = config.chain.genesis_writes()?;
+        let (accounts, slots) = genesis_state(&writes)?;
+        let root = trie
+            .reset(0, accounts, slots)
+            .map_err(|source| NodeError::Trie {
+                dir: trie.dir().to_path_buf(),
+                source,
+            })?;
+        let genesis = genesis_block(&config.chain, signer, root.root)?;
         history.commit_block(&BlockRecord {
             header: &genesis.header,
             hash: genesis.hash,
@@ -131,7 +208,7 @@ pub(super) fn recover(
         let writes = if number == 0 {
             match genesis_writes.take() {
                 Some(writes) => writes,
-                None => genesis(&config.chain, signer)?.1,
+                None => config.chain.genesis_writes()?,
             }
         } else {
             let bytes = history.changeset(number)?.ok_or_else(|| {
@@ -139,17 +216,8 @@ pub(super) fn recover(
                     "block {number}'s ChangeSet is missing from the history"
                 ))
             })?;
-            let parent = history
-                .sealed_header(number - 1)?
-                .ok_or_else(|| inconsistent(format!("block {}'s header is missing", number - 1)))?;
-            let header = history
-                .sealed_header(number)?
-                .ok_or_else(|| inconsistent(format!("block {number}'s header is missing")))?;
-            if state_checksum(&parent.header.state_root, &bytes) != header.header.state_root {
-                return Err(inconsistent(format!(
-                    "block {number}'s stored ChangeSet does not match its header's state checksum"
-                )));
-            }
+            // The block log's checksums cover the ChangeSet; the state root of the block
+            // is checked when the trie replays it (`recover_trie`).
             let changes = ChangeSet::decode(&bytes).map_err(|e| {
                 inconsistent(format!(
                     "block {number}'s stored ChangeSet does not decode: {e}"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use gigas_chain::ChainConfig;
-use gigas_primitives::{genesis_checksum, AccountState, LatticeHash};
+use gigas_primitives::{AccountState, LatticeHash};
 use gigas_statediff::{
     index_lattice, verify_and_decode_timed, ChainTip, DiffFile, KeyIndex as _, MemoryKeyIndex,
     MemoryState, VerifyTimings,
@@ -132,8 +132,8 @@ impl Follower {
         assert_eq!(genesis.header.number, 0);
         assert_eq!(
             genesis.header.state_root,
-            genesis_checksum(&chain.genesis_writes().unwrap()),
-            "the genesis header commits to the chain spec's state"
+            state_root(&state),
+            "the genesis header's stateRoot is the chain spec's state's"
         );
         let hash = genesis.header.hash_slow();
         assert_eq!(
@@ -170,6 +170,14 @@ impl Follower {
         .unwrap_or_else(|e| panic!("diff after block {} rejected: {e}", self.tip.number));
         self.index.extend(&verified.new_keys).unwrap();
         self.state.apply(&verified.changes);
+        // The signed header's stateRoot is the root of the state after the block, from
+        // scratch (alloy-trie), whatever the sequencer's trie store did.
+        assert_eq!(
+            verified.header.state_root,
+            state_root(&self.state),
+            "block {}'s stateRoot",
+            verified.header.number
+        );
         self.tip = verified.tip();
         self.lattice = verified.lattice.expect("the kept commitment moved");
         // The kept sum is the sum from scratch of the state and the index it describes.
@@ -178,6 +186,18 @@ impl Follower {
         assert_eq!(self.lattice, scratch, "block {}", self.tip.number);
         verified.hash
     }
+}
+
+/// The Ethereum state root of `state`, from scratch (alloy-trie).
+pub fn state_root(state: &MemoryState) -> B256 {
+    let mut scratch = gigas_trie::ScratchState::new();
+    for (address, account) in state.accounts() {
+        scratch.account(*address, *account);
+    }
+    for (address, slot, value) in state.slots() {
+        scratch.slot(*address, *slot, *value);
+    }
+    scratch.root().expect("a state makes a trie")
 }
 
 /// The text of `http://ADDR/metrics` (a plain HTTP/1.1 GET, headers included).

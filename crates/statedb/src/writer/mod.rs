@@ -641,7 +641,7 @@ impl<'db> StateWriter<'db> {
         self.current.tip = ChainTip {
             number,
             hash: block.hash,
-            state_checksum: block.header.state_root,
+            state_root: block.header.state_root,
         };
         // A block without a lattice ends the commitment here: a stale one must never be
         // stored beside a newer head.
@@ -677,6 +677,7 @@ impl<'db> StateWriter<'db> {
             return Ok(landed);
         }
         let root = self.root_now()?;
+        self.verify_root(number, Some(block.header.state_root), root.root)?;
         header.state_root = Some(root.root);
         self.rows.put_header(header);
         if landed.is_some() {

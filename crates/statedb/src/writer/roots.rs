@@ -87,6 +87,8 @@ impl StateWriter<'_> {
             what: format!("the layer of block {block}'s root is still shared after it ended"),
         })?;
         let root = computed?;
+        let signed = self.rows.header(block).map(|h| h.header.state_root);
+        self.verify_root(block, signed, root.outcome.root)?;
         if let Some(pending) = self.pending.as_mut() {
             pending.root(&root);
         }
@@ -110,6 +112,11 @@ impl StateWriter<'_> {
         self.unreported = self.finish_root()?;
         let result = self.root_now().and_then(|root| {
             let number = self.current.tip.number;
+            let signed = match self.rows.header(number) {
+                Some(row) => Some(row.header.state_root),
+                None => self.header(number)?.map(|row| row.header.state_root),
+            };
+            self.verify_root(number, signed, root.root)?;
             if !self.rows.set_state_root(number, root.root) {
                 // An idle write took the row into the transaction.
                 if let Some(mut header) = self.header(number)? {
@@ -123,6 +130,34 @@ impl StateWriter<'_> {
             self.dirty = true;
         }
         self.discard_on_error(result)
+    }
+
+    /// Checks a computed root against the block's signed `stateRoot`
+    /// ([`WriterOptions::verify_roots`]); `signed` is `None` only for a block whose header the
+    /// writer does not hold (a bug, reported as such).
+    pub(super) fn verify_root(
+        &self,
+        block: u64,
+        signed: Option<B256>,
+        computed: B256,
+    ) -> Result<(), StateDbError> {
+        if !self.options.verify_roots {
+            return Ok(());
+        }
+        match signed {
+            Some(header) if header == computed => Ok(()),
+            Some(header) => {
+                self.db.metrics().root_mismatches.inc();
+                Err(StateDbError::StateRootMismatch {
+                    block,
+                    header,
+                    computed,
+                })
+            }
+            None => Err(StateDbError::Invariant {
+                what: format!("block {block}'s root was computed without its header at hand"),
+            }),
+        }
     }
 
     /// The keys the next root recomputes: the writer's since the last root and, when the
