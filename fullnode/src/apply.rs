@@ -103,6 +103,7 @@ pub fn rejection_reason(kind: &DiffErrorKind) -> &'static str {
         DiffErrorKind::NotNext { .. } => "not_next",
         DiffErrorKind::WrongParent { .. } => "wrong_parent",
         DiffErrorKind::WrongSigner { .. } => "wrong_signer",
+        DiffErrorKind::UnnamedCode { .. } => "code",
         DiffErrorKind::Truncated { .. } => "truncated",
         DiffErrorKind::Crc { .. } => "crc",
         DiffErrorKind::Body(_) => "body",

@@ -1,8 +1,9 @@
 //! A sequencer and a full node on loopback under a load of signed transactions stay
 //! identical: every account and slot the load touched, the block hashes (which commit to the
-//! chained state checksum), and the full node's MPT root recomputed from scratch from its
-//! plain state equals the root it kept incrementally, as does the sequencer's state hashed
-//! from scratch from its own store (`gigas-sequencer state-root`). A second node re-executes
+//! state root), and the full node's MPT root recomputed from scratch from its plain state
+//! equals the root it kept incrementally and the header's `stateRoot` the sequencer signed,
+//! as does the sequencer's state hashed from scratch from its own store
+//! (`gigas-sequencer state-root`). A second node re-executes
 //! every block (`--verify-execution`) and agrees with every diff.
 
 mod common;
@@ -105,8 +106,8 @@ async fn a_full_node_under_load_matches_the_sequencer() {
         "every block re-executed",
     );
 
-    // Same blocks: a block hash covers its header's state checksum, the chain of the
-    // ChangeSets the full node applied. The full node serves the header as signed (its
+    // Same blocks: a block hash covers its header's stateRoot, which the full node checked
+    // against its own root after applying the block. The full node serves the header as signed (its
     // blocks' transactions it does not keep), so every field is the sequencer's.
     let n = head(&node.url).await;
     for number in [1, n / 2, n] {
@@ -136,11 +137,21 @@ async fn a_full_node_under_load_matches_the_sequencer() {
         serde_json::json!([format!("{n:#x}"), false]),
     )
     .await;
-    let checksum: B256 = theirs["result"]["stateRoot"]
+    let signed: B256 = theirs["result"]["stateRoot"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
+    let ours = rpc(
+        &node.url,
+        "eth_getBlockByNumber",
+        serde_json::json!([format!("{n:#x}"), false]),
+    )
+    .await;
+    assert_eq!(
+        ours["result"]["stateRoot"], theirs["result"]["stateRoot"],
+        "both nodes serve block {n}'s header as signed"
+    );
 
     // The sequencer's own state, read from its store once it stopped and hashed from scratch
     // (`gigas-sequencer state-root`), has the root the full node kept for the same state
@@ -184,6 +195,10 @@ async fn a_full_node_under_load_matches_the_sequencer() {
         root, kept,
         "the sequencer's state at block {block} from scratch against the full node's root at {n}"
     );
+    assert_eq!(
+        kept, signed,
+        "gigas_getStateRoot is the header's stateRoot, the sequencer's trie's root"
+    );
 
     // The root kept incrementally equals one recomputed from scratch from the plain state.
     node.interrupt();
@@ -196,10 +211,7 @@ async fn a_full_node_under_load_matches_the_sequencer() {
         tip.number
     );
     if tip.number == n {
-        assert_eq!(
-            tip.state_root, checksum,
-            "the chained state checksum at block {n}"
-        );
+        assert_eq!(tip.state_root, signed, "the head's stateRoot at block {n}");
     }
     let (root_block, root) = view.last_root().unwrap().expect("a root was kept");
     assert_eq!(

@@ -3,10 +3,11 @@
 //! A real sequencer records a short chain under load; a static HTTP server in this test then
 //! serves its archive (files and `diffs/head` only, as any web server would) to a real
 //! `gigas-fullnode`, and at one block `k` serves in turn: a tampered diff (body changed,
-//! frame and CRC redone), one signed by another key, block `k + 1` in place of `k` (a skipped
-//! block), and a truncated file. Each must be rejected with its reason in `/metrics`, the node
-//! held at `k - 1` (durable head, RPC and state unchanged); the genuine file then lets it
-//! reach the end with the sequencer's state.
+//! frame and CRC redone), one signed by another key, a header signed by the sequencer's own
+//! key with a wrong `stateRoot`, block `k + 1` in place of `k` (a skipped block), and a
+//! truncated file. Each must be rejected with its reason in `/metrics`, the node held at
+//! `k - 1` (durable head, RPC and state unchanged); the genuine file then lets it reach the
+//! end with the sequencer's state.
 
 mod common;
 
@@ -126,12 +127,33 @@ async fn tampered_forged_skipped_and_truncated_diffs_are_rejected_with_nothing_a
     let other = gigas_chain::dev_signer(3).unwrap();
     let mut forged = genuine.clone();
     forged.signature = other.sign_hash_sync(&forged.header.hash_slow()).unwrap();
+    // The sequencer's own key over a header whose stateRoot its changes do not give: only
+    // the node's own root can tell.
+    let sequencer_key = gigas_chain::ChainConfig::dev(250)
+        .unwrap()
+        .signer()
+        .unwrap();
+    let mut wrong_root = genuine.clone();
+    wrong_root.header.state_root = alloy_primitives::B256::repeat_byte(0x77);
+    let wrong_hash = wrong_root.header.hash_slow();
+    wrong_root.signature = sequencer_key.sign_hash_sync(&wrong_hash).unwrap();
+    // Its state commitment is signed over the header's hash: signed again too.
+    if let Some(c) = wrong_root.commitment.as_mut() {
+        c.signature = sequencer_key
+            .sign_hash_sync(&gigas_statediff::commitment_digest(&wrong_hash, &c.lattice))
+            .unwrap();
+    }
     let truncated = diffs[&k][..diffs[&k].len() / 2].to_vec();
-    let cases: [(&str, Vec<u8>, &[&str]); 4] = [
+    let cases: [(&str, Vec<u8>, &[&str]); 5] = [
         (
             "tampered",
             tampered.encode(&compression).unwrap(),
-            &["checksum", "body"],
+            &["state_root", "body", "code"],
+        ),
+        (
+            "wrong root",
+            wrong_root.encode(&compression).unwrap(),
+            &["state_root"],
         ),
         (
             "forged",
@@ -159,15 +181,24 @@ async fn tampered_forged_skipped_and_truncated_diffs_are_rejected_with_nothing_a
             files.0 = last;
         }
         let node2 = node.clone();
-        tokio::task::spawn_blocking(move || {
+        let waited = tokio::task::spawn_blocking(move || {
             wait_until(
                 Duration::from_secs(30),
                 &format!("the {name} diff to be rejected"),
                 || counts(&node2) > before_count,
             )
         })
-        .await
-        .unwrap();
+        .await;
+        if waited.is_err() {
+            let log = node.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "the {name} diff was not rejected (applied block {:?}, k = {k}); the node's \
+                 log ends:\n{}",
+                node.metric("gigas_fullnode_applied_block"),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
         assert_eq!(
             node.metric("gigas_fullnode_applied_block"),
             Some((k - 1) as f64),

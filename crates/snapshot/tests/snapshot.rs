@@ -62,6 +62,19 @@ fn address(i: u64) -> Address {
 }
 
 impl Source {
+    /// The state root of the source's state, from scratch (alloy-trie): what its headers
+    /// carry, as the sequencer's do.
+    fn root(&self) -> B256 {
+        let mut scratch = gigas_trie::ScratchState::new();
+        for (address, state) in &self.accounts {
+            scratch.account(*address, *state);
+        }
+        for ((address, slot), value) in &self.slots {
+            scratch.slot(*address, *slot, *value);
+        }
+        scratch.root().expect("a state makes a trie")
+    }
+
     fn sign(
         &self,
         hash: &B256,
@@ -121,24 +134,27 @@ impl Source {
                 }
             }
         }
-        let header = Header {
-            number: 0,
-            gas_limit: 30_000_000,
-            ..Header::default()
-        };
-        let hash = header.hash_slow();
-        let source = Self {
+        let mut source = Self {
             _dir: dir,
             db,
             key,
-            parent: header.clone(),
-            hash,
             lattice,
             accounts,
             slots,
             indexed: HashSet::new(),
             index_len: 0,
+            parent: Header::default(),
+            hash: B256::ZERO,
         };
+        let header = Header {
+            number: 0,
+            gas_limit: 30_000_000,
+            state_root: source.root(),
+            ..Header::default()
+        };
+        let hash = header.hash_slow();
+        source.parent = header.clone();
+        source.hash = hash;
         let (signature, commitment) = source.sign(&hash, &source.lattice);
         source
             .db
@@ -148,7 +164,7 @@ impl Source {
                     hash,
                     signature: Some(signature),
                     commitment: Some(commitment),
-                    verify_root: false,
+                    verify_root: true,
                 },
                 entries.into_iter().map(Ok::<_, std::io::Error>),
                 1000,
@@ -223,6 +239,7 @@ impl Source {
             parent_hash: self.hash,
             gas_limit: 30_000_000,
             timestamp: self.parent.timestamp + 1,
+            state_root: self.root(),
             ..Header::default()
         };
         let hash = header.hash_slow();

@@ -261,6 +261,13 @@ pub enum DiffErrorKind {
         /// The decoder's words.
         reason: String,
     },
+    /// A code the diff carries that no account of the block names: the state root commits
+    /// to accounts' code hashes, not to codes, so a code must be named to be stored.
+    #[error("code {hash} is named by no account the block changes")]
+    UnnamedCode {
+        /// The code's keccak-256.
+        hash: B256,
+    },
     /// The diff is not for the block after the tip (a block was skipped or repeated).
     #[error("expected block {expected}")]
     NotNext {

@@ -193,6 +193,19 @@ where
     let decoded = decode_body(&file.body, index, prior)
         .map_err(|e| DiffError::new(Some(number), DiffErrorKind::Body(e)))?;
     lap(&mut timings.decode);
+    // The header's stateRoot covers the accounts' code hashes, not the codes: a code is
+    // stored only under a hash an account of the block takes, so that no code reaches the
+    // state without its hash being committed to (the decoder computed each code's hash).
+    for (hash, _) in decoded.changes.bytecodes() {
+        let named = decoded
+            .changes
+            .accounts()
+            .iter()
+            .any(|(_, change)| change.state.is_some_and(|s| s.code_hash == *hash));
+        if !named {
+            return fail(DiffErrorKind::UnnamedCode { hash: *hash });
+        }
+    }
     let lattice = match (lattice, &file.commitment) {
         (Some(before), Some(commitment)) => {
             let delta = lattice_delta_hashed(

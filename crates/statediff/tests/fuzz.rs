@@ -127,8 +127,10 @@ fn fuzz(seed: u64, cases: usize) -> (usize, usize) {
                     let _ = decode_body(&file.body, &p.index, &p.state);
                 }
                 if let Ok(v) = verify_and_decode(&p.tip, sequencer, &input, &p.index, &p.state) {
-                    // Only a diff with the original's header, signature and changes verifies.
-                    assert_eq!(v.changes, p.changes, "case {case}");
+                    // The signature covers the header: only the original's verifies. A body
+                    // mutated into other canonical changes decodes; the state they give is
+                    // not the one the header's stateRoot commits to, and the follower's own
+                    // root refuses the block (gigas-fullnode's `rejections` test).
                     assert_eq!(v.header, p.header, "case {case}");
                 }
             }

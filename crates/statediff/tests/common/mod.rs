@@ -72,6 +72,9 @@ pub fn slot_key(rng: &mut Rng) -> U256 {
 /// balances and slots often move by small deltas, as real blocks do).
 pub fn random_changes(rng: &mut Rng, state: &MemoryState, universe: u64) -> ChangeSet {
     let mut b = ChangeSetBuilder::new();
+    // Codes deployed, each with the account that takes it: recorded after the other changes,
+    // so that no later destruction leaves a code no account names (followers refuse one).
+    let mut deployed = std::collections::BTreeMap::new();
     let ops = rng.below(24);
     for _ in 0..ops {
         let a = address(rng.below(universe));
@@ -100,16 +103,33 @@ pub fn random_changes(rng: &mut Rng, state: &MemoryState, universe: u64) -> Chan
                 b.account(a, state, rng.chance(10));
             }
             8 => b.destroyed(a),
-            9 => b.bytecode(Bytes::from(vec![
-                rng.below(256) as u8;
-                rng.below(40) as usize
-            ])),
+            // One code per address: the last deployed to it is the one it takes.
+            9 => {
+                deployed.insert(
+                    a,
+                    Bytes::from(vec![rng.below(256) as u8; 1 + rng.below(40) as usize]),
+                );
+            }
             _ => {
                 let slot = slot_key(rng);
                 let prior = state.slot_value(&a, &slot);
                 b.slot(a, slot, rng.value(prior));
             }
         }
+    }
+    for (a, code) in deployed {
+        let prior = state
+            .account_state(&a)
+            .unwrap_or(gigas_statediff::EMPTY_ACCOUNT);
+        b.account(
+            a,
+            AccountState {
+                code_hash: keccak256(&code),
+                ..prior
+            },
+            false,
+        );
+        b.bytecode(code);
     }
     b.build()
 }
