@@ -225,6 +225,44 @@ fn sum_state(args: &BootstrapArgs) -> LatticeHash {
     add(add(accounts, contracts), slots)
 }
 
+/// The source state's Ethereum state root, as the sequencer signs it at genesis: its hashed
+/// leaves written into a trie store in `scratch` (removed after) and the trie rebuilt there.
+fn state_root(args: &BootstrapArgs, scratch: &std::path::Path) -> Result<B256> {
+    let contracts = args.contracts.max(1);
+    let mut accounts: Vec<(B256, AccountState)> = (0..args.accounts)
+        .into_par_iter()
+        .map(|i| (keccak256(address(i)), account_of(i)))
+        .collect();
+    accounts.extend((0..contracts.min(args.slots.max(1))).map(|c| {
+        (
+            keccak256(contract(c)),
+            AccountState {
+                nonce: 1,
+                balance: U256::ZERO,
+                code_hash: keccak256(code_of(c)),
+            },
+        )
+    }));
+    let slots: Vec<(B256, B256, U256)> = (0..args.slots)
+        .into_par_iter()
+        .map(|n| {
+            let (a, slot, value) = slot_of(n, contracts);
+            (keccak256(a), keccak256(slot.to_be_bytes::<32>()), value)
+        })
+        .collect();
+    let mut store = gigas_triedb::TrieStore::open(
+        scratch,
+        gigas_triedb::TrieStoreOptions {
+            sparse_trie_bytes: 0,
+            ..gigas_triedb::TrieStoreOptions::default()
+        },
+    )?;
+    let root = store.reset(0, accounts, slots)?.root;
+    drop(store);
+    std::fs::remove_dir_all(scratch).wrap_err_with(|| format!("removing {}", scratch.display()))?;
+    Ok(root)
+}
+
 fn keys(args: &BootstrapArgs) -> Vec<StateKey> {
     let mut keys: Vec<StateKey> = (0..args.accounts)
         .map(|i| StateKey::Account(address(i)))
@@ -287,9 +325,11 @@ fn source(args: &BootstrapArgs, dir: &Path) -> Result<SourceFigures> {
     let key = bench_key()?;
     eprintln!("summing the source state's lattice hash");
     let lattice = sum_state(args);
+    eprintln!("computing the source state's root");
     let header = Header {
         number: 0,
         gas_limit: 30_000_000,
+        state_root: state_root(args, &dir.join("root-scratch"))?,
         ..Header::default()
     };
     let hash = header.hash_slow();
@@ -334,7 +374,7 @@ fn source(args: &BootstrapArgs, dir: &Path) -> Result<SourceFigures> {
             hash,
             signature: Some(signed.signature),
             commitment: Some(signed.commitment),
-            verify_root: false,
+            verify_root: true,
         },
         entries,
         1 << 20,
@@ -362,11 +402,13 @@ fn source(args: &BootstrapArgs, dir: &Path) -> Result<SourceFigures> {
                 a
             });
         lattice.add(&sum);
+        // An empty block: the state, and its root, stay the genesis'.
         let next = Header {
             number: 1,
             parent_hash: hash,
             gas_limit: 30_000_000,
             timestamp: 1,
+            state_root: header.state_root,
             ..Header::default()
         };
         let next_hash = next.hash_slow();

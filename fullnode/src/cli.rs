@@ -53,8 +53,11 @@ struct Cli {
     /// Serve Prometheus metrics at ADDR/metrics (e.g. 127.0.0.1:9002).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
-    /// Keep the MPT state root every K blocks (0: off, rebuilt on demand). Proofs are served
-    /// against the last root; K = 1 keeps `latest`'s root current.
+    /// Compute the MPT state root every K blocks and check it against the header's
+    /// `stateRoot`, refusing a block whose root differs (0: off, rebuilt on demand). K = 1,
+    /// the default, checks every block before it is committed; with a larger K the blocks
+    /// between two roots are checked only through the next one, and a group may commit
+    /// blocks no root checked yet. Proofs are served against the last root.
     #[arg(long, value_name = "K", default_value_t = 1)]
     root_every: u64,
     /// Commit after this many blocks in one write transaction (catching up; at the head the

@@ -16,16 +16,22 @@
 //! the head state → pool → journal (group-committed `fdatasync`) → the hash is returned. Every
 //! block time the producer thread selects by effective tip under nonce order and the gas
 //! limit, executes with Block-STM (or sequentially, as the measured policy says) with the
-//! JIT, builds receipts and roots, computes the chained state checksum over the block's
-//! ChangeSet, signs the header hash, commits, and publishes.
+//! JIT, builds receipts and roots, computes the block's state root in its state trie, signs
+//! the header hash, commits, and publishes.
 //!
 //! # Headers
 //!
 //! Blocks are Ethereum-shaped (Prague fields, RLP-hashed, `extraData` = "gigas", which
-//! web3.py accepts without its proof-of-authority middleware). `stateRoot` carries the
-//! chained **state checksum** ([`gigas_primitives::state_checksum`]: BLAKE3 over the parent's
-//! checksum and the block's canonical ChangeSet bytes), not a Merkle-Patricia root: it is what
-//! a full node recomputes to prove it holds the sequencer's state. The sequencer's secp256k1
+//! web3.py accepts without its proof-of-authority middleware). `stateRoot` is the Ethereum
+//! state root (Merkle-Patricia) after the block: the producer applies the block's changes to
+//! its state trie (`gigas_triedb::TrieStore` in `DATADIR/trie`: the changes since its last
+//! commit held in memory over the trie stored in MDBX, the account trie held in memory across
+//! blocks within `--trie.memory-mib`) and takes its root before it signs (`node::trie`). Every
+//! full node computes the same root after applying the block and refuses the block if it
+//! differs. The trie commits on a thread of its own every `--trie.commit-blocks` blocks, and
+//! only blocks the committer has made durable: after a crash it is at or behind the head, and
+//! the blocks after its commit replay from the history, each root checked against its
+//! header (a trie that cannot be replayed is rebuilt from Vilmo's state). The sequencer's secp256k1
 //! signature over the block hash is kept beside the header (in the history and in what
 //! followers receive), not inside it, so the hash stays a plain Ethereum header hash;
 //! `ecrecover(hash, signature)` gives the sequencer's address.
@@ -51,7 +57,7 @@
 //! the next block must not select the same transactions; lookups by hash find a sealed,
 //! unpublished block's transactions through `Node::in_flight_transaction`.)
 //!
-//! Why a SIGKILL at any instant recovers to one consistent head with the same checksums:
+//! Why a SIGKILL at any instant recovers to one consistent head with the same roots:
 //!
 //! - Each step is atomic on its own: the history's block log and Vilmo each cut a torn tail
 //!   on open (records and batches appended after their last sync were never acknowledged),
@@ -62,9 +68,10 @@
 //!   `H + 1 - MAX_GROUP ≤ V ≤ H + 1`.
 //! - `V = H + 1`: both hold block `H`; that is the head.
 //! - `V ≤ H`: the history holds blocks `V ..= H` that Vilmo (up to block `V - 1`) lacks.
-//!   For each in order, recovery checks the stored ChangeSet against the header's state
-//!   checksum, derives the writes against Vilmo's state (the same state the producer derived
-//!   them against through its tip, so the same writes) and commits them. Now `V = H + 1`.
+//!   For each in order, recovery derives the writes of the stored ChangeSet (covered by the
+//!   block log's checksums) against Vilmo's state (the same state the producer derived them
+//!   against through its tip, so the same writes) and commits them. Now `V = H + 1`; the
+//!   state trie then replays to `H`, each block's root checked against its header.
 //! - Blocks in the history but never published (the crash came before their publication)
 //!   are kept, not rebuilt: they are durable, signed and deterministic, so nobody can have
 //!   seen different ones. A block that was published is durable in both stores, so it never

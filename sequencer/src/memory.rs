@@ -10,6 +10,8 @@
 //! | `jit_code` | compiled machine code held by the code cache | `--jit.budget-mib` |
 //! | `vilmo_index` | Vilmo's in-memory index of every state key | the state's key count |
 //! | `diff_key_index` | the diff writer's enumeration index of every state key | the state's key count |
+//! | `trie_sparse` | the account trie held in memory across blocks' state roots | `--trie.memory-mib` |
+//! | `trie_layer` | the state trie's changes since its last commit (estimate; twice that while a commit is under way, which holds a copy) | `--trie.commit-blocks`, and 256 MiB |
 //! | `process_anon` | the process's anonymous resident memory (`RssAnon`) | the sum of the above and more |
 //! | `unaccounted` | `process_anon` minus the components above: allocator slack, stacks, per-block buffers, caches not listed | |
 //!
@@ -67,6 +69,10 @@ pub struct MemorySample {
     pub vilmo_index: u64,
     /// The diff writer's key index.
     pub diff_key_index: u64,
+    /// The account trie held in memory.
+    pub trie_sparse: u64,
+    /// The state trie's changes since its last commit.
+    pub trie_layer: u64,
     /// Anonymous resident memory of the process, if the kernel says.
     pub process_anon: Option<u64>,
     /// The process's threads, if the kernel says.
@@ -77,7 +83,10 @@ impl MemorySample {
     /// Takes one sample of `node` and, if given, its diff archive.
     pub fn take(node: &Node, archive: Option<&DiffArchive>) -> Self {
         let process = gigas_cgroup::ProcessMemory::read();
+        let (trie_sparse, trie_layer) = node.trie_memory();
         Self {
+            trie_sparse,
+            trie_layer,
             txpool: node.pool().memory_bytes() as u64,
             jit_code: u64::try_from(node.jit().stats().resident_bytes.get()).unwrap_or(0),
             vilmo_index: node.vilmo_stats().index_bytes as u64,
@@ -91,7 +100,12 @@ impl MemorySample {
 
     /// The components' sum.
     pub fn accounted(&self) -> u64 {
-        self.txpool + self.jit_code + self.vilmo_index + self.diff_key_index
+        self.txpool
+            + self.jit_code
+            + self.vilmo_index
+            + self.diff_key_index
+            + self.trie_sparse
+            + self.trie_layer
     }
 }
 
@@ -107,7 +121,8 @@ impl MemoryMetrics {
         registry.register(
             "memory_bytes",
             "Resident memory by component (txpool, jit_code, vilmo_index, diff_key_index, \
-             process_anon, unaccounted); see sequencer/src/memory.rs for each one's bound",
+             trie_sparse, trie_layer, process_anon, unaccounted); see \
+             sequencer/src/memory.rs for each one's bound",
             self.bytes.clone(),
         );
     }
@@ -123,6 +138,8 @@ impl MemoryMetrics {
         set("jit_code", sample.jit_code);
         set("vilmo_index", sample.vilmo_index);
         set("diff_key_index", sample.diff_key_index);
+        set("trie_sparse", sample.trie_sparse);
+        set("trie_layer", sample.trie_layer);
         if let Some(anon) = sample.process_anon {
             set("process_anon", anon);
             set("unaccounted", anon.saturating_sub(sample.accounted()));

@@ -1,7 +1,8 @@
 //! The [`ChangeSet`]: the canonical result of a block, and its byte encoding.
 //!
 //! Everything downstream of execution is derived from one ChangeSet per block: Vilmo's batch,
-//! the state diff that full nodes apply, and the header's chained `state_checksum`. So two
+//! the state diff that full nodes apply, and the state trie the header's `stateRoot` is the
+//! root of. So two
 //! machines that executed the same block must produce the same bytes, whatever the executor
 //! (sequential, Block-STM at any thread count, interpreter or JIT) and whatever order it
 //! discovered the changes in. That is why a ChangeSet can only be made by

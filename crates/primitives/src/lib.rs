@@ -2,7 +2,7 @@
 //!
 //! Owns the chain specification (which hardfork is active at a given block number and
 //! timestamp), the [`ChangeSet`] (the canonical, byte-identical result of a block that storage,
-//! state diffs and checksums are derived from), the layout of state in a key-value store
+//! state diffs and the state's commitments are derived from), the layout of state in a key-value store
 //! ([`state_keys`]), the lattice hash of a state ([`lattice`]), Keccak-256 of many messages at once
 //! ([`keccak`]) and the description of the machine a
 //! measurement ran on ([`machine`]). It must
@@ -13,7 +13,6 @@
 
 pub mod chainspec;
 pub mod changeset;
-pub mod checksum;
 pub mod duration;
 pub mod keccak;
 mod keystream;
@@ -25,6 +24,5 @@ pub use chainspec::{Activation, ChainSpec, Hardfork};
 pub use changeset::{
     AccountChange, AccountState, ChangeSet, ChangeSetBuilder, ChangeSetError, CHANGESET_MAGIC,
 };
-pub use checksum::{genesis_checksum, state_checksum};
 pub use lattice::LatticeHash;
 pub use machine::Machine;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use alloy_primitives::{Address, U256};
 use common::Rng;
-use gigas_primitives::{state_checksum, AccountState, ChangeSetBuilder};
+use gigas_primitives::{AccountState, ChangeSetBuilder};
 use gigas_statediff::{
     decode_body, encode_body, Compression, DiffFile, MemoryKeyIndex, MemoryState, PriorValues,
     StateKey,
@@ -54,8 +54,8 @@ fn where_the_time_goes() {
         let keys: Vec<StateKey> = slots.iter().map(|s| StateKey::Slot(token, *s)).collect();
         index.extend(&keys).unwrap();
     }
-    let (mut t_capture, mut t_encode, mut t_zstd, mut t_unzstd, mut t_decode, mut t_check) =
-        (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut t_capture, mut t_encode, mut t_zstd, mut t_unzstd, mut t_decode) =
+        (0.0, 0.0, 0.0, 0.0, 0.0);
     let mut changes_total = 0;
     for _ in 0..20 {
         let mut b = ChangeSetBuilder::new();
@@ -108,24 +108,17 @@ fn where_the_time_goes() {
                 std::hint::black_box(decode_body(&decoded_file.body, &index, &state).unwrap());
             }
         }
-        let t = Instant::now();
-        let _ = state_checksum(
-            &common::genesis_header().state_root,
-            &decoded.changes.encode(),
-        );
-        t_check += t.elapsed().as_secs_f64();
         assert_eq!(decoded.changes, changes);
         state.apply(&changes);
     }
     let per = |s: f64| s / changes_total as f64 * 1e9;
     println!(
         "{changes_total} changes; ns per change: capture {:.0}, encode {:.0}, zstd {:.0}; \
-         unzstd {:.0}, decode {:.0}, checksum {:.0}",
+         unzstd {:.0}, decode {:.0}",
         per(t_capture),
         per(t_encode),
         per(t_zstd),
         per(t_unzstd),
-        per(t_decode),
-        per(t_check)
+        per(t_decode)
     );
 }

@@ -166,7 +166,7 @@ pub fn put_accounts(
 
 /// Puts hashed slots (keccak(address), keccak(slot), value), in key order, replacing one for
 /// the same slot (a slot named twice in a genesis, or in two chunks, ends with the later
-/// value).
+/// value); a zero value is no slot (deleted if stored).
 pub fn put_slots(
     dbs: &TrieDbs,
     txn: &RwTxUnsync,
@@ -181,6 +181,9 @@ pub fn put_slots(
             .map_err(TrieDbError::read(table.name()))?;
         if found.is_some_and(|v| v.starts_with(key.as_slice())) {
             c.del().map_err(TrieDbError::mdbx("replace a slot"))?;
+        }
+        if value.is_zero() {
+            continue;
         }
         codec::encode_slot(&key, &value, buf);
         c.put(owner.as_slice(), buf, WriteFlags::empty())

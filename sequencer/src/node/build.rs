@@ -202,12 +202,18 @@ impl Node {
 
         let t = Instant::now();
         let hashed = gigas_triedb::HashedChanges::of(&outcome.changes);
-        let root = lock(&self.trie)
-            .apply(number, &hashed)
-            .map_err(|source| NodeError::Root {
-                block: number,
-                source,
-            })?;
+        let root = {
+            let mut trie = lock(&self.trie);
+            let root = trie
+                .apply(number, &hashed)
+                .map_err(|source| NodeError::Root {
+                    block: number,
+                    source,
+                })?;
+            self.trie_memory[0].store(trie.sparse_trie_stats().bytes, Ordering::Relaxed);
+            self.trie_memory[1].store(trie.layer_bytes(), Ordering::Relaxed);
+            root
+        };
         self.metrics.stage(Stage::Root, seconds(t));
         self.metrics.root_leaves.inc_by(root.leaves);
 

@@ -276,6 +276,9 @@ pub struct Node {
     committed_through: Arc<AtomicU64>,
     /// The state trie: the producer computes each block's root with it.
     trie: Mutex<gigas_triedb::TrieStore>,
+    /// The trie's memory after the last block (account trie in memory, changes since its
+    /// commit), for the memory gauges without waiting on the trie's lock.
+    trie_memory: [AtomicU64; 2],
     /// The blocks sealed and not yet committed, as the producer last saw them: submissions
     /// check nonces against the tip they make.
     pending: RwLock<Arc<Vec<Arc<crate::state::PendingBlock>>>>,
@@ -390,6 +393,10 @@ impl Node {
             journal,
             recoverer,
             committed_through,
+            trie_memory: [
+                AtomicU64::new(trie.sparse_trie_stats().bytes),
+                AtomicU64::new(trie.layer_bytes()),
+            ],
             trie: Mutex::new(trie),
             head: RwLock::new(head),
             pending: RwLock::new(Arc::new(Vec::new())),
@@ -481,6 +488,15 @@ impl Node {
     /// The JIT code cache.
     pub fn jit(&self) -> &Arc<CodeCache> {
         &self.jit
+    }
+
+    /// Bytes of the state trie's account trie in memory and of its changes since its last
+    /// commit, as of the last block.
+    pub fn trie_memory(&self) -> (u64, u64) {
+        (
+            self.trie_memory[0].load(Ordering::Relaxed),
+            self.trie_memory[1].load(Ordering::Relaxed),
+        )
     }
 
     /// The node's metrics.

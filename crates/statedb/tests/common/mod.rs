@@ -9,7 +9,7 @@ use std::path::Path;
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, Bytes, B256, KECCAK256_EMPTY, U256};
 use alloy_trie::{HashBuilder, Nibbles, TrieAccount, EMPTY_ROOT_HASH};
-use gigas_primitives::{state_checksum, AccountState, ChangeSet, ChangeSetBuilder};
+use gigas_primitives::{AccountState, ChangeSet, ChangeSetBuilder};
 use gigas_statedb::{BlockToApply, GenesisBlock, GenesisEntry, StateDb, StateDbOptions, StateView};
 use gigas_statediff::{encode_body, MemoryKeyIndex, PriorValues, StateKey};
 
@@ -350,7 +350,7 @@ pub fn consistent(changes: ChangeSet, model: &Model) -> ChangeSet {
 }
 
 /// Writer options for the chains of these tests, whose headers carry a placeholder
-/// `stateRoot` (a chained checksum of the blocks' changes, [`Chain::next`]): the writer's
+/// `stateRoot` ([`Chain::next`]): the writer's
 /// roots are checked against the model's root from scratch instead. Root verification
 /// against headers has its own test (`verify.rs`), over headers with the true roots.
 pub fn synthetic_headers() -> gigas_statedb::WriterOptions {
@@ -360,8 +360,8 @@ pub fn synthetic_headers() -> gigas_statedb::WriterOptions {
     }
 }
 
-/// A chain of unsigned headers whose `state_root` is a chained checksum of the blocks'
-/// changes: a placeholder, unique per chain, for tests that do not verify roots.
+/// A chain of unsigned headers whose `state_root` is a placeholder (keccak of the parent's
+/// and the block's changes, unique per chain) for tests that do not verify roots.
 #[derive(Debug, Clone)]
 pub struct Chain {
     pub parent: Header,
@@ -400,7 +400,9 @@ impl Chain {
             parent_hash: self.hash,
             gas_limit: 30_000_000,
             timestamp: self.parent.timestamp + 1,
-            state_root: state_checksum(&self.parent.state_root, &changes.encode()),
+            state_root: alloy_primitives::keccak256(
+                [self.parent.state_root.as_slice(), &changes.encode()].concat(),
+            ),
             ..Header::default()
         };
         let hash = header.hash_slow();
