@@ -6,15 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gigas_statediff::ChainTip;
-use std::borrow::Cow;
 
-use signet_libmdbx::{Environment, MdbxError, SyncMode, WriteFlags};
+use signet_libmdbx::{Environment, SyncMode, WriteFlags};
 
 use crate::codec;
 use crate::error::StateDbError;
 use crate::metrics::StateDbMetrics;
 use crate::read::Dbs;
-use crate::tables::{Table, DROPPED_IN_V2, META_SCHEMA_VERSION, SCHEMA_VERSION};
+use crate::tables::{Table, META_SCHEMA_VERSION, SCHEMA_VERSION};
 use crate::types::{AnyTable, Durability, StateDbOptions, TableStats, WriterOptions};
 use crate::view::StateView;
 use crate::writer::StateWriter;
@@ -40,45 +39,6 @@ impl fmt::Debug for StateDb {
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
-}
-
-/// Layout version 1 also kept every account and slot by address ([`DROPPED_IN_V2`]): empties
-/// those tables, which gives their pages back to MDBX, and marks the database version 2. The
-/// hashed tables hold the same state, so nothing is lost; an upgrade cut short by a crash
-/// runs again at the next open. Whether it upgraded.
-fn upgrade_from_v1(env: &Environment) -> Result<bool, StateDbError> {
-    let txn = env
-        .begin_rw_unsync()
-        .map_err(StateDbError::mdbx("begin the upgrade transaction"))?;
-    let meta = match txn.open_db(Some(Table::Meta.name())) {
-        Ok(db) => db,
-        // A new database: open_tables creates it at the current version.
-        Err(MdbxError::NotFound) => return Ok(false),
-        Err(e) => return Err(StateDbError::mdbx("open Meta")(e)),
-    };
-    let version: Option<Cow<'_, [u8]>> = txn
-        .get(meta.dbi(), META_SCHEMA_VERSION)
-        .map_err(StateDbError::read(Table::Meta.name()))?;
-    if version.as_deref() != Some(&1u32.to_be_bytes()[..]) {
-        return Ok(false);
-    }
-    for (name, dup) in DROPPED_IN_V2 {
-        let db = txn
-            .create_db(Some(name), dup.flags())
-            .map_err(StateDbError::mdbx("open a layout 1 table"))?;
-        txn.clear_db(db)
-            .map_err(StateDbError::mdbx("empty a layout 1 table"))?;
-    }
-    txn.put(
-        meta,
-        META_SCHEMA_VERSION,
-        SCHEMA_VERSION.to_be_bytes(),
-        WriteFlags::empty(),
-    )
-    .map_err(StateDbError::mdbx("write the layout version"))?;
-    txn.commit()
-        .map_err(StateDbError::mdbx("commit the upgrade"))?;
-    Ok(true)
 }
 
 /// Held while a writer or a genesis owns the write side.
@@ -135,14 +95,16 @@ impl StateDb {
             drop(env);
             env = open(usize::try_from(page_bytes).ok())?;
         }
-        if upgrade_from_v1(&env)? {
-            tracing::info!(
-                dir = %dir.display(),
-                "state database upgraded from layout version 1: the tables by address are emptied (the hashed tables hold the same state)"
-            );
-        }
         let state =
-            gigas_mdbx::open_tables(&env, dir, Table::Meta, META_SCHEMA_VERSION, SCHEMA_VERSION)?
+            gigas_mdbx::open_tables(&env, dir, Table::Meta, META_SCHEMA_VERSION, SCHEMA_VERSION)
+                .map_err(|e| match e {
+                    gigas_mdbx::OpenError::SchemaVersion { dir, found, .. }
+                        if found < SCHEMA_VERSION =>
+                    {
+                        StateDbError::OldLayout { dir, found }
+                    }
+                    e => e.into(),
+                })?
                 .try_into()
                 .map_err(|_| StateDbError::corrupt("tables", &[], "table count"))?;
         let dbs = Dbs {

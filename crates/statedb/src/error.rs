@@ -6,6 +6,8 @@ use gigas_mdbx::StoreError;
 use gigas_statediff::StateKey;
 use signet_libmdbx::MdbxError;
 
+use crate::tables::SCHEMA_VERSION;
+
 /// What went wrong in the state database.
 #[derive(Debug, thiserror::Error)]
 pub enum StateDbError {
@@ -13,6 +15,19 @@ pub enum StateDbError {
     /// flags).
     #[error(transparent)]
     Open(gigas_mdbx::OpenError),
+    /// The directory holds a database of an earlier layout, whose chain's headers carried a
+    /// state checksum instead of the state root: it cannot follow a chain of this build.
+    #[error(
+        "the state database in {dir} has layout version {found}, from before headers carried \
+         the state root; this build reads version {SCHEMA_VERSION}. Remove it (or give another \
+         --datadir) and start again from the sequencer's genesis or a snapshot"
+    )]
+    OldLayout {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Its layout version.
+        found: u32,
+    },
     /// MDBX refused an operation.
     #[error("MDBX failed to {op}: {source}")]
     Mdbx {

@@ -12,8 +12,7 @@
 //! address (RPC, `eth_call`, the diff decoder's prior values) cost one keccak more through
 //! the hashed tables. Each change then dirties one leaf page instead of two, which over 10M
 //! accounts is about a quarter of the pages a commit writes, and half the leaf pages the page
-//! cache must hold. Layout version 1 had `PlainAccountState` and `PlainStorageState`;
-//! [`crate::StateDb::open`] empties them when it opens a version 1 database.
+//! cache must hold. (Layout version 1 had `PlainAccountState` and `PlainStorageState`.)
 
 pub use gigas_mdbx::Dup;
 
@@ -78,11 +77,8 @@ pub(crate) const META_LATTICE: &[u8] = b"lattice";
 /// `Meta` key of a bootstrap from a snapshot under way: block (u64) ‖ manifest hash (32) ‖
 /// chunks written (u32). Present only while the database has no head.
 pub(crate) const META_BOOTSTRAP: &[u8] = b"bootstrap";
-/// The layout this build writes and reads (`Meta`'s `schema_version`).
-pub const SCHEMA_VERSION: u32 = 2;
-/// Tables of layout version 1 that version 2 no longer has (name, and their flags for opening
-/// them): emptied when a version 1 database is opened.
-pub(crate) const DROPPED_IN_V2: [(&str, gigas_mdbx::Dup); 2] = [
-    ("PlainAccountState", gigas_mdbx::Dup::No),
-    ("PlainStorageState", gigas_mdbx::Dup::Sorted),
-];
+/// The layout this build writes and reads (`Meta`'s `schema_version`). Version 3: headers
+/// carry the Ethereum state root (diff format version 2) and the trie tables are
+/// `gigas_triedb`'s; a database of version 1 or 2 holds a chain whose headers carried a
+/// state checksum, and is refused ([`crate::StateDbError::OldLayout`]).
+pub const SCHEMA_VERSION: u32 = 3;

@@ -129,20 +129,20 @@ fn an_interrupted_genesis_is_cleared_by_the_next() {
     second.assert_held_by(&view, &[]);
 }
 
-/// Layout version 1 kept accounts and slots by address as well. Opening such a database
-/// empties those tables and marks it version 2, and every account and slot still reads the
-/// same, through the hashed tables; a later layout than this build's is refused.
+/// A database of layout 1 or 2 holds a chain whose headers carried a state checksum, not
+/// the state root: it is refused with what to do, and so is a later layout than this build's.
+/// A database of this build's layout opens.
 #[test]
-fn a_layout_1_database_is_upgraded_in_place() {
-    use gigas_mdbx::signet_libmdbx::{DatabaseFlags, WriteFlags};
+fn a_database_of_another_layout_is_refused_with_what_to_do() {
+    use gigas_mdbx::signet_libmdbx::WriteFlags;
 
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(13);
     let model = random_model(&mut rng, 300);
-    let root = {
+    {
         let db = open(dir.path());
-        common::apply_genesis(&db, &Chain::genesis(), &model, 50)
-    };
+        common::apply_genesis(&db, &Chain::genesis(), &model, 50);
+    }
     let env_options = gigas_mdbx::EnvOptions {
         max_size_bytes: 4 << 30,
         growth_step_bytes: 16 << 20,
@@ -154,24 +154,9 @@ fn a_layout_1_database_is_upgraded_in_place() {
         autosync_period: None,
         max_dirty_pages: None,
     };
-    let set_version = |version: u32, plain_rows: bool| {
+    let set_version = |version: u32| {
         let env = gigas_mdbx::open_env(dir.path(), &env_options).unwrap();
         let txn = env.begin_rw_unsync().unwrap();
-        if plain_rows {
-            // What version 1 held: a row per account and per slot, by address.
-            let accounts = txn
-                .create_db(Some("PlainAccountState"), DatabaseFlags::empty())
-                .unwrap();
-            let storage = txn
-                .create_db(Some("PlainStorageState"), DatabaseFlags::DUP_SORT)
-                .unwrap();
-            for address in model.accounts.keys() {
-                txn.put(accounts, address, [1u8, 2, 0], WriteFlags::empty())
-                    .unwrap();
-                txn.put(storage, address, [7u8; 33], WriteFlags::empty())
-                    .unwrap();
-            }
-        }
         let meta = txn.open_db(Some("Meta")).unwrap();
         txn.put(
             meta,
@@ -182,38 +167,27 @@ fn a_layout_1_database_is_upgraded_in_place() {
         .unwrap();
         txn.commit().unwrap();
     };
-    let plain_entries = || {
-        let env = gigas_mdbx::open_env(dir.path(), &env_options).unwrap();
-        let txn = env.begin_ro_unsync().unwrap();
-        ["PlainAccountState", "PlainStorageState"].map(|name| {
-            let db = txn.open_db(Some(name)).unwrap();
-            txn.db_stat(&db).unwrap().entries()
-        })
-    };
-    set_version(1, true);
-    assert_eq!(
-        plain_entries(),
-        [model.accounts.len(), model.accounts.len()]
-    );
-
-    let db = open(dir.path());
-    let view = db.view().unwrap();
-    assert_eq!(view.last_root().unwrap(), Some((0, root)));
-    assert_eq!(view.state_root_from_scratch().unwrap(), root);
-    model.assert_held_by(&view, &[]);
-    drop(view);
-    drop(db);
-    assert_eq!(plain_entries(), [0, 0]);
-    // Upgraded once: opening again changes nothing.
-    let db = open(dir.path());
-    model.assert_held_by(&db.view().unwrap(), &[]);
-    drop(db);
-
-    set_version(gigas_statedb::SCHEMA_VERSION + 1, false);
+    for old in [1, 2] {
+        set_version(old);
+        let err = gigas_statedb::StateDb::open(dir.path(), common::small_options()).unwrap_err();
+        assert!(
+            matches!(err, gigas_statedb::StateDbError::OldLayout { found, .. } if found == old),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("state root") && text.contains("start again"),
+            "{text}"
+        );
+    }
+    set_version(gigas_statedb::SCHEMA_VERSION + 1);
     let err = gigas_statedb::StateDb::open(dir.path(), common::small_options()).unwrap_err();
     assert!(
         err.to_string()
             .contains(&format!("{}", gigas_statedb::SCHEMA_VERSION + 1)),
         "{err}"
     );
+    set_version(gigas_statedb::SCHEMA_VERSION);
+    let db = open(dir.path());
+    model.assert_held_by(&db.view().unwrap(), &[]);
 }
