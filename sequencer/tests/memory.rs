@@ -110,18 +110,21 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let pool_bytes = value(&text, "gigas_txpool_bytes").expect("pool bytes");
-    let [txpool, jit, vilmo, diffs, anon, unaccounted] = [
+    let [txpool, jit, vilmo, diffs, trie_sparse, trie_layer, anon, unaccounted] = [
         "txpool",
         "jit_code",
         "vilmo_index",
         "diff_key_index",
+        "trie_sparse",
+        "trie_layer",
         "process_anon",
         "unaccounted",
     ]
     .map(|name| component(&text, name));
     println!(
         "pool {pool_bytes} encoded bytes; memory: txpool {txpool}, jit_code {jit}, vilmo_index \
-         {vilmo}, diff_key_index {diffs}, process_anon {anon}, unaccounted {unaccounted}"
+         {vilmo}, diff_key_index {diffs}, trie_sparse {trie_sparse}, trie_layer {trie_layer}, \
+         process_anon {anon}, unaccounted {unaccounted}"
     );
     assert!(
         pool_bytes <= (1 << 20) as f64,
@@ -140,8 +143,9 @@ async fn memory_by_component_is_reported_and_the_pool_is_held_to_its_flag() {
         vilmo > 0.0 && diffs > 0.0,
         "the state's indices hold the genesis keys"
     );
-    assert!(anon > txpool + jit + vilmo + diffs);
-    assert_eq!(unaccounted, anon - (txpool + jit + vilmo + diffs));
+    let accounted = txpool + jit + vilmo + diffs + trie_sparse + trie_layer;
+    assert!(anon > accounted);
+    assert_eq!(unaccounted, anon - accounted);
     // Threads are reported, and the blocking pool's bound holds them.
     let threads = value(&text, "gigas_sequencer_threads").expect("threads");
     let bound = gigas_rpc_eth::max_blocking_threads() + 64;

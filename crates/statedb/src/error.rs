@@ -117,20 +117,11 @@ pub enum StateDbError {
         /// What was found.
         what: String,
     },
-    /// The thread writing a parallel rebuild's nodes stopped before the parts ended (its
-    /// own error is the one reported; this one reaches no caller).
-    #[error("the thread writing the rebuilt trie stopped")]
-    RebuildWriterStopped,
-    /// A thread computing part of a root panicked (a bug: its message is in the log).
-    #[error("a state root thread panicked")]
-    RootThreadPanicked,
-    /// The trie held in memory was asked to hash a subtrie it never loaded (a bug: the
-    /// writer clears it and the next root walks the stored trie).
-    #[error("the in-memory trie has no encoding for the subtrie at {path:?}")]
-    SparseTrieUnloaded {
-        /// The subtrie's path.
-        path: alloy_trie::Nibbles,
-    },
+    /// The state trie failed in a way of its own (a root thread that panicked, a subtrie the
+    /// trie in memory never loaded: bugs, reported instead of panics; the open group is
+    /// discarded). Its failures that this crate has words for arrive as those.
+    #[error(transparent)]
+    Trie(gigas_triedb::TrieDbError),
     /// A proof or root was asked of a trie that is not maintained (the writer ran with
     /// `root_every: 0` since the last root); the next computed root rebuilds it.
     #[error("the state trie is not maintained since block {last_root}; compute a root first")]
@@ -185,12 +176,12 @@ impl From<gigas_triedb::TrieDbError> for StateDbError {
             TrieDbError::Mdbx { op, source } => Self::Mdbx { op, source },
             TrieDbError::Corrupt { table, key, reason } => Self::Corrupt { table, key, reason },
             TrieDbError::Invariant { what } => Self::Invariant { what },
-            TrieDbError::RebuildWriterStopped => Self::RebuildWriterStopped,
-            TrieDbError::RootThreadPanicked => Self::RootThreadPanicked,
-            TrieDbError::SparseTrieUnloaded { path } => Self::SparseTrieUnloaded { path },
             TrieDbError::DeadlinePassed(what) => Self::DeadlinePassed(what),
             TrieDbError::NotNext { expected, got } => Self::NotNext { expected, got },
             TrieDbError::NoGenesis => Self::NotInitialized,
+            e @ (TrieDbError::RebuildWriterStopped
+            | TrieDbError::RootThreadPanicked
+            | TrieDbError::SparseTrieUnloaded { .. }) => Self::Trie(e),
         }
     }
 }

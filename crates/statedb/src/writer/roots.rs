@@ -81,7 +81,7 @@ impl StateWriter<'_> {
         } = flight;
         let computed = handle
             .join()
-            .map_err(|_| StateDbError::RootThreadPanicked)?;
+            .map_err(|_| StateDbError::Trie(gigas_triedb::TrieDbError::RootThreadPanicked))?;
         let seconds = started.elapsed().as_secs_f64();
         let mut layer = Arc::try_unwrap(layer).map_err(|_| StateDbError::Invariant {
             what: format!("the layer of block {block}'s root is still shared after it ended"),
