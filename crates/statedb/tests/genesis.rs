@@ -191,3 +191,71 @@ fn a_database_of_another_layout_is_refused_with_what_to_do() {
     let db = open(dir.path());
     model.assert_held_by(&db.view().unwrap(), &[]);
 }
+
+/// A snapshot's state is checked against its signed header's `stateRoot` as the bootstrap
+/// finishes: a header whose root the state does not give is refused and no head is recorded
+/// (nothing of the snapshot is served); the header with the state's root then finishes it.
+#[test]
+fn a_snapshot_whose_root_is_not_its_headers_gets_no_head() {
+    use alloy_consensus::Header;
+    use alloy_primitives::{keccak256, B256};
+    use gigas_statedb::{SnapshotEntries, StateDbError, StoredHeader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let mut rng = Rng::new(21);
+    let model = random_model(&mut rng, 200);
+    let mut accounts: Vec<(B256, gigas_primitives::AccountState)> = model
+        .accounts
+        .iter()
+        .map(|(a, s)| (keccak256(a), *s))
+        .collect();
+    accounts.sort_unstable_by_key(|a| a.0);
+    let mut slots: Vec<(B256, B256, alloy_primitives::U256)> = model
+        .storage
+        .iter()
+        .flat_map(|(a, slots)| {
+            slots
+                .iter()
+                .map(move |(s, v)| (keccak256(a), keccak256(s.to_be_bytes::<32>()), *v))
+        })
+        .filter(|(_, _, v)| !v.is_zero())
+        .collect();
+    slots.sort_unstable_by_key(|s| (s.0, s.1));
+    let manifest = B256::repeat_byte(9);
+    let stored = |root: B256| {
+        let header = Header {
+            number: 7,
+            state_root: root,
+            ..Header::default()
+        };
+        StoredHeader {
+            hash: header.hash_slow(),
+            header,
+            signature: None,
+            state_root: None,
+            commitment: None,
+        }
+    };
+    let write = || {
+        let mut b = db.bootstrap(7, manifest).unwrap();
+        if b.progress().chunks_done == 0 {
+            b.write_chunk(0, &SnapshotEntries::Accounts(accounts.clone()))
+                .unwrap();
+            b.write_chunk(1, &SnapshotEntries::Slots(slots.clone()))
+                .unwrap();
+        }
+        b
+    };
+    let wrong = B256::repeat_byte(0x66);
+    let err = write().finish(&stored(wrong), &[], 0, None).unwrap_err();
+    assert!(
+        matches!(err, StateDbError::StateRootMismatch { block: 7, header, computed }
+            if header == wrong && computed == model.root()),
+        "{err}"
+    );
+    assert_eq!(db.head().unwrap(), None, "no head after a refused snapshot");
+    let outcome = write().finish(&stored(model.root()), &[], 0, None).unwrap();
+    assert_eq!(outcome.state_root, model.root());
+    assert_eq!(db.head().unwrap().map(|t| t.number), Some(7));
+}
