@@ -26,8 +26,8 @@ use gigas_statediff::archive::{
     Archive, ArchiveError, ArchiveHead, FileKind, KeyLog, LatticeMark, LATTICE_REMEDY,
 };
 use gigas_statediff::{
-    index_lattice, lattice_delta, pack_diff, BlockFile, Compression, DiffError, KeyIndex,
-    MemoryKeyIndex, PriorValues, StateCommitment, StateKey,
+    index_lattice, lattice_delta, lattice_delta_hashed, pack_diff, BlockFile, Compression,
+    DiffError, HashedKeys, KeyIndex, MemoryKeyIndex, PriorValues, StateCommitment, StateKey,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -681,6 +681,7 @@ impl DiffWriter {
             &block.header,
             &block.signature,
             &block.changes,
+            Some(&block.hashed),
             &block.prior,
             &file,
         )
@@ -721,7 +722,14 @@ impl DiffWriter {
                     .map_err(history)?
                     .ok_or_else(missing)?,
             };
-            self.write_block(&sealed.header, &sealed.signature, &changes, &prior, &file)?;
+            self.write_block(
+                &sealed.header,
+                &sealed.signature,
+                &changes,
+                None,
+                &prior,
+                &file,
+            )?;
             self.shared.metrics.rebuilt.inc();
         }
         if count > 1 {
@@ -730,11 +738,15 @@ impl DiffWriter {
         Ok(())
     }
 
+    /// `hashed`: the keccak of `changes`' keys, when the producer computed them already (for
+    /// its state root); else they are computed here if the commitment needs them.
+    #[allow(clippy::too_many_arguments)]
     fn write_block(
         &mut self,
         header: &alloy_consensus::Header,
         signature: &alloy_primitives::Signature,
         changes: &ChangeSet,
+        hashed: Option<&HashedKeys>,
         prior: &PriorValues,
         file: &BlockFile,
     ) -> Result<(), DiffWriterError> {
@@ -760,8 +772,17 @@ impl DiffWriter {
                         .genesis_lattice()
                         .map_err(|e| DiffWriterError::Commitment(e.to_string()))?
                 } else {
-                    lattice_delta(
+                    let owned;
+                    let hashed = match hashed {
+                        Some(h) => h,
+                        None => {
+                            owned = HashedKeys::of(changes);
+                            &owned
+                        }
+                    };
+                    lattice_delta_hashed(
                         changes,
+                        hashed,
                         prior,
                         self.index.len().unwrap_or(0),
                         &packed.new_keys,

@@ -371,7 +371,6 @@ pub fn scratch_state(
     vilmo: &Vilmo,
     mut progress: impl FnMut(u64),
 ) -> Result<gigas_trie::ScratchState, StateError> {
-    use gigas_primitives::state_keys::{decode_entry, StateEntry};
     let mut state = gigas_trie::ScratchState::new();
     let mut failed = None;
     let mut read = 0u64;
@@ -380,20 +379,30 @@ pub fn scratch_state(
         if read.is_multiple_of(1 << 16) {
             progress(read);
         }
-        if failed.is_some() {
-            return;
-        }
-        match decode_entry(key, value) {
-            Ok(StateEntry::Account(address, stored)) => state.account(address, stored.state),
-            Ok(StateEntry::Slot(address, slot, value)) => state.slot(address, slot, value),
-            Ok(StateEntry::Code(_)) => {}
-            Err(e) => failed = Some(e),
+        if failed.is_none() {
+            failed = add_entry(&mut state, key, value).err();
         }
     });
     match failed {
         Some(e) => Err(e.into()),
         None => Ok(state),
     }
+}
+
+/// Adds one stored entry of the state key layout to `state` (a code adds nothing: accounts
+/// name theirs by hash).
+pub fn add_entry(
+    state: &mut gigas_trie::ScratchState,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(), LayoutError> {
+    use gigas_primitives::state_keys::{decode_entry, StateEntry};
+    match decode_entry(key, value)? {
+        StateEntry::Account(address, stored) => state.account(address, stored.state),
+        StateEntry::Slot(address, slot, value) => state.slot(address, slot, value),
+        StateEntry::Code(_) => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

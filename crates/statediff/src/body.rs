@@ -11,9 +11,9 @@ use gigas_primitives::keccak::keccak256_all;
 use gigas_primitives::{AccountChange, AccountState, ChangeSet, CHANGESET_MAGIC};
 
 use crate::error::{BodyError, BodyErrorKind, Section};
-use crate::hashed::{slot_hashes, HashedKeys};
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::{wiped_addresses, PriorState, PriorValues, EMPTY_ACCOUNT};
+use gigas_primitives::hashed::{slot_hashes, HashedKeys};
 
 /// Account flags: a balance value record follows.
 const BALANCE: u8 = 1;

@@ -26,9 +26,9 @@ use alloy_primitives::{keccak256, Address, Signature, B256, U256};
 use gigas_primitives::{AccountState, ChangeSet, LatticeHash};
 
 use crate::error::StoreError;
-use crate::hashed::HashedKeys;
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::PriorState;
+use gigas_primitives::HashedKeys;
 
 /// The commitment's version: 2 names accounts and slots by their keccak
 /// ([`gigas_primitives::lattice`]). Caches of diffs or states keyed by it are written again

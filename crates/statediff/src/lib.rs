@@ -20,7 +20,6 @@ mod body;
 pub mod commitment;
 mod error;
 mod file;
-mod hashed;
 mod key;
 mod prior;
 mod verify;
@@ -35,7 +34,7 @@ pub use file::{
     decompress_one_frame, BlockFile, Compression, DiffFile, FramedDiff, BLOCK_MAGIC, DIFF_MAGIC,
     FORMAT_VERSION, MAX_CONTENT_LEN, MAX_HEADER_LEN,
 };
-pub use hashed::HashedKeys;
+pub use gigas_primitives::HashedKeys;
 pub use key::{KeyIndex, MemoryKeyIndex, StateKey};
 pub use prior::{MemoryState, PriorState, PriorValues, EMPTY_ACCOUNT};
 pub use verify::{

@@ -17,9 +17,9 @@ use crate::body::{decode_body, encode_body};
 use crate::commitment::{lattice_delta_hashed, StateCommitment};
 use crate::error::{DiffError, DiffErrorKind};
 use crate::file::{Compression, DiffFile, FramedDiff};
-use crate::hashed::HashedKeys;
 use crate::key::{KeyIndex, StateKey};
 use crate::prior::{PriorState, PriorValues};
+use gigas_primitives::HashedKeys;
 
 /// What a follower holds of the chain: its last applied block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,13 +196,20 @@ where
     // The header's stateRoot covers the accounts' code hashes, not the codes: a code is
     // stored only under a hash an account of the block takes, so that no code reaches the
     // state without its hash being committed to (the decoder computed each code's hash).
-    for (hash, _) in decoded.changes.bytecodes() {
-        let named = decoded
+    if !decoded.changes.bytecodes().is_empty() {
+        // A set: the diff is the sequencer's, but its sizes are bounded only by the body's.
+        let named: alloy_primitives::map::B256Set = decoded
             .changes
             .accounts()
             .iter()
-            .any(|(_, change)| change.state.is_some_and(|s| s.code_hash == *hash));
-        if !named {
+            .filter_map(|(_, change)| change.state.map(|s| s.code_hash))
+            .collect();
+        if let Some((hash, _)) = decoded
+            .changes
+            .bytecodes()
+            .iter()
+            .find(|(hash, _)| !named.contains(hash))
+        {
             return fail(DiffErrorKind::UnnamedCode { hash: *hash });
         }
     }

@@ -19,7 +19,7 @@ use std::ops::Bound;
 use alloy_primitives::map::B256Map;
 use alloy_primitives::{B256, U256};
 use alloy_trie::{BranchNodeCompact, Nibbles};
-use gigas_primitives::AccountState;
+use gigas_primitives::{AccountState, ChangeSet, HashedKeys};
 
 use crate::cache::Found;
 use crate::error::TrieDbError;
@@ -83,6 +83,25 @@ impl TrieLayer {
         self.accounts.len() as u64 * ACCOUNT_ENTRY_BYTES
             + self.account_nodes.len() as u64 * NODE_ENTRY_BYTES
             + storage
+    }
+
+    /// Takes in one block's changes by hashed key (`keys` fit `changes`): each account's
+    /// state, and its slots; a wiped storage hides what the layer held of the account's
+    /// slots and storage trie before (the stored ones are hidden by the wipe itself).
+    pub fn write_block(&mut self, changes: &ChangeSet, keys: &HashedKeys) {
+        for ((_, change), &h) in changes.accounts().iter().zip(keys.accounts()) {
+            if change.storage_wiped {
+                let entry = self.storage.entry(h).or_default();
+                entry.wiped = true;
+                entry.slots.clear();
+                // Nodes of the trie the wipe took.
+                entry.nodes.clear();
+            }
+            self.accounts.insert(h, change.state);
+        }
+        for ((_, _, value), &(h, s)) in changes.storage().iter().zip(keys.slots()) {
+            self.storage.entry(h).or_default().slots.insert(s, *value);
+        }
     }
 
     /// Records a walk's nodes: the entered ones replaced by its updates or removed.

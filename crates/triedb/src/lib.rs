@@ -61,7 +61,7 @@ pub mod trie_store;
 pub use error::TrieDbError;
 pub use tables::{TrieDbs, TrieTable};
 pub use trie_store::{
-    BlockRoot, CommitGate, HashedChanges, TrieCommitStats, TrieHead, TrieStore, TrieStoreOptions,
+    BlockRoot, CommitGate, TrieCommitStats, TrieHead, TrieStore, TrieStoreOptions,
 };
 
 #[cfg(test)]

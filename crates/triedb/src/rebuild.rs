@@ -33,9 +33,10 @@ use signet_libmdbx::{Cursor, Environment, Ro};
 
 use crate::error::TrieDbError;
 use crate::root::RootOutcome;
+use crate::rows::cursor;
 use crate::store::{
-    clear, cursor, hashed_key, put_account_nodes, put_storage_nodes, write_account_trie,
-    AccountSource, Discard, StorageRoots, StorageSource, StoredRoots,
+    clear, hashed_key, put_account_nodes, put_storage_nodes, write_account_trie, AccountSource,
+    Discard, StorageRoots, StorageSource, StoredRoots,
 };
 use crate::tables::TrieDbs;
 use crate::tables::TrieTable;

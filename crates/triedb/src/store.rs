@@ -19,7 +19,7 @@ use crate::cache::{CachedSource, Found, OwnerNodes, StorageNodes};
 use crate::codec::{self, PATH_LEN};
 use crate::error::TrieDbError;
 use crate::layer::NodesFrom;
-pub use crate::rows::cursor;
+use crate::rows::cursor;
 use crate::rows::put_or_delete;
 use crate::tables::TrieDbs;
 use crate::tables::TrieTable;
@@ -633,6 +633,25 @@ impl ChangedKeys {
     pub fn storage_of(&mut self, address: B256) -> &mut Vec<B256> {
         self.accounts.insert(address);
         self.storage.entry(address).or_default()
+    }
+
+    /// The keys one block changes (`keys` fit `changes`): each account's leaf, and for a
+    /// wiped storage or a changed slot the account's storage trie.
+    pub fn add_block(
+        &mut self,
+        changes: &gigas_primitives::ChangeSet,
+        keys: &gigas_primitives::HashedKeys,
+    ) {
+        for ((_, change), &h) in changes.accounts().iter().zip(keys.accounts()) {
+            if change.storage_wiped {
+                self.storage_of(h);
+            } else {
+                self.account(h);
+            }
+        }
+        for &(h, s) in keys.slots() {
+            self.storage_of(h).push(s);
+        }
     }
 
     /// Takes in the keys `other` changed (later changes over these).

@@ -5,7 +5,8 @@
 //! of the blocks since the last commit held in memory ([`TrieLayer`]), the account trie held
 //! in memory across roots (`gigas_trie::sparse`, within [`TrieStoreOptions::sparse_trie_bytes`]),
 //! and the commit thread. Must not: know where blocks come from. Its owner gives it each
-//! block's hashed changes in order ([`TrieStore::apply`]), and gets the block's root back.
+//! block's changes with their keys' keccak in order ([`TrieStore::apply`]), and gets the
+//! block's root back.
 //!
 //! **Roots.** Each block's root is a layered root ([`crate::layer`]): the last commit read
 //! through read transactions of its own, with every change since laid over it, the account
@@ -28,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use alloy_primitives::{keccak256, B256, U256};
+use alloy_primitives::{B256, U256};
 use gigas_mdbx::StoreError as _;
-use gigas_primitives::{AccountState, ChangeSet};
+use gigas_primitives::{AccountState, ChangeSet, HashedKeys};
 use gigas_trie::sparse::{SparseAccounts, SparseTrieStats};
 use signet_libmdbx::{Environment, SyncMode, WriteFlags};
 use tracing::debug;
@@ -39,7 +40,6 @@ use crate::error::TrieDbError;
 use crate::flush;
 use crate::layer::{self, Parallelism, TrieLayer};
 use crate::rebuild;
-use crate::root::Proven;
 use crate::rows;
 use crate::store::{self, ChangedKeys};
 use crate::tables::{TrieDbs, TrieTable};
@@ -96,55 +96,6 @@ pub struct TrieHead {
 /// start).
 pub type CommitGate = Arc<dyn Fn(u64) -> bool + Send + Sync>;
 
-/// A block's changes by hashed key, as a root needs them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HashedChanges {
-    /// keccak(address), the account after the block (`None`: destroyed), and whether its
-    /// storage from before the block was wiped.
-    pub accounts: Vec<(B256, Option<AccountState>, bool)>,
-    /// keccak(address), keccak(slot), the value after the block (zero: deleted).
-    pub slots: Vec<(B256, B256, U256)>,
-}
-
-impl HashedChanges {
-    /// Hashes a block's ChangeSet's keys.
-    pub fn of(changes: &ChangeSet) -> Self {
-        let accounts = changes
-            .accounts()
-            .iter()
-            .map(|(address, change)| (keccak256(address), change.state, change.storage_wiped))
-            .collect();
-        let mut last: Option<(alloy_primitives::Address, B256)> = None;
-        let slots = changes
-            .storage()
-            .iter()
-            .map(|(address, slot, value)| {
-                // Slots come sorted by address: each owner is hashed once.
-                let owner = match last {
-                    Some((a, h)) if a == *address => h,
-                    _ => {
-                        let h = keccak256(address);
-                        last = Some((*address, h));
-                        h
-                    }
-                };
-                (owner, keccak256(slot.to_be_bytes::<32>()), *value)
-            })
-            .collect();
-        Self { accounts, slots }
-    }
-
-    /// Keys changed.
-    pub fn len(&self) -> usize {
-        self.accounts.len() + self.slots.len()
-    }
-
-    /// Whether nothing changed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// What [`TrieStore::apply`] did.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockRoot {
@@ -156,6 +107,8 @@ pub struct BlockRoot {
     pub leaves: u64,
     /// Seconds handing a group to the commit thread (0 when none was due).
     pub handoff_seconds: f64,
+    /// Estimated heap bytes of the changes held since the last landed commit, after it.
+    pub layer_bytes: u64,
 }
 
 /// What the last landed commit did.
@@ -368,10 +321,21 @@ impl TrieStore {
         Ok(head)
     }
 
-    /// Applies block `block`'s changes and returns its state root. The block must follow
-    /// [`TrieStore::head`]. Hands the changes to the commit thread when a commit is due.
-    pub fn apply(&mut self, block: u64, changes: &HashedChanges) -> Result<BlockRoot, TrieDbError> {
+    /// Applies block `block`'s changes (`keys`: their keccak, [`HashedKeys::of`]) and returns
+    /// its state root. The block must follow [`TrieStore::head`]. Hands the changes to the
+    /// commit thread when a commit is due.
+    pub fn apply(
+        &mut self,
+        block: u64,
+        changes: &ChangeSet,
+        keys: &HashedKeys,
+    ) -> Result<BlockRoot, TrieDbError> {
         self.check_usable()?;
+        if !keys.fits(changes) {
+            return Err(TrieDbError::Invariant {
+                what: format!("block {block} came with key hashes that do not fit its changes"),
+            });
+        }
         let Some(head) = self.head else {
             return Err(TrieDbError::NoGenesis);
         };
@@ -384,28 +348,8 @@ impl TrieStore {
         self.poll_commit()?;
         let start = Instant::now();
         let mut changed = ChangedKeys::default();
-        for (h, state, wiped) in &changes.accounts {
-            if *wiped {
-                changed.storage_of(*h);
-                let entry = self.layer.storage.entry(*h).or_default();
-                entry.wiped = true;
-                entry.slots.clear();
-                // Nodes of the trie the wipe took.
-                entry.nodes.clear();
-            } else {
-                changed.account(*h);
-            }
-            self.layer.accounts.insert(*h, *state);
-        }
-        for (h, s, value) in &changes.slots {
-            changed.storage_of(*h).push(*s);
-            self.layer
-                .storage
-                .entry(*h)
-                .or_default()
-                .slots
-                .insert(*s, *value);
-        }
+        changed.add_block(changes, keys);
+        self.layer.write_block(changes, keys);
         let computed = layer::layered_root(
             &self.env,
             &self.dbs,
@@ -431,8 +375,10 @@ impl TrieStore {
         self.head = Some(head);
         self.blocks_since_handoff += 1;
         let mut handoff_seconds = 0.0;
+        // The hand-over keeps the layer whole (its commit lands later): one estimate serves.
+        let layer_bytes = self.layer.approx_bytes();
         if self.blocks_since_handoff >= self.options.commit_blocks.max(1)
-            || self.layer.approx_bytes() >= self.options.max_layer_bytes
+            || layer_bytes >= self.options.max_layer_bytes
         {
             let start = Instant::now();
             if let Err(e) = self.hand_off() {
@@ -446,6 +392,7 @@ impl TrieStore {
             root_seconds,
             leaves: outcome.leaves,
             handoff_seconds,
+            layer_bytes,
         })
     }
 
@@ -542,30 +489,6 @@ impl TrieStore {
             self.hand_off()?;
         }
         self.finish_commit()
-    }
-
-    /// Proves `address` (hashed) and its `slots` (hashed) at [`TrieStore::head`]. Stops
-    /// with [`TrieDbError::DeadlinePassed`] at `deadline`.
-    pub fn prove(
-        &self,
-        address: B256,
-        slots: &[B256],
-        deadline: Option<Instant>,
-    ) -> Result<Proven, TrieDbError> {
-        self.check_usable()?;
-        let txn = self
-            .env
-            .begin_ro_unsync()
-            .map_err(TrieDbError::mdbx("begin a read transaction for a proof"))?;
-        crate::root::prove(
-            &self.dbs,
-            &txn,
-            ChangedKeys::default(),
-            &self.layer,
-            address,
-            slots,
-            deadline,
-        )
     }
 }
 

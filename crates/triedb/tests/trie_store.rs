@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use alloy_primitives::{keccak256, Address, B256, KECCAK256_EMPTY, U256};
+use gigas_primitives::HashedKeys;
 use gigas_primitives::{AccountState, ChangeSet, ChangeSetBuilder};
 use gigas_test_support::XorShift;
 use gigas_trie::ScratchState;
-use gigas_triedb::{HashedChanges, TrieDbError, TrieStore, TrieStoreOptions};
+use gigas_triedb::{TrieDbError, TrieStore, TrieStoreOptions};
 
 /// Hashed accounts and hashed slots, as [`TrieStore::reset`] takes them.
 type HashedState = (Vec<(B256, AccountState)>, Vec<(B256, B256, U256)>);
@@ -162,7 +163,7 @@ fn run_stream(seed: u64, sparse: bool) {
     for number in 1..=40u64 {
         let changes = block(&mut rng, &mut model, &mut next_account);
         let applied = store
-            .apply(number, &HashedChanges::of(&changes))
+            .apply(number, &changes, &HashedKeys::of(&changes))
             .expect("apply");
         assert_eq!(applied.head.block, number);
         assert_eq!(
@@ -181,8 +182,9 @@ fn run_stream(seed: u64, sparse: bool) {
             assert!(committed.block <= number);
             assert_eq!(committed.root, models[committed.block as usize].root());
             for replay in committed.block + 1..=number {
+                let block = &blocks[replay as usize - 1];
                 let again = store
-                    .apply(replay, &HashedChanges::of(&blocks[replay as usize - 1]))
+                    .apply(replay, block, &HashedKeys::of(block))
                     .expect("replay");
                 assert_eq!(again.head.root, models[replay as usize].root());
             }
@@ -228,7 +230,7 @@ fn a_commit_waits_for_its_gate_and_a_refused_gate_commits_nothing() {
     for number in 1..=7u64 {
         let changes = block(&mut rng, &mut model, &mut next_account);
         let applied = store
-            .apply(number, &HashedChanges::of(&changes))
+            .apply(number, &changes, &HashedKeys::of(&changes))
             .expect("apply");
         assert_eq!(applied.head.root, model.root());
     }
@@ -249,21 +251,26 @@ fn a_commit_waits_for_its_gate_and_a_refused_gate_commits_nothing() {
 fn a_block_out_of_order_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store = TrieStore::open(dir.path(), options(true)).expect("open");
-    let empty = HashedChanges::default();
+    let empty = ChangeSet::default();
+    let no_keys = HashedKeys::default();
     assert!(matches!(
-        store.apply(1, &empty),
+        store.apply(1, &empty, &no_keys),
         Err(TrieDbError::NoGenesis)
     ));
     let model = genesis(10);
     let (accounts, slots) = model.hashed();
     store.reset(5, accounts, slots).expect("genesis");
     assert!(matches!(
-        store.apply(7, &empty),
+        store.apply(7, &empty, &no_keys),
         Err(TrieDbError::NotNext {
             expected: 6,
             got: 7
         })
     ));
-    let root = store.apply(6, &empty).expect("an empty block").head.root;
+    let root = store
+        .apply(6, &empty, &no_keys)
+        .expect("an empty block")
+        .head
+        .root;
     assert_eq!(root, model.root());
 }

@@ -201,17 +201,17 @@ impl Node {
         let sealing = seconds(t);
 
         let t = Instant::now();
-        let hashed = gigas_triedb::HashedChanges::of(&outcome.changes);
+        let hashed = gigas_primitives::HashedKeys::of(&outcome.changes);
         let root = {
             let mut trie = lock(&self.trie);
             let root = trie
-                .apply(number, &hashed)
+                .apply(number, &outcome.changes, &hashed)
                 .map_err(|source| NodeError::Root {
                     block: number,
                     source,
                 })?;
             self.trie_memory[0].store(trie.sparse_trie_stats().bytes, Ordering::Relaxed);
-            self.trie_memory[1].store(trie.layer_bytes(), Ordering::Relaxed);
+            self.trie_memory[1].store(root.layer_bytes, Ordering::Relaxed);
             root
         };
         self.metrics.stage(Stage::Root, seconds(t));
@@ -259,6 +259,7 @@ impl Node {
                     receipts,
                     changeset,
                     changes: outcome.changes,
+                    hashed,
                     prior,
                 },
                 state_history,

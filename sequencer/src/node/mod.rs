@@ -239,6 +239,9 @@ pub struct CommittedBlock {
     pub changeset: Vec<u8>,
     /// The block's ChangeSet.
     pub changes: ChangeSet,
+    /// The keccak of its keys, computed once by the producer for the state root and used
+    /// again by the diff writer for the state commitment.
+    pub hashed: gigas_primitives::HashedKeys,
     /// The values its changed keys held before the block, read while they were still the
     /// head's: what the state-diff writer packs deltas against.
     pub prior: PriorValues,

@@ -11,9 +11,11 @@
 
 use std::path::Path;
 
+use gigas_primitives::hashed::AddressRuns;
 use gigas_primitives::state_keys::{decode_entry, StateEntry};
 use gigas_primitives::AccountState;
-use gigas_triedb::{HashedChanges, TrieHead, TrieStore, TrieStoreOptions};
+use gigas_primitives::HashedKeys;
+use gigas_triedb::{TrieHead, TrieStore, TrieStoreOptions};
 
 use super::*;
 
@@ -28,7 +30,7 @@ pub(super) type HashedState = (Vec<(B256, AccountState)>, Vec<(B256, B256, U256)
 struct HashedStateReader {
     accounts: Vec<(B256, AccountState)>,
     slots: Vec<(B256, B256, U256)>,
-    last: Option<(Address, B256)>,
+    owners: AddressRuns,
     failed: Option<gigas_primitives::state_keys::LayoutError>,
 }
 
@@ -43,14 +45,7 @@ impl HashedStateReader {
             }
             Ok(StateEntry::Slot(address, slot, value)) => {
                 // Slots come by address: each owner is hashed once.
-                let owner = match self.last {
-                    Some((a, h)) if a == address => h,
-                    _ => {
-                        let h = keccak256(address);
-                        self.last = Some((address, h));
-                        h
-                    }
-                };
+                let owner = self.owners.hash(&address);
                 self.slots
                     .push((owner, keccak256(slot.to_be_bytes::<32>()), value));
             }
@@ -90,11 +85,9 @@ fn vilmo_state(vilmo: &Vilmo) -> Result<HashedState, NodeError> {
 pub(super) fn genesis_root(writes: &[Write]) -> Result<B256, NodeError> {
     let mut scratch = gigas_trie::ScratchState::new();
     for (key, value) in writes {
-        let Some(value) = value else { continue };
-        match decode_entry(key, value).map_err(crate::state::StateError::from)? {
-            StateEntry::Account(address, stored) => scratch.account(address, stored.state),
-            StateEntry::Slot(address, slot, value) => scratch.slot(address, slot, value),
-            StateEntry::Code(_) => {}
+        if let Some(value) = value {
+            crate::state::add_entry(&mut scratch, key, value)
+                .map_err(crate::state::StateError::from)?;
         }
     }
     scratch.root().map_err(|e| NodeError::Inconsistent {
@@ -213,7 +206,7 @@ fn replay(trie: &mut TrieStore, history: &History, from: TrieHead, to: u64) -> R
         let changes =
             ChangeSet::decode(&bytes).map_err(|e| format!("block {n}'s ChangeSet: {e}"))?;
         let applied = trie
-            .apply(n, &HashedChanges::of(&changes))
+            .apply(n, &changes, &HashedKeys::of(&changes))
             .map_err(|e| e.to_string())?;
         let expected = header(n)?.header.state_root;
         if applied.head.root != expected {

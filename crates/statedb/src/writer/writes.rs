@@ -28,61 +28,47 @@ impl StateWriter<'_> {
         keys: &HashedKeys,
     ) -> Result<(), StateDbError> {
         let tracking = self.current.trie_valid;
-        let mut hashed_accounts = Vec::with_capacity(changes.accounts().len());
-        for ((_, change), &h) in changes.accounts().iter().zip(keys.accounts()) {
-            if tracking {
-                if change.storage_wiped {
-                    self.changed.storage_of(h);
-                } else {
-                    self.changed.account(h);
-                }
-            }
-            hashed_accounts.push((h, change.state, change.storage_wiped));
+        if tracking {
+            self.changed.add_block(changes, keys);
         }
-        let mut hashed_slots = Vec::with_capacity(changes.storage().len());
-        for ((_, _, value), &(h, s)) in changes.storage().iter().zip(keys.slots()) {
-            if tracking {
-                self.changed.storage_of(h).push(s);
-            }
-            hashed_slots.push((h, s, *value));
-        }
+        let account_changes = || {
+            changes
+                .accounts()
+                .iter()
+                .zip(keys.accounts())
+                .map(|((_, change), &h)| (h, change.state, change.storage_wiped))
+        };
+        let slot_changes = || {
+            changes
+                .storage()
+                .iter()
+                .zip(keys.slots())
+                .map(|((_, _, value), &(h, s))| (h, s, *value))
+        };
         match self.options.hashed_writes {
             HashedWrites::SortedPerGroup => {
                 if let Some(pending) = self.pending.as_mut() {
-                    for (h, _, wiped) in &hashed_accounts {
-                        pending.account(*h, *wiped);
+                    for (h, _, wiped) in account_changes() {
+                        pending.account(h, wiped);
                     }
-                    for (h, s, _) in &hashed_slots {
-                        pending.slot(*h, *s);
+                    for (h, s, _) in slot_changes() {
+                        pending.slot(h, s);
                     }
                 }
-                for (h, state, wiped) in hashed_accounts {
+                for (h, _, wiped) in account_changes() {
                     if wiped {
                         // Its storage trie as the cache knows it is gone.
                         self.trie_cache.forget_storage(&h);
-                        let entry = self.hashed.storage.entry(h).or_default();
-                        entry.wiped = true;
-                        entry.slots.clear();
-                        // Nodes of the trie the wipe took.
-                        entry.nodes.clear();
                     }
-                    self.hashed.accounts.insert(h, state);
                 }
-                for (h, s, value) in hashed_slots {
-                    self.hashed
-                        .storage
-                        .entry(h)
-                        .or_default()
-                        .slots
-                        .insert(s, value);
-                }
+                self.hashed.write_block(changes, keys);
                 Ok(())
             }
             HashedWrites::ChangeSetOrder => {
                 if tracking {
-                    for (h, _, wiped) in &hashed_accounts {
-                        if *wiped {
-                            self.trie_cache.forget_storage(h);
+                    for (h, _, wiped) in account_changes() {
+                        if wiped {
+                            self.trie_cache.forget_storage(&h);
                         }
                     }
                 }
@@ -92,7 +78,7 @@ impl StateWriter<'_> {
                 let mut accounts = rows::cursor(trie_dbs, txn, TrieTable::HashedAccounts)?;
                 let mut storage = rows::cursor(trie_dbs, txn, TrieTable::HashedStorages)?;
                 let mut trie = rows::cursor(trie_dbs, txn, TrieTable::StoragesTrie)?;
-                for (h, state, wiped) in hashed_accounts {
+                for (h, state, wiped) in account_changes() {
                     if wiped {
                         rows::delete_dups(&mut storage, h.as_slice())?;
                         if tracking {
@@ -101,7 +87,7 @@ impl StateWriter<'_> {
                     }
                     put_hashed_account(&mut accounts, &h, state.as_ref(), buf)?;
                 }
-                for (h, s, value) in hashed_slots {
+                for (h, s, value) in slot_changes() {
                     rows::put_slot(
                         &mut storage,
                         TrieTable::HashedStorages,

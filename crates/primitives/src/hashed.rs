@@ -1,6 +1,7 @@
-//! The keccak of every key a block changes, computed once where the block is decoded and
-//! carried to each step that names keys by it: the prior-value reads of a store kept by
-//! keccak (the full node's), the lattice delta, and the hashed tables and the trie.
+//! The keccak of every key a block changes, computed once where the block is made (the
+//! sequencer) or decoded (a follower) and carried to each step that names keys by it: the
+//! prior-value reads of a store kept by keccak (the full node's), the lattice delta, and the
+//! hashed tables and the trie (both nodes'), which is why it sits beside the ChangeSet.
 //!
 //! Why: a changed account's `keccak(address)` was computed three times per block (decode,
 //! lattice, write), and a slot's two keccaks as often; on one core that was about 3 % of a
@@ -11,9 +12,9 @@
 //! same keys in the same order, and a consumer checks [`HashedKeys::fits`] before it trusts
 //! them (a mismatch is a caller's bug, refused as an error).
 
+use crate::keccak::keccak256_all;
+use crate::ChangeSet;
 use alloy_primitives::{keccak256, Address, B256, U256};
-use gigas_primitives::keccak::keccak256_all;
-use gigas_primitives::ChangeSet;
 
 /// The keccak of each changed key of one ChangeSet, in the ChangeSet's order: one hash per
 /// account of [`ChangeSet::accounts`], one (address hash, slot hash) per entry of
@@ -26,8 +27,8 @@ pub struct HashedKeys {
 
 /// `(keccak(address), keccak(slot))` of each key, in order: the slots hashed together
 /// ([`keccak256_all`]), an address once per run of its slots. What [`HashedKeys::of`] and
-/// the decoder both hash a block's slots with.
-pub(crate) fn slot_hashes<'a, I>(keys: I) -> Vec<(B256, B256)>
+/// the diff decoder both hash a block's slots with.
+pub fn slot_hashes<'a, I>(keys: I) -> Vec<(B256, B256)>
 where
     I: Iterator<Item = (&'a Address, &'a U256)> + Clone,
 {
@@ -46,8 +47,9 @@ impl HashedKeys {
         Self { accounts, slots }
     }
 
-    /// Built by the decoder from the keys it hashed in the ChangeSet's order.
-    pub(crate) fn from_parts(accounts: Vec<B256>, slots: Vec<(B256, B256)>) -> Self {
+    /// Built by a decoder from the keys it hashed in the ChangeSet's order (with
+    /// [`slot_hashes`] for the slots); consumers still check [`HashedKeys::fits`].
+    pub fn from_parts(accounts: Vec<B256>, slots: Vec<(B256, B256)>) -> Self {
         Self { accounts, slots }
     }
 
@@ -72,13 +74,13 @@ impl HashedKeys {
 
 /// Hashes addresses that come in runs (a ChangeSet's slots, sorted by address) once per run.
 #[derive(Debug, Default)]
-pub(crate) struct AddressRuns {
+pub struct AddressRuns {
     last: Option<(Address, B256)>,
 }
 
 impl AddressRuns {
     /// `keccak(address)`, from the last call when the address is the same.
-    pub(crate) fn hash(&mut self, address: &Address) -> B256 {
+    pub fn hash(&mut self, address: &Address) -> B256 {
         match self.last {
             Some((a, h)) if a == *address => h,
             _ => {
@@ -93,8 +95,8 @@ impl AddressRuns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{AccountState, ChangeSetBuilder};
     use alloy_primitives::U256;
-    use gigas_primitives::{AccountState, ChangeSetBuilder};
 
     #[test]
     fn of_hashes_each_key_in_the_changesets_order() {
