@@ -305,7 +305,7 @@ impl ApplyLoop<'_> {
     fn run(&mut self) -> Result<(), FollowError> {
         loop {
             match self.follow() {
-                Err(e) => match root_mismatch(&e) {
+                Err(e) => match mismatch_in(&e) {
                     Some((block, header, computed)) => {
                         self.root_mismatch(block, header, computed)?;
                     }
@@ -707,7 +707,7 @@ impl ApplyLoop<'_> {
 }
 
 /// The block and both roots of a state root mismatch, wherever it surfaced.
-fn root_mismatch(e: &FollowError) -> Option<(u64, alloy_primitives::B256, alloy_primitives::B256)> {
+fn mismatch_in(e: &FollowError) -> Option<(u64, alloy_primitives::B256, alloy_primitives::B256)> {
     let store = match e {
         FollowError::Store(e) | FollowError::Apply(ApplyError::Store(e)) => e,
         _ => return None,

@@ -348,6 +348,21 @@ pub struct TableStats<T> {
     pub bytes: u64,
 }
 
+impl<T> TableStats<T> {
+    /// The same figures under another name for the table (a store that opens several table
+    /// sets in one environment lists them together).
+    pub fn with_table<U>(self, table: U) -> TableStats<U> {
+        TableStats {
+            table,
+            entries: self.entries,
+            branch_pages: self.branch_pages,
+            leaf_pages: self.leaf_pages,
+            overflow_pages: self.overflow_pages,
+            bytes: self.bytes,
+        }
+    }
+}
+
 /// The statistics of every table of `T`, whose handles `dbs` holds in `T::ALL` order.
 pub fn table_stats<T: TableSet>(
     env: &Environment,

@@ -283,28 +283,15 @@ impl StateDb {
         let read = StateDbError::mdbx;
         let own = gigas_mdbx::table_stats::<Table>(&self.env, &self.dbs.state)
             .map_err(read("read table statistics"))?;
-        let trie = gigas_mdbx::table_stats::<TrieTable>(
-            &self.env,
-            &TrieTable::ALL
-                .iter()
-                .map(|t| self.dbs.trie.get(*t))
-                .collect::<Vec<_>>(),
-        )
-        .map_err(read("read the trie tables' statistics"))?;
-        fn stats<T>(s: gigas_mdbx::TableStats<T>, table: AnyTable) -> TableStats {
-            TableStats {
-                table,
-                entries: s.entries,
-                branch_pages: s.branch_pages,
-                leaf_pages: s.leaf_pages,
-                overflow_pages: s.overflow_pages,
-                bytes: s.bytes,
-            }
-        }
+        let trie = gigas_mdbx::table_stats::<TrieTable>(&self.env, self.dbs.trie.handles())
+            .map_err(read("read the trie tables' statistics"))?;
         Ok(own
             .into_iter()
-            .map(|s| stats(s, AnyTable::State(s.table)))
-            .chain(trie.into_iter().map(|s| stats(s, AnyTable::Trie(s.table))))
+            .map(|s| s.with_table(AnyTable::State(s.table)))
+            .chain(
+                trie.into_iter()
+                    .map(|s| s.with_table(AnyTable::Trie(s.table))),
+            )
             .collect())
     }
 

@@ -96,6 +96,11 @@ impl TrieDbs {
         Ok(Self(dbs))
     }
 
+    /// Every table's handle, in [`TrieTable::ALL`] order.
+    pub fn handles(&self) -> &[Database] {
+        &self.0
+    }
+
     /// The handle of `table`.
     pub fn get(&self, table: TrieTable) -> Database {
         self.0[table.slot()]

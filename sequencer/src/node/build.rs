@@ -67,10 +67,9 @@ impl Node {
         // published the head; after a failure it gives up and the next start replays).
         let finished = pipeline.finish();
         self.stop.store(true, Ordering::SeqCst);
-        let trie = lock(&self.trie).flush().map_err(|source| NodeError::Trie {
-            dir: self.config.datadir.join(TRIE_DIR),
-            source,
-        });
+        let trie = lock(&self.trie)
+            .flush()
+            .map_err(trie_error(&self.config.datadir.join(TRIE_DIR)));
         result.and(finished).and(trie)
     }
 

@@ -143,12 +143,10 @@ pub(super) fn recover(
         // The trie first: a crash before the history holds the genesis starts over.
         let writes = config.chain.genesis_writes()?;
         let (accounts, slots) = genesis_state(&writes)?;
+        let trie_dir = trie.dir().to_path_buf();
         let root = trie
             .reset(0, accounts, slots)
-            .map_err(|source| NodeError::Trie {
-                dir: trie.dir().to_path_buf(),
-                source,
-            })?;
+            .map_err(trie_error(&trie_dir))?;
         let genesis = genesis_block(&config.chain, signer, root.root)?;
         history.commit_block(&BlockRecord {
             header: &genesis.header,

@@ -108,13 +108,11 @@ pub(super) fn trie_options(config: &NodeConfig) -> TrieStoreOptions {
 
 pub(super) fn open_trie(config: &NodeConfig) -> Result<TrieStore, NodeError> {
     let dir = config.datadir.join(TRIE_DIR);
-    TrieStore::open(&dir, trie_options(config)).map_err(|e| NodeError::Trie {
-        dir: dir.clone(),
-        source: e,
-    })
+    TrieStore::open(&dir, trie_options(config)).map_err(trie_error(&dir))
 }
 
-fn trie_error(dir: &Path) -> impl Fn(gigas_triedb::TrieDbError) -> NodeError + '_ {
+/// The trie store's failure, with its directory.
+pub(super) fn trie_error(dir: &Path) -> impl Fn(gigas_triedb::TrieDbError) -> NodeError + '_ {
     move |source| NodeError::Trie {
         dir: dir.to_path_buf(),
         source,
